@@ -1,0 +1,204 @@
+//! `leasegate`: take, show, release and break locks from a terminal.
+//!
+//! The storage account comes from `LEASEGATE_CONNECTION_STRING` (default:
+//! `UseDevelopmentStorage=true`, a local Azurite); the container from `--container` (default
+//! `leasegate`).
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
+use leasegate::{Account, ContainerName, Counting, LeaseId, LockName};
+use leasegate_native::{block_on, NativeTransport};
+
+const USAGE: &str = "usage: leasegate <command> [options]
+
+commands:
+  acquire LOCK [--window SECS] [--holder NAME]   take LOCK (or extend it, same holder)
+  show LOCK                                      show LOCK's state and fencing token
+  release LOCK --lease-id ID                     give LOCK up (safe to repeat)
+  break LOCK                                     end whoever holds LOCK
+  demo                                           acquire, contend, extend, release, show
+
+options:
+  --container NAME   container of the lock blobs (default: leasegate)
+
+environment:
+  LEASEGATE_CONNECTION_STRING   storage connection string (default: UseDevelopmentStorage=true)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("leasegate: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct Options {
+    positional: Vec<String>,
+    window: u64,
+    holder: Option<String>,
+    lease_id: Option<String>,
+    container: String,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        positional: Vec::new(),
+        window: 30,
+        holder: None,
+        lease_id: None,
+        container: "leasegate".into(),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            "--window" => {
+                o.window = value("--window")?
+                    .parse()
+                    .map_err(|_| "--window takes whole seconds".to_string())?
+            }
+            "--holder" => o.holder = Some(value("--holder")?),
+            "--lease-id" => o.lease_id = Some(value("--lease-id")?),
+            "--container" => o.container = value("--container")?,
+            "-h" | "--help" => return Err(USAGE.into()),
+            s if s.starts_with("--") => return Err(format!("unknown option {s}\n\n{USAGE}")),
+            s => o.positional.push(s.to_string()),
+        }
+    }
+    Ok(o)
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let cs = std::env::var("LEASEGATE_CONNECTION_STRING")
+        .unwrap_or_else(|_| "UseDevelopmentStorage=true".into());
+    let account = Account::from_connection_string(&cs).map_err(|e| e.to_string())?;
+    let container = ContainerName::try_new(&o.container).map_err(|e| e.to_string())?;
+    let transport = NativeTransport::default();
+    let locks = Locks::new(&transport, account, container);
+    let lock_arg = |i: usize| -> Result<LockName, String> {
+        let name = o.positional.get(i).ok_or_else(|| USAGE.to_string())?;
+        LockName::try_new(name).map_err(|e| e.to_string())
+    };
+    match o.positional.first().map(String::as_str) {
+        Some("acquire") => {
+            let lock = lock_arg(1)?;
+            let term =
+                Term::for_window(Duration::from_secs(o.window)).map_err(|e| e.to_string())?;
+            let id = match &o.holder {
+                Some(h) => LeaseId::for_holder(h, &lock),
+                None => LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes()),
+            };
+            acquire(&locks, &lock, term, id)
+        }
+        Some("show") => show(&locks, &lock_arg(1)?),
+        Some("release") => {
+            let lock = lock_arg(1)?;
+            let id = o.lease_id.as_deref().ok_or("release needs --lease-id")?;
+            let id = LeaseId::try_new(id).map_err(|e| e.to_string())?;
+            let r =
+                block_on(locks.release(&lock, id, SystemTime::now())).map_err(|e| e.to_string())?;
+            println!(
+                "{}",
+                if r == Release::Released {
+                    "released"
+                } else {
+                    "not held (nothing to do)"
+                }
+            );
+            Ok(())
+        }
+        Some("break") => {
+            let lock = lock_arg(1)?;
+            block_on(locks.break_lock(&lock, 0, SystemTime::now())).map_err(|e| e.to_string())?;
+            println!("broken");
+            Ok(())
+        }
+        Some("demo") => demo(&locks),
+        _ => Err(USAGE.into()),
+    }
+}
+
+fn acquire(
+    locks: &Locks<&NativeTransport>,
+    lock: &LockName,
+    term: Term,
+    id: LeaseId,
+) -> Result<(), String> {
+    let counting = Counting::new(locks.transport());
+    let counted = Locks::new(
+        &counting,
+        locks.account().clone(),
+        locks.container().clone(),
+    );
+    let outcome = block_on(counted.acquire_fenced(lock, term, id, SystemTime::now()))
+        .map_err(|e| e.to_string())?;
+    match outcome {
+        Acquire::Acquired(a) => println!(
+            "acquired {lock}: lease id {}, fencing token {}, expires {}, {} request(s)",
+            a.lease_id,
+            a.fencing_token.map_or("-".into(), |t| t.to_string()),
+            a.expires_at.map_or("never".into(), rfc3339),
+            counting.sent()
+        ),
+        Acquire::Busy { retry_after } => println!(
+            "busy: {lock} is held by someone else{}, {} request(s)",
+            retry_after.map_or(String::new(), |d| format!(" for {}s more", d.as_secs())),
+            counting.sent()
+        ),
+    }
+    Ok(())
+}
+
+fn show(locks: &Locks<&NativeTransport>, lock: &LockName) -> Result<(), String> {
+    let info = block_on(locks.inspect(lock, SystemTime::now())).map_err(|e| e.to_string())?;
+    let status = match info.status {
+        LockStatus::Available => "available".to_string(),
+        LockStatus::Held { expires_at, .. } => format!(
+            "held{}",
+            expires_at.map_or(String::new(), |t| format!(" until {}", rfc3339(t)))
+        ),
+    };
+    println!(
+        "{lock}: {status}; blob lease state {}; fencing token {}",
+        info.lease_state
+            .map_or("none (no blob yet)".into(), |s| format!("{s:?}")
+                .to_lowercase()),
+        info.fencing_token
+    );
+    Ok(())
+}
+
+fn demo(locks: &Locks<&NativeTransport>) -> Result<(), String> {
+    let lock = LockName::try_new("demo/nightly-job").map_err(|e| e.to_string())?;
+    let term = Term::for_window(Duration::from_secs(15)).map_err(|e| e.to_string())?;
+    let a = LeaseId::for_holder("node-a", &lock);
+    let b = LeaseId::for_holder("node-b", &lock);
+    println!("node-a takes the lock:");
+    acquire(locks, &lock, term, a)?;
+    show(locks, &lock)?;
+    println!("node-b tries while node-a holds it:");
+    acquire(locks, &lock, term, b)?;
+    println!("node-a acquires again on its next invocation (extends, new token):");
+    acquire(locks, &lock, term, a)?;
+    println!("node-a releases; node-b takes over:");
+    block_on(locks.release(&lock, a, SystemTime::now())).map_err(|e| e.to_string())?;
+    acquire(locks, &lock, term, b)?;
+    show(locks, &lock)?;
+    block_on(locks.release(&lock, b, SystemTime::now())).map_err(|e| e.to_string())?;
+    show(locks, &lock)?;
+    Ok(())
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}

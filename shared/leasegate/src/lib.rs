@@ -1,0 +1,80 @@
+//! Azure Blob Storage leases over signed REST, for stateless (WebAssembly) functions.
+//!
+//! **This crate does no IO and reads no clock.** It builds signed `http::Request<Vec<u8>>`s and
+//! reads `http::Response<Vec<u8>>`s; whoever calls it sends the requests (through a
+//! [`Transport`]) and passes the time in. Expiry is always judged by the storage server's
+//! `Date` header, never by the caller's clock.
+//!
+//! Layers, bottom up:
+//! * [`account`]: connection strings, endpoints (host style and Azurite's path style),
+//!   credentials (SharedKey, SAS); secrets never print.
+//! * [`signing`]: SharedKey string-to-sign and signature, service SAS generation.
+//! * [`ops`]: one request builder and one response parser per Blob operation, with outcomes
+//!   classified by `x-ms-error-code` ([`ErrorClass`]).
+//! * [`lease`]: the algorithms a stateless caller needs: acquire (re-acquire extends), release
+//!   (safe to retry), break, inspect, fencing tokens, and windows of any length through an
+//!   ETag lease record.
+//!
+//! # Example: one operation, by hand
+//! ```
+//! use std::time::{Duration, SystemTime};
+//! use leasegate::ops::{build, Lease, LeaseAction, LeaseOutcome, Operation};
+//! use leasegate::{Account, BlobName, ContainerName, LeaseDuration, LeaseId};
+//!
+//! let account = Account::from_connection_string("UseDevelopmentStorage=true")?;
+//! let op = Lease {
+//!     container: ContainerName::try_new("leasegate")?,
+//!     blob: BlobName::try_new("locks/nightly-job")?,
+//!     action: LeaseAction::Acquire {
+//!         duration: LeaseDuration::try_from_secs(15)?,
+//!         proposed: LeaseId::try_new("2f2c4b1e-8d2a-4c55-9a10-6f3e1d0c9b7a")?,
+//!     },
+//! };
+//! let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800);
+//! let request = build(&op, &account, now)?;
+//! assert!(request.headers()["authorization"].to_str()?.starts_with("SharedKey devstoreaccount1:"));
+//!
+//! // ... the caller sends `request` and gets this back:
+//! let response = http::Response::builder()
+//!     .status(409)
+//!     .header("x-ms-error-code", "LeaseAlreadyPresent")
+//!     .body(Vec::new())?;
+//! assert_eq!(op.parse(&response)?, LeaseOutcome::HeldByOther);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Example: the algorithm, with a transport
+//! ```no_run
+//! # async fn demo(transport: impl leasegate::Transport, now: std::time::SystemTime) -> Result<(), leasegate::Error> {
+//! use std::time::Duration;
+//! use leasegate::lease::{Acquire, Locks, Term};
+//! use leasegate::{Account, ContainerName, LeaseId, LockName};
+//!
+//! let account = Account::from_connection_string("UseDevelopmentStorage=true")?;
+//! let locks = Locks::new(transport, account, ContainerName::try_new("leasegate")?);
+//! let lock = LockName::try_new("jobs/nightly")?;
+//! let me = LeaseId::for_holder("node-a", &lock); // the same id on every invocation
+//! let term = Term::for_window(Duration::from_secs(30))?; // a native lease
+//! match locks.acquire_fenced(&lock, term, me, now).await? {
+//!     Acquire::Acquired(held) => println!("run the job with token {:?}", held.fencing_token),
+//!     Acquire::Busy { .. } => println!("another node runs it"),
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::panic))]
+
+pub mod account;
+pub mod error;
+pub mod lease;
+pub mod names;
+pub mod ops;
+pub mod signing;
+pub mod transport;
+pub mod types;
+
+pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken};
+pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};
+pub use names::{BlobName, ContainerName, LockName};
+pub use transport::{Counting, Transport};
+pub use types::{ETag, LeaseDuration, LeaseId, LeaseState};

@@ -1,0 +1,242 @@
+//! Validated names: containers, blobs and lock names (lock names, device ids, gate keys).
+//!
+//! A lock name comes from configuration or from a request (a device id, a gate key), so it is
+//! untrusted: it is validated, then percent-encoded into a flat ASCII blob name below a prefix,
+//! so no lock name can reach another prefix, climb a path or collide with another lock name.
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+use crate::Error;
+
+/// Bytes kept as they are in a blob name built from a lock name: RFC 3986 unreserved.
+const LOCK_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Bytes escaped in a URL path segment. Unreserved bytes stay; everything else, `%` included,
+/// is escaped, so a blob name containing `%41` is sent as `%2541`.
+const PATH_SEGMENT: &AsciiSet = LOCK_SEGMENT;
+
+/// The longest lock name, in bytes (UTF-8). Percent-encoding can triple it; the blob name
+/// stays well under Azure's 1024 characters.
+pub const MAX_LOCK_NAME_BYTES: usize = 256;
+
+/// A container name: 3 to 63 lowercase letters, digits and single dashes, starting and ending
+/// with a letter or digit ([naming rules](https://learn.microsoft.com/rest/api/storageservices/naming-and-referencing-containers--blobs--and-metadata)).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ContainerName(String);
+
+impl ContainerName {
+    /// Validates a container name.
+    pub fn try_new(name: &str) -> Result<Self, Error> {
+        let bad = |reason: &str| Error::InvalidName {
+            what: "container name",
+            reason: reason.to_string(),
+        };
+        if !(3..=63).contains(&name.len()) {
+            return Err(bad("must be 3 to 63 characters"));
+        }
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(bad("only lowercase letters, digits and '-' are allowed"));
+        }
+        if name.starts_with('-') || name.ends_with('-') || name.contains("--") {
+            return Err(bad("'-' must stand between letters or digits"));
+        }
+        Ok(ContainerName(name.to_string()))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ContainerName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A blob name: 1 to 1024 characters, no control characters, no empty, `.` or `..` segment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlobName(String);
+
+impl BlobName {
+    /// Validates a blob name.
+    pub fn try_new(name: &str) -> Result<Self, Error> {
+        let bad = |reason: &str| Error::InvalidName {
+            what: "blob name",
+            reason: reason.to_string(),
+        };
+        if name.is_empty() || name.chars().count() > 1024 {
+            return Err(bad("must be 1 to 1024 characters"));
+        }
+        if name.chars().any(char::is_control) || name.contains('\\') {
+            return Err(bad("control characters and '\\' are not allowed"));
+        }
+        if name
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+        {
+            return Err(bad("empty, '.' and '..' path segments are not allowed"));
+        }
+        Ok(BlobName(name.to_string()))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name percent-encoded for a URL path, `/` kept as the separator.
+    pub fn url_path(&self) -> String {
+        encode_path(&self.0)
+    }
+}
+
+impl std::fmt::Display for BlobName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A lock name, device id or gate key: 1 to [`MAX_LOCK_NAME_BYTES`] bytes of UTF-8 without
+/// control characters or `\`; `/` separates segments, none of them empty, `.` or `..`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LockName(String);
+
+impl LockName {
+    /// Validates a lock name.
+    pub fn try_new(name: &str) -> Result<Self, Error> {
+        let bad = |reason: String| Error::InvalidName {
+            what: "lock name",
+            reason,
+        };
+        if name.is_empty() {
+            return Err(bad("must not be empty".into()));
+        }
+        if name.len() > MAX_LOCK_NAME_BYTES {
+            return Err(bad(format!(
+                "must be at most {MAX_LOCK_NAME_BYTES} bytes, got {}",
+                name.len()
+            )));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(bad("control characters are not allowed".into()));
+        }
+        if name.contains('\\') {
+            return Err(bad("'\\' is not allowed".into()));
+        }
+        if name
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+        {
+            return Err(bad(
+                "empty, '.' and '..' segments are not allowed (no leading, trailing or double '/')"
+                    .into(),
+            ));
+        }
+        Ok(LockName(name.to_string()))
+    }
+
+    /// The name as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The blob that holds this lock: `prefix` followed by each segment percent-encoded
+    /// (unreserved characters kept), joined by `/`. The mapping is one-to-one.
+    pub fn blob_name(&self, prefix: &str) -> Result<BlobName, Error> {
+        let encoded: Vec<String> = self
+            .0
+            .split('/')
+            .map(|seg| utf8_percent_encode(seg, LOCK_SEGMENT).to_string())
+            .collect();
+        BlobName::try_new(&format!("{prefix}{}", encoded.join("/")))
+    }
+}
+
+impl std::fmt::Display for LockName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Percent-encodes a path, keeping `/` between segments.
+pub(crate) fn encode_path(path: &str) -> String {
+    path.split('/')
+        .map(|seg| utf8_percent_encode(seg, PATH_SEGMENT).to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_names() {
+        for ok in ["abc", "leasegate", "a-b-c", "x1y2", &"a".repeat(63)] {
+            ContainerName::try_new(ok).unwrap();
+        }
+        for bad in [
+            "ab",
+            "ABC",
+            "a--b",
+            "-ab",
+            "ab-",
+            "a_b",
+            "a.b",
+            &"a".repeat(64),
+        ] {
+            assert!(ContainerName::try_new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lock_names_are_encoded_flat() {
+        let n = LockName::try_new("device/sensor 1?#%").unwrap();
+        let b = n.blob_name("locks/").unwrap();
+        assert_eq!(b.as_str(), "locks/device/sensor%201%3F%23%25");
+        assert_eq!(b.url_path(), "locks/device/sensor%25201%253F%2523%2525");
+        let u = LockName::try_new("température").unwrap();
+        assert_eq!(u.blob_name("").unwrap().as_str(), "temp%C3%A9rature");
+    }
+
+    #[test]
+    fn lock_names_refuse_traversal_and_junk() {
+        let long = "x".repeat(MAX_LOCK_NAME_BYTES + 1);
+        let cases = [
+            ("", "empty"),
+            ("..", "segments"),
+            ("a/../b", "segments"),
+            ("/a", "segments"),
+            ("a/", "segments"),
+            ("a//b", "segments"),
+            ("./a", "segments"),
+            ("a\\b", "'\\'"),
+            ("a\nb", "control"),
+            ("a\u{0}b", "control"),
+            (long.as_str(), "at most 256 bytes"),
+        ];
+        for (name, want) in cases {
+            let err = LockName::try_new(name).unwrap_err().to_string();
+            assert!(err.starts_with("invalid lock name"), "{err}");
+            assert!(err.contains(want), "{name:?}: {err}");
+        }
+        LockName::try_new(&"x".repeat(MAX_LOCK_NAME_BYTES)).unwrap();
+        LockName::try_new("a..b/c.d").unwrap();
+    }
+
+    #[test]
+    fn distinct_names_give_distinct_blobs() {
+        let a = LockName::try_new("a%2Fb").unwrap().blob_name("l/").unwrap();
+        let b = LockName::try_new("a/b").unwrap().blob_name("l/").unwrap();
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,1084 @@
+//! Blob service operations, each a request builder paired with a response parser.
+//!
+//! An [`Operation`] builds an unsigned `http::Request<Vec<u8>>` for an [`Account`]; [`build`]
+//! stamps and authorizes it; the caller sends it however it likes; [`Operation::parse`] turns the
+//! `http::Response<Vec<u8>>` into a typed outcome. Expected outcomes (already exists, condition
+//! failed, lease held) are values; everything else is an [`Error`] classified by
+//! `x-ms-error-code` ([`ErrorClass`]).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+
+use crate::account::{Account, Credential};
+use crate::error::{ErrorClass, StorageError};
+use crate::names::{encode_path, BlobName, ContainerName};
+use crate::signing::authorize;
+use crate::types::{ETag, LeaseDuration, LeaseId, LeaseState};
+use crate::Error;
+
+/// A Blob service operation: how to ask, and how to read the answer.
+pub trait Operation {
+    /// What a successful exchange yields.
+    type Output;
+    /// The request, not yet stamped or authorized (see [`build`]).
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error>;
+    /// Reads the response.
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<Self::Output, Error>;
+}
+
+/// Builds the authorized request of `op` at time `now` (a parameter; use the caller's clock,
+/// which must be within 15 minutes of the server's).
+pub fn build<O: Operation + ?Sized>(
+    op: &O,
+    account: &Account,
+    now: SystemTime,
+) -> Result<Request<Vec<u8>>, Error> {
+    let mut request = op.request(account)?;
+    authorize(&mut request, account, now)?;
+    Ok(request)
+}
+
+/// Why a conditional write did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `If-None-Match: *` on an existing blob (409 `BlobAlreadyExists`, or 412 on some peers).
+    AlreadyExists,
+    /// `If-Match` did not match (412 `ConditionNotMet`).
+    ConditionFailed,
+    /// The blob is leased and the request named no lease, or another one.
+    LeaseHeld,
+    /// The lease the request named is not (or no longer) the blob's.
+    LeaseLost,
+}
+
+/// The answer to a write (put, set metadata, set properties).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The write happened.
+    Written(Written),
+    /// The write was refused, and did nothing.
+    Refused(Refusal),
+}
+
+/// What a successful write reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The blob's new ETag.
+    pub etag: Option<ETag>,
+    /// The storage server's `Date`.
+    pub server_date: Option<SystemTime>,
+    /// The page blob sequence number, where the answer carries one.
+    pub sequence_number: Option<u64>,
+}
+
+/// A write condition.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Condition {
+    /// No condition.
+    #[default]
+    None,
+    /// `If-None-Match: *`: only if the blob does not exist.
+    IfNotExists,
+    /// `If-Match: "<etag>"`: only if the blob is still at this version.
+    IfMatch(ETag),
+}
+
+/// Metadata: names (C# identifiers, compared case-insensitively by storage) to ASCII values.
+pub type Metadata = BTreeMap<String, String>;
+
+// ---------------------------------------------------------------------------------------------
+// Shared request and response helpers.
+
+fn container_url(account: &Account, container: &ContainerName, query: &str) -> String {
+    account
+        .endpoint()
+        .url(&format!("/{}{}", container.as_str(), query))
+}
+
+fn blob_url(account: &Account, container: &ContainerName, blob: &BlobName, query: &str) -> String {
+    account.endpoint().url(&format!(
+        "/{}/{}{}",
+        container.as_str(),
+        blob.url_path(),
+        query
+    ))
+}
+
+fn request(method: Method, url: String, body: Vec<u8>) -> Result<RequestParts, Error> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| Error::InvalidArgument("the request URL is not valid".into()))?;
+    Ok(RequestParts {
+        builder: Request::builder().method(method.clone()).uri(uri),
+        method,
+        body,
+    })
+}
+
+struct RequestParts {
+    builder: http::request::Builder,
+    method: Method,
+    body: Vec<u8>,
+}
+
+impl RequestParts {
+    fn header(mut self, name: &str, value: impl AsRef<str>) -> Result<Self, Error> {
+        let value = HeaderValue::from_str(value.as_ref())
+            .map_err(|_| Error::InvalidArgument(format!("invalid value for header {name}")))?;
+        self.builder = self.builder.header(name, value);
+        Ok(self)
+    }
+
+    fn opt_header(self, name: &str, value: Option<impl AsRef<str>>) -> Result<Self, Error> {
+        match value {
+            Some(v) => self.header(name, v),
+            None => Ok(self),
+        }
+    }
+
+    fn condition(self, condition: &Condition) -> Result<Self, Error> {
+        match condition {
+            Condition::None => Ok(self),
+            Condition::IfNotExists => self.header("if-none-match", "*"),
+            Condition::IfMatch(etag) => self.header("if-match", etag.quoted()),
+        }
+    }
+
+    fn metadata(mut self, metadata: &Metadata) -> Result<Self, Error> {
+        for (name, value) in metadata {
+            if name.is_empty()
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                || name.as_bytes()[0].is_ascii_digit()
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "metadata name '{name}' must be a C# identifier"
+                )));
+            }
+            if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                return Err(Error::InvalidArgument(format!(
+                    "metadata value of '{name}' must be printable ASCII"
+                )));
+            }
+            self = self.header(&format!("x-ms-meta-{name}"), value)?;
+        }
+        Ok(self)
+    }
+
+    fn finish(self) -> Result<Request<Vec<u8>>, Error> {
+        let mut builder = self.builder;
+        // Storage wants Content-Length on every PUT, zero included; wasi:http wants it set by
+        // the caller (transfer-encoding is forbidden), and it is part of the signature.
+        if self.method == Method::PUT || !self.body.is_empty() {
+            builder = builder.header(header::CONTENT_LENGTH, self.body.len());
+        }
+        builder
+            .body(self.body)
+            .map_err(|_| Error::InvalidArgument("could not build the request".into()))
+    }
+}
+
+fn header_str<'a>(response: &'a Response<Vec<u8>>, name: &str) -> Option<&'a str> {
+    response.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The storage server's `Date` header: the clock that lease expiry is judged by.
+pub fn server_date(response: &Response<Vec<u8>>) -> Option<SystemTime> {
+    header_str(response, "date").and_then(|d| httpdate::parse_http_date(d).ok())
+}
+
+fn etag(response: &Response<Vec<u8>>) -> Option<ETag> {
+    header_str(response, "etag").map(ETag::new)
+}
+
+/// Reads a storage error response: `x-ms-error-code` (or the XML body's `<Code>` when the header
+/// is missing), `x-ms-request-id`, classified. The body's `<Message>` is never kept: it can
+/// echo request details.
+pub fn storage_error(response: &Response<Vec<u8>>) -> StorageError {
+    let code = header_str(response, "x-ms-error-code")
+        .map(str::to_string)
+        .or_else(|| xml_error_code(response.body()));
+    StorageError {
+        status: response.status(),
+        class: ErrorClass::classify(response.status(), code.as_deref()),
+        code,
+        request_id: header_str(response, "x-ms-request-id").map(str::to_string),
+    }
+}
+
+fn xml_error_code(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let doc = roxmltree::Document::parse(text.trim_start_matches('\u{feff}')).ok()?;
+    doc.descendants()
+        .find(|n| n.has_tag_name("Code"))
+        .and_then(|n| n.text())
+        .map(|s| s.trim().to_string())
+}
+
+/// Success statuses expected by each operation; anything else is an error.
+fn expect(response: &Response<Vec<u8>>, ok: &[u16]) -> Result<(), Error> {
+    if ok.contains(&response.status().as_u16()) {
+        Ok(())
+    } else if response.status().is_success() {
+        Err(Error::unexpected(
+            response.status(),
+            format!("expected status {ok:?}"),
+        ))
+    } else {
+        Err(Error::Storage(storage_error(response)))
+    }
+}
+
+fn refusal(error: &StorageError, condition: &Condition) -> Option<Refusal> {
+    match error.class {
+        ErrorClass::AlreadyExists => Some(Refusal::AlreadyExists),
+        // Some peers answer a failed If-None-Match: * with 412 ConditionNotMet.
+        ErrorClass::PreconditionFailed if *condition == Condition::IfNotExists => {
+            Some(Refusal::AlreadyExists)
+        }
+        ErrorClass::PreconditionFailed => Some(Refusal::ConditionFailed),
+        ErrorClass::HeldByOther => Some(Refusal::LeaseHeld),
+        ErrorClass::LeaseLost => Some(Refusal::LeaseLost),
+        _ => None,
+    }
+}
+
+fn write_outcome(
+    response: &Response<Vec<u8>>,
+    ok: &[u16],
+    condition: &Condition,
+) -> Result<WriteOutcome, Error> {
+    match expect(response, ok) {
+        Ok(()) => Ok(WriteOutcome::Written(Written {
+            etag: etag(response),
+            server_date: server_date(response),
+            sequence_number: header_str(response, "x-ms-blob-sequence-number")
+                .and_then(|s| s.parse().ok()),
+        })),
+        Err(Error::Storage(e)) => match refusal(&e, condition) {
+            Some(r) => Ok(WriteOutcome::Refused(r)),
+            None => Err(Error::Storage(e)),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+fn lease_header(lease_id: Option<&LeaseId>) -> Option<String> {
+    lease_id.map(LeaseId::to_string)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Containers.
+
+/// [Create Container](https://learn.microsoft.com/rest/api/storageservices/create-container):
+/// `PUT /{container}?restype=container`.
+#[derive(Debug, Clone)]
+pub struct CreateContainer {
+    /// The container.
+    pub container: ContainerName,
+}
+
+/// Whether the container was made by this call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerCreated {
+    /// 201.
+    Created,
+    /// 409 `ContainerAlreadyExists`: someone made it first; not an error.
+    AlreadyExists,
+}
+
+impl Operation for CreateContainer {
+    type Output = ContainerCreated;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        request(
+            Method::PUT,
+            container_url(account, &self.container, "?restype=container"),
+            Vec::new(),
+        )?
+        .finish()
+    }
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<ContainerCreated, Error> {
+        match expect(response, &[201]) {
+            Ok(()) => Ok(ContainerCreated::Created),
+            Err(Error::Storage(e)) if e.class == ErrorClass::AlreadyExists => {
+                Ok(ContainerCreated::AlreadyExists)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blobs.
+
+/// The type of blob [`PutBlob`] creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlobKind {
+    /// A block blob holding the body.
+    Block,
+    /// An empty page blob of this size (a multiple of 512; 0 is fine). leasegate's lock blobs
+    /// are empty page blobs: their sequence number is the fencing counter.
+    Page(u64),
+}
+
+/// [Put Blob](https://learn.microsoft.com/rest/api/storageservices/put-blob): create or
+/// overwrite, optionally only if absent (`If-None-Match: *`) or at a version (`If-Match`).
+#[derive(Debug, Clone)]
+pub struct PutBlob {
+    /// The container.
+    pub container: ContainerName,
+    /// The blob.
+    pub blob: BlobName,
+    /// Block or page blob.
+    pub kind: BlobKind,
+    /// The content (block blobs only).
+    pub body: Vec<u8>,
+    /// `Content-Type` of the blob.
+    pub content_type: Option<String>,
+    /// Metadata to set.
+    pub metadata: Metadata,
+    /// Write condition.
+    pub condition: Condition,
+    /// The lease to write under, when the blob is leased.
+    pub lease_id: Option<LeaseId>,
+}
+
+impl PutBlob {
+    /// A block blob put with no condition, no metadata.
+    pub fn block(container: ContainerName, blob: BlobName, body: Vec<u8>) -> Self {
+        PutBlob {
+            container,
+            blob,
+            kind: BlobKind::Block,
+            body,
+            content_type: None,
+            metadata: Metadata::new(),
+            condition: Condition::None,
+            lease_id: None,
+        }
+    }
+
+    /// Sets the content type.
+    pub fn with_content_type(mut self, content_type: &str) -> Self {
+        self.content_type = Some(content_type.to_string());
+        self
+    }
+
+    /// Sets the write condition.
+    pub fn with_condition(mut self, condition: Condition) -> Self {
+        self.condition = condition;
+        self
+    }
+
+    /// Sets the metadata.
+    pub fn with_metadata(mut self, metadata: Metadata) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// Writes under a lease.
+    pub fn with_lease(mut self, lease_id: LeaseId) -> Self {
+        self.lease_id = Some(lease_id);
+        self
+    }
+}
+
+impl Operation for PutBlob {
+    type Output = WriteOutcome;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        let body = match self.kind {
+            BlobKind::Block => self.body.clone(),
+            BlobKind::Page(_) => Vec::new(),
+        };
+        let mut r = request(
+            Method::PUT,
+            blob_url(account, &self.container, &self.blob, ""),
+            body,
+        )?;
+        r = match self.kind {
+            BlobKind::Block => r.header("x-ms-blob-type", "BlockBlob")?,
+            BlobKind::Page(size) => {
+                if size % 512 != 0 {
+                    return Err(Error::InvalidArgument(
+                        "a page blob's size is a multiple of 512".into(),
+                    ));
+                }
+                r.header("x-ms-blob-type", "PageBlob")?
+                    .header("x-ms-blob-content-length", size.to_string())?
+            }
+        };
+        r.opt_header("content-type", self.content_type.as_ref())?
+            .opt_header("x-ms-lease-id", lease_header(self.lease_id.as_ref()))?
+            .condition(&self.condition)?
+            .metadata(&self.metadata)?
+            .finish()
+    }
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<WriteOutcome, Error> {
+        write_outcome(response, &[201], &self.condition)
+    }
+}
+
+/// Properties of a blob, from a HEAD, a GET or a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BlobProperties {
+    /// ETag.
+    pub etag: Option<ETag>,
+    /// `Last-Modified`.
+    pub last_modified: Option<SystemTime>,
+    /// Content length in bytes.
+    pub content_length: Option<u64>,
+    /// `Content-Type`.
+    pub content_type: Option<String>,
+    /// `x-ms-lease-state`.
+    pub lease_state: Option<LeaseState>,
+    /// `x-ms-blob-type` (`BlockBlob`, `PageBlob`, `AppendBlob`).
+    pub blob_type: Option<String>,
+    /// `x-ms-blob-sequence-number` (page blobs).
+    pub sequence_number: Option<u64>,
+    /// Metadata (names lowercased).
+    pub metadata: Metadata,
+    /// The storage server's `Date` when this was read (not set for listings).
+    pub server_date: Option<SystemTime>,
+}
+
+impl BlobProperties {
+    fn from_headers(response: &Response<Vec<u8>>) -> Self {
+        let mut metadata = Metadata::new();
+        for (name, value) in response.headers() {
+            if let Some(key) = name.as_str().strip_prefix("x-ms-meta-") {
+                if let Ok(v) = value.to_str() {
+                    metadata.insert(key.to_string(), v.to_string());
+                }
+            }
+        }
+        BlobProperties {
+            etag: etag(response),
+            last_modified: header_str(response, "last-modified")
+                .and_then(|d| httpdate::parse_http_date(d).ok()),
+            content_length: header_str(response, "content-length").and_then(|s| s.parse().ok()),
+            content_type: header_str(response, "content-type").map(str::to_string),
+            lease_state: header_str(response, "x-ms-lease-state").and_then(LeaseState::parse),
+            blob_type: header_str(response, "x-ms-blob-type").map(str::to_string),
+            sequence_number: header_str(response, "x-ms-blob-sequence-number")
+                .and_then(|s| s.parse().ok()),
+            metadata,
+            server_date: server_date(response),
+        }
+    }
+}
+
+/// [Get Blob Properties](https://learn.microsoft.com/rest/api/storageservices/get-blob-properties):
+/// `HEAD`. A missing blob or container is `None`.
+#[derive(Debug, Clone)]
+pub struct GetProperties {
+    /// The container.
+    pub container: ContainerName,
+    /// The blob.
+    pub blob: BlobName,
+}
+
+/// Turns a 404 into `None` for reads.
+fn found<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(e)
+            if matches!(
+                e.class(),
+                Some(ErrorClass::BlobMissing | ErrorClass::ContainerMissing)
+            ) =>
+        {
+            Ok(None)
+        }
+        // A HEAD error has no body and, on some peers, no error code: 404 alone means missing.
+        Err(Error::Storage(e)) if e.status == StatusCode::NOT_FOUND && e.code.is_none() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl Operation for GetProperties {
+    type Output = Option<BlobProperties>;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        request(
+            Method::HEAD,
+            blob_url(account, &self.container, &self.blob, ""),
+            Vec::new(),
+        )?
+        .finish()
+    }
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<Option<BlobProperties>, Error> {
+        found(expect(response, &[200]).map(|()| BlobProperties::from_headers(response)))
+    }
+}
+
+/// [Get Blob](https://learn.microsoft.com/rest/api/storageservices/get-blob): content and
+/// properties. A missing blob or container is `None`.
+#[derive(Debug, Clone)]
+pub struct GetBlob {
+    /// The container.
+    pub container: ContainerName,
+    /// The blob.
+    pub blob: BlobName,
+}
+
+/// A blob's content and properties.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobContent {
+    /// The content.
+    pub body: Vec<u8>,
+    /// The properties.
+    pub properties: BlobProperties,
+}
+
+impl Operation for GetBlob {
+    type Output = Option<BlobContent>;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        request(
+            Method::GET,
+            blob_url(account, &self.container, &self.blob, ""),
+            Vec::new(),
+        )?
+        .finish()
+    }
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<Option<BlobContent>, Error> {
+        found(expect(response, &[200]).map(|()| BlobContent {
+            body: response.body().clone(),
+            properties: BlobProperties::from_headers(response),
+        }))
+    }
+}
+
+/// [Set Blob Metadata](https://learn.microsoft.com/rest/api/storageservices/set-blob-metadata):
+/// replaces all metadata; needs the lease id while the blob is leased.
+#[derive(Debug, Clone)]
+pub struct SetMetadata {
+    /// The container.
+    pub container: ContainerName,
+    /// The blob.
+    pub blob: BlobName,
+    /// The complete new metadata.
+    pub metadata: Metadata,
+    /// The lease to write under.
+    pub lease_id: Option<LeaseId>,
+    /// Write condition (`If-Match` for compare-and-swap).
+    pub condition: Condition,
+}
+
+impl Operation for SetMetadata {
+    type Output = WriteOutcome;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        request(
+            Method::PUT,
+            blob_url(account, &self.container, &self.blob, "?comp=metadata"),
+            Vec::new(),
+        )?
+        .opt_header("x-ms-lease-id", lease_header(self.lease_id.as_ref()))?
+        .condition(&self.condition)?
+        .metadata(&self.metadata)?
+        .finish()
+    }
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<WriteOutcome, Error> {
+        write_outcome(response, &[200], &self.condition)
+    }
+}
+
+/// [Set Blob Properties](https://learn.microsoft.com/rest/api/storageservices/set-blob-properties)
+/// with `x-ms-sequence-number-action: increment`: atomically adds one to a page blob's sequence
+/// number and returns the new value. Under a lease, only the holder can do it: this is
+/// leasegate's fencing counter.
+#[derive(Debug, Clone)]
+pub struct IncrementSequenceNumber {
+    /// The container.
+    pub container: ContainerName,
+    /// The page blob.
+    pub blob: BlobName,
+    /// The lease to write under.
+    pub lease_id: Option<LeaseId>,
+}
+
+impl Operation for IncrementSequenceNumber {
+    type Output = WriteOutcome;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        request(
+            Method::PUT,
+            blob_url(account, &self.container, &self.blob, "?comp=properties"),
+            Vec::new(),
+        )?
+        .header("x-ms-sequence-number-action", "increment")?
+        .opt_header("x-ms-lease-id", lease_header(self.lease_id.as_ref()))?
+        .finish()
+    }
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<WriteOutcome, Error> {
+        let outcome = write_outcome(response, &[200], &Condition::None)?;
+        if let WriteOutcome::Written(w) = &outcome {
+            if w.sequence_number.is_none() {
+                return Err(Error::unexpected(
+                    response.status(),
+                    "no x-ms-blob-sequence-number in the answer",
+                ));
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// [Delete Blob](https://learn.microsoft.com/rest/api/storageservices/delete-blob), with the
+/// lease id and/or `If-Match` so only the version you listed is deleted.
+#[derive(Debug, Clone)]
+pub struct DeleteBlob {
+    /// The container.
+    pub container: ContainerName,
+    /// The blob.
+    pub blob: BlobName,
+    /// The lease to delete under.
+    pub lease_id: Option<LeaseId>,
+    /// Delete condition.
+    pub condition: Condition,
+}
+
+/// The answer to a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// 202: deleted.
+    Deleted,
+    /// 404: nothing to delete (already gone, or never there).
+    NotFound,
+    /// Refused, nothing deleted.
+    Refused(Refusal),
+}
+
+impl Operation for DeleteBlob {
+    type Output = DeleteOutcome;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        request(
+            Method::DELETE,
+            blob_url(account, &self.container, &self.blob, ""),
+            Vec::new(),
+        )?
+        .opt_header("x-ms-lease-id", lease_header(self.lease_id.as_ref()))?
+        .condition(&self.condition)?
+        .finish()
+    }
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<DeleteOutcome, Error> {
+        match found(expect(response, &[202])) {
+            Ok(Some(())) => Ok(DeleteOutcome::Deleted),
+            Ok(None) => Ok(DeleteOutcome::NotFound),
+            Err(Error::Storage(e)) => match refusal(&e, &self.condition) {
+                Some(r) => Ok(DeleteOutcome::Refused(r)),
+                None => Err(Error::Storage(e)),
+            },
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// [Copy Blob](https://learn.microsoft.com/rest/api/storageservices/copy-blob) within the
+/// account: `x-ms-copy-source` is the source blob's URL (with the SAS when the account uses
+/// one). Poll [`GetProperties`] while the status is pending.
+#[derive(Debug, Clone)]
+pub struct CopyBlob {
+    /// Source container.
+    pub source_container: ContainerName,
+    /// Source blob.
+    pub source_blob: BlobName,
+    /// Destination container.
+    pub container: ContainerName,
+    /// Destination blob.
+    pub blob: BlobName,
+    /// Destination condition.
+    pub condition: Condition,
+}
+
+/// `x-ms-copy-status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyStatus {
+    /// Done.
+    Success,
+    /// Still copying; poll the destination's properties.
+    Pending,
+}
+
+/// The answer to a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyOutcome {
+    /// 202: the copy started (and, within an account, usually finished).
+    Started {
+        /// `x-ms-copy-id`.
+        copy_id: Option<String>,
+        /// `x-ms-copy-status`.
+        status: CopyStatus,
+        /// The destination's ETag.
+        etag: Option<ETag>,
+    },
+    /// The destination condition or lease refused the copy.
+    Refused(Refusal),
+}
+
+impl Operation for CopyBlob {
+    type Output = CopyOutcome;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        let mut source = blob_url(account, &self.source_container, &self.source_blob, "");
+        if let Credential::Sas(token) = account.credential() {
+            source = format!("{source}?{}", token.query());
+        }
+        request(
+            Method::PUT,
+            blob_url(account, &self.container, &self.blob, ""),
+            Vec::new(),
+        )?
+        .header("x-ms-copy-source", source)?
+        .condition(&self.condition)?
+        .finish()
+    }
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<CopyOutcome, Error> {
+        match write_outcome(response, &[202, 201], &self.condition)? {
+            WriteOutcome::Refused(r) => Ok(CopyOutcome::Refused(r)),
+            WriteOutcome::Written(w) => {
+                let status = match header_str(response, "x-ms-copy-status") {
+                    Some("success") | None => CopyStatus::Success,
+                    Some("pending") => CopyStatus::Pending,
+                    Some(_) => {
+                        return Err(Error::unexpected(
+                            response.status(),
+                            "copy status is neither success nor pending",
+                        ))
+                    }
+                };
+                Ok(CopyOutcome::Started {
+                    copy_id: header_str(response, "x-ms-copy-id").map(str::to_string),
+                    status,
+                    etag: w.etag,
+                })
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leases.
+
+/// [Lease Blob](https://learn.microsoft.com/rest/api/storageservices/lease-blob) actions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseAction {
+    /// Acquire with this id for this long. Acquiring again with the id you hold extends it.
+    Acquire {
+        /// `x-ms-lease-duration`.
+        duration: LeaseDuration,
+        /// `x-ms-proposed-lease-id`.
+        proposed: LeaseId,
+    },
+    /// Reset the timer of a lease you hold.
+    Renew(LeaseId),
+    /// Change the id of a lease you hold.
+    Change {
+        /// The id you hold.
+        current: LeaseId,
+        /// The id it becomes.
+        proposed: LeaseId,
+    },
+    /// Give the lease up.
+    Release(LeaseId),
+    /// End whoever's lease after `period` seconds (0 to 60).
+    Break {
+        /// `x-ms-lease-break-period`; `None` lets the lease run out first.
+        period: Option<u8>,
+    },
+}
+
+/// A lease operation on a blob.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    /// The container.
+    pub container: ContainerName,
+    /// The blob.
+    pub blob: BlobName,
+    /// What to do.
+    pub action: LeaseAction,
+}
+
+/// The answer to a lease operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseOutcome {
+    /// Acquire, renew or change succeeded: the lease is held with this id.
+    Held {
+        /// `x-ms-lease-id`.
+        lease_id: LeaseId,
+        /// The storage server's `Date`.
+        server_date: Option<SystemTime>,
+        /// The blob's ETag (leases do not change it).
+        etag: Option<ETag>,
+    },
+    /// Released (200).
+    Released,
+    /// Broken or breaking: it ends after this long (`x-ms-lease-time`).
+    Broken {
+        /// Time left until the lease is free.
+        remaining: Duration,
+    },
+    /// Someone else holds the lease (acquire or change refused).
+    HeldByOther,
+    /// The lease named is not the blob's (renew, change or release of a lost lease; break of a
+    /// blob with no lease).
+    NotHeld,
+}
+
+impl Operation for Lease {
+    type Output = LeaseOutcome;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        let r = request(
+            Method::PUT,
+            blob_url(account, &self.container, &self.blob, "?comp=lease"),
+            Vec::new(),
+        )?;
+        match &self.action {
+            LeaseAction::Acquire { duration, proposed } => r
+                .header("x-ms-lease-action", "acquire")?
+                .header("x-ms-lease-duration", duration.header_value())?
+                .header("x-ms-proposed-lease-id", proposed.to_string())?,
+            LeaseAction::Renew(id) => r
+                .header("x-ms-lease-action", "renew")?
+                .header("x-ms-lease-id", id.to_string())?,
+            LeaseAction::Change { current, proposed } => r
+                .header("x-ms-lease-action", "change")?
+                .header("x-ms-lease-id", current.to_string())?
+                .header("x-ms-proposed-lease-id", proposed.to_string())?,
+            LeaseAction::Release(id) => r
+                .header("x-ms-lease-action", "release")?
+                .header("x-ms-lease-id", id.to_string())?,
+            LeaseAction::Break { period } => {
+                if period.is_some_and(|p| p > 60) {
+                    return Err(Error::InvalidArgument(
+                        "a break period is 0 to 60 seconds".into(),
+                    ));
+                }
+                r.header("x-ms-lease-action", "break")?
+                    .opt_header("x-ms-lease-break-period", period.map(|p| p.to_string()))?
+            }
+        }
+        .finish()
+    }
+
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<LeaseOutcome, Error> {
+        let ok: &[u16] = match self.action {
+            LeaseAction::Acquire { .. } => &[201],
+            LeaseAction::Break { .. } => &[202],
+            _ => &[200],
+        };
+        match expect(response, ok) {
+            Ok(()) => {}
+            Err(Error::Storage(e)) => {
+                return match (e.class, &self.action) {
+                    (ErrorClass::HeldByOther, _) => Ok(LeaseOutcome::HeldByOther),
+                    (ErrorClass::LeaseLost, _) => Ok(LeaseOutcome::NotHeld),
+                    _ => Err(Error::Storage(e)),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        match &self.action {
+            LeaseAction::Release(_) => Ok(LeaseOutcome::Released),
+            LeaseAction::Break { .. } => {
+                let secs = header_str(response, "x-ms-lease-time")
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+                Ok(LeaseOutcome::Broken {
+                    remaining: Duration::from_secs(secs),
+                })
+            }
+            _ => {
+                let lease_id = header_str(response, "x-ms-lease-id")
+                    .and_then(|s| LeaseId::try_new(s).ok())
+                    .ok_or_else(|| {
+                        Error::unexpected(response.status(), "no valid x-ms-lease-id in the answer")
+                    })?;
+                Ok(LeaseOutcome::Held {
+                    lease_id,
+                    server_date: server_date(response),
+                    etag: etag(response),
+                })
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listing.
+
+/// [List Blobs](https://learn.microsoft.com/rest/api/storageservices/list-blobs): one page.
+/// Loop while [`ListBlobsPage::next_marker`] is `Some`.
+#[derive(Debug, Clone, Default)]
+pub struct ListBlobs {
+    /// The container.
+    pub container: Option<ContainerName>,
+    /// Only names starting with this.
+    pub prefix: Option<String>,
+    /// Continue where the previous page ended.
+    pub marker: Option<String>,
+    /// Page size (1 to 5000; storage's default is 5000).
+    pub max_results: Option<u32>,
+    /// Include each blob's metadata.
+    pub include_metadata: bool,
+}
+
+impl ListBlobs {
+    /// Lists `container`.
+    pub fn new(container: ContainerName) -> Self {
+        ListBlobs {
+            container: Some(container),
+            ..Default::default()
+        }
+    }
+}
+
+/// One blob of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobItem {
+    /// The blob's name.
+    pub name: String,
+    /// Its properties and (if asked for) metadata.
+    pub properties: BlobProperties,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListBlobsPage {
+    /// The blobs of this page.
+    pub blobs: Vec<BlobItem>,
+    /// Where the next page starts; `None` on the last page.
+    pub next_marker: Option<String>,
+}
+
+/// Query values are encoded strictly: everything but unreserved characters.
+fn query_value(s: &str) -> String {
+    encode_path(s).replace('/', "%2F")
+}
+
+impl Operation for ListBlobs {
+    type Output = ListBlobsPage;
+    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+        let container = self
+            .container
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("list blobs needs a container".into()))?;
+        let mut query = String::from("?restype=container&comp=list");
+        if let Some(p) = &self.prefix {
+            query.push_str(&format!("&prefix={}", query_value(p)));
+        }
+        if let Some(m) = &self.marker {
+            query.push_str(&format!("&marker={}", query_value(m)));
+        }
+        if let Some(n) = self.max_results {
+            if !(1..=5000).contains(&n) {
+                return Err(Error::InvalidArgument("maxresults is 1 to 5000".into()));
+            }
+            query.push_str(&format!("&maxresults={n}"));
+        }
+        if self.include_metadata {
+            query.push_str("&include=metadata");
+        }
+        request(
+            Method::GET,
+            container_url(account, container, &query),
+            Vec::new(),
+        )?
+        .finish()
+    }
+
+    fn parse(&self, response: &Response<Vec<u8>>) -> Result<ListBlobsPage, Error> {
+        expect(response, &[200])?;
+        parse_list_blobs(response.body())
+            .map_err(|detail| Error::unexpected(response.status(), detail))
+    }
+}
+
+/// Parses an `EnumerationResults` document.
+pub fn parse_list_blobs(body: &[u8]) -> Result<ListBlobsPage, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "listing is not UTF-8".to_string())?;
+    let doc = roxmltree::Document::parse(text.trim_start_matches('\u{feff}'))
+        .map_err(|e| format!("listing is not XML: {e}"))?;
+    let root = doc.root_element();
+    if !root.has_tag_name("EnumerationResults") {
+        return Err("listing has no EnumerationResults".into());
+    }
+    let child_text = |node: roxmltree::Node, name: &str| -> Option<String> {
+        node.children()
+            .find(|n| n.has_tag_name(name))
+            .and_then(|n| n.text())
+            .map(str::to_string)
+    };
+    let mut page = ListBlobsPage {
+        next_marker: child_text(root, "NextMarker").filter(|m| !m.is_empty()),
+        ..Default::default()
+    };
+    let Some(blobs) = root.children().find(|n| n.has_tag_name("Blobs")) else {
+        return Ok(page);
+    };
+    for blob in blobs.children().filter(|n| n.has_tag_name("Blob")) {
+        let name = child_text(blob, "Name").ok_or("a listed blob has no Name")?;
+        let mut properties = BlobProperties::default();
+        if let Some(props) = blob.children().find(|n| n.has_tag_name("Properties")) {
+            // Note the listing's spelling: `Etag`, not `ETag`.
+            properties.etag = child_text(props, "Etag").map(|e| ETag::new(&e));
+            properties.last_modified =
+                child_text(props, "Last-Modified").and_then(|d| httpdate::parse_http_date(&d).ok());
+            properties.content_length =
+                child_text(props, "Content-Length").and_then(|s| s.parse().ok());
+            properties.content_type = child_text(props, "Content-Type");
+            properties.lease_state =
+                child_text(props, "LeaseState").and_then(|s| LeaseState::parse(&s));
+            properties.blob_type = child_text(props, "BlobType");
+            properties.sequence_number =
+                child_text(props, "x-ms-blob-sequence-number").and_then(|s| s.parse().ok());
+        }
+        if let Some(meta) = blob.children().find(|n| n.has_tag_name("Metadata")) {
+            for entry in meta.children().filter(|n| n.is_element()) {
+                properties.metadata.insert(
+                    entry.tag_name().name().to_ascii_lowercase(),
+                    entry.text().unwrap_or("").to_string(),
+                );
+            }
+        }
+        page.blobs.push(BlobItem { name, properties });
+    }
+    Ok(page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_xml_is_parsed() {
+        let xml = "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?>\
+<EnumerationResults ServiceEndpoint=\"http://127.0.0.1:10000/devstoreaccount1\" ContainerName=\"c\">\
+<Prefix>ttl/</Prefix><MaxResults>2</MaxResults><Blobs>\
+<Blob><Name>ttl/a</Name><Properties><Last-Modified>Sat, 21 Nov 2026 14:00:00 GMT</Last-Modified>\
+<Etag>0x8DB1</Etag><Content-Length>3</Content-Length><BlobType>BlockBlob</BlobType>\
+<LeaseStatus>locked</LeaseStatus><LeaseState>leased</LeaseState></Properties>\
+<Metadata><TimeToLive>2026-11-21T14:00:00Z</TimeToLive><DeadBlobContainer>dead</DeadBlobContainer></Metadata></Blob>\
+<Blob><Name>ttl/b &amp; c</Name><Properties><Etag>\"0x8DB2\"</Etag></Properties></Blob>\
+</Blobs><NextMarker>2!8!dHRsL2M-</NextMarker></EnumerationResults>";
+        let page = parse_list_blobs(xml.as_bytes()).unwrap();
+        assert_eq!(page.next_marker.as_deref(), Some("2!8!dHRsL2M-"));
+        assert_eq!(page.blobs.len(), 2);
+        let a = &page.blobs[0];
+        assert_eq!(a.name, "ttl/a");
+        assert_eq!(a.properties.etag, Some(ETag::new("0x8DB1")));
+        assert_eq!(a.properties.lease_state, Some(LeaseState::Leased));
+        assert_eq!(a.properties.content_length, Some(3));
+        assert_eq!(a.properties.metadata["timetolive"], "2026-11-21T14:00:00Z");
+        assert_eq!(a.properties.metadata["deadblobcontainer"], "dead");
+        assert_eq!(page.blobs[1].name, "ttl/b & c");
+        assert_eq!(page.blobs[1].properties.etag, Some(ETag::new("0x8DB2")));
+    }
+
+    #[test]
+    fn last_page_has_no_marker_and_junk_is_refused() {
+        let page =
+            parse_list_blobs(b"<EnumerationResults><Blobs/><NextMarker/></EnumerationResults>")
+                .unwrap();
+        assert_eq!(page, ListBlobsPage::default());
+        assert!(parse_list_blobs(b"<html>").is_err());
+        assert!(parse_list_blobs(b"<Other/>").is_err());
+    }
+}

@@ -1,0 +1,59 @@
+//! What the lease algorithms need from the outside world: "send this request, give me the
+//! response". Implementations live outside the core (a native one in `leasegate-native`, a
+//! Spin one beside the functions).
+
+use std::cell::Cell;
+use std::future::Future;
+
+use http::{Request, Response};
+
+use crate::TransportError;
+
+/// Exchanges one HTTP request for its response. Any status is a response; only a failure to
+/// exchange (connection refused, timeout, broken stream) is an error.
+pub trait Transport {
+    /// Sends `request` and returns the whole response.
+    fn send(
+        &self,
+        request: Request<Vec<u8>>,
+    ) -> impl Future<Output = Result<Response<Vec<u8>>, TransportError>>;
+}
+
+impl<T: Transport + ?Sized> Transport for &T {
+    fn send(
+        &self,
+        request: Request<Vec<u8>>,
+    ) -> impl Future<Output = Result<Response<Vec<u8>>, TransportError>> {
+        (**self).send(request)
+    }
+}
+
+/// A transport that counts the requests it passes on: round trips per decision, for logs and
+/// tests. Not `Sync`: make one per decision.
+#[derive(Debug)]
+pub struct Counting<T> {
+    inner: T,
+    sent: Cell<u32>,
+}
+
+impl<T> Counting<T> {
+    /// Wraps `inner`.
+    pub fn new(inner: T) -> Self {
+        Counting {
+            inner,
+            sent: Cell::new(0),
+        }
+    }
+
+    /// Requests sent so far.
+    pub fn sent(&self) -> u32 {
+        self.sent.get()
+    }
+}
+
+impl<T: Transport> Transport for Counting<T> {
+    async fn send(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, TransportError> {
+        self.sent.set(self.sent.get() + 1);
+        self.inner.send(request).await
+    }
+}
