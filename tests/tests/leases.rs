@@ -1,0 +1,387 @@
+//! The lease algorithms against a real Azurite: contention, extension, expiry, fencing tokens,
+//! lease records judged by the server's clock, and round trips counted per decision.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, SystemTime};
+
+use leasegate::lease::{Acquire, Acquired, LockStatus, Locks, Release, Term};
+use leasegate::ops::{GetProperties, ListBlobs};
+use leasegate::{ContainerName, Counting, LeaseId, LeaseState, LockName};
+use leasegate_native::{block_on, NativeTransport};
+use leasegate_tests::{unique_container, wait_for, Azurite};
+
+fn locks(container: &ContainerName) -> Locks<NativeTransport> {
+    Locks::new(
+        NativeTransport::default(),
+        Azurite::shared().account(),
+        container.clone(),
+    )
+}
+
+fn lock(name: &str) -> LockName {
+    LockName::try_new(name).unwrap()
+}
+
+fn random_id() -> LeaseId {
+    LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes())
+}
+
+fn native(secs: u64) -> Term {
+    let term = Term::for_window(Duration::from_secs(secs)).unwrap();
+    assert!(matches!(term, Term::Native(_)));
+    term
+}
+
+fn record(secs: u64) -> Term {
+    let term = Term::for_window(Duration::from_secs(secs)).unwrap();
+    assert!(matches!(term, Term::Record(_)));
+    term
+}
+
+fn acquire<T: leasegate::Transport>(
+    l: &Locks<T>,
+    name: &LockName,
+    term: Term,
+    id: LeaseId,
+) -> Acquire {
+    block_on(l.acquire_fenced(name, term, id, SystemTime::now())).unwrap()
+}
+
+fn held(outcome: Acquire) -> Acquired {
+    match outcome {
+        Acquire::Acquired(a) => a,
+        other => panic!("expected to acquire, got {other:?}"),
+    }
+}
+
+#[test]
+fn acquire_creates_missing_container_and_blob() {
+    let c = unique_container("fresh");
+    let l = locks(&c);
+    let name = lock("jobs/nightly");
+    let a = held(acquire(&l, &name, native(15), random_id()));
+    assert_eq!(a.fencing_token, Some(1));
+    let expires = a.expires_at.unwrap().duration_since(a.server_date).unwrap();
+    assert_eq!(expires, Duration::from_secs(15));
+    // The lock blob now exists as an empty page blob, leased.
+    let (props, _) = block_on(l.execute(
+        &GetProperties {
+            container: c.clone(),
+            blob: l.blob_name(&name).unwrap(),
+        },
+        SystemTime::now(),
+    ))
+    .unwrap();
+    let props = props.expect("lock blob exists");
+    assert_eq!(props.lease_state, Some(LeaseState::Leased));
+    assert_eq!(props.blob_type.as_deref(), Some("PageBlob"));
+    assert_eq!(props.sequence_number, Some(1));
+}
+
+#[test]
+fn thirty_two_concurrent_acquirers_one_winner() {
+    for term in [native(60), record(90)] {
+        let c = unique_container("race");
+        let name = lock("contended");
+        // Create the container and blob first? No: racing creators must not be errors either.
+        let start = Arc::new(Barrier::new(32));
+        let handles: Vec<_> = (0..32)
+            .map(|_| {
+                let (c, name, start) = (c.clone(), name.clone(), start.clone());
+                std::thread::spawn(move || {
+                    let l = locks(&c);
+                    let id = random_id();
+                    start.wait();
+                    (id, acquire(&l, &name, term, id))
+                })
+            })
+            .collect();
+        let outcomes: Vec<(LeaseId, Acquire)> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let winners: Vec<_> = outcomes
+            .iter()
+            .filter_map(|(id, o)| matches!(o, Acquire::Acquired(_)).then_some(*id))
+            .collect();
+        assert_eq!(winners.len(), 1, "{term:?}: {outcomes:?}");
+        // Storage agrees: the winner can extend, a loser cannot take it.
+        let l = locks(&c);
+        assert!(matches!(
+            acquire(&l, &name, term, winners[0]),
+            Acquire::Acquired(_)
+        ));
+        let loser = outcomes.iter().find(|(id, _)| *id != winners[0]).unwrap().0;
+        assert!(matches!(
+            acquire(&l, &name, term, loser),
+            Acquire::Busy { .. }
+        ));
+    }
+}
+
+#[test]
+fn reacquire_extends_and_expiry_admits_another_holder() {
+    let c = unique_container("extend");
+    let l = locks(&c);
+    let name = lock("leader");
+    let (a, b) = (
+        LeaseId::for_holder("node-a", &name),
+        LeaseId::for_holder("node-b", &name),
+    );
+    let first = held(acquire(&l, &name, native(15), a));
+    std::thread::sleep(Duration::from_secs(8));
+    // A's next invocation: the same id extends the lease by another 15 s.
+    let extended = held(acquire(&l, &name, native(15), a));
+    assert!(extended.expires_at > first.expires_at);
+    // Past the first lease's end (15 s after the first acquire), B is still refused...
+    let past_first = first.expires_at.unwrap() + Duration::from_secs(1);
+    wait_for("the first lease's end", Duration::from_secs(20), || {
+        (SystemTime::now() >= past_first).then_some(())
+    });
+    assert!(matches!(
+        acquire(&l, &name, native(15), b),
+        Acquire::Busy { .. }
+    ));
+    // ...and once the extended lease runs out, B takes over, with a larger token.
+    let taken = wait_for(
+        "B to acquire after expiry",
+        Duration::from_secs(25),
+        || match acquire(&l, &name, native(15), b) {
+            Acquire::Acquired(got) => Some(got),
+            Acquire::Busy { .. } => None,
+        },
+    );
+    assert!(taken.fencing_token > extended.fencing_token);
+    assert!(matches!(
+        acquire(&l, &name, native(15), a),
+        Acquire::Busy { .. }
+    ));
+}
+
+#[test]
+fn fencing_tokens_strictly_increase_across_holders() {
+    for term in [native(15), record(120)] {
+        let c = unique_container("fence");
+        let l = locks(&c);
+        let name = lock("fenced");
+        let holders = [
+            LeaseId::for_holder("a", &name),
+            LeaseId::for_holder("b", &name),
+        ];
+        let mut last = 0;
+        for i in 0..20 {
+            let who = holders[i % 2];
+            let got = held(acquire(&l, &name, term, who));
+            let token = got.fencing_token.unwrap();
+            assert!(
+                token > last,
+                "{term:?}: acquisition {i} got {token} after {last}"
+            );
+            last = token;
+            assert_eq!(
+                block_on(l.release(&name, who, SystemTime::now())).unwrap(),
+                Release::Released
+            );
+        }
+        let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        assert_eq!(info.fencing_token, last);
+        assert_eq!(info.status, LockStatus::Available);
+    }
+}
+
+#[test]
+fn record_lease_beyond_sixty_seconds() {
+    let c = unique_container("record");
+    let l = locks(&c);
+    let name = lock("long/window");
+    let (a, b) = (random_id(), random_id());
+    let got = held(acquire(&l, &name, record(90), a));
+    let length = got
+        .expires_at
+        .unwrap()
+        .duration_since(got.server_date)
+        .unwrap();
+    assert_eq!(length, Duration::from_secs(90));
+    match acquire(&l, &name, record(90), b) {
+        Acquire::Busy {
+            retry_after: Some(left),
+        } => {
+            assert!(
+                left > Duration::from_secs(80) && left <= Duration::from_secs(90),
+                "{left:?}"
+            )
+        }
+        other => panic!("second holder must be refused with a retry time: {other:?}"),
+    }
+    let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+    assert_eq!(
+        info.status,
+        LockStatus::Held {
+            expires_at: got.expires_at,
+            holder: Some(a)
+        }
+    );
+    // The holder extends and keeps its token.
+    let again = held(acquire(&l, &name, record(90), a));
+    assert_eq!(again.fencing_token, got.fencing_token);
+}
+
+#[test]
+fn short_record_admits_next_holder_after_expiry() {
+    let c = unique_container("short");
+    let l = locks(&c);
+    let name = lock("blip");
+    let (a, b) = (random_id(), random_id());
+    let first = held(acquire(&l, &name, record(2), a));
+    assert!(matches!(
+        acquire(&l, &name, record(2), b),
+        Acquire::Busy {
+            retry_after: Some(_)
+        }
+    ));
+    let second = wait_for(
+        "the 2 s record to run out",
+        Duration::from_secs(10),
+        || match acquire(&l, &name, record(2), b) {
+            Acquire::Acquired(got) => Some(got),
+            Acquire::Busy { .. } => None,
+        },
+    );
+    assert!(second.fencing_token > first.fencing_token);
+    // A's release is now a no-op (it lost the lock), B's is real, and a retry is harmless.
+    assert_eq!(
+        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        Release::NotHeld
+    );
+    assert_eq!(
+        block_on(l.release(&name, b, SystemTime::now())).unwrap(),
+        Release::Released
+    );
+    assert_eq!(
+        block_on(l.release(&name, b, SystemTime::now())).unwrap(),
+        Release::NotHeld
+    );
+}
+
+#[test]
+fn release_is_safe_to_retry_and_break_frees() {
+    let c = unique_container("release");
+    let l = locks(&c);
+    let name = lock("r");
+    let a = random_id();
+    assert_eq!(
+        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        Release::NotHeld
+    );
+    held(acquire(&l, &name, native(60), a));
+    assert_eq!(
+        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        Release::Released
+    );
+    assert_eq!(
+        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        Release::NotHeld
+    );
+
+    // Break ends another holder's lease (native and record alike).
+    for term in [native(60), record(300)] {
+        let holder = random_id();
+        held(acquire(&l, &name, term, holder));
+        assert!(matches!(
+            acquire(&l, &name, term, random_id()),
+            Acquire::Busy { .. }
+        ));
+        block_on(l.break_lock(&name, 0, SystemTime::now())).unwrap();
+        let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        assert_eq!(info.status, LockStatus::Available, "{term:?}");
+        held(acquire(&l, &name, term, random_id()));
+        block_on(l.break_lock(&name, 0, SystemTime::now())).unwrap();
+    }
+}
+
+type CountedLocks<'a> = Locks<&'a Counting<&'a NativeTransport>>;
+
+/// Runs one decision through a counting transport: its outcome and the requests it sent.
+fn counted<R>(base: &Locks<NativeTransport>, decide: impl FnOnce(&CountedLocks) -> R) -> (R, u32) {
+    let transport = base.transport();
+    let counting = Counting::new(transport);
+    let l = Locks::new(&counting, base.account().clone(), base.container().clone());
+    let outcome = decide(&l);
+    (outcome, counting.sent())
+}
+
+fn is_acquired(outcome: &Acquire) -> bool {
+    matches!(outcome, Acquire::Acquired(_))
+}
+
+#[test]
+fn round_trips_per_decision() {
+    let c = unique_container("count");
+    let base = locks(&c);
+    let name = lock("counted");
+    let (a, b) = (random_id(), random_id());
+    let plain = |l: &CountedLocks, id, term| {
+        block_on(l.acquire(&name, term, id, SystemTime::now())).unwrap()
+    };
+    let fenced = |l: &CountedLocks, id, term| {
+        block_on(l.acquire_fenced(&name, term, id, SystemTime::now())).unwrap()
+    };
+
+    // First use: acquire (404 container) + put (404) + create container + put + acquire.
+    let (o, n) = counted(&base, |l| plain(l, a, native(15)));
+    assert!(is_acquired(&o) && n == 5, "{o:?} {n}");
+    // The hot path: exactly one request, whether it extends or is refused.
+    let (o, n) = counted(&base, |l| plain(l, a, native(15)));
+    assert!(is_acquired(&o) && n == 1, "{o:?} {n}");
+    let (o, n) = counted(&base, |l| plain(l, b, native(15)));
+    assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
+    let (o, n) = counted(&base, |l| fenced(l, b, native(15)));
+    assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
+    // A fencing token costs one more request, only when acquired.
+    let (o, n) = counted(&base, |l| fenced(l, a, native(15)));
+    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
+    // Native release: one request.
+    let (o, n) = counted(&base, |l| {
+        block_on(l.release(&name, a, SystemTime::now())).unwrap()
+    });
+    assert!(o == Release::Released && n == 1, "{o:?} {n}");
+
+    // Records: busy is one read; acquired is read + compare-and-swap, token included.
+    let long = lock("counted-record");
+    let rec = |l: &CountedLocks, id| {
+        block_on(l.acquire(&long, record(120), id, SystemTime::now())).unwrap()
+    };
+    let (o, n) = counted(&base, |l| rec(l, a)); // HEAD 404 + create with the record
+    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
+    let (o, n) = counted(&base, |l| rec(l, a)); // extend: HEAD + swap
+    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
+    let (o, n) = counted(&base, |l| rec(l, b));
+    assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
+}
+
+#[test]
+fn lock_names_map_to_distinct_safe_blobs() {
+    let c = unique_container("names");
+    let l = locks(&c);
+    let names = [
+        "device/sensor 1",
+        "device%2Fsensor 1",
+        "ünïcode/ключ",
+        "a..b",
+        "?#&=",
+    ];
+    for n in names {
+        held(acquire(&l, &lock(n), native(15), random_id()));
+    }
+    let (page, _) = block_on(l.execute(&ListBlobs::new(c.clone()), SystemTime::now())).unwrap();
+    let mut blobs: Vec<_> = page.blobs.iter().map(|b| b.name.clone()).collect();
+    blobs.sort();
+    assert_eq!(blobs.len(), names.len(), "{blobs:?}");
+    assert!(
+        blobs
+            .iter()
+            .all(|b| b.starts_with("locks/") && b.is_ascii()),
+        "{blobs:?}"
+    );
+    for bad in ["../escape", "a/../../b", "", "x\u{7}y"] {
+        assert!(LockName::try_new(bad).is_err(), "{bad:?}");
+    }
+}
