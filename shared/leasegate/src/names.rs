@@ -8,16 +8,13 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::Error;
 
-/// Bytes kept as they are in a blob name built from a lock name: RFC 3986 unreserved.
-const LOCK_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+/// Bytes escaped everywhere this crate percent-encodes: all but RFC 3986 unreserved
+/// (`A-Z a-z 0-9 - _ . ~`).
+pub(crate) const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'_')
     .remove(b'.')
     .remove(b'~');
-
-/// Bytes escaped in a URL path segment. Unreserved bytes stay; everything else, `%` included,
-/// is escaped, so a blob name containing `%41` is sent as `%2541`.
-const PATH_SEGMENT: &AsciiSet = LOCK_SEGMENT;
 
 /// The longest lock name, in bytes (UTF-8). Percent-encoding can triple it; the blob name
 /// stays well under Azure's 1024 characters.
@@ -155,7 +152,7 @@ impl LockName {
         let encoded: Vec<String> = self
             .0
             .split('/')
-            .map(|seg| utf8_percent_encode(seg, LOCK_SEGMENT).to_string())
+            .map(|seg| utf8_percent_encode(seg, UNRESERVED).to_string())
             .collect();
         BlobName::try_new(&format!("{prefix}{}", encoded.join("/")))
     }
@@ -167,10 +164,11 @@ impl std::fmt::Display for LockName {
     }
 }
 
-/// Percent-encodes a path, keeping `/` between segments.
+/// Percent-encodes a path, keeping `/` between segments. Everything else but unreserved bytes,
+/// `%` included, is escaped, so a blob name containing `%41` is sent as `%2541`.
 pub(crate) fn encode_path(path: &str) -> String {
     path.split('/')
-        .map(|seg| utf8_percent_encode(seg, PATH_SEGMENT).to_string())
+        .map(|seg| utf8_percent_encode(seg, UNRESERVED).to_string())
         .collect::<Vec<_>>()
         .join("/")
 }

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use http::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use http::Request;
-use percent_encoding::{percent_decode_str, utf8_percent_encode, NON_ALPHANUMERIC};
+use percent_encoding::{percent_decode_str, utf8_percent_encode};
 use sha2::Sha256;
 
 use crate::account::{Account, AccountKey, Credential};
@@ -319,7 +319,7 @@ fn iso8601(t: SystemTime) -> String {
 }
 
 fn enc(s: &str) -> String {
-    utf8_percent_encode(s, NON_ALPHANUMERIC).to_string()
+    utf8_percent_encode(s, crate::names::UNRESERVED).to_string()
 }
 
 #[cfg(test)]

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# leasegate's entry point on a fresh machine: installs what the project needs, then
+#   scripts/dev.sh run     starts a local Azurite and takes and shows a lease on it
+#   scripts/dev.sh test    runs every test (unit, signing vectors, integration against Azurite)
+#   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+setup() {
+  local toolchain
+  toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+  # RUSTUP_AUTO_INSTALL=0 on these machines: nothing named in rust-toolchain.toml installs by
+  # itself, so install the pinned toolchain, its components and the wasm target explicitly.
+  if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1; then
+    say "installing Rust $toolchain"
+    rustup toolchain install "$toolchain" --profile minimal --component rustfmt,clippy
+  fi
+  if ! rustup target list --installed --toolchain "$toolchain" | grep -qx wasm32-wasip2; then
+    say "adding the wasm32-wasip2 target"
+    rustup target add --toolchain "$toolchain" wasm32-wasip2
+  fi
+  rustup component add --toolchain "$toolchain" rustfmt clippy >/dev/null 2>&1 || true
+  if [ ! -x tests/azurite/node_modules/.bin/azurite-blob ] \
+     || [ tests/azurite/package-lock.json -nt tests/azurite/node_modules/.package-lock.json ]; then
+    say "installing Azurite (pinned in tests/azurite/package-lock.json)"
+    npm ci --prefix tests/azurite --no-audit --no-fund --loglevel=error
+  fi
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Starts Azurite on 127.0.0.1:10000 with its data in .leasegate/azurite, unless one already runs.
+start_azurite() {
+  if port_open 10000; then
+    say "something already listens on 127.0.0.1:10000; using it as Azurite"
+    return
+  fi
+  mkdir -p .leasegate/azurite
+  say "starting Azurite on 127.0.0.1:10000 (data in .leasegate/azurite, log in .leasegate/azurite.log)"
+  # Azurite's stdin is a pipe held by this script: when the script ends, however it ends, the
+  # pipe closes and tests/azurite/run.js stops Azurite.
+  exec 9> >(exec node tests/azurite/run.js --blobHost 127.0.0.1 --blobPort 10000 \
+    --location .leasegate/azurite --skipApiVersionCheck --loose > .leasegate/azurite.log 2>&1)
+  AZURITE_PID=$!
+  for _ in $(seq 1 100); do
+    port_open 10000 && return
+    sleep 0.2
+  done
+  echo "Azurite did not start; see .leasegate/azurite.log" >&2
+  exit 1
+}
+
+run() {
+  setup
+  say "building"
+  cargo build --locked --release -p leasegate-native
+  start_azurite
+  export LEASEGATE_CONNECTION_STRING="${LEASEGATE_CONNECTION_STRING:-UseDevelopmentStorage=true}"
+  say "taking and showing a lease (target/release/leasegate demo)"
+  target/release/leasegate demo
+  cat >&2 <<'TXT'
+
+Try it yourself while Azurite runs (another terminal: scripts/dev.sh azurite):
+  target/release/leasegate acquire jobs/nightly --window 30 --holder node-a
+  target/release/leasegate acquire jobs/nightly --window 30 --holder node-b   # busy
+  target/release/leasegate acquire jobs/weekly --window 600 --holder node-a   # ETag lease record
+  target/release/leasegate show jobs/nightly
+TXT
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  run) run ;;
+  azurite)
+    setup
+    start_azurite
+    say "Azurite runs until you press Ctrl-C"
+    while kill -0 "${AZURITE_PID:-0}" 2>/dev/null || port_open 10000; do sleep 1; done
+    ;;
+  test)
+    setup
+    say "running the tests"
+    cargo test --workspace --locked
+    ;;
+  *)
+    echo "usage: scripts/dev.sh run|test|setup|azurite" >&2
+    exit 2
+    ;;
+esac
