@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # leasegate's entry point on a fresh machine: installs what the project needs, then
-#   scripts/dev.sh run     starts a local Azurite and takes and shows a lease on it
-#   scripts/dev.sh test    runs every test (unit, signing vectors, integration against Azurite)
+#   scripts/dev.sh run     serves the Spin app on 127.0.0.1:3000 (spin up if installed, else the
+#                          project's wasmtime host) with a local Azurite and a webhook sink
+#   scripts/dev.sh test    runs every test (unit, signing vectors, Azurite, the .wasm components)
+#   scripts/dev.sh demo    starts a local Azurite and takes and shows a lease with the CLI
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +54,7 @@ start_azurite() {
   exit 1
 }
 
-run() {
+demo() {
   setup
   say "building"
   cargo build --locked --release -p leasegate-native
@@ -70,9 +72,56 @@ Try it yourself while Azurite runs (another terminal: scripts/dev.sh azurite):
 TXT
 }
 
+build_components() {
+  say "building the components (wasm32-wasip2, release)"
+  cargo build --locked --release --target wasm32-wasip2 -p device-alerts -p gate
+  ls -l target/wasm32-wasip2/release/device_alerts.wasm target/wasm32-wasip2/release/gate.wasm >&2
+}
+
+run() {
+  setup
+  if port_open 3000; then
+    echo "127.0.0.1:3000 is taken; stop whatever listens there first" >&2
+    exit 1
+  fi
+  build_components
+  start_azurite
+  if ! port_open 3001; then
+    say "starting the webhook sink on 127.0.0.1:3001 (notifications are printed below)"
+    python3 scripts/webhook_sink.py 3001 &
+    SINK_PID=$!
+    trap 'kill ${SINK_PID:-} 2>/dev/null || true' EXIT
+  fi
+  local token="${LEASEGATE_GATE_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
+  cat >&2 <<TXT
+
+The app will serve on http://127.0.0.1:3000. Try, from another terminal:
+
+  curl -s -X POST http://127.0.0.1:3000/api/telemetry -H 'content-type: application/json' \\
+       -d '{"deviceId":"sensor-1","temperature":31.5}'            # notified, then throttled for 60 s
+  curl -s -X POST http://127.0.0.1:3000/api/telemetry -H 'content-type: application/json' \\
+       -d '[{"deviceId":"a","temperature":35},{"deviceId":"b","temperature":20},{"deviceId":"a","temperature":40}]'
+  curl -si -X POST 'http://127.0.0.1:3000/api/gate/jobs%2Fnightly?window=30&holder=node-a' \\
+       -H 'authorization: Bearer $token'                         # 200, then 429 for other holders
+  curl -s http://127.0.0.1:3000/api/gate/jobs%2Fnightly -H 'authorization: Bearer $token'
+  curl -si -X DELETE http://127.0.0.1:3000/api/gate/jobs%2Fnightly -H 'authorization: Bearer $token' \\
+       -H 'lease-id: <leaseId from the POST>'                     # 204
+
+TXT
+  if command -v spin >/dev/null 2>&1; then
+    say "serving with spin up (Ctrl-C to stop)"
+    spin up --listen 127.0.0.1:3000 --variable gate_token="$token"
+  else
+    say "Spin is not installed: serving with the project's wasmtime host (Ctrl-C to stop)"
+    cargo build --locked -p leasegate-host
+    target/debug/leasegate-host --manifest spin.toml --listen 127.0.0.1:3000 --variable gate_token="$token"
+  fi
+}
+
 case "${1:-}" in
   setup) setup ;;
   run) run ;;
+  demo) demo ;;
   azurite)
     setup
     start_azurite
@@ -85,7 +134,7 @@ case "${1:-}" in
     cargo test --workspace --locked
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|setup|azurite" >&2
+    echo "usage: scripts/dev.sh run|test|demo|setup|azurite" >&2
     exit 2
     ;;
 esac

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use leasegate::{Account, ContainerName};
 
+pub mod app;
+pub mod sink;
+
 /// A running Azurite blob service.
 pub struct Azurite {
     child: Mutex<Child>,

@@ -1,0 +1,420 @@
+//! The generic gate API: `POST|GET|DELETE /api/gate/{key}`.
+//!
+//! * `POST ?window=SECONDS&holder=NAME`: take the gate for `window` seconds (1 to 86400,
+//!   default 60). With `holder`, the lease id is derived from the holder and the key, so the same
+//!   holder acquiring again extends its gate; without, every call is a new event.
+//!   200 `{"acquired":true,"key","leaseId","fencingToken","expiresAt"}`, or 429 with
+//!   `Retry-After` and `{"acquired":false,"key","retryAfterSeconds"}`.
+//! * `DELETE` with header `Lease-Id`: give the gate back. 204, and 204 again on retry.
+//! * `GET`: 200 `{"key","state":"available"|"held","expiresAt","fencingToken"}`.
+//!
+//! Every call needs `Authorization: Bearer <gate_token>`, compared in constant time.
+
+use std::time::{Duration, Instant};
+
+use http::{HeaderValue, Request, Response, StatusCode};
+use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
+use leasegate::{Counting, LeaseId, LockName, Transport};
+use percent_encoding::percent_decode_str;
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+use crate::config::{self, ConfigError, Storage, Variables};
+use crate::web::{self, rfc3339};
+use crate::{elapsed_ms, log_line, Context};
+
+/// Blob name prefix of the gates.
+pub const GATE_PREFIX: &str = "gates/";
+/// The route prefix the gate is mounted at.
+pub const ROUTE_PREFIX: &str = "/api/gate";
+/// The longest window, in seconds (one day).
+pub const MAX_WINDOW_SECS: u64 = 86_400;
+/// The longest holder name, in bytes.
+pub const MAX_HOLDER_BYTES: usize = 128;
+
+/// How callers are authenticated.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// `Authorization: Bearer <token>`.
+    Bearer(String),
+    /// No authentication (`gate_auth = "none"`, set on purpose).
+    None,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+            Auth::None => f.write_str("None"),
+        }
+    }
+}
+
+/// The gate's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Storage.
+    pub storage: Storage,
+    /// Authentication.
+    pub auth: Auth,
+}
+
+impl Settings {
+    /// Reads the settings. An empty `gate_token` is refused unless `gate_auth` is `none`.
+    pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        let auth = match config::var(vars, "gate_auth").as_deref() {
+            Some("none") => Auth::None,
+            None | Some("bearer") => match config::var(vars, "gate_token") {
+                Some(token) => Auth::Bearer(token),
+                None => return Err(ConfigError(
+                    "gate_token is empty: the gate refuses to serve without it; set gate_token, \
+                         or set gate_auth=none to serve without authentication"
+                        .into(),
+                )),
+            },
+            Some(_) => {
+                return Err(ConfigError(
+                    "variable gate_auth must be bearer or none".into(),
+                ))
+            }
+        };
+        Ok(Settings {
+            storage: config::storage(vars)?,
+            auth,
+        })
+    }
+}
+
+/// Checks `Authorization: Bearer <token>` in constant time.
+fn authorized<B>(request: &Request<B>, auth: &Auth) -> bool {
+    let Auth::Bearer(token) = auth else {
+        return true;
+    };
+    let presented = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .unwrap_or("");
+    bool::from(presented.trim().as_bytes().ct_eq(token.as_bytes()))
+}
+
+/// The gate key of the request path (after the route prefix), percent-decoded and validated.
+pub fn key_of<B>(request: &Request<B>) -> Result<LockName, Response<Vec<u8>>> {
+    // Spin passes the path below the route's base as `spin-path-info`.
+    let path = match request
+        .headers()
+        .get("spin-path-info")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(info) => info.to_string(),
+        None => request
+            .uri()
+            .path()
+            .strip_prefix(ROUTE_PREFIX)
+            .unwrap_or("")
+            .to_string(),
+    };
+    let raw = path.strip_prefix('/').unwrap_or(&path);
+    let bad = |message: String| web::error(StatusCode::BAD_REQUEST, "invalid_key", message);
+    if raw.is_empty() {
+        return Err(bad("the path must name a key: /api/gate/{key}".into()));
+    }
+    let key = percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| bad("the key is not UTF-8 once percent-decoded".into()))?;
+    LockName::try_new(&key).map_err(|e| match e {
+        leasegate::Error::InvalidName { reason, .. } => bad(format!("key {reason}")),
+        other => bad(other.to_string()),
+    })
+}
+
+/// The query parameters of a POST.
+#[derive(Debug, PartialEq, Eq)]
+struct Acquisition {
+    window: u64,
+    holder: Option<String>,
+}
+
+fn parse_query(query: Option<&str>) -> Result<Acquisition, String> {
+    let mut window = None;
+    let mut holder = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode_str(&value.replace('+', " "))
+            .decode_utf8()
+            .map_err(|_| format!("query parameter {name} is not UTF-8"))?
+            .into_owned();
+        match name {
+            "window" if window.is_none() => {
+                let secs: u64 = value.parse().map_err(|_| {
+                    format!("window must be whole seconds from 1 to {MAX_WINDOW_SECS}")
+                })?;
+                if !(1..=MAX_WINDOW_SECS).contains(&secs) {
+                    return Err(format!(
+                        "window must be whole seconds from 1 to {MAX_WINDOW_SECS}"
+                    ));
+                }
+                window = Some(secs);
+            }
+            "holder" if holder.is_none() => {
+                if value.is_empty()
+                    || value.len() > MAX_HOLDER_BYTES
+                    || value.chars().any(char::is_control)
+                {
+                    return Err(format!(
+                        "holder must be 1 to {MAX_HOLDER_BYTES} bytes without control characters"
+                    ));
+                }
+                holder = Some(value);
+            }
+            "window" | "holder" => return Err(format!("query parameter {name} is given twice")),
+            other => {
+                let shown: String = other.chars().take(32).collect();
+                return Err(format!(
+                    "unknown query parameter '{shown}' (use window, holder)"
+                ));
+            }
+        }
+    }
+    Ok(Acquisition {
+        window: window.unwrap_or(60),
+        holder,
+    })
+}
+
+/// Handles a gate request.
+pub async fn handle<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: Request<Vec<u8>>,
+) -> Response<Vec<u8>> {
+    let started = Instant::now();
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+    };
+    if !authorized(&request, &settings.auth) {
+        let mut r = web::error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send Authorization: Bearer <gate_token>",
+        );
+        r.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+        return r;
+    }
+    let method = request.method().clone();
+    if method != http::Method::POST && method != http::Method::GET && method != http::Method::DELETE
+    {
+        return web::method_not_allowed("GET, POST, DELETE");
+    }
+    let key = match key_of(&request) {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    let counting = Counting::new(ctx.transport);
+    let locks = Locks::new(
+        &counting,
+        settings.storage.account.clone(),
+        settings.storage.container.clone(),
+    )
+    .with_prefix(GATE_PREFIX);
+    let log = |decision: &str| {
+        log_line(json!({
+            "fn": "gate",
+            "key": key.as_str(),
+            "decision": decision,
+            "storageRoundTrips": counting.sent(),
+            "durationMs": elapsed_ms(started),
+        }))
+    };
+
+    if method == http::Method::POST {
+        let query = match parse_query(request.uri().query()) {
+            Ok(q) => q,
+            Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_query", m),
+        };
+        let term = match Term::for_window(Duration::from_secs(query.window)) {
+            Ok(t) => t,
+            Err(e) => return web::error(StatusCode::BAD_REQUEST, "invalid_query", e),
+        };
+        let lease_id = match &query.holder {
+            Some(h) => LeaseId::for_holder(h, &key),
+            None => (ctx.new_lease_id)(),
+        };
+        match locks.acquire_fenced(&key, term, lease_id, ctx.now).await {
+            Ok(Acquire::Acquired(a)) => {
+                log("acquired");
+                web::json(
+                    StatusCode::OK,
+                    &json!({
+                        "acquired": true,
+                        "key": key.as_str(),
+                        "leaseId": a.lease_id.to_string(),
+                        "fencingToken": a.fencing_token,
+                        "expiresAt": a.expires_at.map(rfc3339),
+                    }),
+                )
+            }
+            Ok(Acquire::Busy { retry_after }) => {
+                log("busy");
+                // Native leases cannot tell their time left: the window is the upper bound.
+                let secs = retry_after.map_or(query.window, |d| d.as_secs().max(1));
+                let mut r = web::json(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &json!({ "acquired": false, "key": key.as_str(), "retryAfterSeconds": secs }),
+                );
+                r.headers_mut()
+                    .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+                r
+            }
+            Err(e) => {
+                log("storage_unavailable");
+                web::storage_unavailable(&e)
+            }
+        }
+    } else if method == http::Method::DELETE {
+        let lease_id = match request
+            .headers()
+            .get("lease-id")
+            .and_then(|v| v.to_str().ok())
+            .map(LeaseId::try_new)
+        {
+            Some(Ok(id)) => id,
+            Some(Err(_)) => {
+                return web::error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_lease_id",
+                    "Lease-Id must be a GUID",
+                )
+            }
+            None => {
+                return web::error(
+                    StatusCode::BAD_REQUEST,
+                    "missing_lease_id",
+                    "send the lease id to release in the Lease-Id header",
+                )
+            }
+        };
+        match locks.release(&key, lease_id, ctx.now).await {
+            Ok(r) => {
+                log(if r == Release::Released {
+                    "released"
+                } else {
+                    "not_held"
+                });
+                let mut response = Response::new(Vec::new());
+                *response.status_mut() = StatusCode::NO_CONTENT;
+                response
+            }
+            Err(e) => {
+                log("storage_unavailable");
+                web::storage_unavailable(&e)
+            }
+        }
+    } else {
+        match locks.inspect(&key, ctx.now).await {
+            Ok(info) => {
+                log("inspected");
+                let (state, expires) = match info.status {
+                    LockStatus::Available => ("available", None),
+                    LockStatus::Held { expires_at, .. } => ("held", expires_at.map(rfc3339)),
+                };
+                web::json(
+                    StatusCode::OK,
+                    &json!({
+                        "key": key.as_str(),
+                        "state": state,
+                        "expiresAt": expires,
+                        "fencingToken": info.fencing_token,
+                    }),
+                )
+            }
+            Err(e) => {
+                log("storage_unavailable");
+                web::storage_unavailable(&e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(path: &str) -> Request<Vec<u8>> {
+        Request::builder().uri(path).body(Vec::new()).unwrap()
+    }
+
+    #[test]
+    fn keys_come_from_the_path() {
+        assert_eq!(
+            key_of(&req("/api/gate/jobs%2Fnightly")).unwrap().as_str(),
+            "jobs/nightly"
+        );
+        assert_eq!(key_of(&req("/api/gate/a/b")).unwrap().as_str(), "a/b");
+        for bad in [
+            "/api/gate/",
+            "/api/gate",
+            "/api/gate/..",
+            "/api/gate/a/../b",
+            "/api/gate/%ff",
+            "/api/gate/a%00b",
+        ] {
+            assert_eq!(key_of(&req(bad)).unwrap_err().status(), 400, "{bad}");
+        }
+        let long = format!("/api/gate/{}", "k".repeat(300));
+        assert_eq!(key_of(&req(&long)).unwrap_err().status(), 400);
+    }
+
+    #[test]
+    fn queries_are_strict() {
+        assert_eq!(
+            parse_query(None).unwrap(),
+            Acquisition {
+                window: 60,
+                holder: None
+            }
+        );
+        assert_eq!(
+            parse_query(Some("window=90&holder=node%20a")).unwrap(),
+            Acquisition {
+                window: 90,
+                holder: Some("node a".into())
+            }
+        );
+        for bad in [
+            "window=0",
+            "window=86401",
+            "window=1.5",
+            "window=x",
+            "window=5&window=6",
+            "holder=",
+            "colour=red",
+        ] {
+            assert!(parse_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bearer_tokens_are_checked_and_never_printed() {
+        let auth = Auth::Bearer("s3cret".into());
+        let with = |v: &str| {
+            Request::builder()
+                .header("authorization", v)
+                .body(())
+                .unwrap()
+        };
+        assert!(authorized(&with("Bearer s3cret"), &auth));
+        assert!(!authorized(&with("Bearer s3cre"), &auth));
+        assert!(!authorized(&with("Basic s3cret"), &auth));
+        assert!(!authorized(&Request::new(()), &auth));
+        assert!(authorized(&Request::new(()), &Auth::None));
+        assert!(!format!("{auth:?}").contains("s3cret"));
+    }
+}

@@ -1,0 +1,45 @@
+//! What leasegate's Spin components share.
+//!
+//! * [`config`]: settings from Spin variables (storage account, container, thresholds), with
+//!   errors that name variables, never their values.
+//! * [`web`]: JSON answers, content-type and size checks.
+//! * [`telemetry`] and [`gate`]: the two HTTP functions' logic, written against
+//!   [`leasegate::Transport`] so it runs natively in unit tests and as Wasm in Spin.
+//! * [`spin`]: the Spin side: outbound HTTP through spin-sdk (with a timeout), variables, and
+//!   reading the incoming request with a size cap.
+#![deny(missing_docs)]
+// Handlers' helpers return `Err(http::Response)`: the finished 4xx answer, once per request.
+#![allow(clippy::result_large_err)]
+
+pub mod config;
+pub mod gate;
+pub mod spin;
+pub mod telemetry;
+pub mod web;
+
+use std::time::SystemTime;
+
+use leasegate::LeaseId;
+
+/// What a handler needs from its surroundings, so that the same logic runs in Spin and in
+/// native unit tests.
+pub struct Context<'a, T> {
+    /// Outbound HTTP (storage and webhooks).
+    pub transport: &'a T,
+    /// Settings.
+    pub variables: &'a dyn config::Variables,
+    /// The caller's clock, used only to date storage requests.
+    pub now: SystemTime,
+    /// A source of fresh lease ids (per-event ids for throttles).
+    pub new_lease_id: &'a dyn Fn() -> LeaseId,
+}
+
+/// Writes one JSON log line to stdout. Callers put no secret in it.
+pub fn log_line(fields: serde_json::Value) {
+    println!("{fields}");
+}
+
+/// Milliseconds since `start`, for log lines.
+pub fn elapsed_ms(start: std::time::Instant) -> u64 {
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""A local webhook sink for leasegate's device alerts: prints every notification it receives.
+
+Usage: scripts/webhook_sink.py [PORT]   (default 3001, listens on 127.0.0.1 only)
+"""
+import json
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Sink(BaseHTTPRequestHandler):
+    def do_POST(self):
+        length = min(int(self.headers.get("content-length") or 0), 1 << 20)
+        body = self.rfile.read(length)
+        try:
+            shown = json.dumps(json.loads(body), ensure_ascii=False)
+        except ValueError:
+            shown = body.decode("utf-8", "replace")
+        print(f"notification {self.path}: {shown}", flush=True)
+        self.send_response(204)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 3001
+    server = ThreadingHTTPServer(("127.0.0.1", port), Sink)
+    print(f"webhook sink on http://127.0.0.1:{port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,652 @@
+//! A wasmtime-based host for leasegate's Spin app, for tests and for running locally without
+//! Spin. It serves the components of a real `spin.toml` the way Spin's HTTP trigger does:
+//!
+//! * `wasi:http/incoming-handler` per request, with Spin's `spin-*` request headers;
+//! * `wasi:http/outgoing-handler`, checked against each component's `allowed_outbound_hosts`;
+//! * `wasi:cli` (stdout and stderr captured per request into the host's log);
+//! * `fermyon:spin/variables@2.0.0`, component variables templated from application variables.
+//!
+//! For tests it also **records every outbound request per inbound request** and can **inject
+//! faults** on outbound calls to an origin (connection refused, a status such as 503, a delay).
+//! Every response carries `leasegate-host-request-id`, the key of its [`RequestRecord`].
+
+pub mod manifest;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context as _, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::server::conn::http1;
+use tokio::net::TcpListener;
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+
+use manifest::{App, ComponentConfig};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "host",
+    });
+}
+use bindings::fermyon::spin::variables;
+
+/// How long one guest invocation may run before the host answers 500 and drops it.
+pub const GUEST_TIME_LIMIT: Duration = Duration::from_secs(60);
+/// Captured guest output per request.
+const OUTPUT_CAPACITY: usize = 1 << 20;
+
+/// What to do to outbound requests to one origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail as if the connection was refused.
+    Refuse,
+    /// Answer with this status (and, for 503, `x-ms-error-code: ServerBusy`) without sending.
+    Status(u16),
+    /// Wait this long, then send.
+    Delay(Duration),
+}
+
+/// One outbound request a guest made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbound {
+    /// Method.
+    pub method: String,
+    /// `host:port`.
+    pub authority: String,
+    /// Path, without the query (which may hold a SAS).
+    pub path: String,
+}
+
+/// One inbound request and what its guest did.
+#[derive(Debug, Clone)]
+pub struct RequestRecord {
+    /// The id sent back as `leasegate-host-request-id`.
+    pub id: u64,
+    /// The component that served it.
+    pub component: String,
+    /// Method and path.
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// The status the guest answered (500 if it trapped or timed out).
+    pub status: u16,
+    /// Outbound requests, in order.
+    pub outbound: Vec<Outbound>,
+    /// Lines the guest wrote to stdout and stderr.
+    pub output: Vec<String>,
+    /// Wall time of the whole invocation.
+    pub duration: Duration,
+}
+
+impl RequestRecord {
+    /// Outbound requests to `authority` (`host:port`).
+    pub fn outbound_to(&self, authority: &str) -> usize {
+        self.outbound
+            .iter()
+            .filter(|o| o.authority == authority)
+            .count()
+    }
+}
+
+/// How to start a host.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// The Spin manifest.
+    pub manifest: PathBuf,
+    /// Application variable overrides (like `spin up --variable`).
+    pub variables: HashMap<String, String>,
+    /// Where to listen (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// Also print guest output and a line per request on stdout.
+    pub echo: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    faults: Mutex<HashMap<String, Fault>>,
+    records: Mutex<HashMap<u64, RequestRecord>>,
+    records_changed: Condvar,
+    in_flight: Mutex<u64>,
+}
+
+/// A running host. Dropping it stops the server.
+pub struct Host {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Served {
+    app: App,
+    pres: HashMap<String, ProxyPre<State>>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    echo: bool,
+}
+
+struct State {
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    table: ResourceTable,
+    hooks: Hooks,
+    variables: Arc<HashMap<String, String>>,
+}
+
+struct Hooks {
+    allowed: Arc<Vec<String>>,
+    outbound: Arc<Mutex<Vec<Outbound>>>,
+    shared: Arc<Shared>,
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for State {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+type SendFuture = Box<
+    dyn std::future::Future<
+            Output = wasmtime_wasi_http::Result<(
+                http::Response<WasiBody>,
+                Box<dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+            )>,
+        > + Send,
+>;
+
+impl WasiHttpHooks for Hooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<wasmtime_wasi_http::RequestOptions>,
+        _fut: Box<dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+    ) -> SendFuture {
+        let scheme = request.uri().scheme_str().unwrap_or("http").to_string();
+        let authority = request
+            .uri()
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let allowed = manifest::is_allowed(&self.allowed, &scheme, &authority);
+        if allowed {
+            if let Ok(mut out) = self.outbound.lock() {
+                out.push(Outbound {
+                    method: request.method().to_string(),
+                    authority: authority.clone(),
+                    path: request.uri().path().to_string(),
+                });
+            }
+        }
+        let fault = self
+            .shared
+            .faults
+            .lock()
+            .ok()
+            .and_then(|f| f.get(&authority).cloned());
+        Box::new(async move {
+            if !allowed {
+                return Err(wasmtime_wasi_http::Error::HttpRequestDenied);
+            }
+            match fault {
+                Some(Fault::Refuse) => return Err(wasmtime_wasi_http::Error::ConnectionRefused),
+                Some(Fault::Status(status)) => {
+                    let mut response = http::Response::builder().status(status);
+                    if status == 503 {
+                        response = response.header("x-ms-error-code", "ServerBusy");
+                    }
+                    let body = Full::new(Bytes::from_static(b"injected fault"))
+                        .map_err(|never| match never {})
+                        .boxed_unsync();
+                    let response = response
+                        .body(body)
+                        .map_err(|_| wasmtime_wasi_http::Error::InternalError(None))?;
+                    let io: Box<
+                        dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send,
+                    > = Box::new(async { Ok(()) });
+                    return Ok((response, io));
+                }
+                Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
+                None => {}
+            }
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let io: Box<dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send> =
+                Box::new(io);
+            Ok((response.map(BodyExt::boxed_unsync), io))
+        })
+    }
+}
+
+impl variables::Host for State {
+    fn get(&mut self, name: String) -> Result<String, variables::Error> {
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            return Err(variables::Error::InvalidName(name));
+        }
+        self.variables
+            .get(&name)
+            .cloned()
+            .ok_or(variables::Error::Undefined(name))
+    }
+}
+
+impl Host {
+    /// Loads the manifest, compiles its components and starts serving.
+    pub fn start(config: HostConfig) -> Result<Host> {
+        let app = manifest::load(&config.manifest, &config.variables)?;
+        let engine = engine()?;
+        let mut linker: Linker<State> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        variables::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
+        let mut pres = HashMap::new();
+        for (id, c) in &app.components {
+            let component = load_component(&engine, &c.source).with_context(|| {
+                format!(
+                    "loading component {id} from {} (build it: cargo build --release --target wasm32-wasip2)",
+                    c.source.display()
+                )
+            })?;
+            // Only the interfaces above are provided: a component importing another Spin
+            // interface (key-value, sqlite, ...) fails here, at load time, with its name.
+            // (`define_unknown_imports_as_traps` is not used: it shadows the semver-matched
+            // WASI imports and breaks the typed `wasi:http` export.)
+            let pre = ProxyPre::new(linker.instantiate_pre(&component)?)
+                .map_err(anyhow::Error::from)
+                .with_context(|| format!("component {id} is not a wasi:http component"))?;
+            pres.insert(id.clone(), pre);
+        }
+        let shared = Arc::new(Shared::default());
+        let served = Arc::new(Served {
+            app,
+            pres,
+            shared: shared.clone(),
+            next_id: AtomicU64::new(1),
+            echo: config.echo,
+        });
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let listener = runtime
+            .block_on(TcpListener::bind(config.listen))
+            .with_context(|| format!("listening on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let (shutdown, mut stop) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async move {
+                loop {
+                    tokio::select! {
+                        _ = &mut stop => break,
+                        accepted = listener.accept() => {
+                            let Ok((stream, client)) = accepted else { continue };
+                            let served = served.clone();
+                            tokio::spawn(async move {
+                                let service = hyper::service::service_fn(move |req| {
+                                    let served = served.clone();
+                                    async move { Ok::<_, std::convert::Infallible>(served.handle(req, client).await) }
+                                });
+                                let _ = http1::Builder::new()
+                                    .keep_alive(true)
+                                    .serve_connection(TokioIo::new(stream), service)
+                                    .await;
+                            });
+                        }
+                    }
+                }
+            });
+            runtime.shutdown_timeout(Duration::from_secs(1));
+        });
+        Ok(Host {
+            addr,
+            shared,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address served.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://{addr}`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Injects `fault` on outbound requests to `authority` (`host:port`); `None` clears it.
+    pub fn set_fault(&self, authority: &str, fault: Option<Fault>) {
+        if let Ok(mut faults) = self.shared.faults.lock() {
+            match fault {
+                Some(f) => faults.insert(authority.to_string(), f),
+                None => faults.remove(authority),
+            };
+        }
+    }
+
+    /// The record of inbound request `id`, waiting up to `limit` for its guest to finish.
+    pub fn record(&self, id: u64, limit: Duration) -> Option<RequestRecord> {
+        let deadline = Instant::now() + limit;
+        let mut records = self.shared.records.lock().ok()?;
+        loop {
+            if let Some(r) = records.get(&id) {
+                return Some(r.clone());
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            records = self
+                .shared
+                .records_changed
+                .wait_timeout(records, left)
+                .ok()?
+                .0;
+        }
+    }
+
+    /// Every finished request so far.
+    pub fn records(&self) -> Vec<RequestRecord> {
+        let mut all: Vec<RequestRecord> = self
+            .shared
+            .records
+            .lock()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default();
+        all.sort_by_key(|r| r.id);
+        all
+    }
+
+    /// Waits until no guest is running (up to `limit`); true if idle.
+    pub fn wait_idle(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self
+                .shared
+                .in_flight
+                .lock()
+                .map(|n| *n == 0)
+                .unwrap_or(false)
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The one engine of this process (components compiled for it are shared by every host).
+fn engine() -> Result<Engine> {
+    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+    if let Some(e) = ENGINE.get() {
+        return Ok(e.clone());
+    }
+    let engine = Engine::new(&Config::new())?;
+    Ok(ENGINE.get_or_init(|| engine).clone())
+}
+
+/// Compiles a component once per file version (path and modification time).
+fn load_component(engine: &Engine, path: &std::path::Path) -> Result<Component> {
+    type Cache = Mutex<HashMap<(PathBuf, std::time::SystemTime), Component>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let modified = std::fs::metadata(path)?.modified()?;
+    let key = (path.to_path_buf(), modified);
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(c) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(c);
+    }
+    let component = Component::from_file(engine, path)?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, component.clone());
+    }
+    Ok(component)
+}
+
+fn plain(status: u16, text: &str) -> hyper::Response<HyperOutgoingBody> {
+    let body = Full::new(Bytes::from(text.to_string()))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut response = hyper::Response::new(body);
+    *response.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    response
+}
+
+impl Served {
+    async fn handle(
+        &self,
+        mut req: hyper::Request<hyper::body::Incoming>,
+        client: SocketAddr,
+    ) -> hyper::Response<HyperOutgoingBody> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let path = req.uri().path().to_string();
+        let path_and_query = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "/".into());
+        let method = req.method().to_string();
+        let Some((route, component)) = self
+            .app
+            .routes
+            .iter()
+            .find_map(|(r, c)| r.matches(&path).map(|info| ((r, info), c)))
+        else {
+            return with_id(plain(404, "no route matches\n"), id);
+        };
+        let (route, path_info) = route;
+        let Some(config) = self.app.components.get(component) else {
+            return with_id(plain(500, "unknown component\n"), id);
+        };
+        let Some(pre) = self.pres.get(component).cloned() else {
+            return with_id(plain(500, "component not loaded\n"), id);
+        };
+        let host = req
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("127.0.0.1")
+            .to_string();
+        let spin_headers = [
+            ("spin-full-url", format!("http://{host}{path_and_query}")),
+            ("spin-path-info", path_info.clone()),
+            ("spin-matched-route", route.as_written()),
+            ("spin-raw-component-route", route.as_written()),
+            (
+                "spin-component-route",
+                route.as_written().trim_end_matches("/...").to_string(),
+            ),
+            ("spin-base-path", "/".to_string()),
+            ("spin-client-addr", client.to_string()),
+        ];
+        for (name, value) in spin_headers {
+            if let Ok(v) = http::HeaderValue::from_str(&value) {
+                req.headers_mut().insert(name, v);
+            }
+        }
+        let outbound = Arc::new(Mutex::new(Vec::new()));
+        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let mut store = Store::new(
+            pre.engine(),
+            State {
+                wasi: WasiCtx::builder()
+                    .stdout(stdout.clone())
+                    .stderr(stderr.clone())
+                    .build(),
+                http: WasiHttpCtx::new(),
+                table: ResourceTable::new(),
+                hooks: Hooks {
+                    allowed: Arc::new(config.allowed_outbound_hosts.clone()),
+                    outbound: outbound.clone(),
+                    shared: self.shared.clone(),
+                },
+                variables: Arc::new(config.variables.clone()),
+            },
+        );
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let prepared = (|| -> Result<_> {
+            let req = store
+                .data_mut()
+                .http()
+                .new_incoming_request(Scheme::Http, req)?;
+            let out = store.data_mut().http().new_response_outparam(sender)?;
+            Ok((req, out))
+        })();
+        let (guest_req, out) = match prepared {
+            Ok(p) => p,
+            Err(e) => return with_id(plain(400, &format!("bad request: {e}\n")), id),
+        };
+        if let Ok(mut n) = self.shared.in_flight.lock() {
+            *n += 1;
+        }
+        let (status_tx, status_rx) = tokio::sync::oneshot::channel::<u16>();
+        let shared = self.shared.clone();
+        let echo = self.echo;
+        let component_id = component.clone();
+        let method_for_record = method.clone();
+        let path_for_record = path_and_query.clone();
+        tokio::spawn(async move {
+            let run = async {
+                let proxy = pre.instantiate_async(&mut store).await?;
+                proxy
+                    .wasi_http_incoming_handler()
+                    .call_handle(&mut store, guest_req, out)
+                    .await
+            };
+            let result = tokio::time::timeout(GUEST_TIME_LIMIT, run).await;
+            let failure = match result {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(format!("guest trapped: {e:?}")),
+                Err(_) => Some(format!("guest ran past {GUEST_TIME_LIMIT:?}")),
+            };
+            drop(store);
+            let status = status_rx.await.unwrap_or(500);
+            let mut output: Vec<String> = String::from_utf8_lossy(&stdout.contents())
+                .lines()
+                .chain(String::from_utf8_lossy(&stderr.contents()).lines())
+                .map(str::to_string)
+                .collect();
+            if let Some(f) = failure {
+                output.push(f);
+            }
+            let record = RequestRecord {
+                id,
+                component: component_id,
+                method: method_for_record,
+                path: path_for_record,
+                status,
+                outbound: outbound.lock().map(|o| o.clone()).unwrap_or_default(),
+                output,
+                duration: started.elapsed(),
+            };
+            if echo {
+                for line in &record.output {
+                    println!("[{}] {line}", record.component);
+                }
+                println!(
+                    "{} {} -> {} ({} outbound, {} ms)",
+                    record.method,
+                    record.path,
+                    record.status,
+                    record.outbound.len(),
+                    record.duration.as_millis()
+                );
+            }
+            if let Ok(mut records) = shared.records.lock() {
+                records.insert(id, record);
+            }
+            shared.records_changed.notify_all();
+            if let Ok(mut n) = shared.in_flight.lock() {
+                *n -= 1;
+            }
+        });
+        let response = match tokio::time::timeout(GUEST_TIME_LIMIT, receiver).await {
+            Ok(Ok(Ok(response))) => response,
+            Ok(Ok(Err(code))) => plain(500, &format!("guest answered an error: {code:?}\n")),
+            Ok(Err(_)) => plain(500, "guest did not answer (trapped?)\n"),
+            Err(_) => plain(500, "guest did not answer in time\n"),
+        };
+        let _ = status_tx.send(response.status().as_u16());
+        with_id(response, id)
+    }
+}
+
+fn with_id(
+    mut response: hyper::Response<HyperOutgoingBody>,
+    id: u64,
+) -> hyper::Response<HyperOutgoingBody> {
+    response
+        .headers_mut()
+        .insert("leasegate-host-request-id", http::HeaderValue::from(id));
+    response
+}
+
+/// The import and export names of a component file (for diagnosing link errors).
+pub fn inspect(path: &std::path::Path) -> Result<(Vec<String>, Vec<String>)> {
+    let engine = engine()?;
+    let component = load_component(&engine, path)?;
+    let ty = component.component_type();
+    let imports = ty
+        .imports(&engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let exports = ty
+        .exports(&engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    Ok((imports, exports))
+}
+
+/// Parses `name=value` variable overrides.
+pub fn parse_variable(arg: &str) -> Result<(String, String)> {
+    let (name, value) = arg
+        .split_once('=')
+        .ok_or_else(|| anyhow!("--variable takes name=value"))?;
+    Ok((name.trim().to_string(), value.to_string()))
+}
+
+/// The components of a manifest (for tools that list them).
+pub fn components(app: &App) -> Vec<&ComponentConfig> {
+    app.components.values().collect()
+}

@@ -1,0 +1,175 @@
+//! The Spin app under test: its release `.wasm` components (built once per test process),
+//! served by the wasmtime host from the real `spin.toml`, against the shared Azurite, with a
+//! webhook sink for notifications.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use leasegate::ContainerName;
+use leasegate_host::{Host, HostConfig};
+
+use crate::sink::Sink;
+use crate::{unique_container, Azurite};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace root")
+        .to_path_buf()
+}
+
+/// Builds the components for wasm32-wasip2 in release, once per test process, so that the
+/// tests always run the `.wasm` files of the code under test.
+pub fn build_components() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .current_dir(root())
+            .args([
+                "build",
+                "--release",
+                "--locked",
+                "--target",
+                "wasm32-wasip2",
+                "-p",
+                "device-alerts",
+                "-p",
+                "gate",
+            ])
+            .status()
+            .expect("run cargo to build the components");
+        assert!(
+            status.success(),
+            "building the wasm32-wasip2 components failed"
+        );
+    });
+}
+
+/// A `.wasm` component's path.
+pub fn wasm(name: &str) -> PathBuf {
+    root().join(format!("target/wasm32-wasip2/release/{name}.wasm"))
+}
+
+/// The bearer token the test app's gate expects.
+pub const GATE_TOKEN: &str = "test-gate-token-7f3a";
+
+/// The app, served on a free loopback port.
+pub struct App {
+    /// The host serving the components.
+    pub host: Host,
+    /// Where notifications go.
+    pub sink: Sink,
+    /// This app's own container (so tests do not see each other's gates).
+    pub container: ContainerName,
+    /// The storage origin's authority (`127.0.0.1:port`), for counting and faults.
+    pub storage: String,
+}
+
+impl App {
+    /// Starts the app with the test defaults, then `overrides` (application variables).
+    pub fn start(tag: &str, overrides: &[(&str, &str)]) -> App {
+        build_components();
+        let azurite = Azurite::shared();
+        let sink = Sink::start();
+        let container = unique_container(tag);
+        let mut variables: HashMap<String, String> = HashMap::from([
+            (
+                "storage_origin".into(),
+                format!("http://127.0.0.1:{}", azurite.port()),
+            ),
+            ("container".into(), container.as_str().to_string()),
+            ("notify_origin".into(), sink.origin()),
+            ("gate_token".into(), GATE_TOKEN.into()),
+            ("storage_timeout_ms".into(), "3000".into()),
+        ]);
+        for (k, v) in overrides {
+            variables.insert(k.to_string(), v.to_string());
+        }
+        let host = Host::start(HostConfig {
+            manifest: root().join("spin.toml"),
+            variables,
+            listen: "127.0.0.1:0".parse().expect("address"),
+            echo: std::env::var_os("LEASEGATE_HOST_ECHO").is_some(),
+        })
+        .expect("start the wasm host");
+        App {
+            host,
+            sink,
+            container,
+            storage: format!("127.0.0.1:{}", azurite.port()),
+        }
+    }
+
+    /// `http://127.0.0.1:{port}{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.host.url())
+    }
+
+    /// The host's record of the request that gave `response`.
+    pub fn record_of(&self, response: &Answer) -> leasegate_host::RequestRecord {
+        self.host
+            .record(response.request_id, Duration::from_secs(30))
+            .expect("the host recorded the request")
+    }
+}
+
+/// An HTTP answer, read whole.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// Status.
+    pub status: u16,
+    /// Headers (names lowercased).
+    pub headers: HashMap<String, String>,
+    /// The body parsed as JSON (`Null` if empty or not JSON).
+    pub json: serde_json::Value,
+    /// The raw body.
+    pub text: String,
+    /// The host's id of the request (`leasegate-host-request-id`).
+    pub request_id: u64,
+}
+
+/// Sends one request to the app.
+pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into();
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let request = request.body(body.to_vec()).expect("request");
+    let response = agent.run(request).expect("the app answers");
+    let status = response.status().as_u16();
+    let headers: HashMap<String, String> = response
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    let text = response.into_body().read_to_string().unwrap_or_default();
+    Answer {
+        status,
+        request_id: headers
+            .get("leasegate-host-request-id")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        json: serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        headers,
+        text,
+    }
+}
+
+/// `POST /api/telemetry` with a JSON body.
+pub fn post_telemetry(app: &App, body: &serde_json::Value) -> Answer {
+    call(
+        "POST",
+        &app.url("/api/telemetry"),
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+}
