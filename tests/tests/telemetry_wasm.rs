@@ -234,6 +234,25 @@ fn without_fencing_a_winning_gate_is_one_request() {
 }
 
 #[test]
+fn devices_of_a_batch_are_gated_concurrently() {
+    // Storage answers after 300 ms: gated one after another, ten devices would never have more
+    // than one request in flight.
+    let app = App::start("inflight", &[("alert_window_seconds", "60")]);
+    app.host
+        .set_fault(&app.storage, Some(Fault::Delay(Duration::from_millis(300))));
+    let devices: Vec<Value> = (0..10).map(|i| reading(&format!("c-{i}"), 40.0)).collect();
+    let a = post_telemetry(&app, &json!(devices));
+    assert_eq!(a.status, 200, "{}", a.text);
+    let record = app.record_of(&a);
+    assert_eq!(record.max_in_flight, 10, "{record:?}");
+    assert!(a.json["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["decision"] == "notified"));
+}
+
+#[test]
 fn sixty_four_concurrent_requests_for_one_device() {
     let app = App::start("herd", &[("alert_window_seconds", "60")]);
     let url = app.url("/api/telemetry");

@@ -86,6 +86,8 @@ pub struct RequestRecord {
     pub status: u16,
     /// Outbound requests, in order.
     pub outbound: Vec<Outbound>,
+    /// The most outbound requests this invocation had in flight at once.
+    pub max_in_flight: usize,
     /// Lines the guest wrote to stdout and stderr.
     pub output: Vec<String>,
     /// Wall time of the whole invocation.
@@ -150,7 +152,32 @@ struct State {
 struct Hooks {
     allowed: Arc<Vec<String>>,
     outbound: Arc<Mutex<Vec<Outbound>>>,
+    in_flight: Arc<InFlight>,
     shared: Arc<Shared>,
+}
+
+/// Outbound requests in flight for one invocation, and the most there ever were.
+#[derive(Default)]
+struct InFlight {
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts one request in flight until dropped (when its response head arrived, or it failed).
+struct Flying(Arc<InFlight>);
+
+impl Flying {
+    fn start(counter: &Arc<InFlight>) -> Flying {
+        let now = counter.now.fetch_add(1, Ordering::SeqCst) + 1;
+        counter.max.fetch_max(now, Ordering::SeqCst);
+        Flying(counter.clone())
+    }
+}
+
+impl Drop for Flying {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl WasiView for State {
@@ -210,7 +237,9 @@ impl WasiHttpHooks for Hooks {
             .lock()
             .ok()
             .and_then(|f| f.get(&authority).cloned());
+        let in_flight = self.in_flight.clone();
         Box::new(async move {
+            let _flying = Flying::start(&in_flight);
             if !allowed {
                 return Err(wasmtime_wasi_http::Error::HttpRequestDenied);
             }
@@ -505,6 +534,7 @@ impl Served {
             }
         }
         let outbound = Arc::new(Mutex::new(Vec::new()));
+        let in_flight = Arc::new(InFlight::default());
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
         let mut store = Store::new(
@@ -519,6 +549,7 @@ impl Served {
                 hooks: Hooks {
                     allowed: Arc::new(config.allowed_outbound_hosts.clone()),
                     outbound: outbound.clone(),
+                    in_flight: in_flight.clone(),
                     shared: self.shared.clone(),
                 },
                 variables: Arc::new(config.variables.clone()),
@@ -577,6 +608,7 @@ impl Served {
                 path: path_for_record,
                 status,
                 outbound: outbound.lock().map(|o| o.clone()).unwrap_or_default(),
+                max_in_flight: in_flight.max.load(Ordering::SeqCst),
                 output,
                 duration: started.elapsed(),
             };
