@@ -121,8 +121,12 @@ pub fn random_lease_id() -> LeaseId {
     LeaseId::from_random_bytes(bytes)
 }
 
+/// Bodies up to this size are read to their end (and discarded) before a 413 is sent, so the
+/// client, still writing, gets the answer rather than a reset connection. Larger ones are cut.
+const DRAIN_LIMIT: u64 = 8 << 20;
+
 /// Reads the incoming request into an `http::Request`, refusing bodies over `limit` bytes
-/// without reading them whole (413).
+/// (413) without keeping them.
 pub async fn read_request(
     request: IncomingRequest,
     limit: usize,
@@ -139,17 +143,24 @@ pub async fn read_request(
         .get("content-length")
         .first()
         .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    if declared.is_some_and(|n| n > DRAIN_LIMIT) {
         return Err(web::too_large(limit));
     }
     let mut body = Vec::new();
+    let mut seen: u64 = 0;
     let mut stream = request.into_body_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|_| bad("the request body could not be read"))?;
-        if body.len() + chunk.len() > limit {
-            return Err(web::too_large(limit));
+        seen += chunk.len() as u64;
+        if seen > DRAIN_LIMIT {
+            break;
         }
-        body.extend_from_slice(&chunk);
+        if seen <= limit as u64 {
+            body.extend_from_slice(&chunk);
+        }
+    }
+    if seen > limit as u64 {
+        return Err(web::too_large(limit));
     }
     builder
         .body(body)
