@@ -34,7 +34,7 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
-use manifest::{App, ComponentConfig};
+use manifest::App;
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -676,9 +676,4 @@ pub fn parse_variable(arg: &str) -> Result<(String, String)> {
         .split_once('=')
         .ok_or_else(|| anyhow!("--variable takes name=value"))?;
     Ok((name.trim().to_string(), value.to_string()))
-}
-
-/// The components of a manifest (for tools that list them).
-pub fn components(app: &App) -> Vec<&ComponentConfig> {
-    app.components.values().collect()
 }
