@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use leasegate::{Account, AccountKey, BlobEndpoint, ContainerName, Credential, SasToken};
+use leasegate::lease::Locks;
+use leasegate::{
+    Account, AccountKey, BlobEndpoint, ContainerName, Credential, SasToken, Transport,
+};
 
 /// Where settings come from: Spin's component variables, or a map in tests.
 pub trait Variables {
@@ -62,6 +65,13 @@ pub struct Storage {
     pub container: ContainerName,
     /// How long one storage request may take.
     pub timeout: Duration,
+}
+
+impl Storage {
+    /// The locks below `prefix` in this storage, reached through `transport`.
+    pub fn locks<'t, T: Transport>(&self, transport: &'t T, prefix: &str) -> Locks<&'t T> {
+        Locks::new(transport, self.account.clone(), self.container.clone()).with_prefix(prefix)
+    }
 }
 
 /// Reads the storage settings:

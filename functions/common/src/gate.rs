@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request, Response, StatusCode};
-use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
+use leasegate::lease::{Acquire, LockStatus, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport};
 use percent_encoding::percent_decode_str;
 use serde_json::json;
@@ -218,12 +218,7 @@ pub async fn handle<T: Transport>(
         Err(r) => return r,
     };
     let counting = Counting::new(ctx.transport);
-    let locks = Locks::new(
-        &counting,
-        settings.storage.account.clone(),
-        settings.storage.container.clone(),
-    )
-    .with_prefix(GATE_PREFIX);
+    let locks = settings.storage.locks(&counting, GATE_PREFIX);
     let log = |decision: &str| {
         log_line(json!({
             "fn": "gate",

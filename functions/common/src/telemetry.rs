@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use http::{Request, Response, StatusCode};
-use leasegate::lease::{Acquire, Acquired, Locks, Term};
+use leasegate::lease::{Acquire, Acquired, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport};
 use serde_json::{json, Value};
 
@@ -242,12 +242,7 @@ pub async fn handle<T: Transport>(
         let settings = &settings;
         async move {
             let counting = Counting::new(ctx.transport);
-            let locks = Locks::new(
-                &counting,
-                settings.storage.account.clone(),
-                settings.storage.container.clone(),
-            )
-            .with_prefix(GATE_PREFIX);
+            let locks = settings.storage.locks(&counting, GATE_PREFIX);
             let id = (ctx.new_lease_id)();
             let outcome = if settings.fencing {
                 locks
@@ -457,12 +452,7 @@ async fn release<T: Transport>(
     id: LeaseId,
 ) -> (bool, u32) {
     let counting = Counting::new(ctx.transport);
-    let locks = Locks::new(
-        &counting,
-        settings.storage.account.clone(),
-        settings.storage.container.clone(),
-    )
-    .with_prefix(GATE_PREFIX);
+    let locks = settings.storage.locks(&counting, GATE_PREFIX);
     let released = matches!(
         locks.release(device, id, ctx.now).await,
         Ok(leasegate::lease::Release::Released)

@@ -480,6 +480,21 @@ impl<T: Transport> Locks<T> {
             Err(e) => return Err(e),
         }
         // Not a native lease of ours: maybe a record.
+        Ok(if self.clear_record(&blob, Some(lease_id), now).await? {
+            Release::Released
+        } else {
+            Release::NotHeld
+        })
+    }
+
+    /// Clears the live record of `blob` (keeping its token) if `holder` holds it, or whoever
+    /// does when `holder` is `None`. Returns whether a record was cleared.
+    async fn clear_record(
+        &self,
+        blob: &BlobName,
+        holder: Option<LeaseId>,
+        now: SystemTime,
+    ) -> Result<bool, Error> {
         for _ in 0..MAX_ATTEMPTS {
             let (props, date) = self
                 .execute(
@@ -491,25 +506,28 @@ impl<T: Transport> Locks<T> {
                 )
                 .await?;
             let Some(props) = props else {
-                return Ok(Release::NotHeld);
+                return Ok(false);
             };
-            let server_secs = unix_secs(date.ok_or_else(no_date)?);
             let record = Record::read(&props.metadata);
-            if record.live_holder(server_secs) != Some(lease_id) {
-                return Ok(Release::NotHeld);
+            let live = record.live_holder(unix_secs(date.ok_or_else(no_date)?));
+            let ours = match holder {
+                Some(id) => live == Some(id),
+                None => live.is_some(),
+            };
+            if !ours {
+                return Ok(false);
             }
             let freed = Record {
                 holder: None,
                 expires: 0,
                 token: record.token,
             };
-            match self.swap_record(&blob, &props, freed, now).await? {
-                Some(true) => return Ok(Release::Released),
-                Some(false) => return Ok(Release::NotHeld),
+            match self.swap_record(blob, &props, freed, now).await? {
+                Some(cleared) => return Ok(cleared),
                 None => continue,
             }
         }
-        Err(gave_up("release"))
+        Err(gave_up("clear the lease record"))
     }
 
     /// Ends whoever holds `lock`: breaks a native lease after `period` (0 to 60 s) and clears a
@@ -533,31 +551,8 @@ impl<T: Transport> Locks<T> {
             Err(e) if is_missing(&e) => return Ok(()),
             Err(e) => return Err(e),
         }
-        for _ in 0..MAX_ATTEMPTS {
-            let (props, _) = self
-                .execute(
-                    &GetProperties {
-                        container: self.container.clone(),
-                        blob: blob.clone(),
-                    },
-                    now,
-                )
-                .await?;
-            let Some(props) = props else { return Ok(()) };
-            let record = Record::read(&props.metadata);
-            if record.holder.is_none() {
-                return Ok(());
-            }
-            let freed = Record {
-                holder: None,
-                expires: 0,
-                token: record.token,
-            };
-            if self.swap_record(&blob, &props, freed, now).await?.is_some() {
-                return Ok(());
-            }
-        }
-        Err(gave_up("break"))
+        self.clear_record(&blob, None, now).await?;
+        Ok(())
     }
 
     /// Reads `lock`'s state with one HEAD, judged by the server's clock.
