@@ -309,6 +309,19 @@ fn failed_notification_releases_the_gate() {
     let next = post_telemetry(&app, &reading("dev-f", 45.0));
     assert_eq!(decision(&next, 0)["decision"], "notified", "{}", next.text);
     assert_eq!(app.sink.for_device("dev-f").len(), 1);
+
+    // An unreachable webhook is the same: notify_failed, gate released, then recovery.
+    app.host
+        .set_fault(&app.sink.authority(), Some(Fault::Refuse));
+    let refused = post_telemetry(&app, &reading("dev-g", 44.0));
+    let d = decision(&refused, 0);
+    assert_eq!(d["decision"], "notify_failed", "{d}");
+    assert_eq!(d["gateReleased"], true);
+    assert_eq!(d["reason"], "webhook unreachable: ConnectionRefused");
+    app.host.set_fault(&app.sink.authority(), None);
+    let back = post_telemetry(&app, &reading("dev-g", 45.0));
+    assert_eq!(decision(&back, 0)["decision"], "notified", "{}", back.text);
+    assert_eq!(app.sink.for_device("dev-g").len(), 1);
 }
 
 #[test]

@@ -58,7 +58,14 @@ fn classify(e: &SendError) -> TransportError {
                     "request denied by the host (is the origin in allowed_outbound_hosts?)"
                         .to_string()
                 }
-                other => format!("{other:?}"),
+                // The variant's name only: payloads (an internal error's text) could carry
+                // details of the request.
+                other => format!("{other:?}")
+                    .trim_start_matches("ErrorCode::")
+                    .split(['(', ' ', '{'])
+                    .next()
+                    .unwrap_or("error")
+                    .to_string(),
             };
             TransportError::new(kind, what)
         }
