@@ -367,3 +367,29 @@ fn bad_input_gets_clear_4xx_errors() {
         }
     }
 }
+
+#[test]
+fn outbound_hosts_outside_the_manifest_are_denied() {
+    // The connection string points at Azurite, but allowed_outbound_hosts (from storage_origin)
+    // names another origin: the host refuses the request, as Spin would, and the gate says so.
+    let azurite = leasegate_tests::Azurite::shared();
+    let app = App::start(
+        "denied",
+        &[
+            ("storage_connection_string", &azurite.connection_string()),
+            ("storage_origin", "http://127.0.0.1:9"),
+        ],
+    );
+    let a = gate(&app, "POST", "k", &[AUTH]);
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert!(
+        a.json["message"]
+            .as_str()
+            .unwrap()
+            .contains("allowed_outbound_hosts"),
+        "{}",
+        a.text
+    );
+    assert!(!a.text.contains(leasegate::account::DEV_ACCOUNT_KEY));
+    assert_eq!(app.record_of(&a).outbound.len(), 0);
+}
