@@ -51,6 +51,23 @@ fn written(outcome: WriteOutcome) -> leasegate::ops::Written {
     }
 }
 
+/// Takes an infinite lease on `b` with `holder`'s id, checking storage granted that id.
+fn take_infinite_lease(account: &Account, c: &ContainerName, b: &BlobName, holder: LeaseId) {
+    let outcome = exec(
+        account,
+        &Lease {
+            container: c.clone(),
+            blob: b.clone(),
+            action: LeaseAction::Acquire {
+                duration: LeaseDuration::Infinite,
+                proposed: holder,
+            },
+        },
+    )
+    .unwrap();
+    assert!(matches!(outcome, LeaseOutcome::Held { lease_id, .. } if lease_id == holder));
+}
+
 fn props(account: &Account, c: &ContainerName, b: &BlobName) -> leasegate::ops::BlobProperties {
     exec(
         account,
@@ -165,19 +182,7 @@ fn metadata_under_lease_and_etag() {
     let b = blob("m");
     exec(&account, &PutBlob::block(c.clone(), b.clone(), Vec::new())).unwrap();
     let holder = id();
-    let acquired = exec(
-        &account,
-        &Lease {
-            container: c.clone(),
-            blob: b.clone(),
-            action: LeaseAction::Acquire {
-                duration: LeaseDuration::Infinite,
-                proposed: holder,
-            },
-        },
-    )
-    .unwrap();
-    assert!(matches!(acquired, LeaseOutcome::Held { lease_id, .. } if lease_id == holder));
+    take_infinite_lease(&account, &c, &b, holder);
 
     let mut metadata = Metadata::new();
     metadata.insert("owner".into(), "node-a".into());
@@ -332,18 +337,7 @@ fn page_blob_sequence_number_increments_under_lease() {
     };
     written(exec(&account, &page).unwrap());
     let holder = id();
-    exec(
-        &account,
-        &Lease {
-            container: c.clone(),
-            blob: b.clone(),
-            action: LeaseAction::Acquire {
-                duration: LeaseDuration::Infinite,
-                proposed: holder,
-            },
-        },
-    )
-    .unwrap();
+    take_infinite_lease(&account, &c, &b, holder);
     let inc = |lease_id| IncrementSequenceNumber {
         container: c.clone(),
         blob: b.clone(),
@@ -468,18 +462,7 @@ fn copy_then_delete_with_conditions() {
     // Delete only the version we listed; a leased blob needs its lease id.
     let etag = props(&account, &c, &src).etag.unwrap();
     let holder = id();
-    exec(
-        &account,
-        &Lease {
-            container: c.clone(),
-            blob: src.clone(),
-            action: LeaseAction::Acquire {
-                duration: LeaseDuration::Infinite,
-                proposed: holder,
-            },
-        },
-    )
-    .unwrap();
+    take_infinite_lease(&account, &c, &src, holder);
     let delete = |lease_id, condition| DeleteBlob {
         container: c.clone(),
         blob: src.clone(),
@@ -573,19 +556,7 @@ fn generated_service_sas_is_accepted_and_limited() {
     let full = sas(SasPermissions::all());
     let b = blob("via-sas");
     written(exec(&full, &PutBlob::block(c.clone(), b.clone(), b"s".to_vec())).unwrap());
-    let outcome = exec(
-        &full,
-        &Lease {
-            container: c.clone(),
-            blob: b.clone(),
-            action: LeaseAction::Acquire {
-                duration: LeaseDuration::Infinite,
-                proposed: id(),
-            },
-        },
-    )
-    .unwrap();
-    assert!(matches!(outcome, LeaseOutcome::Held { .. }));
+    take_infinite_lease(&full, &c, &b, id());
     assert_eq!(
         exec(&full, &ListBlobs::new(c.clone())).unwrap().blobs.len(),
         1
