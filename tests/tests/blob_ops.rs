@@ -55,14 +55,14 @@ fn written(outcome: WriteOutcome) -> leasegate::ops::Written {
 fn take_infinite_lease(account: &Account, c: &ContainerName, b: &BlobName, holder: LeaseId) {
     let outcome = exec(
         account,
-        &Lease {
-            container: c.clone(),
-            blob: b.clone(),
-            action: LeaseAction::Acquire {
+        &Lease::new(
+            c.clone(),
+            b.clone(),
+            LeaseAction::Acquire {
                 duration: LeaseDuration::Infinite,
                 proposed: holder,
             },
-        },
+        ),
     )
     .unwrap();
     assert!(matches!(outcome, LeaseOutcome::Held { lease_id, .. } if lease_id == holder));
@@ -226,11 +226,7 @@ fn lease_actions_through_their_states() {
     let c = new_container(&account, "lease");
     let b = blob("l");
     exec(&account, &PutBlob::block(c.clone(), b.clone(), Vec::new())).unwrap();
-    let lease = |action| Lease {
-        container: c.clone(),
-        blob: b.clone(),
-        action,
-    };
+    let lease = |action| Lease::new(c.clone(), b.clone(), action);
     let (a, other, changed) = (id(), id(), id());
     let fifteen = LeaseDuration::try_from_secs(15).unwrap();
 
@@ -318,11 +314,11 @@ fn lease_duration_is_validated_before_sending() {
     assert!(LeaseDuration::try_from_secs(10).is_err());
     assert!(LeaseDuration::try_from_secs(90).is_err());
     let account = Azurite::shared().account();
-    let op = Lease {
-        container: unique_container("x"),
-        blob: blob("b"),
-        action: LeaseAction::Break { period: Some(61) },
-    };
+    let op = Lease::new(
+        unique_container("x"),
+        blob("b"),
+        LeaseAction::Break { period: Some(61) },
+    );
     assert!(build(&op, &account, SystemTime::now()).is_err());
 }
 

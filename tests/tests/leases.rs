@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use leasegate::lease::{Acquire, Acquired, LockStatus, Locks, Release, Term};
 use leasegate::ops::{GetProperties, ListBlobs};
-use leasegate::{ContainerName, Counting, LeaseId, LeaseState, LockName};
+use leasegate::{ContainerName, Counting, HolderKey, LeaseId, LeaseState, LockName};
 use leasegate_native::{block_on, NativeTransport};
 use leasegate_tests::{unique_container, wait_for, Azurite};
 
@@ -20,6 +20,10 @@ fn locks(container: &ContainerName) -> Locks<NativeTransport> {
 
 fn lock(name: &str) -> LockName {
     LockName::try_new(name).unwrap()
+}
+
+fn key() -> HolderKey {
+    HolderKey::try_new(b"test holder key").unwrap()
 }
 
 fn random_id() -> LeaseId {
@@ -44,7 +48,7 @@ fn acquire<T: leasegate::Transport>(
     term: Term,
     id: LeaseId,
 ) -> Acquire {
-    block_on(l.acquire_fenced(name, term, id, SystemTime::now())).unwrap()
+    block_on(l.acquire(name, term, id, SystemTime::now())).unwrap()
 }
 
 fn held(outcome: Acquire) -> Acquired {
@@ -60,10 +64,21 @@ fn acquire_creates_missing_container_and_blob() {
     let l = locks(&c);
     let name = lock("jobs/nightly");
     let a = held(acquire(&l, &name, native(15), random_id()));
-    assert_eq!(a.fencing_token, Some(1));
+    // The first token of a lock is the server's clock in seconds (of the next second) × 2^16.
+    let server_secs = a
+        .server_date
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = a.fencing_token.unwrap();
+    assert_eq!(token % (1 << 16), 0, "{token}");
+    assert!(
+        (server_secs - 1..=server_secs + 1).contains(&(token >> 16)),
+        "{token}"
+    );
     let expires = a.expires_at.unwrap().duration_since(a.server_date).unwrap();
     assert_eq!(expires, Duration::from_secs(15));
-    // The lock blob now exists as an empty page blob, leased.
+    // The lock blob now exists as an empty page blob, leased, with its holder's claim.
     let (props, _) = block_on(l.execute(
         &GetProperties {
             container: c.clone(),
@@ -75,7 +90,9 @@ fn acquire_creates_missing_container_and_blob() {
     let props = props.expect("lock blob exists");
     assert_eq!(props.lease_state, Some(LeaseState::Leased));
     assert_eq!(props.blob_type.as_deref(), Some("PageBlob"));
-    assert_eq!(props.sequence_number, Some(1));
+    assert_eq!(props.metadata["leasegate_token"], token.to_string());
+    assert_eq!(props.metadata["leasegate_holder"], a.lease_id.to_string());
+    assert_eq!(props.metadata["leasegate_term"], "15");
 }
 
 #[test]
@@ -123,14 +140,17 @@ fn reacquire_extends_and_expiry_admits_another_holder() {
     let l = locks(&c);
     let name = lock("leader");
     let (a, b) = (
-        LeaseId::for_holder("node-a", &name),
-        LeaseId::for_holder("node-b", &name),
+        LeaseId::for_holder(&key(), "node-a", &name),
+        LeaseId::for_holder(&key(), "node-b", &name),
     );
     let first = held(acquire(&l, &name, native(15), a));
     std::thread::sleep(Duration::from_secs(8));
-    // A's next invocation: the same id extends the lease by another 15 s.
+    // A's next invocation: the same id extends the lease by another 15 s, same token.
     let extended = held(acquire(&l, &name, native(15), a));
     assert!(extended.expires_at > first.expires_at);
+    assert!(extended.extended && !first.extended);
+    assert_eq!(extended.fencing_token, first.fencing_token);
+    assert_eq!(extended.since, first.since);
     // Past the first lease's end (15 s after the first acquire), B is still refused...
     let past_first = first.expires_at.unwrap() + Duration::from_secs(1);
     wait_for("the first lease's end", Duration::from_secs(20), || {
@@ -163,8 +183,8 @@ fn fencing_tokens_strictly_increase_across_holders() {
         let l = locks(&c);
         let name = lock("fenced");
         let holders = [
-            LeaseId::for_holder("a", &name),
-            LeaseId::for_holder("b", &name),
+            LeaseId::for_holder(&key(), "a", &name),
+            LeaseId::for_holder(&key(), "b", &name),
         ];
         let mut last = 0;
         for i in 0..20 {
@@ -216,7 +236,8 @@ fn record_lease_beyond_sixty_seconds() {
         info.status,
         LockStatus::Held {
             expires_at: got.expires_at,
-            holder: Some(a)
+            holder: Some(a),
+            since: Some(got.since),
         }
     );
     // The holder extends and keeps its token.
@@ -317,44 +338,58 @@ fn round_trips_per_decision() {
     let c = unique_container("count");
     let base = locks(&c);
     let name = lock("counted");
-    let (a, b) = (random_id(), random_id());
-    let plain = |l: &CountedLocks, id, term| {
+    let (a, b, c2) = (random_id(), random_id(), random_id());
+    let fenced = |l: &CountedLocks, id, term| {
         block_on(l.acquire(&name, term, id, SystemTime::now())).unwrap()
     };
-    let fenced = |l: &CountedLocks, id, term| {
-        block_on(l.acquire_fenced(&name, term, id, SystemTime::now())).unwrap()
+    let unfenced = |l: &CountedLocks, id, term| {
+        block_on(l.acquire_unfenced(&name, term, id, SystemTime::now())).unwrap()
     };
+    let release = |l: &CountedLocks, id| block_on(l.release(&name, id, SystemTime::now())).unwrap();
 
-    // First use: acquire (404 container) + put (404) + create container + put + acquire.
-    let (o, n) = counted(&base, |l| plain(l, a, native(15)));
+    // First use: HEAD (404), create (404 container), create container, create, acquire.
+    let (o, n) = counted(&base, |l| fenced(l, a, native(15)));
     assert!(is_acquired(&o) && n == 5, "{o:?} {n}");
-    // The hot path: exactly one request, whether it extends or is refused.
-    let (o, n) = counted(&base, |l| plain(l, a, native(15)));
-    assert!(is_acquired(&o) && n == 1, "{o:?} {n}");
-    let (o, n) = counted(&base, |l| plain(l, b, native(15)));
-    assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
-    let (o, n) = counted(&base, |l| fenced(l, b, native(15)));
-    assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
-    // A fencing token costs one more request, only when acquired.
+    // The holder extends: HEAD + acquire, token kept, nothing written.
     let (o, n) = counted(&base, |l| fenced(l, a, native(15)));
     assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
-    // Native release: one request.
-    let (o, n) = counted(&base, |l| {
-        block_on(l.release(&name, a, SystemTime::now())).unwrap()
-    });
-    assert!(o == Release::Released && n == 1, "{o:?} {n}");
-
-    // Records: busy is one read; acquired is read + compare-and-swap, token included.
-    let long = lock("counted-record");
-    let rec = |l: &CountedLocks, id| {
-        block_on(l.acquire(&long, record(120), id, SystemTime::now())).unwrap()
-    };
-    let (o, n) = counted(&base, |l| rec(l, a)); // HEAD 404 + create with the record
-    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
-    let (o, n) = counted(&base, |l| rec(l, a)); // extend: HEAD + swap
-    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
-    let (o, n) = counted(&base, |l| rec(l, b));
+    // Busy, the throttled hot path: one request, whichever term the caller asks for.
+    let (o, n) = counted(&base, |l| fenced(l, b, native(15)));
     assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
+    let (o, n) = counted(&base, |l| unfenced(l, b, native(30)));
+    assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
+    let (o, n) = counted(&base, |l| fenced(l, b, record(120)));
+    assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
+    // Native release: one request.
+    let (o, n) = counted(&base, |l| release(l, a));
+    assert!(o == Release::Released && n == 1, "{o:?} {n}");
+    // A new holder: HEAD + acquire + its claim (the token); without a token, HEAD + acquire.
+    let (o, n) = counted(&base, |l| fenced(l, b, native(15)));
+    assert!(is_acquired(&o) && n == 3, "{o:?} {n}");
+    counted(&base, |l| release(l, b));
+    let (o, n) = counted(&base, |l| unfenced(l, c2, native(15)));
+    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
+    counted(&base, |l| release(l, c2));
+
+    // Records: a new holder and an extension are HEAD + compare-and-swap, token included.
+    let (o, n) = counted(&base, |l| fenced(l, a, record(120)));
+    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
+    let (o, n) = counted(&base, |l| fenced(l, a, record(120)));
+    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
+    // Busy against a live record: one request, either term.
+    let (o, n) = counted(&base, |l| fenced(l, b, record(120)));
+    assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
+    let (o, n) = counted(&base, |l| fenced(l, b, native(30)));
+    assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
+    // Record release: the failed native release, HEAD, compare-and-swap.
+    let (o, n) = counted(&base, |l| release(l, a));
+    assert!(o == Release::Released && n == 3, "{o:?} {n}");
+    // A record's first use: HEAD (404) + create with the record in it.
+    let fresh = lock("counted-record");
+    let (o, n) = counted(&base, |l| {
+        block_on(l.acquire(&fresh, record(120), a, SystemTime::now())).unwrap()
+    });
+    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
 }
 
 #[test]

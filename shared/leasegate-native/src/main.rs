@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
-use leasegate::{Account, ContainerName, Counting, LeaseId, LockName};
+use leasegate::{Account, ContainerName, Counting, HolderKey, LeaseId, LockName};
 use leasegate_native::{block_on, NativeTransport};
 
 const USAGE: &str = "usage: leasegate <command> [options]
@@ -24,7 +24,9 @@ options:
   --container NAME   container of the lock blobs (default: leasegate)
 
 environment:
-  LEASEGATE_CONNECTION_STRING   storage connection string (default: UseDevelopmentStorage=true)";
+  LEASEGATE_CONNECTION_STRING   storage connection string (default: UseDevelopmentStorage=true)
+  LEASEGATE_HOLDER_KEY          secret that --holder lease ids are keyed with (default: derived
+                                from the connection string's key or SAS)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -82,6 +84,12 @@ fn run(args: &[String]) -> Result<(), String> {
     let cs = std::env::var("LEASEGATE_CONNECTION_STRING")
         .unwrap_or_else(|_| "UseDevelopmentStorage=true".into());
     let account = Account::from_connection_string(&cs).map_err(|e| e.to_string())?;
+    let key = match std::env::var("LEASEGATE_HOLDER_KEY") {
+        Ok(secret) if !secret.is_empty() => {
+            HolderKey::try_new(secret.as_bytes()).map_err(|e| e.to_string())?
+        }
+        _ => HolderKey::derived_from(&account),
+    };
     let container = ContainerName::try_new(&o.container).map_err(|e| e.to_string())?;
     let transport = NativeTransport::default();
     let locks = Locks::new(&transport, account, container);
@@ -95,7 +103,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let term =
                 Term::for_window(Duration::from_secs(o.window)).map_err(|e| e.to_string())?;
             let id = match &o.holder {
-                Some(h) => LeaseId::for_holder(h, &lock),
+                Some(h) => LeaseId::for_holder(&key, h, &lock),
                 None => LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes()),
             };
             acquire(&locks, &lock, term, id)
@@ -123,7 +131,7 @@ fn run(args: &[String]) -> Result<(), String> {
             println!("broken");
             Ok(())
         }
-        Some("demo") => demo(&locks),
+        Some("demo") => demo(&locks, &key),
         _ => Err(USAGE.into()),
     }
 }
@@ -140,11 +148,12 @@ fn acquire(
         locks.account().clone(),
         locks.container().clone(),
     );
-    let outcome = block_on(counted.acquire_fenced(lock, term, id, SystemTime::now()))
-        .map_err(|e| e.to_string())?;
+    let outcome =
+        block_on(counted.acquire(lock, term, id, SystemTime::now())).map_err(|e| e.to_string())?;
     match outcome {
         Acquire::Acquired(a) => println!(
-            "acquired {lock}: lease id {}, fencing token {}, expires {}, {} request(s)",
+            "{} {lock}: lease id {}, fencing token {}, expires {}, {} request(s)",
+            if a.extended { "extended" } else { "acquired" },
             a.lease_id,
             a.fencing_token.map_or("-".into(), |t| t.to_string()),
             a.expires_at.map_or("never".into(), rfc3339),
@@ -163,8 +172,14 @@ fn show(locks: &Locks<&NativeTransport>, lock: &LockName) -> Result<(), String> 
     let info = block_on(locks.inspect(lock, SystemTime::now())).map_err(|e| e.to_string())?;
     let status = match info.status {
         LockStatus::Available => "available".to_string(),
-        LockStatus::Held { expires_at, .. } => format!(
-            "held{}",
+        LockStatus::Held {
+            expires_at,
+            holder,
+            since,
+        } => format!(
+            "held{}{}{}",
+            holder.map_or(String::new(), |h| format!(" by {h}")),
+            since.map_or(String::new(), |t| format!(" since {}", rfc3339(t))),
             expires_at.map_or(String::new(), |t| format!(" until {}", rfc3339(t)))
         ),
     };
@@ -178,17 +193,17 @@ fn show(locks: &Locks<&NativeTransport>, lock: &LockName) -> Result<(), String> 
     Ok(())
 }
 
-fn demo(locks: &Locks<&NativeTransport>) -> Result<(), String> {
+fn demo(locks: &Locks<&NativeTransport>, key: &HolderKey) -> Result<(), String> {
     let lock = LockName::try_new("demo/nightly-job").map_err(|e| e.to_string())?;
     let term = Term::for_window(Duration::from_secs(15)).map_err(|e| e.to_string())?;
-    let a = LeaseId::for_holder("node-a", &lock);
-    let b = LeaseId::for_holder("node-b", &lock);
+    let a = LeaseId::for_holder(key, "node-a", &lock);
+    let b = LeaseId::for_holder(key, "node-b", &lock);
     println!("node-a takes the lock:");
     acquire(locks, &lock, term, a)?;
     show(locks, &lock)?;
     println!("node-b tries while node-a holds it:");
     acquire(locks, &lock, term, b)?;
-    println!("node-a acquires again on its next invocation (extends, new token):");
+    println!("node-a acquires again on its next invocation (extends, same token):");
     acquire(locks, &lock, term, a)?;
     println!("node-a releases; node-b takes over:");
     block_on(locks.release(&lock, a, SystemTime::now())).map_err(|e| e.to_string())?;

@@ -7,8 +7,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::ops::{build, GetProperties, Lease, LeaseAction, Operation};
-use leasegate::{Account, BlobName, ContainerName, LeaseDuration, LeaseId, LockName};
+use leasegate::ops::{build, Condition, GetProperties, Lease, LeaseAction, Operation};
+use leasegate::{Account, BlobName, ContainerName, HolderKey, LeaseDuration, LeaseId, LockName};
 
 fn measure(label: &str, iterations: u32, mut decide: impl FnMut()) {
     for _ in 0..iterations / 10 {
@@ -26,7 +26,8 @@ fn main() {
     let account = Account::from_connection_string("UseDevelopmentStorage=true").unwrap();
     let container = ContainerName::try_new("leasegate").unwrap();
     let lock = LockName::try_new("devices/sensor-0042").unwrap();
-    let holder = LeaseId::for_holder("node-a", &lock);
+    let key = HolderKey::try_new(b"bench secret").unwrap();
+    let holder = LeaseId::for_holder(&key, "node-a", &lock);
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800);
     let op = Lease {
         container: container.clone(),
@@ -35,6 +36,7 @@ fn main() {
             duration: LeaseDuration::Seconds(15),
             proposed: holder,
         },
+        condition: Condition::None,
     };
     let acquired = http::Response::builder()
         .status(201)

@@ -2,8 +2,9 @@
 //!
 //! Storage answers are classified by their `x-ms-error-code`, never by status alone: a 409 can
 //! mean "someone else holds the lease", "you lost the lease" or "the blob already exists", and
-//! each asks for a different reaction. See REFERENCE §1 and the
-//! [Blob service error codes](https://learn.microsoft.com/rest/api/storageservices/blob-service-error-codes).
+//! each asks for a different reaction. See the
+//! [Blob service error codes](https://learn.microsoft.com/rest/api/storageservices/blob-service-error-codes)
+//! and [Lease Blob](https://learn.microsoft.com/rest/api/storageservices/lease-blob#outcomes-of-lease-operations-on-blobs-by-lease-state).
 
 use http::StatusCode;
 
@@ -174,6 +175,11 @@ pub enum Error {
     /// Storage answered with an error.
     #[error("{0}")]
     Storage(StorageError),
+    /// A lock blob holds something this crate will not act on (a malformed or out-of-range
+    /// claim in its metadata); the message names the field. An operator can break and release
+    /// the lock, or delete the blob (tokens stay increasing: see the fencing rule).
+    #[error("unusable lock blob: {0}")]
+    CorruptLock(String),
     /// Storage answered something this crate cannot read.
     #[error("unexpected response ({status}): {detail}")]
     UnexpectedResponse {

@@ -12,8 +12,8 @@
 //! * [`ops`]: one request builder and one response parser per Blob operation, with outcomes
 //!   classified by `x-ms-error-code` ([`ErrorClass`]).
 //! * [`lease`]: the algorithms a stateless caller needs: acquire (re-acquire extends), release
-//!   (safe to retry), break, inspect, fencing tokens, and windows of any length through an
-//!   ETag lease record.
+//!   (safe to retry), break, inspect, fencing tokens that never go back, and windows of any
+//!   length through a lease record; one holder per lock whatever window each caller asks for.
 //!
 //! # Example: one operation, by hand
 //! ```
@@ -22,14 +22,14 @@
 //! use leasegate::{Account, BlobName, ContainerName, LeaseDuration, LeaseId};
 //!
 //! let account = Account::from_connection_string("UseDevelopmentStorage=true")?;
-//! let op = Lease {
-//!     container: ContainerName::try_new("leasegate")?,
-//!     blob: BlobName::try_new("locks/nightly-job")?,
-//!     action: LeaseAction::Acquire {
+//! let op = Lease::new(
+//!     ContainerName::try_new("leasegate")?,
+//!     BlobName::try_new("locks/nightly-job")?,
+//!     LeaseAction::Acquire {
 //!         duration: LeaseDuration::try_from_secs(15)?,
 //!         proposed: LeaseId::try_new("2f2c4b1e-8d2a-4c55-9a10-6f3e1d0c9b7a")?,
 //!     },
-//! };
+//! );
 //! let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800);
 //! let request = build(&op, &account, now)?;
 //! assert!(request.headers()["authorization"].to_str()?.starts_with("SharedKey devstoreaccount1:"));
@@ -48,14 +48,15 @@
 //! # async fn demo(transport: impl leasegate::Transport, now: std::time::SystemTime) -> Result<(), leasegate::Error> {
 //! use std::time::Duration;
 //! use leasegate::lease::{Acquire, Locks, Term};
-//! use leasegate::{Account, ContainerName, LeaseId, LockName};
+//! use leasegate::{Account, ContainerName, HolderKey, LeaseId, LockName};
 //!
 //! let account = Account::from_connection_string("UseDevelopmentStorage=true")?;
+//! let key = HolderKey::try_new(b"a secret every instance of the app shares")?;
 //! let locks = Locks::new(transport, account, ContainerName::try_new("leasegate")?);
 //! let lock = LockName::try_new("jobs/nightly")?;
-//! let me = LeaseId::for_holder("node-a", &lock); // the same id on every invocation
+//! let me = LeaseId::for_holder(&key, "node-a", &lock); // the same id on every invocation
 //! let term = Term::for_window(Duration::from_secs(30))?; // a native lease
-//! match locks.acquire_fenced(&lock, term, me, now).await? {
+//! match locks.acquire(&lock, term, me, now).await? {
 //!     Acquire::Acquired(held) => println!("run the job with token {:?}", held.fencing_token),
 //!     Acquire::Busy { .. } => println!("another node runs it"),
 //! }
@@ -77,4 +78,4 @@ pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken};
 pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};
 pub use names::{BlobName, ContainerName, LockName};
 pub use transport::{Counting, Transport};
-pub use types::{ETag, LeaseDuration, LeaseId, LeaseState};
+pub use types::{ETag, HolderKey, LeaseDuration, LeaseId, LeaseState};

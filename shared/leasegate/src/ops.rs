@@ -794,6 +794,27 @@ pub struct Lease {
     pub blob: BlobName,
     /// What to do.
     pub action: LeaseAction,
+    /// Only if the blob is at this version (`If-Match`): lease operations accept the
+    /// conditional headers, and leasegate acquires only at the ETag it has just read.
+    pub condition: Condition,
+}
+
+impl Lease {
+    /// `action` on `blob`, unconditionally.
+    pub fn new(container: ContainerName, blob: BlobName, action: LeaseAction) -> Self {
+        Lease {
+            container,
+            blob,
+            action,
+            condition: Condition::None,
+        }
+    }
+
+    /// Makes the operation conditional.
+    pub fn with_condition(mut self, condition: Condition) -> Self {
+        self.condition = condition;
+        self
+    }
 }
 
 /// The answer to a lease operation.
@@ -855,6 +876,7 @@ impl Operation for Lease {
                     .opt_header("x-ms-lease-break-period", period.map(|p| p.to_string()))?
             }
         }
+        .condition(&self.condition)?
         .finish()
     }
 

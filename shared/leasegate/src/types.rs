@@ -2,22 +2,22 @@
 
 use std::time::{Duration, SystemTime};
 
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use uuid::Uuid;
 
+use crate::account::{Account, Credential};
 use crate::names::LockName;
 use crate::Error;
 
 /// A lease id: a GUID.
 ///
-/// Two kinds are useful (REFERENCE §7.3): a **stable** id for a holder that should extend what
-/// it holds when it acquires again (a leader, a job runner), derived with
-/// [`LeaseId::for_holder`] so a stateless instance needs to store nothing; and a **fresh** id
-/// per event for a throttle ([`LeaseId::from_random_bytes`]), so that two events never both win.
+/// Two kinds are useful: a **stable** id for a holder that should extend what it holds when it
+/// acquires again (a leader, a job runner), derived with [`LeaseId::for_holder`] so a stateless
+/// instance needs to store nothing; and a **fresh** id per event for a throttle
+/// ([`LeaseId::from_random_bytes`]), so that two events never both win.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseId(Uuid);
-
-/// Namespace of the name-based (version 5) lease ids: `uuid5(NAMESPACE_URL, "urn:leasegate:lease-id")`.
-const LEASE_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6c1e_4a8d_92b3_5f0e_8a47_1d2c_3b4a_5e6f);
 
 impl LeaseId {
     /// Parses a GUID (`8-4-4-4-12` hex, any case).
@@ -27,20 +27,70 @@ impl LeaseId {
             .map_err(|_| Error::InvalidArgument("lease id must be a GUID (8-4-4-4-12 hex)".into()))
     }
 
-    /// The stable id of `holder` for `lock`: a version 5 UUID of both, the same on every
-    /// invocation and every instance that uses the same holder name.
-    pub fn for_holder(holder: &str, lock: &LockName) -> Self {
-        let mut name = Vec::with_capacity(holder.len() + lock.as_str().len() + 1);
-        name.extend_from_slice(holder.as_bytes());
-        name.push(0);
-        name.extend_from_slice(lock.as_str().as_bytes());
-        LeaseId(Uuid::new_v5(&LEASE_ID_NAMESPACE, &name))
+    /// The stable id of `holder` for `lock` under `key`: the same on every invocation and every
+    /// instance that shares the key, and impossible to compute without the key (a lease id lets
+    /// whoever knows it extend or release the lock). An HMAC-SHA256 of holder and lock, as a
+    /// version 8 (custom) UUID.
+    pub fn for_holder(key: &HolderKey, holder: &str, lock: &LockName) -> Self {
+        let mut mac = key.mac();
+        mac.update(b"leasegate lease id v1\0");
+        mac.update(holder.as_bytes());
+        mac.update(b"\0");
+        mac.update(lock.as_str().as_bytes());
+        let digest = mac.finalize().into_bytes();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        LeaseId(uuid::Builder::from_custom_bytes(bytes).into_uuid())
     }
 
     /// A fresh (version 4) id from 16 random bytes the caller provides (the core has no
     /// randomness source of its own).
     pub fn from_random_bytes(bytes: [u8; 16]) -> Self {
         LeaseId(uuid::Builder::from_random_bytes(bytes).into_uuid())
+    }
+}
+
+/// The secret that holder-derived lease ids are keyed with ([`LeaseId::for_holder`]). Every
+/// instance of one application must use the same key. `Debug` never shows it.
+#[derive(Clone)]
+pub struct HolderKey(Vec<u8>);
+
+impl HolderKey {
+    /// A key from secret bytes (a configured secret; at least 16 bytes are advised).
+    pub fn try_new(secret: &[u8]) -> Result<Self, Error> {
+        if secret.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the holder key must not be empty".into(),
+            ));
+        }
+        Ok(HolderKey(secret.to_vec()))
+    }
+
+    /// A key derived from the account's credential (its key, or its SAS), for deployments
+    /// that configure no key of their own: as secret as the credential, and the same on every
+    /// instance that uses it. It changes when the credential is rotated, and so do the holder
+    /// ids (a holder then cannot extend what it held under the old key until that runs out):
+    /// configure a key of its own to avoid that.
+    pub fn derived_from(account: &Account) -> Self {
+        let material: &[u8] = match account.credential() {
+            Credential::SharedKey(key) => key.bytes(),
+            Credential::Sas(sas) => sas.query().as_bytes(),
+        };
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(material).expect("HMAC-SHA256 takes keys of any length");
+        mac.update(b"leasegate holder key v1\0");
+        mac.update(account.name().as_bytes());
+        HolderKey(mac.finalize().into_bytes().to_vec())
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC-SHA256 takes keys of any length")
+    }
+}
+
+impl std::fmt::Debug for HolderKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HolderKey(<redacted>)")
     }
 }
 
@@ -157,16 +207,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn holder_ids_are_stable_and_distinct() {
+    fn holder_ids_are_stable_distinct_and_keyed() {
+        let key = HolderKey::try_new(b"a server-side secret").unwrap();
         let lock = LockName::try_new("jobs/nightly").unwrap();
-        let a1 = LeaseId::for_holder("node-a", &lock);
-        let a2 = LeaseId::for_holder("node-a", &lock);
-        let b = LeaseId::for_holder("node-b", &lock);
-        let other = LeaseId::for_holder("node-a", &LockName::try_new("jobs/hourly").unwrap());
+        let a1 = LeaseId::for_holder(&key, "node-a", &lock);
+        let a2 = LeaseId::for_holder(&key, "node-a", &lock);
+        let b = LeaseId::for_holder(&key, "node-b", &lock);
+        let other = LeaseId::for_holder(&key, "node-a", &LockName::try_new("jobs/hourly").unwrap());
         assert_eq!(a1, a2);
         assert_ne!(a1, b);
         assert_ne!(a1, other);
         assert_eq!(LeaseId::try_new(&a1.to_string()).unwrap(), a1);
+        // Without the key nobody can compute it.
+        let guess = HolderKey::try_new(b"another secret").unwrap();
+        assert_ne!(LeaseId::for_holder(&guess, "node-a", &lock), a1);
+        assert_eq!(&a1.to_string()[14..15], "8", "a version 8 UUID: {a1}");
+        assert!(!format!("{key:?}").contains("secret"));
+    }
+
+    #[test]
+    fn derived_keys_follow_the_credential() {
+        let dev = Account::from_connection_string("UseDevelopmentStorage=true").unwrap();
+        let sas = Account::from_connection_string(
+            "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;SharedAccessSignature=sv=2021-12-02&sig=abc",
+        )
+        .unwrap();
+        let lock = LockName::try_new("l").unwrap();
+        let id = |a: &Account| LeaseId::for_holder(&HolderKey::derived_from(a), "h", &lock);
+        assert_eq!(id(&dev), id(&dev));
+        assert_ne!(id(&dev), id(&sas));
     }
 
     #[test]

@@ -27,11 +27,11 @@ fn id(n: u8) -> LeaseId {
 }
 
 fn lease(action: LeaseAction) -> Lease {
-    Lease {
-        container: ContainerName::try_new("leasegate").unwrap(),
-        blob: BlobName::try_new("locks/x").unwrap(),
+    Lease::new(
+        ContainerName::try_new("leasegate").unwrap(),
+        BlobName::try_new("locks/x").unwrap(),
         action,
-    }
+    )
 }
 
 fn acquire() -> Lease {

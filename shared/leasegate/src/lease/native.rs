@@ -1,0 +1,193 @@
+//! Native blob leases (15 to 60 s, or infinite), sharing each lock with lease records.
+//!
+//! To take a lock: read the blob (HEAD); if nobody holds it (no lease, no live record of
+//! another), acquire the lease **with `If-Match` on the ETag read**, so that a record written
+//! in between makes storage refuse (412) and the caller reads again; then write the holder's
+//! claim (its token) under the new lease. A holder that acquires again with its own id while
+//! its lease is held extends it and keeps its token, with no write.
+//!
+//! Storage enforces the lease itself; the claim only says who holds it, since when and with
+//! which token, and it counts only while the lease is held.
+
+use std::time::SystemTime;
+
+use super::claim::first_token;
+use super::{
+    at, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Kind, Locks, Read,
+    Release, Snapshot, Tenure, MAX_ATTEMPTS,
+};
+use crate::error::ErrorClass;
+use crate::names::BlobName;
+use crate::ops::{Condition, LeaseAction, LeaseOutcome, SetMetadata, WriteOutcome};
+use crate::types::{unix_secs, LeaseDuration, LeaseId};
+use crate::{Error, Transport};
+
+/// Takes or extends the native lease on `blob` for `id`; `fenced` writes the claim with its
+/// token.
+pub(super) async fn acquire<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    duration: LeaseDuration,
+    id: LeaseId,
+    fenced: bool,
+    now: SystemTime,
+) -> Result<Acquire, Error> {
+    for _ in 0..MAX_ATTEMPTS {
+        let (snap, tenure, claim) = match locks.read(blob, now).await? {
+            Read::Found(snap) => {
+                if let Some(busy) = snap.busy_for(id) {
+                    return Ok(busy);
+                }
+                let tenure = snap.tenure_for(id)?;
+                // An extension of a native lease writes nothing; a new holder (or one switching
+                // from a record) writes its claim under the new lease.
+                let claim = (fenced && snap.native_claim().is_none()).then_some(Claim {
+                    holder: Some(id),
+                    kind: Kind::Native(duration),
+                    since: tenure.since,
+                    expires: 0, // set from the grant's Date
+                    token: tenure.token,
+                });
+                (snap, tenure, claim)
+            }
+            Read::Missing(date) => {
+                // First use: create the blob with the claim already in it (it counts only once
+                // the lease is held), then acquire at the new blob's ETag.
+                let claim = Claim {
+                    holder: Some(id),
+                    kind: Kind::Native(duration),
+                    since: unix_secs(date),
+                    expires: expiry(date, duration),
+                    token: first_token(date)?,
+                };
+                match locks.create(blob, claim, now).await? {
+                    Some(snap) => {
+                        let tenure = Tenure {
+                            token: claim.token,
+                            since: claim.since,
+                            extended: false,
+                        };
+                        (snap, tenure, None)
+                    }
+                    None => continue,
+                }
+            }
+        };
+        let granted = match take(locks, blob, &snap, duration, id, claim, now).await? {
+            Take::Granted(time) => time,
+            Take::TakenMeanwhile => return Ok(Acquire::Busy { retry_after: None }),
+            Take::Moved => continue,
+        };
+        return Ok(Acquire::Acquired(Acquired {
+            lease_id: id,
+            fencing_token: fenced.then_some(tenure.token),
+            expires_at: duration.as_duration().map(|d| granted + d),
+            server_date: granted,
+            since: at(tenure.since),
+            extended: tenure.extended,
+        }));
+    }
+    Err(super::gave_up("acquire"))
+}
+
+/// How [`take`] went.
+enum Take {
+    /// Held, granted at this server time.
+    Granted(SystemTime),
+    /// Someone else took the lease since the blob was read (or broke ours before the claim).
+    TakenMeanwhile,
+    /// The blob changed or vanished since it was read: read it again.
+    Moved,
+}
+
+/// Acquires at the snapshot's ETag, then writes `claim` under the new lease.
+async fn take<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    snap: &Snapshot,
+    duration: LeaseDuration,
+    id: LeaseId,
+    claim: Option<Claim>,
+    now: SystemTime,
+) -> Result<Take, Error> {
+    let op = locks
+        .lease_op(
+            blob,
+            LeaseAction::Acquire {
+                duration,
+                proposed: id,
+            },
+        )
+        .with_condition(Condition::IfMatch(snap.etag.clone()));
+    let granted = match locks.execute(&op, now).await {
+        Ok((LeaseOutcome::Held { server_date, .. }, date)) => {
+            server_date.or(date).ok_or_else(no_date)?
+        }
+        // Leased by someone in between (a lease does not move the ETag).
+        Ok(_) => return Ok(Take::TakenMeanwhile),
+        Err(e) if e.class() == Some(ErrorClass::PreconditionFailed) || is_missing(&e) => {
+            return Ok(Take::Moved)
+        }
+        Err(e) => {
+            if may_have_granted(&e) {
+                give_back(locks, blob, id, now).await;
+            }
+            return Err(e);
+        }
+    };
+    if let Some(mut claim) = claim {
+        claim.expires = expiry(granted, duration);
+        let write = SetMetadata {
+            container: locks.container.clone(),
+            blob: blob.clone(),
+            metadata: snap.with_claim(&claim),
+            lease_id: Some(id),
+            condition: Condition::None,
+        };
+        match locks.execute(&write, now).await {
+            Ok((WriteOutcome::Written(_), _)) => {}
+            // The lease was broken between the grant and the claim: not ours after all.
+            Ok((WriteOutcome::Refused(_), _)) => return Ok(Take::TakenMeanwhile),
+            Err(e) => {
+                give_back(locks, blob, id, now).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(Take::Granted(granted))
+}
+
+/// Releases the native lease `id` holds on `blob`: one request.
+pub(super) async fn release<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    id: LeaseId,
+    now: SystemTime,
+) -> Result<Release, Error> {
+    match locks
+        .execute(&locks.lease_op(blob, LeaseAction::Release(id)), now)
+        .await
+    {
+        Ok((LeaseOutcome::Released, _)) => Ok(Release::Released),
+        Ok(_) => Ok(Release::NotHeld),
+        Err(e) if is_missing(&e) => Ok(Release::NotHeld),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives a lease back after a failure, best effort: the caller reports the original error.
+pub(super) async fn give_back<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    id: LeaseId,
+    now: SystemTime,
+) {
+    let _ = release(locks, blob, id, now).await;
+}
+
+/// A native claim's expiry: the grant's time plus the duration (0 for infinite leases).
+fn expiry(granted: SystemTime, duration: LeaseDuration) -> u64 {
+    duration
+        .as_duration()
+        .map_or(0, |d| unix_secs(granted) + d.as_secs())
+}
