@@ -10,32 +10,110 @@ use futures::future::{select, Either};
 use futures::StreamExt;
 use http::{Request, Response, StatusCode};
 use leasegate::{LeaseId, Transport, TransportError, TransportErrorKind};
-use spin_sdk::http::{IncomingRequest, SendError};
+use spin_sdk::http::{IncomingRequest, IncomingResponse, SendError};
 
 use crate::config::Variables;
 use crate::web;
 use crate::Context;
 
-/// Outbound HTTP through spin-sdk (`wasi:http/outgoing-handler`), each request bounded by a
-/// timeout. Spin checks every request against the component's `allowed_outbound_hosts`.
+/// The largest response body [`SpinTransport`] reads by default: 16 MiB. Storage answers of
+/// the lease module are a few KiB at most (a lease record's metadata, an error document, a
+/// listing page), webhook answers are ignored; the cap only keeps a misbehaving server from
+/// filling the component's memory.
+pub const MAX_RESPONSE_BODY: usize = 16 << 20;
+
+/// Outbound HTTP through spin-sdk (`wasi:http/outgoing-handler`), each exchange bounded by a
+/// timeout and each response body by a size cap. Spin checks every request against the
+/// component's `allowed_outbound_hosts`.
+///
+/// The response is read as a stream (not with spin-sdk's conversion to `http::Response`, which
+/// panics when a body breaks off and reads bodies of any size): a body that breaks off, or that
+/// is larger than `max_body`, is a [`TransportError`] of kind `Other`.
 #[derive(Debug, Clone, Copy)]
 pub struct SpinTransport {
-    /// How long one exchange may take.
+    /// How long one exchange may take: sending the request, the response head and reading
+    /// the whole body.
     pub timeout: Duration,
+    /// The largest response body read, in bytes ([`MAX_RESPONSE_BODY`] by default). Reading
+    /// stops at the cap; nothing beyond it is buffered.
+    pub max_body: usize,
 }
 
 impl Transport for SpinTransport {
     async fn send(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, TransportError> {
-        let exchange = spin_sdk::http::send::<_, Response<Vec<u8>>>(request);
+        let exchange = exchange(request, self.max_body);
         match select(Box::pin(exchange), Sleep::new(self.timeout)).await {
-            Either::Left((Ok(response), _)) => Ok(response),
-            Either::Left((Err(e), _)) => Err(classify(&e)),
+            Either::Left((result, _)) => result,
             Either::Right(_) => Err(TransportError::new(
                 TransportErrorKind::Timeout,
-                format!("no answer within {} ms", self.timeout.as_millis()),
+                format!("no complete answer within {} ms", self.timeout.as_millis()),
             )),
         }
     }
+}
+
+/// Sends `request` and reads its response, the body up to `max_body` bytes. Dropping this
+/// future (at the timeout) drops the body stream, then the response: the host cancels the
+/// rest of the exchange.
+async fn exchange(
+    request: Request<Vec<u8>>,
+    max_body: usize,
+) -> Result<Response<Vec<u8>>, TransportError> {
+    // A HEAD answer has no body, whatever its Content-Length says (for a blob, its size).
+    let head = request.method() == http::Method::HEAD;
+    let response: IncomingResponse = spin_sdk::http::send(request)
+        .await
+        .map_err(|e| classify(&e))?;
+    let status = response.status();
+    let mut builder = Response::builder().status(status);
+    let mut declared = None;
+    for (name, value) in response.headers().entries() {
+        if name.eq_ignore_ascii_case("content-length") {
+            declared = std::str::from_utf8(&value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok());
+        }
+        builder = builder.header(name, value);
+    }
+    let body = if head || status == 204 || status == 304 {
+        Vec::new()
+    } else if declared.is_some_and(|n| n > max_body as u64) {
+        return Err(over(max_body));
+    } else {
+        read_body(&response, max_body).await?
+    };
+    builder.body(body).map_err(|_| {
+        TransportError::new(
+            TransportErrorKind::Other,
+            "the response head is not valid HTTP",
+        )
+    })
+}
+
+/// Reads a response body chunk by chunk, up to `max` bytes.
+async fn read_body(response: &IncomingResponse, max: usize) -> Result<Vec<u8>, TransportError> {
+    let mut body = Vec::new();
+    let mut stream = response.take_body_stream();
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            return Err(TransportError::new(
+                TransportErrorKind::Other,
+                format!("the response body broke off after {} bytes", body.len()),
+            ));
+        };
+        if chunk.len() > max - body.len() {
+            return Err(over(max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn over(max: usize) -> TransportError {
+    TransportError::new(
+        TransportErrorKind::Other,
+        format!("response body over {max} bytes"),
+    )
 }
 
 /// Maps spin-sdk's send errors; the text names the error kind, never the URL.
@@ -47,7 +125,9 @@ fn classify(e: &SendError) -> TransportError {
                 ErrorCode::ConnectionRefused
                 | ErrorCode::DestinationNotFound
                 | ErrorCode::DestinationUnavailable
-                | ErrorCode::DnsError(_) => TransportErrorKind::Connect,
+                | ErrorCode::DnsError(_)
+                // The host refused to send it (not an allowed outbound host): nothing left.
+                | ErrorCode::HttpRequestDenied => TransportErrorKind::Connect,
                 ErrorCode::ConnectionTimeout | ErrorCode::ConnectionReadTimeout => {
                     TransportErrorKind::Timeout
                 }
@@ -176,29 +256,31 @@ pub async fn read_request(
 
 /// What a component's handler runs with in Spin: the Spin transport and variables.
 pub struct SpinEnv {
-    transport: SpinTransport,
     variables: SpinVariables,
 }
 
+/// Makes the Spin transport for a timeout; response bodies are capped at
+/// [`MAX_RESPONSE_BODY`].
+fn spin_transport(timeout: Duration) -> SpinTransport {
+    SpinTransport {
+        timeout,
+        max_body: MAX_RESPONSE_BODY,
+    }
+}
+
 impl SpinEnv {
-    /// Reads `storage_timeout_ms` (default 5000) for the transport.
+    /// The Spin environment (the handler reads its settings, `storage_timeout_ms` included,
+    /// once, after authenticating the caller).
     pub fn new() -> Self {
-        let variables = SpinVariables;
-        let timeout =
-            crate::config::number(&variables, "storage_timeout_ms", 5000.0, 100.0..=60_000.0)
-                .unwrap_or(5000.0);
         SpinEnv {
-            transport: SpinTransport {
-                timeout: Duration::from_millis(timeout as u64),
-            },
-            variables,
+            variables: SpinVariables,
         }
     }
 
     /// The handler context, dated now.
     pub fn context(&self) -> Context<'_, SpinTransport> {
         Context {
-            transport: &self.transport,
+            connect: &spin_transport,
             variables: &self.variables,
             now: SystemTime::now(),
             new_lease_id: &random_lease_id,

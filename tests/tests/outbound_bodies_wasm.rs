@@ -1,0 +1,202 @@
+//! Outbound responses whose bodies misbehave (break off, are far too large, trickle), read by
+//! the release `.wasm` components served by the wasmtime host: storage or the webhook is a
+//! misbehaving stub server. Never a trap, never a 500: storage problems are a 503
+//! `storage_unavailable`, webhook problems a `notify_failed` decision.
+
+use std::time::{Duration, Instant};
+
+use leasegate_tests::app::{call, post_telemetry, Answer, App};
+use leasegate_tests::stub::{Behaviour, Heads, Stub};
+use serde_json::json;
+
+const AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
+
+fn gate(app: &App, method: &str, path_and_query: &str) -> Answer {
+    call(
+        method,
+        &app.url(&format!("/api/gate/{path_and_query}")),
+        &[AUTH],
+        b"",
+    )
+}
+
+/// The guest answered by itself: no 500, no trap or panic in its output.
+fn assert_no_trap(app: &App, answer: &Answer, what: &str) {
+    assert_ne!(answer.status, 500, "{what}: {}", answer.text);
+    let record = app.record_of(answer);
+    assert_ne!(record.status, 500, "{what}: {:?}", record.output);
+    for line in &record.output {
+        assert!(
+            !line.contains("trapped") && !line.contains("panicked"),
+            "{what}: the guest trapped: {line}"
+        );
+    }
+}
+
+/// A 503 `storage_unavailable` whose message contains `expect`.
+fn assert_storage_unavailable(answer: &Answer, expect: &str, what: &str) {
+    assert_eq!(answer.status, 503, "{what}: {}", answer.text);
+    assert_eq!(
+        answer.json["error"], "storage_unavailable",
+        "{what}: {}",
+        answer.text
+    );
+    let message = answer.json["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains(expect),
+        "{what}: the message should mention {expect:?}: {message}"
+    );
+    assert!(
+        !message.contains("127.0.0.1") && !message.contains("devstoreaccount1"),
+        "{what}: no URL in messages: {message}"
+    );
+}
+
+/// Storage is the stub.
+///
+/// Acquiring a gate (`POST`) must reach a storage request whose answer has a body: the stub
+/// answers HEADs (reading the lock blob's properties, where the lease module starts) with a
+/// clean 404 and breaks the next answer's body; the 503 names the body problem (`expect`).
+///
+/// Reading a gate's state (`GET`) is a HEAD alone, whose answer has no body: a second stub
+/// breaks the HEAD's answer the same way (its head breaks off, is endless, or trickles), which
+/// must be a 503 too (naming `expect_head` when given).
+fn storage_case(
+    tag: &str,
+    behaviour: Behaviour,
+    timeout_ms: &str,
+    expect: &str,
+    expect_head: &str,
+) -> Duration {
+    let stub = Stub::start_with(behaviour, Heads::Missing);
+    let app = App::start(
+        tag,
+        &[
+            ("storage_origin", &stub.origin()),
+            ("storage_timeout_ms", timeout_ms),
+        ],
+    );
+    let started = Instant::now();
+    let post = gate(&app, "POST", "k?window=30");
+    let took = started.elapsed();
+    assert_storage_unavailable(&post, expect, &format!("{tag} POST"));
+    assert_no_trap(&app, &post, &format!("{tag} POST"));
+    assert!(
+        stub.seen().iter().any(|s| s.method == "PUT"),
+        "{tag}: a request with an answer body reached the stub: {:?}",
+        stub.seen()
+    );
+    drop((app, stub));
+
+    let stub = Stub::start_with(behaviour, Heads::Misbehave);
+    let app = App::start(
+        tag,
+        &[
+            ("storage_origin", &stub.origin()),
+            ("storage_timeout_ms", timeout_ms),
+        ],
+    );
+    let get = gate(&app, "GET", "k");
+    assert_storage_unavailable(&get, expect_head, &format!("{tag} GET"));
+    assert_no_trap(&app, &get, &format!("{tag} GET"));
+    assert!(
+        stub.seen().iter().any(|s| s.method == "HEAD"),
+        "{tag}: the HEAD reached the stub: {:?}",
+        stub.seen()
+    );
+    took
+}
+
+#[test]
+fn storage_body_reset_mid_read_is_503_not_a_trap() {
+    storage_case(
+        "resetbody",
+        Behaviour::ResetMidBody,
+        "3000",
+        "the response body broke off after 10 bytes",
+        "",
+    );
+}
+
+#[test]
+fn storage_body_closed_mid_read_is_503_not_a_trap() {
+    storage_case(
+        "closebody",
+        Behaviour::CloseMidBody,
+        "3000",
+        "the response body broke off after 10 bytes",
+        "",
+    );
+}
+
+#[test]
+fn storage_body_over_the_cap_is_503() {
+    // A long timeout, so that it is the cap that stops the read, not the clock.
+    storage_case(
+        "hugebody",
+        Behaviour::HugeBody,
+        "20000",
+        "response body over 16777216 bytes",
+        "",
+    );
+}
+
+#[test]
+fn storage_body_declared_over_the_cap_is_503() {
+    storage_case(
+        "hugedeclared",
+        Behaviour::HugeDeclaredBody,
+        "20000",
+        "response body over 16777216 bytes",
+        "",
+    );
+}
+
+#[test]
+fn storage_body_trickling_is_cut_off_at_the_timeout() {
+    let took = storage_case(
+        "trickle",
+        Behaviour::Trickle,
+        "1000",
+        "within 1000 ms",
+        "within 1000 ms",
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+/// The webhook is the stub (storage is Azurite): the winning reading's notification fails,
+/// which is a `notify_failed` decision, not a 500 or a trap.
+fn webhook_case(tag: &str, behaviour: Behaviour, timeout_ms: &str) {
+    let stub = Stub::start(behaviour);
+    let app = App::start(
+        tag,
+        &[
+            ("notify_origin", &stub.origin()),
+            ("storage_timeout_ms", timeout_ms),
+        ],
+    );
+    let answer = post_telemetry(&app, &json!({"deviceId": "d1", "temperature": 40}));
+    assert_ne!(answer.status, 500, "{tag}: {}", answer.text);
+    let decision = &answer.json["decisions"][0];
+    assert_eq!(
+        decision["decision"], "notify_failed",
+        "{tag}: {}",
+        answer.text
+    );
+    assert_no_trap(&app, &answer, tag);
+    assert!(
+        stub.seen().iter().any(|s| s.method == "POST"),
+        "{tag}: the notification reached the stub: {:?}",
+        stub.seen()
+    );
+}
+
+#[test]
+fn webhook_body_reset_mid_read_is_notify_failed() {
+    webhook_case("hookreset", Behaviour::ResetMidBody, "3000");
+}
+
+#[test]
+fn webhook_body_over_the_cap_is_notify_failed() {
+    webhook_case("hookhuge", Behaviour::HugeBody, "20000");
+}
