@@ -56,6 +56,10 @@ pub fn wasm(name: &str) -> PathBuf {
 
 /// The bearer token the test app's gate expects.
 pub const GATE_TOKEN: &str = "test-gate-token-7f3a";
+/// The bearer token the test app's telemetry endpoint expects.
+pub const TELEMETRY_TOKEN: &str = "test-telemetry-token-91c2";
+/// The test app's `lease_id_secret`.
+pub const LEASE_ID_SECRET: &str = "test-lease-id-secret-5d0e";
 
 /// The app, served on a free loopback port.
 pub struct App {
@@ -84,6 +88,8 @@ impl App {
             ("container".into(), container.as_str().to_string()),
             ("notify_origin".into(), sink.origin()),
             ("gate_token".into(), GATE_TOKEN.into()),
+            ("telemetry_token".into(), TELEMETRY_TOKEN.into()),
+            ("lease_id_secret".into(), LEASE_ID_SECRET.into()),
             ("storage_timeout_ms".into(), "3000".into()),
         ]);
         for (k, v) in overrides {
@@ -164,12 +170,15 @@ pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> A
     }
 }
 
-/// `POST /api/telemetry` with a JSON body.
+/// `Authorization: Bearer <TELEMETRY_TOKEN>`.
+pub const TELEMETRY_AUTH: (&str, &str) = ("authorization", "Bearer test-telemetry-token-91c2");
+
+/// `POST /api/telemetry` with a JSON body and the test token.
 pub fn post_telemetry(app: &App, body: &serde_json::Value) -> Answer {
     call(
         "POST",
         &app.url("/api/telemetry"),
-        &[("content-type", "application/json")],
+        &[("content-type", "application/json"), TELEMETRY_AUTH],
         body.to_string().as_bytes(),
     )
 }

@@ -17,6 +17,7 @@ use leasegate::{Account, ContainerName};
 
 pub mod app;
 pub mod sink;
+pub mod stub;
 
 /// A running Azurite blob service.
 pub struct Azurite {
@@ -179,4 +180,108 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Optio
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// What [`Faulty`] does to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Send it and return the answer.
+    Pass,
+    /// Send it, then drop the answer and report a timeout: the request reached storage, the
+    /// caller cannot know what it did.
+    LoseAnswer,
+    /// Do not send it; answer this status (503 carries `ServerBusy`).
+    Status(u16),
+    /// Wait, then send it.
+    Delay(Duration),
+}
+
+type Rule = Box<dyn Fn(usize, &http::Request<Vec<u8>>) -> Step + Send + Sync>;
+
+/// A transport that applies a rule to each request (numbered from 0): for fault tests of the
+/// lease algorithms against a real Azurite.
+pub struct Faulty<T> {
+    inner: T,
+    rule: Rule,
+    sent: AtomicU32,
+}
+
+impl<T> Faulty<T> {
+    /// Wraps `inner`; `rule` decides what happens to request number `n`.
+    pub fn new(
+        inner: T,
+        rule: impl Fn(usize, &http::Request<Vec<u8>>) -> Step + Send + Sync + 'static,
+    ) -> Self {
+        Faulty {
+            inner,
+            rule: Box::new(rule),
+            sent: AtomicU32::new(0),
+        }
+    }
+}
+
+impl<T: leasegate::Transport> leasegate::Transport for Faulty<T> {
+    async fn send(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<Vec<u8>>, leasegate::TransportError> {
+        let n = self.sent.fetch_add(1, Ordering::SeqCst) as usize;
+        match (self.rule)(n, &request) {
+            Step::Pass => self.inner.send(request).await,
+            Step::LoseAnswer => {
+                let _ = self.inner.send(request).await;
+                Err(leasegate::TransportError::new(
+                    leasegate::TransportErrorKind::Timeout,
+                    "answer lost (test fault)",
+                ))
+            }
+            Step::Status(status) => {
+                let mut r = http::Response::builder().status(status).header(
+                    "date",
+                    httpdate::fmt_http_date(std::time::SystemTime::now()),
+                );
+                if status == 503 {
+                    r = r.header("x-ms-error-code", "ServerBusy");
+                }
+                Ok(r.body(Vec::new()).expect("a response"))
+            }
+            Step::Delay(d) => {
+                std::thread::sleep(d);
+                self.inner.send(request).await
+            }
+        }
+    }
+}
+
+/// The `x-ms-lease-action` of a request, or its method and `comp` (`HEAD`, `PUT metadata`).
+pub fn describe(request: &http::Request<Vec<u8>>) -> String {
+    if let Some(action) = request.headers().get("x-ms-lease-action") {
+        return format!("lease {}", action.to_str().unwrap_or("?"));
+    }
+    let comp = request
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|p| p.strip_prefix("comp="))
+        .unwrap_or("");
+    format!("{} {comp}", request.method()).trim().to_string()
+}
+
+/// A service SAS (`racwdl`, valid for an hour) for `container` on the shared Azurite, as the
+/// query string an application would be given.
+pub fn container_sas(container: &ContainerName) -> String {
+    use leasegate::signing::{SasPermissions, SasResource, ServiceSas};
+    let key = leasegate::AccountKey::try_new(leasegate::account::DEV_ACCOUNT_KEY).expect("key");
+    ServiceSas {
+        resource: SasResource::Container(container.clone()),
+        permissions: SasPermissions::all(),
+        start: None,
+        expiry: std::time::SystemTime::now() + Duration::from_secs(3600),
+        protocol: None,
+    }
+    .token(leasegate::account::DEV_ACCOUNT_NAME, &key)
+    .expect("a SAS")
+    .query()
+    .to_string()
 }

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,15 +14,28 @@ pub struct Received {
     pub path: String,
     /// The body, parsed as JSON (`Null` if it was not JSON).
     pub body: serde_json::Value,
-    /// The status the sink answered.
+    /// The `Idempotency-Key` header.
+    pub idempotency_key: Option<String>,
+    /// The status the sink answered (0 when it answered nothing).
     pub answered: u16,
+}
+
+/// How the sink answers a request it has read (and recorded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Answer this status at once.
+    Answer(u16),
+    /// Wait, then answer this status (a webhook that acts, then answers late).
+    Late(Duration, u16),
+    /// Reset the connection without answering (a webhook that acts, then breaks off).
+    Reset,
 }
 
 /// The sink. Dropping it stops the server.
 pub struct Sink {
     port: u16,
     received: Arc<Mutex<Vec<Received>>>,
-    status: Arc<AtomicU16>,
+    behaviour: Arc<Mutex<Behaviour>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -34,16 +47,16 @@ impl Sink {
         listener.set_nonblocking(true).expect("non-blocking accept");
         let port = listener.local_addr().expect("sink address").port();
         let received = Arc::new(Mutex::new(Vec::new()));
-        let status = Arc::new(AtomicU16::new(204));
+        let behaviour = Arc::new(Mutex::new(Behaviour::Answer(204)));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (received, status, stop) = (received.clone(), status.clone(), stop.clone());
+            let (received, behaviour, stop) = (received.clone(), behaviour.clone(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((stream, _)) => {
-                            let (received, status) = (received.clone(), status.clone());
-                            std::thread::spawn(move || serve(stream, &received, &status));
+                            let (received, behaviour) = (received.clone(), behaviour.clone());
+                            std::thread::spawn(move || serve(stream, &received, &behaviour));
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(5)),
                     }
@@ -53,7 +66,7 @@ impl Sink {
         Sink {
             port,
             received,
-            status,
+            behaviour,
             stop,
             thread: Some(thread),
         }
@@ -71,7 +84,14 @@ impl Sink {
 
     /// Makes the sink answer `status` from now on.
     pub fn answer(&self, status: u16) {
-        self.status.store(status, Ordering::Relaxed);
+        self.behave(Behaviour::Answer(status));
+    }
+
+    /// Makes the sink behave so from now on.
+    pub fn behave(&self, behaviour: Behaviour) {
+        if let Ok(mut b) = self.behaviour.lock() {
+            *b = behaviour;
+        }
     }
 
     /// Everything received so far.
@@ -117,7 +137,7 @@ impl Drop for Sink {
     }
 }
 
-fn serve(stream: TcpStream, received: &Mutex<Vec<Received>>, status: &AtomicU16) {
+fn serve(stream: TcpStream, received: &Mutex<Vec<Received>>, behaviour: &Mutex<Behaviour>) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
@@ -129,6 +149,7 @@ fn serve(stream: TcpStream, received: &Mutex<Vec<Received>>, status: &AtomicU16)
     }
     let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
     let mut length = 0usize;
+    let mut idempotency_key = None;
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
@@ -138,21 +159,41 @@ fn serve(stream: TcpStream, received: &Mutex<Vec<Received>>, status: &AtomicU16)
             if name.trim().eq_ignore_ascii_case("content-length") {
                 length = value.trim().parse().unwrap_or(0);
             }
+            if name.trim().eq_ignore_ascii_case("idempotency-key") {
+                idempotency_key = Some(value.trim().to_string());
+            }
         }
     }
     let mut body = vec![0; length.min(1 << 20)];
     if reader.read_exact(&mut body).is_err() {
         return;
     }
-    let code = status.load(Ordering::Relaxed);
+    let behaviour = behaviour
+        .lock()
+        .map(|b| *b)
+        .unwrap_or(Behaviour::Answer(204));
+    let code = match behaviour {
+        Behaviour::Answer(code) | Behaviour::Late(_, code) => code,
+        Behaviour::Reset => 0,
+    };
     if let Ok(mut r) = received.lock() {
         r.push(Received {
             path,
             body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+            idempotency_key,
             answered: code,
         });
     }
     let mut stream = stream;
+    match behaviour {
+        Behaviour::Reset => {
+            // The request was read; the connection closes with no answer at all.
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+        Behaviour::Late(delay, _) => std::thread::sleep(delay),
+        Behaviour::Answer(_) => {}
+    }
     let _ = write!(
         stream,
         "HTTP/1.1 {code} Sink\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"

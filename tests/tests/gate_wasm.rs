@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use leasegate_host::Fault;
-use leasegate_tests::app::{call, post_telemetry, Answer, App, GATE_TOKEN};
+use leasegate_tests::app::{
+    call, post_telemetry, Answer, App, GATE_TOKEN, TELEMETRY_AUTH, TELEMETRY_TOKEN,
+};
 use serde_json::{json, Value};
 
 const AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
@@ -28,14 +30,17 @@ fn gate_contract() {
     let lease_id = a.json["leaseId"].as_str().unwrap().to_string();
     let token1 = a.json["fencingToken"].as_u64().unwrap();
     assert!(a.json["expiresAt"].as_str().unwrap().ends_with('Z'));
-    // Held: 429 with Retry-After.
-    let busy = gate(&app, "POST", "jobs%2Fnightly?window=30", &[AUTH]);
+    // Held: 429 with Retry-After, the holder's time left by the server's clock.
+    let busy = gate(&app, "POST", "jobs%2Fnightly?window=45", &[AUTH]);
     assert_eq!(busy.status, 429, "{}", busy.text);
-    assert_eq!(
-        busy.json,
-        json!({"acquired": false, "key": "jobs/nightly", "retryAfterSeconds": 30})
+    assert_eq!(busy.json["acquired"], false);
+    assert_eq!(busy.json["key"], "jobs/nightly");
+    let left = busy.json["retryAfterSeconds"].as_u64().unwrap();
+    assert!(
+        (28..=30).contains(&left),
+        "{left}: the holder's 30 s, not the caller's 45 s"
     );
-    assert_eq!(busy.headers["retry-after"], "30");
+    assert_eq!(busy.headers["retry-after"], left.to_string());
     let state = gate(&app, "GET", "jobs%2Fnightly", &[AUTH]);
     assert_eq!(state.status, 200);
     assert_eq!(state.json["state"], "held");
@@ -79,6 +84,12 @@ fn holders_extend_their_own_gate_and_tokens_increase() {
         );
         assert_eq!(a2.status, 200, "holder re-acquire extends: {}", a2.text);
         assert_eq!(a1.json["leaseId"], a2.json["leaseId"]);
+        assert_eq!(a2.json["extended"], true);
+        assert_eq!(
+            a1.json["fencingToken"], a2.json["fencingToken"],
+            "a term stays"
+        );
+        assert_eq!(a1.json["since"], a2.json["since"]);
         let b = gate(
             &app,
             "POST",
@@ -117,6 +128,7 @@ fn gate_needs_its_token() {
         vec![("authorization", "Bearer wrong")],
         vec![("authorization", "Basic dGVzdA==")],
         vec![("authorization", "Bearer ")],
+        vec![("authorization", "test-gate-token-7f3a")],
     ] {
         let a = gate(&app, "POST", "k", &headers);
         assert_eq!(a.status, 401, "{headers:?}: {}", a.text);
@@ -124,8 +136,186 @@ fn gate_needs_its_token() {
         assert_eq!(a.headers["www-authenticate"], "Bearer");
         assert!(!a.text.contains(GATE_TOKEN));
     }
-    // Nothing was taken by the refused calls.
+    // Nothing was taken by the refused calls. The scheme is case-insensitive.
     assert_eq!(gate(&app, "POST", "k", &[AUTH]).status, 200);
+    for scheme in ["bearer", "BEARER", "BeArEr"] {
+        let header = format!("{scheme} {GATE_TOKEN}");
+        let a = gate(&app, "GET", "k", &[("authorization", header.as_str())]);
+        assert_eq!(a.status, 200, "{scheme}: {}", a.text);
+    }
+}
+
+/// Authentication comes before any other setting is read: an unauthenticated caller of a
+/// misconfigured app learns nothing of the setup.
+#[test]
+fn authentication_comes_before_configuration() {
+    let app = App::start(
+        "authfirst",
+        &[
+            ("storage_key", "not base64!"),
+            ("container", "Not_A_Container"),
+        ],
+    );
+    let a = gate(&app, "POST", "k", &[]);
+    assert_eq!(a.status, 401, "{}", a.text);
+    let t = call(
+        "POST",
+        &app.url("/api/telemetry"),
+        &[("content-type", "application/json")],
+        b"{}",
+    );
+    assert_eq!(t.status, 401, "{}", t.text);
+    for text in [&a.text, &t.text] {
+        assert!(
+            !text.contains("storage_key") && !text.contains("container"),
+            "{text}"
+        );
+    }
+    // Authenticated, they learn what is wrong.
+    let a = gate(&app, "POST", "k", &[AUTH]);
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "not_configured");
+}
+
+#[test]
+fn telemetry_needs_its_token() {
+    let app = App::start("telauth", &[]);
+    let body = json!({"deviceId": "t-1", "temperature": 10}).to_string();
+    let post = |headers: &[(&str, &str)]| {
+        let mut all = vec![("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        call("POST", &app.url("/api/telemetry"), &all, body.as_bytes())
+    };
+    for headers in [
+        vec![],
+        vec![("authorization", "Bearer wrong")],
+        vec![("authorization", GATE_TOKEN)],
+        vec![("authorization", "Basic dGVzdA==")],
+        vec![("authorization", "Bearer test-gate-token-7f3a")],
+    ] {
+        let a = post(&headers);
+        assert_eq!(a.status, 401, "{headers:?}: {}", a.text);
+        assert_eq!(a.json["error"], "unauthorized");
+        assert_eq!(a.headers["www-authenticate"], "Bearer");
+        assert!(!a.text.contains(TELEMETRY_TOKEN));
+    }
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let header = format!("{scheme} {TELEMETRY_TOKEN}");
+        let a = post(&[("authorization", header.as_str())]);
+        assert_eq!(a.status, 200, "{scheme}: {}", a.text);
+    }
+    // No token configured: refuses to serve, unless switched off on purpose.
+    let closed = App::start("telnotoken", &[("telemetry_token", "")]);
+    let a = call(
+        "POST",
+        &closed.url("/api/telemetry"),
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "not_configured");
+    assert!(a.json["message"]
+        .as_str()
+        .unwrap()
+        .contains("telemetry_token is empty"));
+    let open = App::start(
+        "teloff",
+        &[("telemetry_token", ""), ("telemetry_auth", "none")],
+    );
+    let a = call(
+        "POST",
+        &open.url("/api/telemetry"),
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+}
+
+/// A gate taken with one window holds against callers with any other window: native leases
+/// and lease records share the key. Sequential, then 64 callers racing on a fresh key.
+#[test]
+fn mixed_windows_share_one_gate() {
+    let app = App::start("mixedgate", &[]);
+    for (first, second) in [(600, 30), (30, 600), (5, 45)] {
+        let key = format!("job-{first}-{second}");
+        let a = gate(&app, "POST", &format!("{key}?window={first}"), &[AUTH]);
+        assert_eq!(a.status, 200, "{}", a.text);
+        let b = gate(&app, "POST", &format!("{key}?window={second}"), &[AUTH]);
+        assert_eq!(b.status, 429, "{first} then {second}: {}", b.text);
+        // A release frees it whichever way it is held.
+        let release = [AUTH, ("lease-id", a.json["leaseId"].as_str().unwrap())];
+        assert_eq!(gate(&app, "DELETE", &key, &release).status, 204);
+        let c = gate(&app, "POST", &format!("{key}?window={second}"), &[AUTH]);
+        assert_eq!(c.status, 200, "{}", c.text);
+        assert!(c.json["fencingToken"].as_u64() > a.json["fencingToken"].as_u64());
+    }
+    let url = app.url("/api/gate/first-use");
+    let start = std::sync::Arc::new(std::sync::Barrier::new(64));
+    let answers: Vec<Answer> = (0..64)
+        .map(|i| {
+            let (url, start) = (url.clone(), start.clone());
+            std::thread::spawn(move || {
+                let window = [30, 600, 2, 60][i % 4];
+                start.wait();
+                call("POST", &format!("{url}?window={window}"), &[AUTH], b"")
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        63,
+        "{statuses:?}"
+    );
+}
+
+/// A gate whose lock blob holds garbage answers a clear 503 naming the field, never a 500.
+#[test]
+fn a_corrupt_gate_blob_is_a_clear_error() {
+    let app = App::start("corrupt", &[]);
+    let a = gate(&app, "POST", "bad?window=30", &[AUTH]);
+    assert_eq!(a.status, 200);
+    let release = [AUTH, ("lease-id", a.json["leaseId"].as_str().unwrap())];
+    assert_eq!(gate(&app, "DELETE", "bad", &release).status, 204);
+    let locks = leasegate::lease::Locks::new(
+        leasegate_native::NativeTransport::default(),
+        leasegate_tests::Azurite::shared().account(),
+        app.container.clone(),
+    )
+    .with_prefix("gates/");
+    let blob = locks
+        .blob_name(&leasegate::LockName::try_new("bad").unwrap())
+        .unwrap();
+    let mut metadata = leasegate::ops::Metadata::new();
+    metadata.insert("leasegate_token".into(), "18446744073709551615".into());
+    leasegate_native::block_on(locks.execute(
+        &leasegate::ops::SetMetadata {
+            container: app.container.clone(),
+            blob,
+            metadata,
+            lease_id: None,
+            condition: leasegate::ops::Condition::None,
+        },
+        std::time::SystemTime::now(),
+    ))
+    .unwrap();
+    for method in ["POST", "GET"] {
+        let a = gate(&app, method, "bad", &[AUTH]);
+        assert_eq!(a.status, 503, "{method}: {}", a.text);
+        assert_eq!(a.json["error"], "lock_unusable", "{method}: {}", a.text);
+        assert!(a.json["message"]
+            .as_str()
+            .unwrap()
+            .contains("leasegate_token"));
+    }
 }
 
 #[test]
@@ -192,94 +382,126 @@ fn case(
 fn bad_input_gets_clear_4xx_errors() {
     let app = App::start("badinput", &[]);
     let json_ct = ("content-type", "application/json");
+    let tel = TELEMETRY_AUTH;
     let long_id = "d".repeat(300);
     let big = vec![b' '; (1 << 20) + 1];
     let many = json!(vec![json!({"deviceId": "d", "temperature": 1}); 1001]).to_string();
     let mut cases: Vec<Case> = vec![
-        case("GET", "/api/telemetry", vec![], vec![], 405),
-        case("PUT", "/api/telemetry", vec![json_ct], b"{}".to_vec(), 405),
+        case("GET", "/api/telemetry", vec![tel], vec![], 405),
+        case(
+            "PUT",
+            "/api/telemetry",
+            vec![json_ct, tel],
+            b"{}".to_vec(),
+            405,
+        ),
         case(
             "POST",
             "/api/telemetry",
-            vec![],
+            vec![tel],
             b"{\"deviceId\":\"d\",\"temperature\":40}".to_vec(),
             415,
         ),
         case(
             "POST",
             "/api/telemetry",
-            vec![("content-type", "text/plain")],
+            vec![("content-type", "text/plain"), tel],
             b"hello".to_vec(),
             415,
         ),
+        case("POST", "/api/telemetry", vec![json_ct], b"{}".to_vec(), 401),
         case(
             "POST",
             "/api/telemetry",
-            vec![json_ct],
+            vec![json_ct, tel],
             b"{not json".to_vec(),
             400,
         ),
-        case("POST", "/api/telemetry", vec![json_ct], b"".to_vec(), 400),
-        case("POST", "/api/telemetry", vec![json_ct], b"42".to_vec(), 400),
-        case("POST", "/api/telemetry", vec![json_ct], b"[]".to_vec(), 400),
-        case("POST", "/api/telemetry", vec![json_ct], b"{}".to_vec(), 400),
         case(
             "POST",
             "/api/telemetry",
-            vec![json_ct],
+            vec![json_ct, tel],
+            b"".to_vec(),
+            400,
+        ),
+        case(
+            "POST",
+            "/api/telemetry",
+            vec![json_ct, tel],
+            b"42".to_vec(),
+            400,
+        ),
+        case(
+            "POST",
+            "/api/telemetry",
+            vec![json_ct, tel],
+            b"[]".to_vec(),
+            400,
+        ),
+        case(
+            "POST",
+            "/api/telemetry",
+            vec![json_ct, tel],
+            b"{}".to_vec(),
+            400,
+        ),
+        case(
+            "POST",
+            "/api/telemetry",
+            vec![json_ct, tel],
             b"{\"deviceId\":7,\"temperature\":40}".to_vec(),
             400,
         ),
         case(
             "POST",
             "/api/telemetry",
-            vec![json_ct],
+            vec![json_ct, tel],
             b"{\"deviceId\":\"d\",\"temperature\":\"hot\"}".to_vec(),
             400,
         ),
         case(
             "POST",
             "/api/telemetry",
-            vec![json_ct],
+            vec![json_ct, tel],
             b"{\"deviceId\":\"d\"}".to_vec(),
             400,
         ),
         case(
             "POST",
             "/api/telemetry",
-            vec![json_ct],
+            vec![json_ct, tel],
             b"{\"deviceId\":\"../../x\",\"temperature\":40}".to_vec(),
             400,
         ),
         case(
             "POST",
             "/api/telemetry",
-            vec![json_ct],
+            vec![json_ct, tel],
             b"{\"deviceId\":\"a\\u0000b\",\"temperature\":40}".to_vec(),
             400,
         ),
         case(
             "POST",
             "/api/telemetry",
-            vec![json_ct],
+            vec![json_ct, tel],
             format!("{{\"deviceId\":\"{long_id}\",\"temperature\":40}}").into_bytes(),
             400,
         ),
         case(
             "POST",
             "/api/telemetry",
-            vec![json_ct],
+            vec![json_ct, tel],
             b"{\"deviceId\":\"d\",\"temperature\":40,\"timestamp\":\"noon\"}".to_vec(),
             400,
         ),
         case(
             "POST",
             "/api/telemetry",
-            vec![json_ct],
+            vec![json_ct, tel],
             many.into_bytes(),
             413,
         ),
-        case("POST", "/api/telemetry", vec![json_ct], big, 413),
+        case("POST", "/api/telemetry", vec![json_ct, tel], big, 413),
         case("PUT", "/api/gate/k", vec![AUTH], Vec::new(), 405),
         case("POST", "/api/gate/", vec![AUTH], Vec::new(), 400),
         case("POST", "/api/gate/%2E%2E", vec![AUTH], Vec::new(), 400),
@@ -368,10 +590,10 @@ fn bad_input_gets_clear_4xx_errors() {
     }
 }
 
+/// A connection string whose blob endpoint is not `storage_origin` (the only origin Spin lets
+/// the component reach) is refused with a message that says what to set, before any request.
 #[test]
-fn outbound_hosts_outside_the_manifest_are_denied() {
-    // The connection string points at Azurite, but allowed_outbound_hosts (from storage_origin)
-    // names another origin: the host refuses the request, as Spin would, and the gate says so.
+fn a_connection_string_elsewhere_than_storage_origin_is_explained() {
     let azurite = leasegate_tests::Azurite::shared();
     let app = App::start(
         "denied",
@@ -382,14 +604,145 @@ fn outbound_hosts_outside_the_manifest_are_denied() {
     );
     let a = gate(&app, "POST", "k", &[AUTH]);
     assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "not_configured");
+    let want = format!("storage_origin=http://127.0.0.1:{}", azurite.port());
     assert!(
-        a.json["message"]
-            .as_str()
-            .unwrap()
-            .contains("allowed_outbound_hosts"),
+        a.json["message"].as_str().unwrap().contains(&want),
         "{}",
         a.text
     );
     assert!(!a.text.contains(leasegate::account::DEV_ACCOUNT_KEY));
     assert_eq!(app.record_of(&a).outbound.len(), 0);
+}
+
+/// The README's storage setups work as written: a SAS given as `storage_sas` (with
+/// `storage_key` left at its default) is what signs the requests; a connection string with a
+/// key, and one with a SAS, work.
+#[test]
+fn the_documented_storage_setups_work() {
+    let azurite = leasegate_tests::Azurite::shared();
+    let origin = format!("http://127.0.0.1:{}", azurite.port());
+    // A SAS can reach blobs but not create containers: create it first.
+    let container = leasegate_tests::unique_container("sas");
+    let account = azurite.account();
+    leasegate_native::block_on(
+        leasegate::lease::Locks::new(
+            leasegate_native::NativeTransport::default(),
+            account.clone(),
+            container.clone(),
+        )
+        .execute(
+            &leasegate::ops::CreateContainer {
+                container: container.clone(),
+            },
+            std::time::SystemTime::now(),
+        ),
+    )
+    .unwrap();
+    let sas = leasegate_tests::container_sas(&container);
+    let endpoint = azurite.endpoint();
+    // (name, variables, how the requests must be signed)
+    type Setup<'a> = (&'a str, Vec<(&'a str, String)>, &'a str);
+    let setups: Vec<Setup> = vec![
+        ("storage_sas", vec![("storage_sas", sas.clone())], "SAS"),
+        (
+            "connection string with a key",
+            vec![("storage_connection_string", azurite.connection_string())],
+            "SharedKey",
+        ),
+        (
+            "connection string with a SAS",
+            vec![(
+                "storage_connection_string",
+                format!("BlobEndpoint={endpoint};SharedAccessSignature={sas}"),
+            )],
+            "SAS",
+        ),
+    ];
+    for (name, vars, auth) in setups {
+        let mut overrides: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        overrides.push(("container", container.as_str()));
+        overrides.push(("storage_origin", origin.as_str()));
+        let app = App::start("setup", &overrides);
+        let key = format!("setup-{}", name.replace(' ', "-"));
+        let a = gate(&app, "POST", &format!("{key}?window=30"), &[AUTH]);
+        assert_eq!(a.status, 200, "{name}: {}", a.text);
+        let t = post_telemetry(&app, &json!({"deviceId": key, "temperature": 99}));
+        assert_eq!(t.status, 200, "{name}: {}", t.text);
+        assert_eq!(
+            t.json["decisions"][0]["decision"], "notified",
+            "{name}: {}",
+            t.text
+        );
+        let record = app.record_of(&a);
+        assert!(!record.outbound.is_empty());
+        assert!(
+            record.outbound.iter().all(|o| o.auth == auth),
+            "{name}: {:?}",
+            record.outbound
+        );
+        assert!(!a.text.contains(&sas) && !t.text.contains(&sas));
+    }
+}
+
+/// A gate call without `holder` whose acquire reached storage but whose answer was lost (or
+/// whose claim write failed) answers 503 and leaves nothing taken: the key is free at once,
+/// not locked for the window under an id nobody knows.
+#[test]
+fn a_gate_whose_answer_was_lost_is_not_left_taken() {
+    let app = App::start("lostanswer", &[("storage_timeout_ms", "2000")]);
+    for (i, (part, fault)) in [
+        ("comp=lease", Fault::LoseAnswer),
+        ("comp=metadata", Fault::Status(503)),
+        ("comp=metadata", Fault::LoseAnswer),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("lost-{i}");
+        // The lock blob exists already: the fault hits the hot path.
+        let warm = gate(&app, "POST", &format!("{key}?window=600"), &[AUTH]);
+        let release = [AUTH, ("lease-id", warm.json["leaseId"].as_str().unwrap())];
+        assert_eq!(gate(&app, "DELETE", &key, &release).status, 204);
+        app.host
+            .set_request_fault(&app.storage, part, fault.clone());
+        let a = gate(&app, "POST", &format!("{key}?window=30"), &[AUTH]);
+        assert_eq!(a.status, 503, "{part} {fault:?}: {}", a.text);
+        app.host.set_fault(&app.storage, None);
+        let next = gate(&app, "POST", &format!("{key}?window=30"), &[AUTH]);
+        assert_eq!(
+            next.status, 200,
+            "{part} {fault:?}: left taken: {}",
+            next.text
+        );
+    }
+}
+
+/// Holder lease ids are keyed with the server-side `lease_id_secret`: knowing the holder's
+/// name (and the gate token) is not enough to compute its lease id and release its gate.
+#[test]
+fn holder_lease_ids_cannot_be_computed_from_the_name() {
+    let app = App::start("keyed", &[]);
+    let a = gate(&app, "POST", "leader?window=30&holder=node-a", &[AUTH]);
+    assert_eq!(a.status, 200, "{}", a.text);
+    let id = a.json["leaseId"].as_str().unwrap().to_string();
+    // What an unkeyed, name-based id would be (a UUIDv5 of holder and key).
+    let ns = uuid::Uuid::from_u128(0x6c1e_4a8d_92b3_5f0e_8a47_1d2c_3b4a_5e6f);
+    let guess = uuid::Uuid::new_v5(&ns, b"node-a\0leader").to_string();
+    assert_ne!(guess, id);
+    let attempt = [AUTH, ("lease-id", guess.as_str())];
+    assert_eq!(gate(&app, "DELETE", "leader", &attempt).status, 204);
+    assert_eq!(gate(&app, "GET", "leader", &[AUTH]).json["state"], "held");
+    // Another deployment with another secret derives another id for the same holder.
+    let other = App::start(
+        "keyed2",
+        &[
+            ("lease_id_secret", "a different secret"),
+            ("container", app.container.as_str()),
+        ],
+    );
+    let b = gate(&other, "POST", "leader2?window=30&holder=node-a", &[AUTH]);
+    let c = gate(&app, "POST", "leader2?window=30&holder=node-a", &[AUTH]);
+    assert_eq!(b.status, 200, "{}", b.text);
+    assert_eq!(c.status, 429, "{}", c.text);
 }

@@ -7,7 +7,8 @@ use leasegate::lease::{Locks, Term};
 use leasegate::{LeaseId, LockName};
 use leasegate_host::Fault;
 use leasegate_native::{block_on, NativeTransport};
-use leasegate_tests::app::{call, post_telemetry, App};
+use leasegate_tests::app::{call, post_telemetry, App, TELEMETRY_AUTH};
+use leasegate_tests::sink::Behaviour;
 use leasegate_tests::{wait_for, Azurite};
 use serde_json::{json, Value};
 
@@ -180,10 +181,11 @@ fn batch_of_100_readings_over_50_devices() {
         .count();
     assert_eq!(notified, 50, "{}", win.text);
     let record = app.record_of(&win);
-    // Acquire + the fencing token's increment: two storage requests per winning gate.
+    // HEAD + acquire + the claim with the fencing token: three storage requests per winning
+    // gate (the HEAD is what lets gates of different windows share a device's lock).
     assert_eq!(
         record.outbound_to(&app.storage),
-        100,
+        150,
         "{:?}",
         record.outbound
     );
@@ -201,7 +203,7 @@ fn batch_of_100_readings_over_50_devices() {
 }
 
 #[test]
-fn without_fencing_a_winning_gate_is_one_request() {
+fn without_fencing_a_winning_gate_is_two_requests() {
     let app = App::start(
         "nofence",
         &[("alert_window_seconds", "60"), ("alert_fencing", "off")],
@@ -230,7 +232,8 @@ fn without_fencing_a_winning_gate_is_one_request() {
         "{}",
         warm.text
     );
-    assert_eq!(app.record_of(&warm).outbound_to(&app.storage), 10);
+    // HEAD + acquire: two storage requests per winning gate without a token.
+    assert_eq!(app.record_of(&warm).outbound_to(&app.storage), 20);
 }
 
 #[test]
@@ -266,7 +269,7 @@ fn sixty_four_concurrent_requests_for_one_device() {
                 call(
                     "POST",
                     &url,
-                    &[("content-type", "application/json")],
+                    &[("content-type", "application/json"), TELEMETRY_AUTH],
                     body.as_bytes(),
                 )
             })
@@ -293,35 +296,234 @@ fn sixty_four_concurrent_requests_for_one_device() {
     assert_eq!(app.sink.for_device("herd-1").len(), 1);
 }
 
+/// A webhook that may have acted (it answered 5xx, answered after the timeout, or closed the
+/// connection after reading) keeps the gate: the next reading of the window sends nothing.
 #[test]
-fn failed_notification_releases_the_gate() {
-    let app = App::start("notifyfail", &[("alert_window_seconds", "60")]);
-    app.sink.answer(500);
-    let failed = post_telemetry(&app, &reading("dev-f", 44.0));
-    assert_eq!(failed.status, 200, "{}", failed.text);
-    let d = decision(&failed, 0);
-    assert_eq!(d["decision"], "notify_failed", "{d}");
-    assert_eq!(d["gateReleased"], true);
-    assert!(d["reason"].as_str().unwrap().contains("500"));
-    assert_eq!(app.sink.delivered().len(), 0);
-    // The gate was given back: the next reading alerts.
-    app.sink.answer(204);
-    let next = post_telemetry(&app, &reading("dev-f", 45.0));
-    assert_eq!(decision(&next, 0)["decision"], "notified", "{}", next.text);
-    assert_eq!(app.sink.for_device("dev-f").len(), 1);
+fn a_webhook_that_may_have_acted_keeps_the_gate() {
+    let app = App::start(
+        "notifyunknown",
+        &[
+            ("alert_window_seconds", "60"),
+            ("storage_timeout_ms", "1000"),
+        ],
+    );
+    let cases = [
+        ("dev-500", Behaviour::Answer(500), "webhook answered 500"),
+        (
+            "dev-late",
+            Behaviour::Late(Duration::from_millis(2500), 204),
+            "webhook did not confirm",
+        ),
+        ("dev-reset", Behaviour::Reset, "webhook did not confirm"),
+    ];
+    for (device, behaviour, reason) in cases {
+        app.sink.behave(behaviour);
+        let failed = post_telemetry(&app, &reading(device, 44.0));
+        assert_eq!(failed.status, 200, "{device}: {}", failed.text);
+        let d = decision(&failed, 0);
+        assert_eq!(d["decision"], "notify_failed", "{device}: {d}");
+        assert_eq!(d["delivery"], "unknown", "{device}: {d}");
+        assert_eq!(d["gateReleased"], false, "{device}: {d}");
+        assert!(
+            d["reason"].as_str().unwrap().contains(reason),
+            "{device}: {d}"
+        );
+        // The webhook did get it...
+        let got = app
+            .sink
+            .received()
+            .into_iter()
+            .filter(|r| r.body["deviceId"] == device)
+            .count();
+        assert_eq!(got, 1, "{device}");
+        // ...and the next reading in the window is throttled, so it is not sent twice.
+        app.sink.answer(204);
+        let next = post_telemetry(&app, &reading(device, 45.0));
+        assert_eq!(
+            decision(&next, 0)["decision"],
+            "throttled",
+            "{device}: {}",
+            next.text
+        );
+        let got = app
+            .sink
+            .received()
+            .into_iter()
+            .filter(|r| r.body["deviceId"] == device)
+            .count();
+        assert_eq!(got, 1, "{device}: sent twice");
+    }
+}
 
-    // An unreachable webhook is the same: notify_failed, gate released, then recovery.
+/// A webhook that cannot be reached got nothing: the gate is given back and the next reading
+/// alerts.
+#[test]
+fn an_unreachable_webhook_gives_the_gate_back() {
+    let app = App::start("notifyrefused", &[("alert_window_seconds", "60")]);
     app.host
         .set_fault(&app.sink.authority(), Some(Fault::Refuse));
     let refused = post_telemetry(&app, &reading("dev-g", 44.0));
+    assert_eq!(refused.status, 200, "{}", refused.text);
     let d = decision(&refused, 0);
     assert_eq!(d["decision"], "notify_failed", "{d}");
+    assert_eq!(d["delivery"], "not_delivered", "{d}");
     assert_eq!(d["gateReleased"], true);
     assert_eq!(d["reason"], "webhook unreachable: ConnectionRefused");
     app.host.set_fault(&app.sink.authority(), None);
     let back = post_telemetry(&app, &reading("dev-g", 45.0));
     assert_eq!(decision(&back, 0)["decision"], "notified", "{}", back.text);
     assert_eq!(app.sink.for_device("dev-g").len(), 1);
+}
+
+/// Every notification carries an idempotency key, in a header and in the body: the same for
+/// the whole window, another for the next window.
+#[test]
+fn notifications_carry_an_idempotency_key_per_window() {
+    let app = App::start("idem", &[("alert_window_seconds", "2")]);
+    let first = post_telemetry(&app, &reading("dev-i", 41.0));
+    assert_eq!(
+        decision(&first, 0)["decision"],
+        "notified",
+        "{}",
+        first.text
+    );
+    wait_for("the 2 s window to pass", Duration::from_secs(15), || {
+        let a = post_telemetry(&app, &reading("dev-i", 42.0));
+        (decision(&a, 0)["decision"] == "notified").then_some(())
+    });
+    let sent = app.sink.for_device("dev-i");
+    assert_eq!(sent.len(), 2);
+    for n in &sent {
+        let key = n
+            .idempotency_key
+            .clone()
+            .expect("an Idempotency-Key header");
+        assert_eq!(n.body["idempotencyKey"], key.as_str());
+        assert_eq!(key.len(), 32);
+        assert!(key.chars().all(|c| c.is_ascii_hexdigit()), "{key}");
+    }
+    assert_ne!(sent[0].idempotency_key, sent[1].idempotency_key);
+}
+
+/// One device's storage failing does not hold back the others of the batch; the answer is a
+/// 503 that says so, and the client's retry of the whole batch repeats no alert.
+#[test]
+fn one_devices_storage_failure_does_not_hold_back_the_others() {
+    let app = App::start("partial", &[("alert_window_seconds", "60")]);
+    app.host
+        .set_request_fault(&app.storage, "/alerts/sick", Fault::Status(503));
+    let batch = json!([
+        reading("healthy", 50.0),
+        reading("sick", 51.0),
+        reading("cool", 1.0)
+    ]);
+    let a = post_telemetry(&app, &batch);
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.headers.get("retry-after").map(String::as_str), Some("1"));
+    assert_eq!(a.json["error"], "storage_unavailable");
+    assert!(a.json["message"]
+        .as_str()
+        .unwrap()
+        .contains("1 of 2 devices"));
+    assert_eq!(decision(&a, 0)["decision"], "notified", "{}", a.text);
+    assert_eq!(
+        decision(&a, 1)["decision"],
+        "storage_unavailable",
+        "{}",
+        a.text
+    );
+    assert_eq!(decision(&a, 2)["decision"], "below_threshold");
+    assert_eq!(app.sink.for_device("healthy").len(), 1);
+    assert_eq!(app.sink.for_device("sick").len(), 0);
+    // The client retries the batch as told: nothing is sent twice; the sick device, once
+    // storage answers for it again, alerts.
+    let retry = post_telemetry(&app, &batch);
+    assert_eq!(
+        decision(&retry, 0)["decision"],
+        "throttled",
+        "{}",
+        retry.text
+    );
+    assert_eq!(decision(&retry, 1)["decision"], "storage_unavailable");
+    app.host.set_fault(&app.storage, None);
+    let healed = post_telemetry(&app, &batch);
+    assert_eq!(healed.status, 200, "{}", healed.text);
+    assert_eq!(decision(&healed, 0)["decision"], "throttled");
+    assert_eq!(decision(&healed, 1)["decision"], "notified");
+    assert_eq!(app.sink.for_device("healthy").len(), 1);
+    assert_eq!(app.sink.for_device("sick").len(), 1);
+}
+
+/// A batch of 40 devices keeps at most `max_in_flight` storage requests in flight.
+#[test]
+fn a_batch_keeps_a_bounded_number_of_requests_in_flight() {
+    let app = App::start(
+        "bounded",
+        &[("alert_window_seconds", "60"), ("max_in_flight", "8")],
+    );
+    app.host
+        .set_fault(&app.storage, Some(Fault::Delay(Duration::from_millis(50))));
+    let devices: Vec<Value> = (0..40).map(|i| reading(&format!("b-{i}"), 40.0)).collect();
+    let a = post_telemetry(&app, &json!(devices));
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert!(a.json["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["decision"] == "notified"));
+    let record = app.record_of(&a);
+    assert!(
+        (2..=8).contains(&record.max_in_flight),
+        "{}",
+        record.max_in_flight
+    );
+}
+
+/// A rolling change of `alert_window_seconds` (60 to 90): old and new deployments gate the
+/// same devices at once, with a native lease and a lease record. Still one alert per device.
+#[test]
+fn a_rolling_window_change_still_sends_one_alert() {
+    let old = App::start("rollold", &[("alert_window_seconds", "60")]);
+    let container = old.container.as_str().to_string();
+    let new = App::start(
+        "rollnew",
+        &[("alert_window_seconds", "90"), ("container", &container)],
+    );
+    for round in 0..3 {
+        let device = format!("roll-{round}");
+        let body = reading(&device, 55.0).to_string();
+        let start = std::sync::Arc::new(std::sync::Barrier::new(32));
+        let urls = [old.url("/api/telemetry"), new.url("/api/telemetry")];
+        let answers: Vec<_> = (0..32)
+            .map(|i| {
+                let (url, body, start) = (urls[i % 2].clone(), body.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    call(
+                        "POST",
+                        &url,
+                        &[("content-type", "application/json"), TELEMETRY_AUTH],
+                        body.as_bytes(),
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
+        let notified = answers
+            .iter()
+            .filter(|a| decision(a, 0)["decision"] == "notified")
+            .count();
+        assert_eq!(notified, 1, "round {round}");
+        assert!(old.host.wait_idle(Duration::from_secs(30)));
+        assert!(new.host.wait_idle(Duration::from_secs(30)));
+        assert_eq!(
+            old.sink.for_device(&device).len() + new.sink.for_device(&device).len(),
+            1,
+            "round {round}"
+        );
+    }
 }
 
 #[test]
@@ -354,7 +556,12 @@ fn storage_faults_answer_503_and_notify_nobody() {
         assert!(a.json["message"]
             .as_str()
             .unwrap()
-            .contains("nothing was done"));
+            .contains("nothing was sent"));
+        assert!(a.json["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["decision"] == "storage_unavailable"));
         assert_eq!(a.headers.get("retry-after").map(String::as_str), Some("1"));
         assert!(
             started.elapsed() < Duration::from_secs(4),
@@ -386,7 +593,7 @@ fn a_device_held_elsewhere_is_throttled_while_others_alert() {
     let warm = post_telemetry(&app, &json!([reading("m-1", 40.0)]));
     assert_eq!(decision(&warm, 0)["decision"], "notified");
     let lock = LockName::try_new("m-1").unwrap();
-    let holder = LeaseId::for_holder("test", &lock);
+    let holder = LeaseId::from_random_bytes(*b"other deployment");
     let locks = Locks::new(
         NativeTransport::default(),
         Azurite::shared().account(),
@@ -434,5 +641,55 @@ fn log_lines_are_json_and_hold_no_secret() {
     for line in &record.output {
         assert!(!line.contains(leasegate::account::DEV_ACCOUNT_KEY));
         assert!(!line.contains("SharedKey"));
+    }
+}
+
+/// A device whose gate was granted but whose next step failed (the claim with its fencing
+/// token answered 503, or the acquire's answer was lost) is answered 503, and the client's
+/// retry alerts: the gate was given back, not left throttling the device for its window.
+#[test]
+fn a_failure_after_the_gate_was_granted_does_not_throttle_the_retry() {
+    let app = App::start("grantedfail", &[("alert_window_seconds", "60")]);
+    for (i, (part, fault)) in [
+        ("comp=metadata", Fault::Status(503)),
+        ("comp=lease", Fault::LoseAnswer),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let device = format!("granted-{i}");
+        // Create the device's lock blob first (an alert, then an operator's break), so the
+        // fault hits the hot path.
+        let warm = post_telemetry(&app, &reading(&device, 40.0));
+        assert_eq!(decision(&warm, 0)["decision"], "notified");
+        let lock = LockName::try_new(&device).unwrap();
+        block_on(
+            Locks::new(
+                NativeTransport::default(),
+                Azurite::shared().account(),
+                app.container.clone(),
+            )
+            .with_prefix("alerts/")
+            .break_lock(&lock, 0, SystemTime::now()),
+        )
+        .unwrap();
+        app.host
+            .set_request_fault(&app.storage, part, fault.clone());
+        let failed = post_telemetry(&app, &reading(&device, 40.0));
+        app.host.set_fault(&app.storage, None);
+        assert_eq!(failed.status, 503, "{part} {fault:?}: {}", failed.text);
+        assert_eq!(
+            app.sink.for_device(&device).len(),
+            1,
+            "only the warm-up alert"
+        );
+        let retry = post_telemetry(&app, &reading(&device, 40.0));
+        assert_eq!(
+            decision(&retry, 0)["decision"],
+            "notified",
+            "{part} {fault:?}: {}",
+            retry.text
+        );
+        assert_eq!(app.sink.for_device(&device).len(), 2);
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use leasegate::lease::Locks;
 use leasegate::{
-    Account, AccountKey, BlobEndpoint, ContainerName, Credential, SasToken, Transport,
+    Account, AccountKey, BlobEndpoint, ContainerName, Credential, HolderKey, SasToken, Transport,
 };
 
 /// Where settings come from: Spin's component variables, or a map in tests.
@@ -63,8 +63,13 @@ pub struct Storage {
     pub account: Account,
     /// The container of the lock blobs.
     pub container: ContainerName,
-    /// How long one storage request may take.
+    /// How long one outbound request (storage or webhook) may take: `storage_timeout_ms`.
     pub timeout: Duration,
+    /// How many outbound requests one invocation keeps in flight at most: `max_in_flight`.
+    pub max_in_flight: usize,
+    /// The key of holder-derived lease ids: `lease_id_secret`, or derived from the storage
+    /// credential.
+    pub holder_key: HolderKey,
 }
 
 impl Storage {
@@ -75,39 +80,56 @@ impl Storage {
 }
 
 /// Reads the storage settings:
-/// `storage_connection_string` wins when set; otherwise `storage_account` with `storage_key`
-/// (or `storage_sas`) at `storage_origin`, path style (`{origin}/{account}`, as Azurite serves)
-/// unless the origin's host starts with `{account}.` (Azure's host style).
+/// `storage_connection_string` wins when set; otherwise `storage_account` with `storage_sas`
+/// (when set) or `storage_key` at `storage_origin`, path style (`{origin}/{account}`, as
+/// Azurite serves) unless the origin's host starts with `{account}.` (Azure's host style).
+///
+/// `storage_origin` is also what Spin lets the component reach (`allowed_outbound_hosts`), so
+/// a connection string whose blob endpoint is elsewhere is refused here, with a message that
+/// says what to set, rather than by Spin at the first request.
 pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
+    let origin = var(vars, "storage_origin")
+        .ok_or_else(|| ConfigError("variable storage_origin is not set".into()))?;
+    let origin = origin.trim_end_matches('/').to_string();
     let account = match var(vars, "storage_connection_string") {
-        Some(cs) => Account::from_connection_string(&cs)
-            .map_err(|e| ConfigError(format!("variable storage_connection_string: {e}")))?,
+        Some(cs) => {
+            let account = Account::from_connection_string(&cs)
+                .map_err(|e| ConfigError(format!("variable storage_connection_string: {e}")))?;
+            let endpoint = account.endpoint().origin();
+            if !endpoint.eq_ignore_ascii_case(&origin) {
+                return Err(ConfigError(format!(
+                    "the blob endpoint of storage_connection_string is at {endpoint}, but \
+                     storage_origin is {origin}: set storage_origin={endpoint} (Spin lets the \
+                     component reach storage_origin only)"
+                )));
+            }
+            account
+        }
         None => {
             let name = var(vars, "storage_account")
                 .ok_or_else(|| ConfigError("variable storage_account is not set".into()))?;
-            let origin = var(vars, "storage_origin")
-                .ok_or_else(|| ConfigError("variable storage_origin is not set".into()))?;
-            let origin = origin.trim_end_matches('/');
             let host_style = origin
                 .split_once("://")
                 .is_some_and(|(_, host)| host.starts_with(&format!("{name}.")));
             let url = if host_style {
-                origin.to_string()
+                origin.clone()
             } else {
                 format!("{origin}/{name}")
             };
             let endpoint = BlobEndpoint::try_new(&url)
                 .map_err(|e| ConfigError(format!("variable storage_origin: {e}")))?;
-            let credential = match (var(vars, "storage_key"), var(vars, "storage_sas")) {
-                (Some(key), _) => Credential::SharedKey(
-                    AccountKey::try_new(&key)
-                        .map_err(|_| ConfigError("variable storage_key is not base64".into()))?,
-                ),
-                (None, Some(sas)) => {
+            // A SAS, when set, is used: storage_key has a default (Azurite's public key), so
+            // "set storage_sas" must be enough to switch to a SAS.
+            let credential = match (var(vars, "storage_sas"), var(vars, "storage_key")) {
+                (Some(sas), _) => {
                     Credential::Sas(SasToken::try_new(&sas).map_err(|_| {
                         ConfigError("variable storage_sas is not a SAS token".into())
                     })?)
                 }
+                (None, Some(key)) => Credential::SharedKey(
+                    AccountKey::try_new(&key)
+                        .map_err(|_| ConfigError("variable storage_key is not base64".into()))?,
+                ),
                 (None, None) => {
                     return Err(ConfigError(
                         "set storage_key or storage_sas (or storage_connection_string)".into(),
@@ -121,10 +143,23 @@ pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
     let container = ContainerName::try_new(&container_name)
         .map_err(|e| ConfigError(format!("variable container: {e}")))?;
     let timeout_ms = number(vars, "storage_timeout_ms", 5000.0, 100.0..=60_000.0)?;
+    let max_in_flight = number(vars, "max_in_flight", 16.0, 1.0..=256.0)?;
+    if max_in_flight.fract() != 0.0 {
+        return Err(ConfigError(
+            "variable max_in_flight must be a whole number".into(),
+        ));
+    }
+    let holder_key = match var(vars, "lease_id_secret") {
+        Some(secret) => HolderKey::try_new(secret.as_bytes())
+            .map_err(|_| ConfigError("variable lease_id_secret is empty".into()))?,
+        None => HolderKey::derived_from(&account),
+    };
     Ok(Storage {
         account,
         container,
         timeout: Duration::from_millis(timeout_ms as u64),
+        max_in_flight: max_in_flight as usize,
+        holder_key,
     })
 }
 
@@ -167,6 +202,44 @@ mod tests {
     }
 
     #[test]
+    fn a_sas_wins_over_the_default_key() {
+        let s = storage(&vars(&[
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_sas", "sv=2021-12-02&sig=abc"),
+            ("storage_origin", "http://127.0.0.1:10000"),
+        ]))
+        .unwrap();
+        assert!(matches!(s.account.credential(), Credential::Sas(_)));
+    }
+
+    #[test]
+    fn a_connection_string_elsewhere_than_storage_origin_is_refused_clearly() {
+        let err = storage(&vars(&[
+            (
+                "storage_connection_string",
+                "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5",
+            ),
+            ("storage_origin", "http://127.0.0.1:10000"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("storage_origin=https://acct.blob.core.windows.net"),
+            "{err}"
+        );
+        assert!(!err.contains("a2V5"), "{err}");
+        let ok = storage(&vars(&[
+            (
+                "storage_connection_string",
+                "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5",
+            ),
+            ("storage_origin", "https://acct.blob.core.windows.net/"),
+        ]));
+        assert!(ok.is_ok(), "{ok:?}");
+    }
+
+    #[test]
     fn errors_name_variables_not_values() {
         let secret = "bm90LWEtcmVhbC1rZXk-but-secret!!";
         let cases = [
@@ -175,10 +248,13 @@ mod tests {
                 ("storage_origin", "http://h"),
                 ("storage_key", secret),
             ]),
-            vars(&[(
-                "storage_connection_string",
-                &format!("AccountName=x;AccountKey={secret}"),
-            )]),
+            vars(&[
+                (
+                    "storage_connection_string",
+                    &format!("AccountName=x;AccountKey={secret}"),
+                ),
+                ("storage_origin", "http://h"),
+            ]),
             vars(&[("storage_account", "a1b"), ("storage_origin", "http://h")]),
             vars(&[
                 ("storage_account", "a1b"),
@@ -191,6 +267,12 @@ mod tests {
                 ("storage_origin", "http://h"),
                 ("storage_key", "a2V5"),
                 ("storage_timeout_ms", "-3"),
+            ]),
+            vars(&[
+                ("storage_account", "a1b"),
+                ("storage_origin", "http://h"),
+                ("storage_key", "a2V5"),
+                ("max_in_flight", "0"),
             ]),
         ];
         for v in cases {

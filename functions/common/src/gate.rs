@@ -1,14 +1,16 @@
 //! The generic gate API: `POST|GET|DELETE /api/gate/{key}`.
 //!
 //! * `POST ?window=SECONDS&holder=NAME`: take the gate for `window` seconds (1 to 86400,
-//!   default 60). With `holder`, the lease id is derived from the holder and the key, so the same
-//!   holder acquiring again extends its gate; without, every call is a new event.
-//!   200 `{"acquired":true,"key","leaseId","fencingToken","expiresAt"}`, or 429 with
-//!   `Retry-After` and `{"acquired":false,"key","retryAfterSeconds"}`.
+//!   default 60). With `holder`, the lease id is derived from the holder and the key under the
+//!   server-side `lease_id_secret`, so the same holder acquiring again extends its gate (and
+//!   keeps its token); without, every call is a new event. Any mix of windows shares one gate.
+//!   200 `{"acquired":true,"key","leaseId","fencingToken","expiresAt","since","extended"}`, or
+//!   429 with `Retry-After` and `{"acquired":false,"key","retryAfterSeconds"}`.
 //! * `DELETE` with header `Lease-Id`: give the gate back. 204, and 204 again on retry.
-//! * `GET`: 200 `{"key","state":"available"|"held","expiresAt","fencingToken"}`.
+//! * `GET`: 200 `{"key","state":"available"|"held","expiresAt","since","fencingToken"}`.
 //!
-//! Every call needs `Authorization: Bearer <gate_token>`, compared in constant time.
+//! Every call needs `Authorization: Bearer <gate_token>`, checked before any other setting is
+//! read.
 
 use std::time::{Duration, Instant};
 
@@ -17,11 +19,10 @@ use leasegate::lease::{Acquire, LockStatus, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport};
 use percent_encoding::percent_decode_str;
 use serde_json::json;
-use subtle::ConstantTimeEq;
 
 use crate::config::{self, ConfigError, Storage, Variables};
 use crate::web::{self, rfc3339};
-use crate::{elapsed_ms, log_line, Context};
+use crate::{auth, elapsed_ms, log_line, Context};
 
 /// Blob name prefix of the gates.
 pub const GATE_PREFIX: &str = "gates/";
@@ -32,74 +33,20 @@ pub const MAX_WINDOW_SECS: u64 = 86_400;
 /// The longest holder name, in bytes.
 pub const MAX_HOLDER_BYTES: usize = 128;
 
-/// How callers are authenticated.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Auth {
-    /// `Authorization: Bearer <token>`.
-    Bearer(String),
-    /// No authentication (`gate_auth = "none"`, set on purpose).
-    None,
-}
-
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Auth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
-            Auth::None => f.write_str("None"),
-        }
-    }
-}
-
 /// The gate's settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Storage.
     pub storage: Storage,
-    /// Authentication.
-    pub auth: Auth,
 }
 
 impl Settings {
-    /// Reads the settings. An empty `gate_token` is refused unless `gate_auth` is `none`.
+    /// Reads the settings (authentication is read and checked before, by [`handle`]).
     pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
-        let auth = match config::var(vars, "gate_auth").as_deref() {
-            Some("none") => Auth::None,
-            None | Some("bearer") => match config::var(vars, "gate_token") {
-                Some(token) => Auth::Bearer(token),
-                None => return Err(ConfigError(
-                    "gate_token is empty: the gate refuses to serve without it; set gate_token, \
-                         or set gate_auth=none to serve without authentication"
-                        .into(),
-                )),
-            },
-            Some(_) => {
-                return Err(ConfigError(
-                    "variable gate_auth must be bearer or none".into(),
-                ))
-            }
-        };
         Ok(Settings {
             storage: config::storage(vars)?,
-            auth,
         })
     }
-}
-
-/// Checks `Authorization: Bearer <token>` in constant time.
-fn authorized<B>(request: &Request<B>, auth: &Auth) -> bool {
-    let Auth::Bearer(token) = auth else {
-        return true;
-    };
-    let presented = request
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .unwrap_or("");
-    bool::from(presented.trim().as_bytes().ct_eq(token.as_bytes()))
 }
 
 /// The gate key of the request path (after the route prefix), percent-decoded and validated.
@@ -192,20 +139,7 @@ pub async fn handle<T: Transport>(
     request: Request<Vec<u8>>,
 ) -> Response<Vec<u8>> {
     let started = Instant::now();
-    let settings = match Settings::load(ctx.variables) {
-        Ok(s) => s,
-        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
-    };
-    if !authorized(&request, &settings.auth) {
-        let mut r = web::error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "send Authorization: Bearer <gate_token>",
-        );
-        r.headers_mut().insert(
-            http::header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer"),
-        );
+    if let Err(r) = auth::authenticate(ctx.variables, "gate_token", "gate_auth", &request) {
         return r;
     }
     let method = request.method().clone();
@@ -217,7 +151,12 @@ pub async fn handle<T: Transport>(
         Ok(k) => k,
         Err(r) => return r,
     };
-    let counting = Counting::new(ctx.transport);
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+    };
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
     let locks = settings.storage.locks(&counting, GATE_PREFIX);
     let log = |decision: &str| {
         log_line(json!({
@@ -239,12 +178,12 @@ pub async fn handle<T: Transport>(
             Err(e) => return web::error(StatusCode::BAD_REQUEST, "invalid_query", e),
         };
         let lease_id = match &query.holder {
-            Some(h) => LeaseId::for_holder(h, &key),
+            Some(h) => LeaseId::for_holder(&settings.storage.holder_key, h, &key),
             None => (ctx.new_lease_id)(),
         };
-        match locks.acquire_fenced(&key, term, lease_id, ctx.now).await {
+        match locks.acquire(&key, term, lease_id, ctx.now).await {
             Ok(Acquire::Acquired(a)) => {
-                log("acquired");
+                log(if a.extended { "extended" } else { "acquired" });
                 web::json(
                     StatusCode::OK,
                     &json!({
@@ -253,12 +192,15 @@ pub async fn handle<T: Transport>(
                         "leaseId": a.lease_id.to_string(),
                         "fencingToken": a.fencing_token,
                         "expiresAt": a.expires_at.map(rfc3339),
+                        "since": rfc3339(a.since),
+                        "extended": a.extended,
                     }),
                 )
             }
             Ok(Acquire::Busy { retry_after }) => {
                 log("busy");
-                // Native leases cannot tell their time left: the window is the upper bound.
+                // What storage says of the holder's gate; the caller's window only when it
+                // cannot tell (an infinite lease, a holder that took it a moment ago).
                 let secs = retry_after.map_or(query.window, |d| d.as_secs().max(1));
                 let mut r = web::json(
                     StatusCode::TOO_MANY_REQUESTS,
@@ -316,16 +258,20 @@ pub async fn handle<T: Transport>(
         match locks.inspect(&key, ctx.now).await {
             Ok(info) => {
                 log("inspected");
-                let (state, expires) = match info.status {
-                    LockStatus::Available => ("available", None),
-                    LockStatus::Held { expires_at, .. } => ("held", expires_at.map(rfc3339)),
+                let (state, expires, since) = match info.status {
+                    LockStatus::Available => ("available", None, None),
+                    LockStatus::Held {
+                        expires_at, since, ..
+                    } => ("held", expires_at.map(rfc3339), since.map(rfc3339)),
                 };
+                // The holder's lease id is not shown: it is what releases the gate.
                 web::json(
                     StatusCode::OK,
                     &json!({
                         "key": key.as_str(),
                         "state": state,
                         "expiresAt": expires,
+                        "since": since,
                         "fencingToken": info.fencing_token,
                     }),
                 )
@@ -394,22 +340,5 @@ mod tests {
         ] {
             assert!(parse_query(Some(bad)).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn bearer_tokens_are_checked_and_never_printed() {
-        let auth = Auth::Bearer("s3cret".into());
-        let with = |v: &str| {
-            Request::builder()
-                .header("authorization", v)
-                .body(())
-                .unwrap()
-        };
-        assert!(authorized(&with("Bearer s3cret"), &auth));
-        assert!(!authorized(&with("Bearer s3cre"), &auth));
-        assert!(!authorized(&with("Basic s3cret"), &auth));
-        assert!(!authorized(&Request::new(()), &auth));
-        assert!(authorized(&Request::new(()), &Auth::None));
-        assert!(!format!("{auth:?}").contains("s3cret"));
     }
 }

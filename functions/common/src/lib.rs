@@ -1,5 +1,6 @@
 //! What leasegate's Spin components share.
 //!
+//! * [`auth`]: bearer tokens, checked before any other setting is read.
 //! * [`config`]: settings from Spin variables (storage account, container, thresholds), with
 //!   errors that name variables, never their values.
 //! * [`web`]: JSON answers, content-type and size checks.
@@ -11,21 +12,23 @@
 // Handlers' helpers return `Err(http::Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
 
+pub mod auth;
 pub mod config;
 pub mod gate;
 pub mod spin;
 pub mod telemetry;
 pub mod web;
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use leasegate::LeaseId;
 
 /// What a handler needs from its surroundings, so that the same logic runs in Spin and in
 /// native unit tests.
 pub struct Context<'a, T> {
-    /// Outbound HTTP (storage and webhooks).
-    pub transport: &'a T,
+    /// Makes the outbound HTTP transport (storage and webhooks) with the configured timeout
+    /// per request (`storage_timeout_ms`, read once with the other settings).
+    pub connect: &'a dyn Fn(Duration) -> T,
     /// Settings.
     pub variables: &'a dyn config::Variables,
     /// The caller's clock, used only to date storage requests.

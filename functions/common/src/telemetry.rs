@@ -1,24 +1,36 @@
 //! `POST /api/telemetry`: at most one alert per device per window.
 //!
-//! Each device of a batch is gated once, with its hottest reading, and different devices are
-//! gated concurrently. A gate is a lease on `alerts/devices/{deviceId}` taken with a fresh id per
-//! event (so two events never both win) for `alert_window_seconds`: a native blob lease for
-//! 15–60 s, an ETag lease record otherwise. The winner posts the notification; if that fails,
-//! it releases the gate so that a later reading can alert. Any storage failure answers 503 and
-//! sends nothing (fail closed).
+//! The handler is four steps, one function each:
+//! 1. [`parse`]: authenticate (`Authorization: Bearer <telemetry_token>`, before any other
+//!    setting is read), check the request, read the settings and the readings.
+//! 2. [`gate`]: each device of the batch once, with its hottest reading at or above the
+//!    threshold, takes its gate: a lease on `alerts/{deviceId}` for `alert_window_seconds`,
+//!    with a fresh lease id per event (so two readings never both win).
+//! 3. [`notify`]: a device that won its gate posts the notification, with an idempotency key.
+//! 4. [`answer`]: one decision per reading.
+//!
+//! Steps 2 and 3 run per device as one pipeline, devices concurrently, at most `max_in_flight`
+//! at once. Each device ends in an [`Outcome`], and every outcome that took a gate says what
+//! became of it: kept on purpose (the alert went out, or may have) or given back.
+//!
+//! Failures stay per device: a device whose storage failed is answered `storage_unavailable`
+//! (nothing sent for it) while the others of the batch are handled; the whole answer is then a
+//! 503 so that clients retry, and a retry never repeats an alert: a device already notified is
+//! throttled by its gate for the rest of its window.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
+use futures::StreamExt;
 use http::{Request, Response, StatusCode};
-use leasegate::lease::{Acquire, Acquired, Term};
-use leasegate::{Counting, LeaseId, LockName, Transport};
+use leasegate::lease::{Acquire, Acquired, Release, Term};
+use leasegate::{Counting, LeaseId, LockName, Transport, TransportErrorKind};
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};
 use crate::web::{self, rfc3339};
-use crate::{elapsed_ms, log_line, Context};
+use crate::{auth, elapsed_ms, log_line, Context};
 
 /// The largest body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -173,188 +185,285 @@ pub fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Response<
     }
 }
 
-/// What happened to one device's gate.
-enum GateResult {
-    Won(Acquired),
-    Throttled(Option<Duration>),
-    Failed(leasegate::Error),
+/// A checked request: its settings, its readings and the gate term.
+pub struct Parsed {
+    /// The settings.
+    pub settings: Settings,
+    /// Each reading, or why it is unusable.
+    pub readings: Vec<Result<Reading, String>>,
+    /// The term of the device gates.
+    pub term: Term,
 }
 
-/// One hot device of the batch, gated with its hottest reading.
-struct DeviceGate<'r> {
-    /// Index of the hottest reading.
-    index: usize,
-    reading: &'r Reading,
-    result: GateResult,
-    /// Storage requests sent for this device.
-    round_trips: u32,
-    /// The notification's fate, for winners.
-    notified: Option<Result<(), String>>,
-    /// Whether the gate was given back after a failed notification.
-    released: bool,
-}
-
-/// Handles `POST /api/telemetry`.
-pub async fn handle<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: Request<Vec<u8>>,
-) -> Response<Vec<u8>> {
-    let started = Instant::now();
+/// Step 1: authenticates, checks the request, reads settings and readings. `Err` is the
+/// answer (401, 405, 415, 413, 400, or 503 `not_configured`).
+pub fn parse(
+    vars: &dyn Variables,
+    request: &Request<Vec<u8>>,
+) -> Result<Parsed, Response<Vec<u8>>> {
+    auth::authenticate(vars, "telemetry_token", "telemetry_auth", request)?;
     if request.method() != http::Method::POST {
-        return web::method_not_allowed("POST");
+        return Err(web::method_not_allowed("POST"));
     }
-    if let Err(r) = web::require_json(&request) {
-        return r;
-    }
+    web::require_json(request)?;
     if request.body().len() > MAX_BODY_BYTES {
-        return web::too_large(MAX_BODY_BYTES);
+        return Err(web::too_large(MAX_BODY_BYTES));
     }
-    let settings = match Settings::load(ctx.variables) {
-        Ok(s) => s,
-        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+    let not_configured = |e: &dyn std::fmt::Display| {
+        web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e)
     };
-    let readings = match parse_body(request.body()) {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
-    let term = match Term::for_window(settings.window) {
-        Ok(t) => t,
-        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
-    };
+    let settings = Settings::load(vars).map_err(|e| not_configured(&e))?;
+    let term = Term::for_window(settings.window).map_err(|e| not_configured(&e))?;
+    let readings = parse_body(request.body())?;
+    Ok(Parsed {
+        settings,
+        readings,
+        term,
+    })
+}
 
-    // Each device once, with its hottest reading (the first of equals).
-    let mut hottest: BTreeMap<&str, (usize, &Reading)> = BTreeMap::new();
-    for (i, r) in readings.iter().enumerate() {
-        if let Ok(r) = r {
-            let best = hottest.entry(&r.device_id).or_insert((i, r));
-            if r.temperature > best.1.temperature {
-                *best = (i, r);
+/// One device of the batch that is at or above the threshold, with its hottest reading.
+#[derive(Debug, Clone, Copy)]
+pub struct HotDevice<'r> {
+    /// Index of the hottest reading (the first of equals).
+    pub index: usize,
+    /// The reading.
+    pub reading: &'r Reading,
+}
+
+/// The hot devices of a batch, each once, with its hottest reading.
+pub fn hot_devices(readings: &[Result<Reading, String>], threshold: f64) -> Vec<HotDevice<'_>> {
+    let mut hottest: BTreeMap<&str, HotDevice> = BTreeMap::new();
+    for (index, r) in readings.iter().enumerate() {
+        if let Ok(reading) = r {
+            let best = hottest
+                .entry(&reading.device_id)
+                .or_insert(HotDevice { index, reading });
+            if reading.temperature > best.reading.temperature {
+                *best = HotDevice { index, reading };
             }
         }
     }
-    let hot: Vec<(usize, &Reading)> = hottest
+    hottest
         .into_values()
-        .filter(|(_, r)| r.temperature >= settings.threshold)
-        .collect();
+        .filter(|d| d.reading.temperature >= threshold)
+        .collect()
+}
 
-    // Gate every hot device concurrently: their storage requests are in flight together.
-    let mut gates: Vec<DeviceGate> = join_all(hot.iter().map(|&(index, reading)| {
-        let settings = &settings;
-        async move {
-            let counting = Counting::new(ctx.transport);
-            let locks = settings.storage.locks(&counting, GATE_PREFIX);
-            let id = (ctx.new_lease_id)();
-            let outcome = if settings.fencing {
-                locks
-                    .acquire_fenced(&reading.device, term, id, ctx.now)
-                    .await
-            } else {
-                locks.acquire(&reading.device, term, id, ctx.now).await
-            };
-            DeviceGate {
-                index,
-                reading,
-                result: match outcome {
-                    Ok(Acquire::Acquired(a)) => GateResult::Won(a),
-                    Ok(Acquire::Busy { retry_after }) => GateResult::Throttled(retry_after),
-                    Err(e) => GateResult::Failed(e),
-                },
-                round_trips: counting.sent(),
-                notified: None,
-                released: false,
+/// What became of one hot device. Every outcome that took a gate says what became of it.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The gate was taken and the webhook confirmed the notification (2xx). The gate is kept:
+    /// the window's one alert went out.
+    Notified(Acquired),
+    /// The device's gate is held elsewhere (an earlier reading, another instance): nothing sent.
+    Throttled {
+        /// Time left on the holder's gate, where storage can tell.
+        retry_after: Option<Duration>,
+    },
+    /// Storage failed: nothing was sent for this device. A gate the lease module may have
+    /// taken was given back by it (best effort), so a retry can alert.
+    StorageFailed(leasegate::Error),
+    /// The notification certainly did not arrive (the webhook could not be reached, nothing
+    /// was sent): the gate was given back (`released`) so a later reading can alert.
+    NotDelivered {
+        /// Why.
+        reason: String,
+        /// Whether the gate was given back.
+        released: bool,
+    },
+    /// The webhook may have received the notification (it answered late, broke off, or
+    /// answered an error): the gate is kept on purpose, so this window sends nothing more.
+    Unconfirmed {
+        /// The gate, still held.
+        held: Acquired,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// A device's outcome and the storage requests it took.
+#[derive(Debug)]
+pub struct Gated<'r> {
+    /// The device.
+    pub device: HotDevice<'r>,
+    /// What became of it.
+    pub outcome: Outcome,
+    /// Storage requests sent for this device (gate and, if any, its release).
+    pub round_trips: u32,
+}
+
+/// Steps 2 and 3 for every hot device: devices concurrently, at most `max_in_flight` at once
+/// (each device has at most one request in flight at a time), in the order given.
+pub async fn gate<'r, T: Transport>(
+    ctx: &Context<'_, T>,
+    transport: &T,
+    parsed: &Parsed,
+    hot: &[HotDevice<'r>],
+) -> Vec<Gated<'r>> {
+    futures::stream::iter(hot.iter().copied())
+        .map(|device| gate_one(ctx, transport, parsed, device))
+        .buffered(parsed.settings.storage.max_in_flight)
+        .collect()
+        .await
+}
+
+/// One device: take its gate, notify if taken, give the gate back only if the notification
+/// certainly did not arrive.
+async fn gate_one<'r, T: Transport>(
+    ctx: &Context<'_, T>,
+    transport: &T,
+    parsed: &Parsed,
+    device: HotDevice<'r>,
+) -> Gated<'r> {
+    let settings = &parsed.settings;
+    let counting = Counting::new(transport);
+    let locks = settings.storage.locks(&counting, GATE_PREFIX);
+    let id = (ctx.new_lease_id)();
+    let lock = &device.reading.device;
+    let taken = if settings.fencing {
+        locks.acquire(lock, parsed.term, id, ctx.now).await
+    } else {
+        locks.acquire_unfenced(lock, parsed.term, id, ctx.now).await
+    };
+    let outcome = match taken {
+        Ok(Acquire::Busy { retry_after }) => Outcome::Throttled { retry_after },
+        Err(e) => Outcome::StorageFailed(e),
+        Ok(Acquire::Acquired(held)) => {
+            match notify(transport, settings, device.reading, &held).await {
+                Ok(()) => Outcome::Notified(held),
+                Err(Undelivered::NotSent(reason)) => {
+                    let released = matches!(
+                        locks.release(lock, held.lease_id, ctx.now).await,
+                        Ok(Release::Released)
+                    );
+                    Outcome::NotDelivered { reason, released }
+                }
+                Err(Undelivered::Unknown(reason)) => Outcome::Unconfirmed { held, reason },
             }
         }
-    }))
-    .await;
-
-    // Fail closed: any storage failure means no notification at all, and the gates this
-    // request took are given back so that the client's retry can alert.
-    if gates
-        .iter()
-        .any(|g| matches!(g.result, GateResult::Failed(_)))
-    {
-        join_all(gates.iter_mut().map(|g| async {
-            if let GateResult::Won(a) = &g.result {
-                let (_, trips) = release(ctx, &settings, &g.reading.device, a.lease_id).await;
-                g.round_trips += trips;
-            }
-        }))
-        .await;
-        for g in &gates {
-            log_decision(
-                &g.reading.device_id,
-                "storage_unavailable",
-                g.round_trips,
-                started,
-            );
-        }
-        let error = gates.iter().find_map(|g| match &g.result {
-            GateResult::Failed(e) => Some(e),
-            _ => None,
-        });
-        return match error {
-            Some(e) => web::storage_unavailable(e),
-            None => web::error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "storage_unavailable",
-                "lease storage failed",
-            ),
-        };
+    };
+    Gated {
+        device,
+        outcome,
+        round_trips: counting.sent(),
     }
+}
 
-    // Notify the winners concurrently; a failed notification gives its gate back.
-    join_all(gates.iter_mut().map(|g| async {
-        if let GateResult::Won(a) = &g.result {
-            let outcome = notify(ctx, &settings, g.reading, a).await;
-            if outcome.is_err() {
-                let (released, trips) =
-                    release(ctx, &settings, &g.reading.device, a.lease_id).await;
-                g.released = released;
-                g.round_trips += trips;
-            }
-            g.notified = Some(outcome);
-        }
-    }))
-    .await;
+/// Why a notification was not confirmed.
+enum Undelivered {
+    /// Nothing reached the webhook (the connection could not be made, or the host refused to
+    /// send): safe to alert again.
+    NotSent(String),
+    /// The webhook may have received it.
+    Unknown(String),
+}
 
-    // One decision per reading; the other readings of a gated device share its decision.
-    let window_secs = settings.window.as_secs();
-    let by_device: BTreeMap<&str, &DeviceGate> = gates
+/// The idempotency key of a device's alert: unique per device and gate tenure (a window), the
+/// same for any resend of that window's alert. A hex SHA-256 of the device id and the gate's
+/// lease id; it reveals neither.
+pub fn idempotency_key(device_id: &str, lease_id: LeaseId) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"leasegate alert v1\0")
+        .chain_update(device_id.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(lease_id.to_string().as_bytes())
+        .finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Step 3: posts the notification (with `Idempotency-Key`); `Err` says why it is not
+/// confirmed (no secret, no URL).
+async fn notify<T: Transport>(
+    transport: &T,
+    settings: &Settings,
+    reading: &Reading,
+    held: &Acquired,
+) -> Result<(), Undelivered> {
+    let key = idempotency_key(&reading.device_id, held.lease_id);
+    let body = json!({
+        "deviceId": reading.device_id,
+        "temperature": reading.temperature,
+        "timestamp": reading.timestamp,
+        "message": format!(
+            "device {} reported {} °C, at or above the threshold of {} °C",
+            reading.device_id, reading.temperature, settings.threshold
+        ),
+        "fencingToken": held.fencing_token,
+        "windowEndsAt": held.expires_at.map(rfc3339),
+        "idempotencyKey": key,
+    })
+    .to_string()
+    .into_bytes();
+    let request = Request::builder()
+        .method(http::Method::POST)
+        .uri(&settings.notify_url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .header("idempotency-key", &key)
+        .body(body)
+        .map_err(|_| Undelivered::NotSent("the notification request could not be built".into()))?;
+    match transport.send(request).await {
+        Ok(response) if response.status().is_success() => Ok(()),
+        Ok(response) => Err(Undelivered::Unknown(format!(
+            "webhook answered {}",
+            response.status().as_u16()
+        ))),
+        Err(e) if e.kind == TransportErrorKind::Connect => Err(Undelivered::NotSent(format!(
+            "webhook unreachable: {}",
+            e.message
+        ))),
+        Err(e) => Err(Undelivered::Unknown(format!(
+            "webhook did not confirm: {}",
+            e.message
+        ))),
+    }
+}
+
+/// Step 4: one decision per reading, in order; the other readings of a gated device share its
+/// outcome (`coveredBy`). 503 when any device's storage failed, else 200.
+pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response<Vec<u8>> {
+    let window_secs = parsed.settings.window.as_secs();
+    let by_device: BTreeMap<&str, &Gated> = gated
         .iter()
-        .map(|g| (g.reading.device_id.as_str(), g))
+        .map(|g| (g.device.reading.device_id.as_str(), g))
         .collect();
-    let decisions: Vec<Value> = readings
+    let decisions: Vec<Value> = parsed
+        .readings
         .iter()
         .enumerate()
         .map(|(i, r)| {
             let (device_id, mut d, trips) = match r {
                 Err(reason) => ("", json!({ "decision": "invalid", "reason": reason }), 0),
-                Ok(r) if r.temperature < settings.threshold => (
+                Ok(r) if r.temperature < parsed.settings.threshold => (
                     r.device_id.as_str(),
                     json!({ "decision": "below_threshold" }),
                     0,
                 ),
                 Ok(r) => match by_device.get(r.device_id.as_str()) {
-                    Some(g) if g.index == i => (
+                    None => (
                         r.device_id.as_str(),
-                        gate_decision(g, window_secs),
+                        json!({ "decision": "below_threshold" }),
+                        0,
+                    ),
+                    Some(g) if g.device.index == i => (
+                        r.device_id.as_str(),
+                        decision(&g.outcome, window_secs),
                         g.round_trips,
                     ),
                     Some(g) => {
-                        let mut d = match &g.notified {
-                            Some(Err(_)) => gate_decision(g, window_secs),
+                        let mut d = match &g.outcome {
+                            // Not acted on: the same as the reading that stood for them.
+                            Outcome::StorageFailed(_) | Outcome::NotDelivered { .. } => {
+                                decision(&g.outcome, window_secs)
+                            }
                             _ => {
                                 json!({ "decision": "throttled", "retryAfterSeconds": window_secs })
                             }
                         };
-                        d["coveredBy"] = json!(g.index);
+                        d["coveredBy"] = json!(g.device.index);
                         (r.device_id.as_str(), d, 0)
                     }
-                    None => (
-                        r.device_id.as_str(),
-                        json!({ "decision": "throttled", "retryAfterSeconds": window_secs }),
-                        0,
-                    ),
                 },
             };
             log_decision(
@@ -371,32 +480,70 @@ pub async fn handle<T: Transport>(
             d
         })
         .collect();
-    web::json(
-        StatusCode::OK,
-        &json!({
-            "decisions": decisions,
-            "threshold": settings.threshold,
-            "windowSeconds": window_secs,
-        }),
-    )
+    let mut body = json!({
+        "decisions": decisions,
+        "threshold": parsed.settings.threshold,
+        "windowSeconds": window_secs,
+    });
+    let failed: Vec<&leasegate::Error> = gated
+        .iter()
+        .filter_map(|g| match &g.outcome {
+            Outcome::StorageFailed(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    let Some(first) = failed.first() else {
+        return web::json(StatusCode::OK, &body);
+    };
+    body["error"] = json!("storage_unavailable");
+    body["message"] = json!(format!(
+        "lease storage failed for {} of {} devices ({first}); nothing was sent for them. \
+         Retrying the whole batch is safe: devices already notified are throttled for the \
+         rest of their window",
+        failed.len(),
+        gated.len()
+    ));
+    if let leasegate::Error::Storage(s) = first {
+        body["storageStatus"] = json!(s.status.as_u16());
+        body["storageErrorCode"] = json!(s.code);
+    }
+    let mut r = web::json(StatusCode::SERVICE_UNAVAILABLE, &body);
+    r.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    r
 }
 
-/// The decision of a gated device's hottest reading.
-fn gate_decision(g: &DeviceGate, window_secs: u64) -> Value {
-    match (&g.result, &g.notified) {
-        (GateResult::Won(a), Some(Ok(()))) => json!({
+/// The decision for a device's own (hottest) reading.
+fn decision(outcome: &Outcome, window_secs: u64) -> Value {
+    match outcome {
+        Outcome::Notified(held) => json!({
             "decision": "notified",
-            "fencingToken": a.fencing_token,
-            "windowEndsAt": a.expires_at.map(rfc3339),
+            "fencingToken": held.fencing_token,
+            "windowEndsAt": held.expires_at.map(rfc3339),
         }),
-        (GateResult::Won(_), Some(Err(reason))) => {
-            json!({ "decision": "notify_failed", "reason": reason, "gateReleased": g.released })
-        }
-        (GateResult::Throttled(after), _) => json!({
+        Outcome::Throttled { retry_after } => json!({
             "decision": "throttled",
-            "retryAfterSeconds": after.map_or(window_secs, |d| d.as_secs().max(1)),
+            // What storage says of the holder's gate; the window when it cannot tell.
+            "retryAfterSeconds": retry_after.map_or(window_secs, |d| d.as_secs().max(1)),
         }),
-        _ => json!({ "decision": "throttled", "retryAfterSeconds": window_secs }),
+        Outcome::StorageFailed(e) => json!({
+            "decision": "storage_unavailable",
+            "reason": e.to_string(),
+        }),
+        Outcome::NotDelivered { reason, released } => json!({
+            "decision": "notify_failed",
+            "reason": reason,
+            "delivery": "not_delivered",
+            "gateReleased": released,
+        }),
+        Outcome::Unconfirmed { reason, .. } => json!({
+            "decision": "notify_failed",
+            "reason": reason,
+            "delivery": "unknown",
+            "gateReleased": false,
+        }),
     }
 }
 
@@ -410,54 +557,20 @@ fn log_decision(device_id: &str, decision: &str, storage_round_trips: u32, start
     }));
 }
 
-/// Posts the notification; `Err` says why it did not arrive (no secret, no URL).
-async fn notify<T: Transport>(
+/// Handles `POST /api/telemetry`: the four steps.
+pub async fn handle<T: Transport>(
     ctx: &Context<'_, T>,
-    settings: &Settings,
-    reading: &Reading,
-    held: &Acquired,
-) -> Result<(), String> {
-    let body = json!({
-        "deviceId": reading.device_id,
-        "temperature": reading.temperature,
-        "timestamp": reading.timestamp,
-        "message": format!(
-            "device {} reported {} °C, at or above the threshold of {} °C",
-            reading.device_id, reading.temperature, settings.threshold
-        ),
-        "fencingToken": held.fencing_token,
-        "windowEndsAt": held.expires_at.map(rfc3339),
-    })
-    .to_string()
-    .into_bytes();
-    let request = Request::builder()
-        .method(http::Method::POST)
-        .uri(&settings.notify_url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::CONTENT_LENGTH, body.len())
-        .body(body)
-        .map_err(|_| "the notification request could not be built".to_string())?;
-    match ctx.transport.send(request).await {
-        Ok(response) if response.status().is_success() => Ok(()),
-        Ok(response) => Err(format!("webhook answered {}", response.status().as_u16())),
-        Err(e) => Err(format!("webhook unreachable: {}", e.message)),
-    }
-}
-
-/// Gives a device's gate back (best effort): whether it was released, and the requests sent.
-async fn release<T: Transport>(
-    ctx: &Context<'_, T>,
-    settings: &Settings,
-    device: &LockName,
-    id: LeaseId,
-) -> (bool, u32) {
-    let counting = Counting::new(ctx.transport);
-    let locks = settings.storage.locks(&counting, GATE_PREFIX);
-    let released = matches!(
-        locks.release(device, id, ctx.now).await,
-        Ok(leasegate::lease::Release::Released)
-    );
-    (released, counting.sent())
+    request: Request<Vec<u8>>,
+) -> Response<Vec<u8>> {
+    let started = Instant::now();
+    let parsed = match parse(ctx.variables, &request) {
+        Ok(p) => p,
+        Err(response) => return response,
+    };
+    let transport = (ctx.connect)(parsed.settings.storage.timeout);
+    let hot = hot_devices(&parsed.readings, parsed.settings.threshold);
+    let gated = gate(ctx, &transport, &parsed, &hot).await;
+    answer(&parsed, &gated, started)
 }
 
 #[cfg(test)]
@@ -467,8 +580,8 @@ mod tests {
     use std::collections::HashMap;
     use std::time::SystemTime;
 
-    /// Scripted storage and webhook: leases on `alerts/bad` fail with 500, everything else
-    /// succeeds. Records what was sent.
+    /// Scripted storage and webhook: requests on `alerts/bad` fail with 500; the blob
+    /// `alerts/good` exists, unleased; everything else succeeds. Records what was sent.
     struct Scripted {
         sent: RefCell<Vec<(String, String, Option<String>)>>,
     }
@@ -491,13 +604,16 @@ mod tests {
             let mut r = Response::builder().header("date", "Sat, 21 Nov 2026 14:00:00 GMT");
             if path.ends_with("/alerts/bad") {
                 r = r.status(500).header("x-ms-error-code", "InternalError");
+            } else if request.method() == http::Method::HEAD {
+                r = r
+                    .status(200)
+                    .header("etag", "\"0x1\"")
+                    .header("x-ms-lease-state", "available");
             } else if action.as_deref() == Some("acquire") {
                 let id = request.headers()["x-ms-proposed-lease-id"].clone();
                 r = r.status(201).header("x-ms-lease-id", id);
-            } else if action.is_some() {
+            } else if action.is_some() || request.uri().query() == Some("comp=metadata") {
                 r = r.status(200);
-            } else if request.uri().query() == Some("comp=properties") {
-                r = r.status(200).header("x-ms-blob-sequence-number", "7");
             } else {
                 r = r.status(204);
             }
@@ -506,7 +622,7 @@ mod tests {
     }
 
     #[test]
-    fn one_failing_gate_fails_the_batch_closed_and_gives_back_the_others() {
+    fn one_failing_device_does_not_hold_back_the_others() {
         let transport = Scripted {
             sent: RefCell::new(Vec::new()),
         };
@@ -515,12 +631,13 @@ mod tests {
             ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
             ("storage_origin", "http://127.0.0.1:10000"),
             ("notify_url", "http://127.0.0.1:3001/notify"),
+            ("telemetry_token", "t0ken"),
         ]
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         let ctx = Context {
-            transport: &transport,
+            connect: &|_| &transport,
             variables: &vars,
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800),
             new_lease_id: &|| LeaseId::from_random_bytes([9; 16]),
@@ -533,6 +650,7 @@ mod tests {
             .method("POST")
             .uri("/api/telemetry")
             .header("content-type", "application/json")
+            .header("authorization", "Bearer t0ken")
             .body(body.to_string().into_bytes())
             .unwrap();
         let response = pollster::block_on(handle(&ctx, request));
@@ -540,18 +658,32 @@ mod tests {
         let answer: Value = serde_json::from_slice(response.body()).unwrap();
         assert_eq!(answer["error"], "storage_unavailable");
         assert_eq!(answer["storageErrorCode"], "InternalError");
+        assert_eq!(answer["decisions"][0]["decision"], "notified", "{answer}");
+        assert_eq!(answer["decisions"][1]["decision"], "storage_unavailable");
         let sent = transport.sent.borrow();
-        // No notification went out, and the gate that was won was released.
-        assert!(
-            sent.iter().all(|(_, path, _)| path != "/notify"),
+        // The good device's alert went out, and its gate was kept (no release).
+        assert_eq!(
+            sent.iter().filter(|(_, path, _)| path == "/notify").count(),
+            1,
             "{sent:?}"
         );
         assert!(
-            sent.iter()
-                .any(|(_, path, action)| path.ends_with("/alerts/good")
-                    && action.as_deref() == Some("release")),
+            !sent
+                .iter()
+                .any(|(_, _, action)| action.as_deref() == Some("release")),
             "{sent:?}"
         );
+    }
+
+    #[test]
+    fn idempotency_keys_are_per_device_and_tenure() {
+        let a = LeaseId::from_random_bytes([1; 16]);
+        let b = LeaseId::from_random_bytes([2; 16]);
+        assert_eq!(idempotency_key("d", a), idempotency_key("d", a));
+        assert_ne!(idempotency_key("d", a), idempotency_key("d", b));
+        assert_ne!(idempotency_key("d", a), idempotency_key("e", a));
+        assert_eq!(idempotency_key("d", a).len(), 32);
+        assert!(!idempotency_key("d", a).contains(&a.to_string()));
     }
 
     #[test]

@@ -74,11 +74,18 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
 }
 
 /// The 503 for a storage failure: what storage said (status and error code), never a secret.
+/// A lock blob whose claim cannot be used is `lock_unusable`, naming the field.
 pub fn storage_unavailable(e: &leasegate::Error) -> Response<Vec<u8>> {
-    let mut body = json!({
-        "error": "storage_unavailable",
-        "message": format!("lease storage failed, nothing was done: {e}"),
-    });
+    let mut body = match e {
+        leasegate::Error::CorruptLock(_) => json!({
+            "error": "lock_unusable",
+            "message": format!("nothing was done: {e}; an operator can break the lock or delete its blob"),
+        }),
+        _ => json!({
+            "error": "storage_unavailable",
+            "message": format!("lease storage failed, nothing was done: {e}"),
+        }),
+    };
     if let leasegate::Error::Storage(s) = e {
         body["storageStatus"] = json!(s.status.as_u16());
         body["storageErrorCode"] = json!(s.code);

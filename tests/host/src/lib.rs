@@ -58,6 +58,9 @@ pub enum Fault {
     Status(u16),
     /// Wait this long, then send.
     Delay(Duration),
+    /// Send, wait for the answer's head, then drop it and fail as if the connection timed out:
+    /// storage acted, the guest cannot know.
+    LoseAnswer,
 }
 
 /// One outbound request a guest made.
@@ -69,6 +72,9 @@ pub struct Outbound {
     pub authority: String,
     /// Path, without the query (which may hold a SAS).
     pub path: String,
+    /// How it was authorized, never the credential itself: `SharedKey` (an `Authorization:
+    /// SharedKey` header), `SAS` (a `sig=` in the query) or `none`.
+    pub auth: &'static str,
 }
 
 /// One inbound request and what its guest did.
@@ -117,9 +123,12 @@ pub struct HostConfig {
     pub echo: bool,
 }
 
+/// A fault for every path of an authority (`None`) or only paths containing a string.
+type FaultRule = (Option<String>, Fault);
+
 #[derive(Default)]
 struct Shared {
-    faults: Mutex<HashMap<String, Fault>>,
+    faults: Mutex<HashMap<String, Vec<FaultRule>>>,
     records: Mutex<HashMap<u64, RequestRecord>>,
     records_changed: Condvar,
     in_flight: Mutex<u64>,
@@ -224,19 +233,45 @@ impl WasiHttpHooks for Hooks {
         let allowed = manifest::is_allowed(&self.allowed, &scheme, &authority);
         if allowed {
             if let Ok(mut out) = self.outbound.lock() {
+                let shared_key = request
+                    .headers()
+                    .get(http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.starts_with("SharedKey "));
+                let sas = request
+                    .uri()
+                    .query()
+                    .is_some_and(|q| q.split('&').any(|p| p.starts_with("sig=")));
                 out.push(Outbound {
                     method: request.method().to_string(),
                     authority: authority.clone(),
                     path: request.uri().path().to_string(),
+                    auth: match (shared_key, sas) {
+                        (true, _) => "SharedKey",
+                        (false, true) => "SAS",
+                        (false, false) => "none",
+                    },
                 });
             }
         }
-        let fault = self
-            .shared
-            .faults
-            .lock()
-            .ok()
-            .and_then(|f| f.get(&authority).cloned());
+        // Matched, never kept: the query may hold a SAS.
+        let line = format!(
+            "{} {}",
+            request.method(),
+            request
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/")
+        );
+        let fault = self.shared.faults.lock().ok().and_then(|f| {
+            f.get(&authority).and_then(|rules| {
+                rules
+                    .iter()
+                    .find(|(part, _)| part.as_ref().is_none_or(|p| line.contains(p.as_str())))
+                    .map(|(_, fault)| fault.clone())
+            })
+        });
         let in_flight = self.in_flight.clone();
         Box::new(async move {
             let _flying = Flying::start(&in_flight);
@@ -262,6 +297,11 @@ impl WasiHttpHooks for Hooks {
                     return Ok((response, io));
                 }
                 Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
+                Some(Fault::LoseAnswer) => {
+                    let answered = wasmtime_wasi_http::default_send_request(request, options).await;
+                    drop(answered);
+                    return Err(wasmtime_wasi_http::Error::ConnectionReadTimeout);
+                }
                 None => {}
             }
             let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
@@ -373,13 +413,26 @@ impl Host {
         format!("http://{}", self.addr)
     }
 
-    /// Injects `fault` on outbound requests to `authority` (`host:port`); `None` clears it.
+    /// Injects `fault` on outbound requests to `authority` (`host:port`); `None` clears every
+    /// fault on it.
     pub fn set_fault(&self, authority: &str, fault: Option<Fault>) {
         if let Ok(mut faults) = self.shared.faults.lock() {
             match fault {
-                Some(f) => faults.insert(authority.to_string(), f),
+                Some(f) => faults.insert(authority.to_string(), vec![(None, f)]),
                 None => faults.remove(authority),
             };
+        }
+    }
+
+    /// Injects `fault` only on outbound requests to `authority` whose method, path and query
+    /// (`PUT /devstoreaccount1/c/alerts/d?comp=metadata`) contain `part`: one device's lock
+    /// blob, or one step of an acquisition. Earlier faults stay; the newest matching one wins.
+    pub fn set_request_fault(&self, authority: &str, part: &str, fault: Fault) {
+        if let Ok(mut faults) = self.shared.faults.lock() {
+            faults
+                .entry(authority.to_string())
+                .or_default()
+                .insert(0, (Some(part.to_string()), fault));
         }
     }
 
