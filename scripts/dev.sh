@@ -93,13 +93,16 @@ run() {
     trap 'kill ${SINK_PID:-} 2>/dev/null || true' EXIT
   fi
   local token="${LEASEGATE_GATE_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
+  local telemetry="${LEASEGATE_TELEMETRY_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   cat >&2 <<TXT
 
 The app will serve on http://127.0.0.1:3000. Try, from another terminal:
 
-  curl -s -X POST http://127.0.0.1:3000/api/telemetry -H 'content-type: application/json' \\
+  curl -s -X POST http://127.0.0.1:3000/api/telemetry -H 'authorization: Bearer $telemetry' \\
+       -H 'content-type: application/json' \\
        -d '{"deviceId":"sensor-1","temperature":31.5}'            # notified, then throttled for 60 s
-  curl -s -X POST http://127.0.0.1:3000/api/telemetry -H 'content-type: application/json' \\
+  curl -s -X POST http://127.0.0.1:3000/api/telemetry -H 'authorization: Bearer $telemetry' \\
+       -H 'content-type: application/json' \\
        -d '[{"deviceId":"a","temperature":35},{"deviceId":"b","temperature":20},{"deviceId":"a","temperature":40}]'
   curl -si -X POST 'http://127.0.0.1:3000/api/gate/jobs%2Fnightly?window=30&holder=node-a' \\
        -H 'authorization: Bearer $token'                         # 200, then 429 for other holders
@@ -110,11 +113,13 @@ The app will serve on http://127.0.0.1:3000. Try, from another terminal:
 TXT
   if command -v spin >/dev/null 2>&1; then
     say "serving with spin up (Ctrl-C to stop)"
-    spin up --listen 127.0.0.1:3000 --variable gate_token="$token"
+    spin up --listen 127.0.0.1:3000 --variable gate_token="$token" \
+      --variable telemetry_token="$telemetry"
   else
     say "Spin is not installed: serving with the project's wasmtime host (Ctrl-C to stop)"
     cargo build --locked -p leasegate-host
-    target/debug/leasegate-host --manifest spin.toml --listen 127.0.0.1:3000 --variable gate_token="$token"
+    target/debug/leasegate-host --manifest spin.toml --listen 127.0.0.1:3000 --variable gate_token="$token" \
+      --variable telemetry_token="$telemetry"
   fi
 }
 

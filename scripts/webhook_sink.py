@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""A local webhook sink for leasegate's device alerts: prints every notification it receives.
+"""A local webhook sink for leasegate's device alerts: prints every notification it receives, and
+drops repeats of an Idempotency-Key it has seen (as a receiver should).
 
 Usage: scripts/webhook_sink.py [PORT]   (default 3001, listens on 127.0.0.1 only)
 """
 import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+SEEN = set()
 
 
 class Sink(BaseHTTPRequestHandler):
@@ -16,7 +20,12 @@ class Sink(BaseHTTPRequestHandler):
             shown = json.dumps(json.loads(body), ensure_ascii=False)
         except ValueError:
             shown = body.decode("utf-8", "replace")
-        print(f"notification {self.path}: {shown}", flush=True)
+        key = self.headers.get("idempotency-key")
+        if key and key in SEEN:
+            print(f"repeat of {key} dropped", flush=True)
+        else:
+            SEEN.add(key)
+            print(f"notification {self.path} (idempotency key {key}): {shown}", flush=True)
         self.send_response(204)
         self.send_header("content-length", "0")
         self.end_headers()

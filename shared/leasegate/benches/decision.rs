@@ -1,99 +1,119 @@
-//! The core's CPU cost per lease decision: build + sign the acquire request, parse the answer.
-//! Prints microseconds per decision; asserts nothing about speed. Run with
-//! `cargo bench -p leasegate --bench decision`.
+//! The core's CPU cost per lease decision: a whole `Locks::acquire` (validate the name, build
+//! and sign each request, parse each answer, decide) against canned storage answers, so only
+//! the core is measured. Prints microseconds and requests per decision; asserts nothing about
+//! speed. Run with `cargo bench -p leasegate --bench decision`.
 // A benchmark reads the clock to measure itself; the core never does.
 #![allow(clippy::disallowed_methods)]
 
+use std::cell::Cell;
 use std::hint::black_box;
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::ops::{build, Condition, GetProperties, Lease, LeaseAction, Operation};
-use leasegate::{Account, BlobName, ContainerName, HolderKey, LeaseDuration, LeaseId, LockName};
+use http::{Request, Response};
+use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::{Account, ContainerName, LeaseId, LockName, Transport, TransportError};
 
-fn measure(label: &str, iterations: u32, mut decide: impl FnMut()) {
+/// Storage answers by request kind: the lock blob as `lease_state` with `metadata`.
+struct Canned {
+    lease_state: &'static str,
+    metadata: Vec<(&'static str, String)>,
+    sent: Cell<u32>,
+}
+
+impl Transport for Canned {
+    async fn send(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, TransportError> {
+        self.sent.set(self.sent.get() + 1);
+        let r = Response::builder()
+            .header("date", "Sat, 21 Nov 2026 14:00:00 GMT")
+            .header("etag", "\"0x8DB1A2B3C4D5E6F\"")
+            .header("x-ms-request-id", "0f6d1b0e-501e-0035-5a1c-1c2b3a000000");
+        let r = if request.method() == http::Method::HEAD {
+            let mut r = r
+                .status(200)
+                .header("x-ms-lease-state", self.lease_state)
+                .header("x-ms-blob-type", "PageBlob");
+            for (k, v) in &self.metadata {
+                r = r.header(format!("x-ms-meta-{k}"), v.as_str());
+            }
+            r
+        } else if let Some(id) = request.headers().get("x-ms-proposed-lease-id") {
+            r.status(201).header("x-ms-lease-id", id.clone())
+        } else {
+            r.status(200)
+        };
+        Ok(r.body(Vec::new()).expect("a response"))
+    }
+}
+
+fn measure(label: &str, iterations: u32, transport: &Canned, mut decide: impl FnMut() -> Acquire) {
     for _ in 0..iterations / 10 {
         decide(); // warm up
     }
+    transport.sent.set(0);
     let start = Instant::now();
     for _ in 0..iterations {
-        decide();
+        black_box(decide());
     }
     let per = start.elapsed().as_secs_f64() * 1e6 / f64::from(iterations);
-    println!("{label:<58} {per:>8.2} µs/decision  ({iterations} iterations)");
+    let requests = f64::from(transport.sent.get()) / f64::from(iterations);
+    println!(
+        "{label:<52} {per:>8.2} µs/decision  {requests:.0} request(s)  ({iterations} iterations)"
+    );
 }
 
 fn main() {
     let account = Account::from_connection_string("UseDevelopmentStorage=true").unwrap();
     let container = ContainerName::try_new("leasegate").unwrap();
-    let lock = LockName::try_new("devices/sensor-0042").unwrap();
-    let key = HolderKey::try_new(b"bench secret").unwrap();
-    let holder = LeaseId::for_holder(&key, "node-a", &lock);
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800);
-    let op = Lease {
-        container: container.clone(),
-        blob: lock.blob_name("locks/").unwrap(),
-        action: LeaseAction::Acquire {
-            duration: LeaseDuration::Seconds(15),
-            proposed: holder,
-        },
-        condition: Condition::None,
-    };
-    let acquired = http::Response::builder()
-        .status(201)
-        .header("x-ms-lease-id", holder.to_string())
-        .header("etag", "\"0x8DB1A2B3C4D5E6F\"")
-        .header("date", "Sat, 21 Nov 2026 14:00:00 GMT")
-        .header("x-ms-request-id", "0f6d1b0e-501e-0035-5a1c-1c2b3a000000")
-        .body(Vec::new())
-        .unwrap();
-    let busy = http::Response::builder()
-        .status(409)
-        .header("x-ms-error-code", "LeaseAlreadyPresent")
-        .header("date", "Sat, 21 Nov 2026 14:00:00 GMT")
-        .body(b"<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>LeaseAlreadyPresent</Code><Message>There is already a lease present.</Message></Error>".to_vec())
-        .unwrap();
+    let me = LeaseId::from_random_bytes([7; 16]);
+    let other = LeaseId::from_random_bytes([8; 16]).to_string();
+    let native = Term::for_window(Duration::from_secs(30)).unwrap();
+    let record = Term::for_window(Duration::from_secs(90)).unwrap();
+    let held_by_other = vec![
+        ("leasegate_holder", other),
+        ("leasegate_term", "30".to_string()),
+        ("leasegate_since", "1795096790".to_string()),
+        ("leasegate_expires", "1795096820".to_string()),
+        ("leasegate_token", "117637120000001".to_string()),
+    ];
     let n = 20_000;
-    measure(
-        "native acquire: validate name + build + sign + parse 201",
-        n,
-        || {
-            let name = LockName::try_new(black_box("devices/sensor-0042")).unwrap();
-            let op = Lease {
-                blob: name.blob_name("locks/").unwrap(),
-                ..op.clone()
-            };
-            let request = build(&op, &account, now).unwrap();
-            black_box(&request);
-            black_box(op.parse(&acquired).unwrap());
-        },
+    // (what is measured, the lock blob's lease state, its metadata, the caller's term)
+    type Case = (
+        &'static str,
+        &'static str,
+        Vec<(&'static str, String)>,
+        Term,
     );
-    measure("native acquire, busy: build + sign + parse 409", n, || {
-        let request = build(&op, &account, now).unwrap();
-        black_box(&request);
-        black_box(op.parse(&busy).unwrap());
-    });
-    let head = GetProperties {
-        container,
-        blob: BlobName::try_new("locks/x").unwrap(),
-    };
-    let props = http::Response::builder()
-        .status(200)
-        .header("etag", "\"0x8DB1A2B3C4D5E6F\"")
-        .header("date", "Sat, 21 Nov 2026 14:00:00 GMT")
-        .header("x-ms-lease-state", "available")
-        .header("x-ms-blob-sequence-number", "41")
-        .header("x-ms-meta-leasegate_holder", holder.to_string())
-        .header("x-ms-meta-leasegate_expires", "1795096860")
-        .header("x-ms-meta-leasegate_token", "42")
-        .body(Vec::new())
-        .unwrap();
-    measure(
-        "record read: build + sign HEAD + parse properties",
-        n,
-        || {
-            let request = build(&head, &account, now).unwrap();
-            black_box(&request);
-            black_box(head.parse(&props).unwrap());
-        },
-    );
+    let cases: [Case; 3] = [
+        (
+            "busy (throttled): HEAD",
+            "leased",
+            held_by_other.clone(),
+            native,
+        ),
+        (
+            "native, new holder: HEAD + acquire + claim",
+            "available",
+            held_by_other.clone(),
+            native,
+        ),
+        (
+            "record, new holder: HEAD + compare-and-swap",
+            "available",
+            held_by_other,
+            record,
+        ),
+    ];
+    for (label, lease_state, metadata, term) in cases {
+        let transport = Canned {
+            lease_state,
+            metadata,
+            sent: Cell::new(0),
+        };
+        let locks = Locks::new(&transport, account.clone(), container.clone());
+        measure(label, n, &transport, || {
+            let lock = LockName::try_new(black_box("devices/sensor-0042")).unwrap();
+            pollster::block_on(locks.acquire(&lock, term, me, now)).unwrap()
+        });
+    }
 }
