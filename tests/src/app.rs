@@ -39,6 +39,8 @@ pub fn build_components() {
                 "device-alerts",
                 "-p",
                 "gate",
+                "-p",
+                "scheduled-job",
             ])
             .status()
             .expect("run cargo to build the components");
@@ -60,6 +62,75 @@ pub const GATE_TOKEN: &str = "test-gate-token-7f3a";
 pub const TELEMETRY_TOKEN: &str = "test-telemetry-token-91c2";
 /// The test app's `lease_id_secret`.
 pub const LEASE_ID_SECRET: &str = "test-lease-id-secret-5d0e";
+/// The bearer token of the test app's timer routes (`/api/jobs/...`).
+pub const TIMER_TOKEN: &str = "test-timer-token-3b8d";
+/// `Authorization: Bearer <TIMER_TOKEN>`.
+pub const TIMER_AUTH: (&str, &str) = ("authorization", "Bearer test-timer-token-3b8d");
+
+/// Which manifest a test app is served from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Manifest {
+    /// `spin.toml`: the HTTP app.
+    Http,
+    /// `spin-cron.toml`: the timer functions on Spin's cron trigger.
+    Cron,
+    /// The Azure Functions deployment's manifest: `spin.toml` plus
+    /// `deploy/azure-functions/timer-routes.toml`, as `assemble.py` makes it.
+    Azure,
+}
+
+impl Manifest {
+    /// The manifest file.
+    pub fn path(self) -> PathBuf {
+        match self {
+            Manifest::Http => root().join("spin.toml"),
+            Manifest::Cron => root().join("spin-cron.toml"),
+            Manifest::Azure => {
+                static WRITTEN: OnceLock<PathBuf> = OnceLock::new();
+                WRITTEN
+                    .get_or_init(|| {
+                        // Written into target/, so the component paths lose their `target/`.
+                        let text = std::fs::read_to_string(root().join("spin.toml"))
+                            .expect("read spin.toml")
+                            + "\n"
+                            + &std::fs::read_to_string(
+                                root().join("deploy/azure-functions/timer-routes.toml"),
+                            )
+                            .expect("read timer-routes.toml");
+                        let text = text.replace("source = \"target/", "source = \"");
+                        let path = root().join(format!(
+                            "target/leasegate-azure-spin-{}.toml",
+                            std::process::id()
+                        ));
+                        std::fs::write(&path, text).expect("write the Azure manifest");
+                        path
+                    })
+                    .clone()
+            }
+        }
+    }
+}
+
+/// How to start a test app beyond its variables.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// The guests' wall clock is this far ahead of real time (negative: behind).
+    pub clock_offset_ms: i64,
+    /// Share this container (several deployments of one app) instead of a fresh one.
+    pub container: Option<ContainerName>,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            manifest: Manifest::Http,
+            clock_offset_ms: 0,
+            container: None,
+        }
+    }
+}
 
 /// The app, served on a free loopback port.
 pub struct App {
@@ -76,10 +147,15 @@ pub struct App {
 impl App {
     /// Starts the app with the test defaults, then `overrides` (application variables).
     pub fn start(tag: &str, overrides: &[(&str, &str)]) -> App {
+        App::start_with(tag, overrides, Setup::default())
+    }
+
+    /// Starts the app from `setup`'s manifest, clock and container.
+    pub fn start_with(tag: &str, overrides: &[(&str, &str)], setup: Setup) -> App {
         build_components();
         let azurite = Azurite::shared();
         let sink = Sink::start();
-        let container = unique_container(tag);
+        let container = setup.container.unwrap_or_else(|| unique_container(tag));
         let mut variables: HashMap<String, String> = HashMap::from([
             (
                 "storage_origin".into(),
@@ -90,16 +166,21 @@ impl App {
             ("gate_token".into(), GATE_TOKEN.into()),
             ("telemetry_token".into(), TELEMETRY_TOKEN.into()),
             ("lease_id_secret".into(), LEASE_ID_SECRET.into()),
+            ("timer_token".into(), TIMER_TOKEN.into()),
+            ("instance_id".into(), "test-instance".into()),
+            ("job_origin".into(), sink.origin()),
             ("storage_timeout_ms".into(), "3000".into()),
         ]);
         for (k, v) in overrides {
             variables.insert(k.to_string(), v.to_string());
         }
         let host = Host::start(HostConfig {
-            manifest: root().join("spin.toml"),
+            manifest: setup.manifest.path(),
             variables,
             listen: "127.0.0.1:0".parse().expect("address"),
             echo: std::env::var_os("LEASEGATE_HOST_ECHO").is_some(),
+            clock_offset_ms: setup.clock_offset_ms,
+            cron: false,
         })
         .expect("start the wasm host");
         App {

@@ -4,11 +4,16 @@
 //! * `wasi:http/incoming-handler` per request, with Spin's `spin-*` request headers;
 //! * `wasi:http/outgoing-handler`, checked against each component's `allowed_outbound_hosts`;
 //! * `wasi:cli` (stdout and stderr captured per request into the host's log);
-//! * `fermyon:spin/variables@2.0.0`, component variables templated from application variables.
+//! * `fermyon:spin/variables@2.0.0`, component variables templated from application variables;
+//! * Spin's **cron trigger** (the `trigger-cron` plugin): `[[trigger.cron]]` components export
+//!   `handle-cron-event` (`fermyon:spin-cron@2.0.0`); with [`HostConfig::cron`] each trigger
+//!   fires on its schedule, and [`Host::fire_cron`] fires one event on demand.
 //!
-//! For tests it also **records every outbound request per inbound request** and can **inject
-//! faults** on outbound calls to an origin (connection refused, a status such as 503, a delay).
-//! Every response carries `leasegate-host-request-id`, the key of its [`RequestRecord`].
+//! For tests it also **records every outbound request per inbound request** (and per cron
+//! event) and can **inject faults** on outbound calls to an origin (connection refused, a
+//! status such as 503, a delay). Every response carries `leasegate-host-request-id`, the key of
+//! its [`RequestRecord`]. [`HostConfig::clock_offset_ms`] shifts the wall clock its guests see
+//! (and the clock its cron schedules run by), to model deployments whose clocks disagree.
 
 pub mod manifest;
 
@@ -34,15 +39,26 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
-use manifest::App;
+use manifest::{App, ComponentConfig, CronTrigger};
 
 mod bindings {
     wasmtime::component::bindgen!({
-        path: "wit",
+        path: "wit/variables.wit",
         world: "host",
     });
 }
 use bindings::fermyon::spin::variables;
+
+/// The cron trigger's world, as the `trigger-cron` plugin binds it.
+mod cron_bindings {
+    wasmtime::component::bindgen!({
+        path: "wit/spin-cron.wit",
+        world: "spin-cron",
+        exports: { default: async },
+    });
+}
+use cron_bindings::fermyon::spin_cron::cron_types;
+use cron_bindings::SpinCronPre;
 
 /// How long one guest invocation may run before the host answers 500 and drops it.
 pub const GUEST_TIME_LIMIT: Duration = Duration::from_secs(60);
@@ -77,18 +93,20 @@ pub struct Outbound {
     pub auth: &'static str,
 }
 
-/// One inbound request and what its guest did.
+/// One inbound request (or cron event) and what its guest did.
 #[derive(Debug, Clone)]
 pub struct RequestRecord {
-    /// The id sent back as `leasegate-host-request-id`.
+    /// The id sent back as `leasegate-host-request-id` (cron events take ids from the same
+    /// sequence).
     pub id: u64,
     /// The component that served it.
     pub component: String,
-    /// Method and path.
+    /// The method; `CRON` for a cron event.
     pub method: String,
-    /// Path and query.
+    /// Path and query; for a cron event, its `timestamp` in decimal.
     pub path: String,
-    /// The status the guest answered (500 if it trapped or timed out).
+    /// The status the guest answered (500 if it trapped or timed out); for a cron event, 200
+    /// when `handle-cron-event` returned `Ok`, else 500.
     pub status: u16,
     /// Outbound requests, in order.
     pub outbound: Vec<Outbound>,
@@ -110,7 +128,29 @@ impl RequestRecord {
     }
 }
 
+/// One cron event and what its guest did.
+#[derive(Debug, Clone)]
+pub struct CronRecord {
+    /// What `handle-cron-event` returned: `Ok(())`, the guest's own `Err(other(msg))` as
+    /// `Err(msg)`, or the host's `Err("guest trapped: ...")` / `Err("guest ran past ...")`.
+    pub result: Result<(), String>,
+    /// The invocation, recorded like an HTTP request (also in [`Host::records`]): `method` is
+    /// `"CRON"`, `path` the event's `timestamp` in decimal (`"1767225600"`), `status` 200 when
+    /// `result` is `Ok` and 500 otherwise; `output` holds the guest's lines (and, after a trap or
+    /// a time-out, the host's line saying so).
+    pub record: RequestRecord,
+}
+
+impl CronRecord {
+    /// The event's `timestamp` (Unix seconds).
+    pub fn timestamp(&self) -> u64 {
+        self.record.path.parse().unwrap_or_default()
+    }
+}
+
 /// How to start a host.
+///
+/// `HostConfig::new(manifest)` gives the neutral values below; set fields on the result.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
     /// The Spin manifest.
@@ -119,8 +159,60 @@ pub struct HostConfig {
     pub variables: HashMap<String, String>,
     /// Where to listen (`127.0.0.1:0` picks a free port).
     pub listen: SocketAddr,
-    /// Also print guest output and a line per request on stdout.
+    /// Also print guest output and a line per request (and per cron event) on stdout.
     pub echo: bool,
+    /// Milliseconds this host's clock is ahead of real time (negative: behind). Its guests'
+    /// `wasi:clocks/wall-clock` reads real time plus this, and its cron schedules run by that
+    /// clock (the events' `timestamp` included). Monotonic clocks are not shifted. 0: real time.
+    pub clock_offset_ms: i64,
+    /// Fire each `[[trigger.cron]]` on its schedule while serving, like `spin up` with the
+    /// `trigger-cron` plugin. Off: cron components are loaded, and fire only by
+    /// [`Host::fire_cron`].
+    pub cron: bool,
+}
+
+impl HostConfig {
+    /// `manifest` with no variable overrides, on `127.0.0.1:0`, no echo, the real clock, cron
+    /// schedules off.
+    pub fn new(manifest: impl Into<PathBuf>) -> HostConfig {
+        HostConfig {
+            manifest: manifest.into(),
+            variables: HashMap::new(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            echo: false,
+            clock_offset_ms: 0,
+            cron: false,
+        }
+    }
+}
+
+/// Time since the Unix epoch by a clock `offset_ms` ahead of the system's (behind if negative).
+fn offset_now(offset_ms: i64) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let offset = Duration::from_millis(offset_ms.unsigned_abs());
+    if offset_ms >= 0 {
+        now.saturating_add(offset)
+    } else {
+        now.saturating_sub(offset)
+    }
+}
+
+/// The wall clock a guest sees: the system's, shifted by the host's offset.
+struct OffsetWallClock {
+    offset_ms: i64,
+    system: Box<dyn wasmtime_wasi::HostWallClock + Send>,
+}
+
+impl wasmtime_wasi::HostWallClock for OffsetWallClock {
+    fn resolution(&self) -> Duration {
+        self.system.resolution()
+    }
+
+    fn now(&self) -> Duration {
+        offset_now(self.offset_ms)
+    }
 }
 
 /// A fault for every path of an authority (`None`) or only paths containing a string.
@@ -132,22 +224,86 @@ struct Shared {
     records: Mutex<HashMap<u64, RequestRecord>>,
     records_changed: Condvar,
     in_flight: Mutex<u64>,
+    cron: Mutex<Vec<CronRecord>>,
+}
+
+/// Counts one guest invocation as running (for [`Host::wait_idle`]) until dropped.
+struct Running(Arc<Shared>);
+
+impl Running {
+    fn start(shared: &Arc<Shared>) -> Running {
+        if let Ok(mut n) = shared.in_flight.lock() {
+            *n += 1;
+        }
+        Running(shared.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut n) = self.0.in_flight.lock() {
+            *n -= 1;
+        }
+    }
 }
 
 /// A running host. Dropping it stops the server.
 pub struct Host {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    served: Arc<Served>,
+    runtime: tokio::runtime::Handle,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 struct Served {
     app: App,
+    engine: Engine,
+    /// Components named by a `[[trigger.http]]` route, as `wasi:http/proxy` components.
     pres: HashMap<String, ProxyPre<State>>,
+    /// Components named by a `[[trigger.cron]]`, as `fermyon:spin-cron` components.
+    cron_pres: HashMap<String, SpinCronPre<State>>,
     shared: Arc<Shared>,
     next_id: AtomicU64,
     echo: bool,
+    clock_offset_ms: i64,
+}
+
+/// What one invocation's guest wrote and sent, captured for its record.
+struct Capture {
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+    outbound: Arc<Mutex<Vec<Outbound>>>,
+    in_flight: Arc<InFlight>,
+}
+
+impl Capture {
+    fn new() -> Capture {
+        Capture {
+            stdout: MemoryOutputPipe::new(OUTPUT_CAPACITY),
+            stderr: MemoryOutputPipe::new(OUTPUT_CAPACITY),
+            outbound: Arc::new(Mutex::new(Vec::new())),
+            in_flight: Arc::new(InFlight::default()),
+        }
+    }
+
+    /// Stdout's lines, then stderr's.
+    fn output(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.stdout.contents())
+            .lines()
+            .chain(String::from_utf8_lossy(&self.stderr.contents()).lines())
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn outbound(&self) -> Vec<Outbound> {
+        self.outbound.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.in_flight.max.load(Ordering::SeqCst)
+    }
 }
 
 struct State {
@@ -328,8 +484,11 @@ impl variables::Host for State {
     }
 }
 
+impl cron_types::Host for State {}
+
 impl Host {
-    /// Loads the manifest, compiles its components and starts serving.
+    /// Loads the manifest, compiles its components and starts serving (and, with
+    /// [`HostConfig::cron`], firing its cron triggers).
     pub fn start(config: HostConfig) -> Result<Host> {
         let app = manifest::load(&config.manifest, &config.variables)?;
         let engine = engine()?;
@@ -337,7 +496,14 @@ impl Host {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         variables::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
+        // The types-only `fermyon:spin-cron/cron-types@2.0.0`, which cron components import.
+        cron_types::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
+        let http_ids: std::collections::BTreeSet<&String> =
+            app.routes.iter().map(|(_, c)| c).collect();
+        let cron_ids: std::collections::BTreeSet<&String> =
+            app.cron.iter().map(|t| &t.component).collect();
         let mut pres = HashMap::new();
+        let mut cron_pres = HashMap::new();
         for (id, c) in &app.components {
             let component = load_component(&engine, &c.source).with_context(|| {
                 format!(
@@ -349,18 +515,40 @@ impl Host {
             // interface (key-value, sqlite, ...) fails here, at load time, with its name.
             // (`define_unknown_imports_as_traps` is not used: it shadows the semver-matched
             // WASI imports and breaks the typed `wasi:http` export.)
-            let pre = ProxyPre::new(linker.instantiate_pre(&component)?)
+            let instance_pre = linker
+                .instantiate_pre(&component)
                 .map_err(anyhow::Error::from)
-                .with_context(|| format!("component {id} is not a wasi:http component"))?;
-            pres.insert(id.clone(), pre);
+                .with_context(|| format!("component {id}"))?;
+            // Each trigger checks the export it calls, as Spin's triggers do; a component may
+            // export both (extra exports are fine).
+            if http_ids.contains(id) {
+                let pre = ProxyPre::new(instance_pre.clone())
+                    .map_err(anyhow::Error::from)
+                    .with_context(|| format!("component {id} is not a wasi:http component"))?;
+                pres.insert(id.clone(), pre);
+            }
+            if cron_ids.contains(id) {
+                let pre = SpinCronPre::new(instance_pre)
+                    .map_err(anyhow::Error::from)
+                    .with_context(|| {
+                        format!(
+                            "component {id} is named by [[trigger.cron]] but does not export \
+                             handle-cron-event (fermyon:spin-cron@2.0.0)"
+                        )
+                    })?;
+                cron_pres.insert(id.clone(), pre);
+            }
         }
         let shared = Arc::new(Shared::default());
         let served = Arc::new(Served {
             app,
+            engine,
             pres,
+            cron_pres,
             shared: shared.clone(),
             next_id: AtomicU64::new(1),
             echo: config.echo,
+            clock_offset_ms: config.clock_offset_ms,
         });
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -370,8 +558,17 @@ impl Host {
             .block_on(TcpListener::bind(config.listen))
             .with_context(|| format!("listening on {}", config.listen))?;
         let addr = listener.local_addr()?;
+        if config.cron {
+            // One task per trigger; they end with the runtime, when the host is dropped.
+            for trigger in &served.app.cron {
+                runtime.spawn(served.clone().run_schedule(trigger.clone()));
+            }
+        }
+        let handle = runtime.handle().clone();
+        let for_server = served.clone();
         let (shutdown, mut stop) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
+            let served = for_server;
             runtime.block_on(async move {
                 loop {
                     tokio::select! {
@@ -398,6 +595,8 @@ impl Host {
         Ok(Host {
             addr,
             shared,
+            served,
+            runtime: handle,
             shutdown: Some(shutdown),
             thread: Some(thread),
         })
@@ -454,7 +653,44 @@ impl Host {
         }
     }
 
-    /// Every finished request so far.
+    /// Runs one cron event now, as the `trigger-cron` plugin does on schedule: a fresh instance
+    /// of `component` (one of the manifest's `[[trigger.cron]]` components) whose
+    /// `handle-cron-event` is called with `timestamp` (Unix seconds) and awaited, at most
+    /// [`GUEST_TIME_LIMIT`]. The event is recorded like a request (see [`CronRecord`]).
+    ///
+    /// Blocks the calling thread; any number of threads may call it at once (call it from
+    /// outside an async runtime). `Err` only when the host cannot run the event (unknown or
+    /// non-cron component, host stopped); the guest's own outcome is in [`CronRecord::result`].
+    pub fn fire_cron(&self, component: &str, timestamp: u64) -> Result<CronRecord> {
+        let served = self.served.clone();
+        let component = component.to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.runtime.spawn(async move {
+            let _ = tx.send(served.fire(&component, timestamp).await);
+        });
+        rx.recv()
+            .map_err(|_| anyhow!("the host stopped before the cron event finished"))?
+    }
+
+    /// Every finished cron event so far (fired on schedule or by [`Host::fire_cron`]), in the
+    /// order they started.
+    pub fn cron_records(&self) -> Vec<CronRecord> {
+        let mut all = self
+            .shared
+            .cron
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        all.sort_by_key(|c| c.record.id);
+        all
+    }
+
+    /// The cron triggers of the manifest.
+    pub fn cron_triggers(&self) -> &[CronTrigger] {
+        &self.served.app.cron
+    }
+
+    /// Every finished request (and cron event) so far.
     pub fn records(&self) -> Vec<RequestRecord> {
         let mut all: Vec<RequestRecord> = self
             .shared
@@ -534,6 +770,141 @@ fn plain(status: u16, text: &str) -> hyper::Response<HyperOutgoingBody> {
 }
 
 impl Served {
+    /// A store for one invocation of `config`'s component.
+    fn store(&self, config: &ComponentConfig, capture: &Capture) -> Store<State> {
+        Store::new(
+            &self.engine,
+            State {
+                wasi: WasiCtx::builder()
+                    .stdout(capture.stdout.clone())
+                    .stderr(capture.stderr.clone())
+                    .wall_clock(OffsetWallClock {
+                        offset_ms: self.clock_offset_ms,
+                        system: wasmtime_wasi::clocks::wall_clock(),
+                    })
+                    .build(),
+                http: WasiHttpCtx::new(),
+                table: ResourceTable::new(),
+                hooks: Hooks {
+                    allowed: Arc::new(config.allowed_outbound_hosts.clone()),
+                    outbound: capture.outbound.clone(),
+                    in_flight: capture.in_flight.clone(),
+                    shared: self.shared.clone(),
+                },
+                variables: Arc::new(config.variables.clone()),
+            },
+        )
+    }
+
+    /// Fires `trigger` on its schedule, by this host's (offset) clock, until the runtime ends or
+    /// the schedule has no more occurrences. Like the plugin, an event starts on time even if
+    /// the previous one still runs.
+    async fn run_schedule(self: Arc<Self>, trigger: CronTrigger) {
+        let mut last: Option<u64> = None;
+        loop {
+            let now = offset_now(self.clock_offset_ms);
+            // Strictly after the last event: a timer that wakes early never fires one twice.
+            let after = last.map_or(now, |l| now.max(Duration::from_secs(l)));
+            let Some(next) = trigger.next_after(after) else {
+                return;
+            };
+            let due = Duration::from_secs(next);
+            loop {
+                let now = offset_now(self.clock_offset_ms);
+                if now >= due {
+                    break;
+                }
+                // At most a minute at a time: a far event follows the system clock if it is
+                // set while we wait.
+                tokio::time::sleep((due - now).min(Duration::from_secs(60))).await;
+            }
+            last = Some(next);
+            let served = self.clone();
+            let component = trigger.component.clone();
+            tokio::spawn(async move {
+                if let Err(e) = served.fire(&component, next).await {
+                    eprintln!("cron {component} {next}: {e:#}");
+                }
+            });
+        }
+    }
+
+    /// One cron event: a fresh instance of `component`, `handle-cron-event(timestamp)`.
+    async fn fire(&self, component: &str, timestamp: u64) -> Result<CronRecord> {
+        let config = self
+            .app
+            .components
+            .get(component)
+            .ok_or_else(|| anyhow!("no component {component} in the manifest"))?;
+        let pre =
+            self.cron_pres.get(component).cloned().ok_or_else(|| {
+                anyhow!("component {component} is not named by any [[trigger.cron]]")
+            })?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let running = Running::start(&self.shared);
+        let capture = Capture::new();
+        let mut store = self.store(config, &capture);
+        let run = async {
+            let cron = pre.instantiate_async(&mut store).await?;
+            cron.call_handle_cron_event(&mut store, cron_types::Metadata { timestamp })
+                .await
+        };
+        // The host's own failures (a trap, a time-out) also go into the output, as for HTTP.
+        let (result, failure) = match tokio::time::timeout(GUEST_TIME_LIMIT, run).await {
+            Ok(Ok(Ok(()))) => (Ok(()), None),
+            Ok(Ok(Err(cron_types::Error::Other(message)))) => (Err(message), None),
+            Ok(Err(e)) => {
+                let failure = format!("guest trapped: {e:?}");
+                (Err(failure.clone()), Some(failure))
+            }
+            Err(_) => {
+                let failure = format!("guest ran past {GUEST_TIME_LIMIT:?}");
+                (Err(failure.clone()), Some(failure))
+            }
+        };
+        drop(store);
+        let mut output = capture.output();
+        output.extend(failure);
+        let record = CronRecord {
+            record: RequestRecord {
+                id,
+                component: component.to_string(),
+                method: "CRON".to_string(),
+                path: timestamp.to_string(),
+                status: if result.is_ok() { 200 } else { 500 },
+                outbound: capture.outbound(),
+                max_in_flight: capture.max_in_flight(),
+                output,
+                duration: started.elapsed(),
+            },
+            result,
+        };
+        if self.echo {
+            for line in &record.record.output {
+                println!("[{component}] {line}");
+            }
+            println!(
+                "CRON {component} timestamp={timestamp} -> {} ({} outbound, {} ms)",
+                match &record.result {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => format!("error: {e}"),
+                },
+                record.record.outbound.len(),
+                record.record.duration.as_millis()
+            );
+        }
+        if let Ok(mut records) = self.shared.records.lock() {
+            records.insert(id, record.record.clone());
+        }
+        if let Ok(mut cron) = self.shared.cron.lock() {
+            cron.push(record.clone());
+        }
+        self.shared.records_changed.notify_all();
+        drop(running);
+        Ok(record)
+    }
+
     async fn handle(
         &self,
         mut req: hyper::Request<hyper::body::Incoming>,
@@ -586,28 +957,8 @@ impl Served {
                 req.headers_mut().insert(name, v);
             }
         }
-        let outbound = Arc::new(Mutex::new(Vec::new()));
-        let in_flight = Arc::new(InFlight::default());
-        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let mut store = Store::new(
-            pre.engine(),
-            State {
-                wasi: WasiCtx::builder()
-                    .stdout(stdout.clone())
-                    .stderr(stderr.clone())
-                    .build(),
-                http: WasiHttpCtx::new(),
-                table: ResourceTable::new(),
-                hooks: Hooks {
-                    allowed: Arc::new(config.allowed_outbound_hosts.clone()),
-                    outbound: outbound.clone(),
-                    in_flight: in_flight.clone(),
-                    shared: self.shared.clone(),
-                },
-                variables: Arc::new(config.variables.clone()),
-            },
-        );
+        let capture = Capture::new();
+        let mut store = self.store(config, &capture);
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let prepared = (|| -> Result<_> {
             let req = store
@@ -646,11 +997,7 @@ impl Served {
             };
             drop(store);
             let status = status_rx.await.unwrap_or(500);
-            let mut output: Vec<String> = String::from_utf8_lossy(&stdout.contents())
-                .lines()
-                .chain(String::from_utf8_lossy(&stderr.contents()).lines())
-                .map(str::to_string)
-                .collect();
+            let mut output = capture.output();
             if let Some(f) = failure {
                 output.push(f);
             }
@@ -660,8 +1007,8 @@ impl Served {
                 method: method_for_record,
                 path: path_for_record,
                 status,
-                outbound: outbound.lock().map(|o| o.clone()).unwrap_or_default(),
-                max_in_flight: in_flight.max.load(Ordering::SeqCst),
+                outbound: capture.outbound(),
+                max_in_flight: capture.max_in_flight(),
                 output,
                 duration: started.elapsed(),
             };

@@ -3,7 +3,12 @@
 //!
 //! ```text
 //! leasegate-host [--manifest spin.toml] [--listen 127.0.0.1:3000] [--variable name=value]...
+//!                [--cron] [--clock-offset-ms N]
 //! ```
+//!
+//! `--cron` fires the manifest's `[[trigger.cron]]` components on their schedules (like `spin up`
+//! with the `trigger-cron` plugin), printing a line per event; `--clock-offset-ms N` runs the
+//! guests' wall clock, and the schedules, N ms ahead of real time (negative: behind).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -16,6 +21,8 @@ fn main() -> Result<()> {
     let mut manifest = PathBuf::from("spin.toml");
     let mut listen: SocketAddr = "127.0.0.1:3000".parse()?;
     let mut variables = HashMap::new();
+    let mut cron = false;
+    let mut clock_offset_ms = 0i64;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -31,6 +38,14 @@ fn main() -> Result<()> {
                 let (k, v) = parse_variable(&args.next().context("--variable needs name=value")?)?;
                 variables.insert(k, v);
             }
+            "--cron" => cron = true,
+            "--clock-offset-ms" => {
+                clock_offset_ms = args
+                    .next()
+                    .context("--clock-offset-ms needs a number")?
+                    .parse()
+                    .context("--clock-offset-ms takes whole milliseconds, e.g. -1500")?
+            }
             "--inspect" => {
                 let path = PathBuf::from(args.next().context("--inspect needs a .wasm path")?);
                 let (imports, exports) = leasegate_host::inspect(&path)?;
@@ -39,7 +54,7 @@ fn main() -> Result<()> {
                 return Ok(());
             }
             "-h" | "--help" => {
-                println!("usage: leasegate-host [--manifest spin.toml] [--listen 127.0.0.1:3000] [--variable name=value]...");
+                println!("usage: leasegate-host [--manifest spin.toml] [--listen 127.0.0.1:3000] [--variable name=value]... [--cron] [--clock-offset-ms N]");
                 return Ok(());
             }
             other => bail!("unknown argument {other}"),
@@ -53,8 +68,25 @@ fn main() -> Result<()> {
         variables,
         listen,
         echo: true,
+        clock_offset_ms,
+        cron,
     })?;
     println!("serving on {} (Ctrl-C to stop)", host.url());
+    if clock_offset_ms != 0 {
+        println!("guests' wall clock: {clock_offset_ms:+} ms from real time");
+    }
+    for trigger in host.cron_triggers() {
+        println!(
+            "cron: {} at {:?}{}",
+            trigger.component,
+            trigger.expression,
+            if cron {
+                ""
+            } else {
+                " (not scheduled: pass --cron)"
+            }
+        );
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

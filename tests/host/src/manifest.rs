@@ -1,9 +1,12 @@
 //! Reads a Spin manifest (version 2) the way Spin does for what this host serves: application
-//! variables (defaults, overrides, `SPIN_VARIABLE_*`), HTTP triggers, and each component's
-//! source, `allowed_outbound_hosts` and variables, with `{{ name }}` templates expanded.
+//! variables (defaults, overrides, `SPIN_VARIABLE_*`), HTTP triggers, cron triggers (the
+//! `trigger-cron` plugin's `[[trigger.cron]]`), and each component's source,
+//! `allowed_outbound_hosts` and variables, with `{{ name }}` templates expanded.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
@@ -32,6 +35,17 @@ struct RawVariable {
 struct RawTriggers {
     #[serde(default)]
     http: Vec<RawHttpTrigger>,
+    #[serde(default)]
+    cron: Vec<RawCronTrigger>,
+}
+
+/// `[[trigger.cron]]`, as the plugin reads it (unknown fields refused, like its
+/// `deny_unknown_fields`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCronTrigger {
+    component: String,
+    cron_expression: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -97,6 +111,46 @@ impl Route {
     }
 }
 
+/// One `[[trigger.cron]]`: a component run on a schedule.
+#[derive(Debug, Clone)]
+pub struct CronTrigger {
+    /// The component to run.
+    pub component: String,
+    /// `cron_expression` as written: `sec min hour dom mon dow [year]`.
+    pub expression: String,
+    /// The parsed schedule (UTC).
+    pub schedule: cron::Schedule,
+}
+
+impl CronTrigger {
+    /// Parses `expression` (six fields with seconds, or seven with a year, as the plugin takes).
+    pub fn parse(component: &str, expression: &str) -> Result<CronTrigger> {
+        let fields = expression.split_whitespace().count();
+        if !(6..=7).contains(&fields) {
+            bail!(
+                "cron_expression {expression:?} has {fields} fields: it takes six or seven \
+                 (sec min hour dom mon dow [year])"
+            );
+        }
+        let schedule = cron::Schedule::from_str(expression)
+            .map_err(|e| anyhow!("cron_expression {expression:?}: {e}"))?;
+        Ok(CronTrigger {
+            component: component.to_string(),
+            expression: expression.to_string(),
+            schedule,
+        })
+    }
+
+    /// The first scheduled time strictly after `after` (time since the Unix epoch), in whole
+    /// Unix seconds; `None` when the schedule has no more occurrences.
+    pub fn next_after(&self, after: Duration) -> Option<u64> {
+        let secs = i64::try_from(after.as_secs()).ok()?;
+        let start = chrono::DateTime::from_timestamp(secs, after.subsec_nanos())?;
+        let next = self.schedule.after(&start).next()?;
+        u64::try_from(next.timestamp()).ok()
+    }
+}
+
 /// One component, ready to serve.
 #[derive(Debug, Clone)]
 pub struct ComponentConfig {
@@ -113,8 +167,10 @@ pub struct ComponentConfig {
 /// What a manifest resolves to.
 #[derive(Debug, Clone)]
 pub struct App {
-    /// Routes, most specific first.
+    /// Routes, most specific first (none when the manifest has no `[[trigger.http]]`).
     pub routes: Vec<(Route, String)>,
+    /// Cron triggers, in manifest order.
+    pub cron: Vec<CronTrigger>,
     /// Components by id.
     pub components: BTreeMap<String, ComponentConfig>,
     /// Names of the application variables marked secret (never printed).
@@ -196,8 +252,24 @@ pub fn load(path: &Path, overrides: &HashMap<String, String>) -> Result<App> {
         routes.push((Route::parse(&t.route)?, t.component.clone()));
     }
     routes.sort_by_key(|(r, _)| std::cmp::Reverse(r.specificity()));
+    let mut cron = Vec::new();
+    for (i, t) in raw.trigger.cron.iter().enumerate() {
+        let entry = || {
+            format!(
+                "[[trigger.cron]] #{} (component {}, cron_expression {:?})",
+                i + 1,
+                t.component,
+                t.cron_expression
+            )
+        };
+        if !components.contains_key(&t.component) {
+            bail!("{} names an unknown component {}", entry(), t.component);
+        }
+        cron.push(CronTrigger::parse(&t.component, &t.cron_expression).with_context(entry)?);
+    }
     Ok(App {
         routes,
+        cron,
         components,
         secret_variables: raw
             .variables
@@ -320,5 +392,36 @@ mod tests {
             "https",
             "x.example"
         ));
+    }
+
+    #[test]
+    fn cron_expressions() {
+        let every_two = CronTrigger::parse("c", "*/2 * * * * *").unwrap();
+        assert_eq!(
+            every_two.next_after(Duration::from_millis(1_000_000_500)),
+            Some(1_000_002)
+        );
+        assert_eq!(
+            every_two.next_after(Duration::from_secs(1_000_002)),
+            Some(1_000_004)
+        );
+        let with_year = CronTrigger::parse("c", "0 0 0 1 1 * 2099").unwrap();
+        assert_eq!(
+            with_year.next_after(Duration::from_secs(0)),
+            Some(4_070_908_800)
+        );
+        assert!(with_year
+            .next_after(Duration::from_secs(4_070_908_800))
+            .is_none());
+        for bad in [
+            "* * * * *",
+            "*/2 * * * * * * *",
+            "61 * * * * *",
+            "nonsense",
+            "",
+        ] {
+            let e = CronTrigger::parse("c", bad).unwrap_err();
+            assert!(format!("{e:#}").contains(&format!("{bad:?}")), "{e:#}");
+        }
     }
 }
