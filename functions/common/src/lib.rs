@@ -15,8 +15,10 @@
 pub mod auth;
 pub mod config;
 pub mod gate;
+pub mod jobs;
 pub mod spin;
 pub mod telemetry;
+pub mod timer;
 pub mod web;
 
 use std::time::{Duration, SystemTime};

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Assembles leasegate's Azure Functions app (a custom handler running the Spin app) and checks it.
+
+    deploy/azure-functions/assemble.py --spin /path/to/linux/spin [--out dist/azure-functions]
+    deploy/azure-functions/assemble.py --check-only
+
+The output folder is what `func azure functionapp publish <app> --custom` (or a zip deploy)
+uploads: host.json, one folder per function with its function.json, launch.sh, the components
+(components/*.wasm, built here in release for wasm32-wasip2), spin.toml (the project's manifest
+plus the timer routes of timer-routes.toml, with the component paths rewritten) and the Spin
+binary you supply (Linux x86_64, the one the Functions host runs; the script cannot download
+it). Every function.json is checked against the manifest's routes: an HTTP trigger's route must
+reach a Spin route below /api, a timer trigger's function name must be a Spin route
+(POST /{FunctionName}), its schedule six NCRONTAB fields. --check-only checks without building.
+"""
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SOURCE_PREFIX = "target/wasm32-wasip2/release/"
+
+
+def azure_manifest_text() -> str:
+    """The project's spin.toml with the timer routes appended, component paths as assembled."""
+    text = (ROOT / "spin.toml").read_text()
+    text += "\n" + (HERE / "timer-routes.toml").read_text()
+    return text.replace(f'source = "{SOURCE_PREFIX}', 'source = "components/')
+
+
+def spin_routes(manifest: dict) -> list[tuple[str, str]]:
+    return [(t["route"], t["component"]) for t in manifest.get("trigger", {}).get("http", [])]
+
+
+def route_matches(route: str, path: str) -> bool:
+    """Spin's matching: exact, or a trailing wildcard `/base/...`."""
+    if route.endswith("/..."):
+        base = route[: -len("/...")]
+        return path == base or path.startswith(base + "/")
+    return path.rstrip("/") == route.rstrip("/")
+
+
+def sample_path(route_template: str) -> str:
+    """A concrete path for an Azure route template: `gate/{*key}` -> `/api/gate/sample/key`."""
+    path = re.sub(r"\{\*[^}]+\}", "sample/key", route_template)
+    path = re.sub(r"\{[^}]+\}", "sample", path)
+    return "/api/" + path.strip("/")
+
+
+def check(manifest: dict) -> list[str]:
+    problems = []
+    routes = spin_routes(manifest)
+    host = json.loads((HERE / "host.json").read_text())
+    if host.get("extensions", {}).get("http", {}).get("routePrefix") != "api":
+        problems.append("host.json: extensions.http.routePrefix must be api")
+    if not host.get("customHandler", {}).get("enableForwardingHttpRequest"):
+        problems.append("host.json: customHandler.enableForwardingHttpRequest must be true")
+    functions = sorted(p.parent for p in HERE.glob("*/function.json"))
+    if not functions:
+        problems.append("no */function.json found")
+    for folder in functions:
+        name = folder.name
+        where = f"{name}/function.json"
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,127}", name):
+            problems.append(f"{where}: {name!r} is not a valid function name")
+        bindings = json.loads((folder / "function.json").read_text()).get("bindings", [])
+        triggers = [b for b in bindings if b.get("type", "").endswith("Trigger")]
+        if len(triggers) != 1:
+            problems.append(f"{where}: needs exactly one trigger binding")
+            continue
+        t = triggers[0]
+        if t["type"] == "httpTrigger":
+            path = sample_path(t.get("route", name))
+            if not any(route_matches(r, path) for r, _ in routes):
+                problems.append(f"{where}: route {t.get('route')!r} ({path}) reaches no Spin route")
+            if not any(b.get("type") == "http" and b.get("direction") == "out" for b in bindings):
+                problems.append(f"{where}: an HTTP trigger needs an http output binding")
+        elif t["type"] == "timerTrigger":
+            if not any(r == f"/{name}" for r, _ in routes):
+                problems.append(f"{where}: a timer function needs the Spin route /{name} (timer-routes.toml)")
+            fields = str(t.get("schedule", "")).split()
+            if len(fields) != 6:
+                problems.append(f"{where}: schedule must be six NCRONTAB fields (sec min hour day month weekday)")
+        else:
+            problems.append(f"{where}: unsupported trigger {t['type']}")
+    components = manifest.get("component", {})
+    for route, component in routes:
+        if component not in components:
+            problems.append(f"spin.toml: route {route} names unknown component {component}")
+    return problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spin", type=Path, help="the Spin CLI binary for Linux x86_64 to ship")
+    parser.add_argument("--out", type=Path, default=ROOT / "dist" / "azure-functions")
+    parser.add_argument("--check-only", action="store_true", help="check the files, build nothing")
+    args = parser.parse_args()
+
+    text = azure_manifest_text()
+    manifest = tomllib.loads(text)
+    problems = check(manifest)
+    if problems:
+        for p in problems:
+            print(f"assemble: {p}", file=sys.stderr)
+        return 1
+    print(f"checked {len(list(HERE.glob('*/function.json')))} function.json files against the manifest's routes")
+    if args.check_only:
+        return 0
+    if args.spin is None or not args.spin.is_file():
+        print("assemble: --spin must name the Spin CLI binary for Linux x86_64", file=sys.stderr)
+        return 2
+    if args.spin.read_bytes()[:4] != b"\x7fELF":
+        print("assemble: --spin is not a Linux (ELF) binary", file=sys.stderr)
+        return 2
+
+    print("building the components (wasm32-wasip2, release)")
+    packages = sorted({c["build"]["command"].split(" -p ")[-1] for c in manifest["component"].values()})
+    cmd = ["cargo", "build", "--release", "--locked", "--target", "wasm32-wasip2"]
+    for p in packages:
+        cmd += ["-p", p]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+
+    out = args.out
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "components").mkdir(parents=True)
+    shutil.copy2(HERE / "host.json", out / "host.json")
+    shutil.copy2(HERE / "launch.sh", out / "launch.sh")
+    for fj in HERE.glob("*/function.json"):
+        (out / fj.parent.name).mkdir()
+        shutil.copy2(fj, out / fj.parent.name / "function.json")
+    for component in manifest["component"].values():
+        name = Path(component["source"]).name
+        shutil.copy2(ROOT / SOURCE_PREFIX / name, out / "components" / name)
+    (out / "spin.toml").write_text(text)
+    shutil.copy2(args.spin, out / "spin")
+    (out / "spin").chmod(0o755)
+    print(f"assembled {out}; publish it with: cd {out} && func azure functionapp publish <app> --custom")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

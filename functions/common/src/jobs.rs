@@ -1,0 +1,919 @@
+//! `scheduled-job`: a job deployed on several nodes for redundancy runs each scheduled
+//! occurrence on exactly one of them.
+//!
+//! A tick (Spin's cron trigger, an Azure Functions timer, `POST /api/jobs/{job}/tick`; see
+//! [`crate::timer`]) names a trigger time; the **occurrence** is that time rounded to the
+//! nearest multiple of the job's period, so deployments whose clocks or triggers differ by less
+//! than half a period agree on it. Then:
+//!
+//! 1. **Reserve** the occurrence: create `jobs/{job}/occurrences/{unix}` only if absent
+//!    (`If-None-Match: *`). Storage lets one creator win; the others answer `skipped`, naming
+//!    the reserving instance (read from the reservation).
+//! 2. **Take the job's lease** (`jobs/{job}/lock`, a fresh lease id per run, for the job's
+//!    timeout): its fencing token goes to the job. If a previous run still holds it, the
+//!    occurrence is skipped (`job_overlap = skip`, the default) and the skip is logged. With
+//!    `job_overlap = allow` each run takes a lease of its own on its reservation instead, so
+//!    runs of successive occurrences may overlap.
+//! 3. **Log** the reservation in the reservation log (`jobs/{job}/log.json`: the last 10,
+//!    newest first, with the storage server's time), by compare-and-swap on its ETag.
+//! 4. **Run**: POST the occurrence, the fencing token and an idempotency key (one per job and
+//!    occurrence) to `job_url`.
+//! 5. **Log the result**, give the lease back, and delete reservations older than the
+//!    retention (a tick for an occurrence that old is refused, so none can run twice).
+//!
+//! A run is not retried: an occurrence whose job failed (or whose instance stopped after
+//! reserving it) is recorded so in the log and the next occurrence runs normally. At most
+//! once, never twice.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use http::{HeaderValue, Request, Response, StatusCode};
+use leasegate::lease::{Acquire, Acquired, Locks, Term};
+use leasegate::ops::{
+    Condition, DeleteBlob, GetBlob, GetProperties, ListBlobs, Metadata, PutBlob, WriteOutcome,
+};
+use leasegate::{BlobName, Counting, LockName, Transport, TransportErrorKind};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::config::{self, ConfigError, Storage, Variables};
+use crate::timer::{self, Source, Tick};
+use crate::web::{self, rfc3339};
+use crate::{auth, elapsed_ms, log_line, Context};
+
+/// Entries the reservation log keeps.
+pub const LOG_ENTRIES: usize = 10;
+/// The longest job name, in bytes.
+pub const MAX_JOB_NAME: usize = 63;
+/// How many times a compare-and-swap of the log is tried before giving up.
+const LOG_ATTEMPTS: usize = 8;
+/// Seconds added to the job's timeout for the lease: the lease outlives the call it guards.
+const LEASE_MARGIN_SECS: u64 = 10;
+/// Route prefix of the HTTP API.
+pub const ROUTE_PREFIX: &str = "/api/jobs/";
+
+/// Whether a run may start while the previous one still holds the job's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// Skip the occurrence (and log it).
+    Skip,
+    /// Run anyway, under a lease of its own.
+    Allow,
+}
+
+/// The scheduled-job settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Storage.
+    pub storage: Storage,
+    /// This deployment's identity.
+    pub instance_id: String,
+    /// The job's name.
+    pub job: String,
+    /// Its period: occurrences are multiples of it (plus `offset`) since the Unix epoch.
+    pub period: Duration,
+    /// The occurrences' offset within the period (a nightly job at 02:00: 7200 s).
+    pub offset: Duration,
+    /// Where the job is POSTed.
+    pub job_url: String,
+    /// How long the job's call may take.
+    pub timeout: Duration,
+    /// Overlap policy.
+    pub overlap: Overlap,
+    /// Reservations are kept this long; older occurrences are refused.
+    pub retention: Duration,
+}
+
+/// A job name: 1 to 63 lowercase letters, digits, `-`, `_` or `.`, starting with a letter or
+/// digit (it appears in blob names, URLs and Azure Functions function names).
+pub fn check_job_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_JOB_NAME
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a job name is 1 to {MAX_JOB_NAME} lowercase letters, digits, '-', '_' or '.', \
+             starting with a letter or digit"
+        ))
+    }
+}
+
+impl Settings {
+    /// Reads the settings from variables.
+    pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        let instance_id = timer::instance_id(vars)?;
+        let job = config::var(vars, "job_name").unwrap_or_else(|| "job".into());
+        check_job_name(&job).map_err(|e| ConfigError(format!("variable job_name: {e}")))?;
+        let whole = |name: &str, default: f64, range: std::ops::RangeInclusive<f64>| {
+            let v = config::number(vars, name, default, range)?;
+            if v.fract() != 0.0 {
+                return Err(ConfigError(format!(
+                    "variable {name} must be whole seconds"
+                )));
+            }
+            Ok(Duration::from_secs(v as u64))
+        };
+        let period = whole("job_period_seconds", 60.0, 1.0..=31_536_000.0)?;
+        let offset = whole("job_offset_seconds", 0.0, 0.0..=31_536_000.0)?;
+        if offset >= period {
+            return Err(ConfigError(
+                "variable job_offset_seconds must be less than job_period_seconds".into(),
+            ));
+        }
+        let timeout = whole("job_timeout_seconds", 30.0, 1.0..=3600.0)?;
+        let default_retention = (period.as_secs() * LOG_ENTRIES as u64).max(3600) as f64;
+        let retention = whole(
+            "job_retention_seconds",
+            default_retention,
+            60.0..=31_536_000.0,
+        )?;
+        if retention < period {
+            return Err(ConfigError(
+                "variable job_retention_seconds must be at least one period".into(),
+            ));
+        }
+        let overlap = match config::var(vars, "job_overlap").as_deref() {
+            None | Some("skip") => Overlap::Skip,
+            Some("allow") => Overlap::Allow,
+            Some(_) => {
+                return Err(ConfigError(
+                    "variable job_overlap must be skip or allow".into(),
+                ))
+            }
+        };
+        let job_url = config::var(vars, "job_url")
+            .ok_or_else(|| ConfigError("variable job_url is not set".into()))?;
+        if job_url
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(|_| ()))
+            .is_none()
+        {
+            return Err(ConfigError(
+                "variable job_url is not an absolute URL".into(),
+            ));
+        }
+        Ok(Settings {
+            storage: config::storage(vars)?,
+            instance_id,
+            job,
+            period,
+            offset,
+            job_url,
+            timeout,
+            overlap,
+            retention,
+        })
+    }
+
+    fn occurrences_prefix(&self) -> String {
+        format!("jobs/{}/occurrences/", self.job)
+    }
+
+    fn reservation(&self, occurrence: u64) -> Result<BlobName, leasegate::Error> {
+        BlobName::try_new(&format!("{}{occurrence:012}", self.occurrences_prefix()))
+    }
+
+    fn log_blob(&self) -> Result<BlobName, leasegate::Error> {
+        BlobName::try_new(&format!("jobs/{}/log.json", self.job))
+    }
+
+    fn term(&self) -> Result<Term, leasegate::Error> {
+        Term::for_window(self.timeout + Duration::from_secs(LEASE_MARGIN_SECS))
+    }
+}
+
+/// One entry of the reservation log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// The occurrence (RFC 3339).
+    pub occurrence: String,
+    /// The occurrence in Unix seconds (what entries are ordered by).
+    pub occurrence_unix: u64,
+    /// The instance that reserved it.
+    pub instance: String,
+    /// When it was reserved, by the storage server's clock.
+    pub reserved_at: String,
+    /// `running`, `succeeded`, `failed`, `skipped_overlap`.
+    pub status: String,
+    /// The run's fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    /// `cron`, `azure` or `http`.
+    pub trigger: String,
+    /// Azure's `IsPastDue`.
+    #[serde(default)]
+    pub past_due: bool,
+    /// When the run ended, by the storage server's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Why it failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The reservation log blob.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Log {
+    /// The job.
+    pub job: String,
+    /// The last reservations, newest (latest occurrence) first.
+    pub entries: Vec<Entry>,
+}
+
+/// What a tick came to.
+#[derive(Debug)]
+pub enum Decision {
+    /// This instance ran the occurrence; the job answered 2xx.
+    Ran {
+        /// The run's log entry.
+        entry: Entry,
+    },
+    /// Another instance reserved it (or this one did, on an earlier tick).
+    Skipped {
+        /// Who reserved it, as its reservation says.
+        reserved_by: Option<String>,
+        /// Why.
+        reason: String,
+    },
+    /// This instance reserved it, but a previous run still holds the job's lease.
+    Overlapped {
+        /// The log entry.
+        entry: Entry,
+    },
+    /// This instance ran it and the job failed (not retried).
+    JobFailed {
+        /// The run's log entry.
+        entry: Entry,
+    },
+    /// The occurrence is older than the retention: refused, whoever asks.
+    TooOld {
+        /// The retention.
+        retention: Duration,
+    },
+}
+
+/// A tick's outcome: the occurrence, the decision (or the storage failure), the storage
+/// requests it took.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The occurrence (Unix seconds).
+    pub occurrence: u64,
+    /// What happened.
+    pub decision: Result<Decision, leasegate::Error>,
+    /// Storage requests sent.
+    pub round_trips: u32,
+}
+
+/// Runs one tick: reserve, lease, log, run, log, release, clean up.
+pub async fn tick<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, tick: &Tick) -> Outcome {
+    let occurrence = timer::occurrence(tick.at, settings.period, settings.offset);
+    let occurrence = unix(occurrence);
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
+    let job_transport = (ctx.connect)(settings.timeout);
+    let decision = run_tick(ctx, &counting, &job_transport, settings, tick, occurrence).await;
+    Outcome {
+        occurrence,
+        decision,
+        round_trips: counting.sent(),
+    }
+}
+
+async fn run_tick<T, S: Transport, J: Transport>(
+    ctx: &Context<'_, T>,
+    storage: &S,
+    job: &J,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+) -> Result<Decision, leasegate::Error> {
+    let s = &settings.storage;
+    let locks = Locks::new(storage, s.account.clone(), s.container.clone());
+    let reservation = settings.reservation(occurrence)?;
+    // 1. Reserve.
+    let mut metadata = Metadata::new();
+    metadata.insert("leasegate_reserved_by".into(), settings.instance_id.clone());
+    metadata.insert("leasegate_trigger".into(), tick.source.as_str().into());
+    let body = json!({
+        "job": settings.job,
+        "occurrence": rfc3339(at(occurrence)),
+        "instance": settings.instance_id,
+    })
+    .to_string()
+    .into_bytes();
+    let put = PutBlob::block(s.container.clone(), reservation.clone(), body)
+        .with_content_type("application/json")
+        .with_condition(Condition::IfNotExists)
+        .with_metadata(metadata);
+    let (reserved, date) = execute_creating_container(&locks, &put, ctx.now).await?;
+    let reserved_at = match reserved {
+        WriteOutcome::Written(w) => w.server_date.or(date).unwrap_or(ctx.now),
+        WriteOutcome::Refused(_) => {
+            let (props, _) = locks
+                .execute(
+                    &GetProperties {
+                        container: s.container.clone(),
+                        blob: reservation,
+                    },
+                    ctx.now,
+                )
+                .await?;
+            let reserved_by = props.and_then(|p| p.metadata.get("leasegate_reserved_by").cloned());
+            let reason = if reserved_by.as_deref() == Some(settings.instance_id.as_str()) {
+                "this instance reserved it on an earlier tick".to_string()
+            } else {
+                "another instance reserved it".to_string()
+            };
+            return Ok(Decision::Skipped {
+                reserved_by,
+                reason,
+            });
+        }
+    };
+    if unix(reserved_at).saturating_sub(settings.retention.as_secs()) > occurrence {
+        // Its reservation may already be gone: never run it (it may have run).
+        return Ok(Decision::TooOld {
+            retention: settings.retention,
+        });
+    }
+    let mut entry = Entry {
+        occurrence: rfc3339(at(occurrence)),
+        occurrence_unix: occurrence,
+        instance: settings.instance_id.clone(),
+        reserved_at: rfc3339(reserved_at),
+        status: "running".into(),
+        fencing_token: None,
+        trigger: tick.source.as_str().into(),
+        past_due: tick.past_due,
+        finished_at: None,
+        reason: None,
+    };
+    // 2. The job's lease (or, allowing overlap, the occurrence's own).
+    let (lease_locks, lock_name) = match settings.overlap {
+        Overlap::Skip => (
+            locks
+                .clone()
+                .with_prefix(&format!("jobs/{}/", settings.job)),
+            LockName::try_new("lock")?,
+        ),
+        Overlap::Allow => (
+            locks.clone().with_prefix(&settings.occurrences_prefix()),
+            LockName::try_new(&format!("{occurrence:012}"))?,
+        ),
+    };
+    let lease_id = (ctx.new_lease_id)();
+    let held: Acquired = match lease_locks
+        .acquire(&lock_name, settings.term()?, lease_id, ctx.now)
+        .await?
+    {
+        Acquire::Acquired(a) => a,
+        Acquire::Busy { .. } => {
+            entry.status = "skipped_overlap".into();
+            entry.reason = Some("the previous run still holds the job's lease".into());
+            append(&locks, settings, &entry, ctx.now).await?;
+            return Ok(Decision::Overlapped { entry });
+        }
+    };
+    entry.fencing_token = held.fencing_token;
+    // 3. Log the reservation before running, so a run that never ends still shows.
+    if let Err(e) = append(&locks, settings, &entry, ctx.now).await {
+        let _ = lease_locks.release(&lock_name, lease_id, ctx.now).await;
+        return Err(e);
+    }
+    // 4. Run.
+    let result = call_job(job, settings, &entry).await;
+    // 5. Log the result, release, clean up.
+    let (status, reason) = match &result {
+        Ok(()) => ("succeeded", None),
+        Err(reason) => ("failed", Some(reason.clone())),
+    };
+    entry.status = status.into();
+    entry.reason = reason;
+    let finished = update(&locks, settings, &entry, ctx.now).await;
+    let _ = lease_locks.release(&lock_name, lease_id, ctx.now).await;
+    if let Ok(now) = &finished {
+        entry.finished_at = Some(rfc3339(*now));
+        let _ = clean_up(&locks, settings, *now, ctx.now).await;
+    }
+    Ok(match result {
+        Ok(()) => Decision::Ran { entry },
+        Err(_) => Decision::JobFailed { entry },
+    })
+}
+
+/// Runs `op`, creating the container first if storage says it is missing (first use).
+pub(crate) async fn execute_creating_container<T: Transport, O: leasegate::ops::Operation>(
+    locks: &Locks<T>,
+    op: &O,
+    now: SystemTime,
+) -> Result<(O::Output, Option<SystemTime>), leasegate::Error> {
+    match locks.execute(op, now).await {
+        Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
+            let create = leasegate::ops::CreateContainer {
+                container: locks.container().clone(),
+            };
+            locks.execute(&create, now).await?;
+            locks.execute(op, now).await
+        }
+        other => other,
+    }
+}
+
+/// POSTs the occurrence to the job; `Err` says why it did not confirm (no URL, no secret).
+async fn call_job<J: Transport>(job: &J, settings: &Settings, entry: &Entry) -> Result<(), String> {
+    let key = idempotency_key(&settings.job, entry.occurrence_unix);
+    let body = json!({
+        "job": settings.job,
+        "occurrence": entry.occurrence,
+        "occurrenceUnix": entry.occurrence_unix,
+        "fencingToken": entry.fencing_token,
+        "idempotencyKey": key,
+        "instance": settings.instance_id,
+        "trigger": entry.trigger,
+        "pastDue": entry.past_due,
+    })
+    .to_string()
+    .into_bytes();
+    let request = Request::builder()
+        .method(http::Method::POST)
+        .uri(&settings.job_url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .header("idempotency-key", &key)
+        .body(body)
+        .map_err(|_| "the job request could not be built".to_string())?;
+    match job.send(request).await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!("the job answered {}", r.status().as_u16())),
+        Err(e) if e.kind == TransportErrorKind::Connect => {
+            Err(format!("the job is unreachable: {}", e.message))
+        }
+        Err(e) => Err(format!("the job did not confirm: {}", e.message)),
+    }
+}
+
+/// The idempotency key of an occurrence's run: the same for any resend of it, another for every
+/// other occurrence or job.
+pub fn idempotency_key(job: &str, occurrence: u64) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"leasegate job v1\0")
+        .chain_update(job.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(occurrence.to_string().as_bytes())
+        .finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads the log: its content, its ETag (`None`: no log yet) and the server's `Date`.
+pub async fn read_log<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    now: SystemTime,
+) -> Result<(Log, Option<leasegate::ETag>, SystemTime), leasegate::Error> {
+    let (blob, date) = locks
+        .execute(
+            &GetBlob {
+                container: locks.container().clone(),
+                blob: settings.log_blob()?,
+            },
+            now,
+        )
+        .await?;
+    let date = date.unwrap_or(now);
+    match blob {
+        None => Ok((
+            Log {
+                job: settings.job.clone(),
+                entries: Vec::new(),
+            },
+            None,
+            date,
+        )),
+        Some(content) => {
+            let log: Log = serde_json::from_slice(&content.body).map_err(|_| {
+                leasegate::Error::CorruptLock(format!(
+                    "the reservation log of job {} is not valid JSON",
+                    settings.job
+                ))
+            })?;
+            Ok((log, content.properties.etag, date))
+        }
+    }
+}
+
+/// Changes the log with `change` (given the server's time of the read) by compare-and-swap,
+/// retrying lost races. Returns the server's `Date` of the write.
+async fn change_log<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    now: SystemTime,
+    change: impl Fn(&mut Log, SystemTime),
+) -> Result<SystemTime, leasegate::Error> {
+    for _ in 0..LOG_ATTEMPTS {
+        let (mut log, etag, read_at) = read_log(locks, settings, now).await?;
+        change(&mut log, read_at);
+        log.entries
+            .sort_by_key(|e| std::cmp::Reverse(e.occurrence_unix));
+        log.entries.truncate(LOG_ENTRIES);
+        let body = serde_json::to_vec_pretty(&log).unwrap_or_default();
+        let condition = match etag {
+            Some(e) => Condition::IfMatch(e),
+            None => Condition::IfNotExists,
+        };
+        let put = PutBlob::block(locks.container().clone(), settings.log_blob()?, body)
+            .with_content_type("application/json")
+            .with_condition(condition);
+        match locks.execute(&put, now).await? {
+            (WriteOutcome::Written(w), date) => return Ok(w.server_date.or(date).unwrap_or(now)),
+            (WriteOutcome::Refused(_), _) => continue,
+        }
+    }
+    Err(leasegate::Error::InvalidArgument(format!(
+        "the reservation log of job {} kept changing: gave up after {LOG_ATTEMPTS} tries",
+        settings.job
+    )))
+}
+
+async fn append<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    entry: &Entry,
+    now: SystemTime,
+) -> Result<SystemTime, leasegate::Error> {
+    change_log(locks, settings, now, |log, _| {
+        log.job = settings.job.clone();
+        log.entries
+            .retain(|e| e.occurrence_unix != entry.occurrence_unix);
+        log.entries.push(entry.clone());
+    })
+    .await
+}
+
+/// Records the run's result, its end stamped with the server's clock. Returns that time.
+async fn update<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    entry: &Entry,
+    now: SystemTime,
+) -> Result<SystemTime, leasegate::Error> {
+    change_log(locks, settings, now, |log, read_at| {
+        if let Some(e) = log
+            .entries
+            .iter_mut()
+            .find(|e| e.occurrence_unix == entry.occurrence_unix)
+        {
+            e.status = entry.status.clone();
+            e.reason = entry.reason.clone();
+            e.finished_at = Some(rfc3339(read_at));
+        }
+    })
+    .await
+}
+
+/// Deletes reservations older than the retention (oldest first, a page at a time): a tick for
+/// such an occurrence is refused anyway, so none can run twice.
+async fn clean_up<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    server_now: SystemTime,
+    now: SystemTime,
+) -> Result<usize, leasegate::Error> {
+    let cutoff = unix(server_now).saturating_sub(settings.retention.as_secs());
+    let list = ListBlobs {
+        prefix: Some(settings.occurrences_prefix()),
+        max_results: Some(16),
+        ..ListBlobs::new(locks.container().clone())
+    };
+    let (page, _) = locks.execute(&list, now).await?;
+    let mut deleted = 0;
+    for item in page.blobs {
+        let occurrence: u64 = item
+            .name
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u64::MAX);
+        if occurrence >= cutoff {
+            break;
+        }
+        let Ok(blob) = BlobName::try_new(&item.name) else {
+            continue;
+        };
+        let delete = DeleteBlob {
+            container: locks.container().clone(),
+            blob,
+            lease_id: None,
+            condition: item
+                .properties
+                .etag
+                .map(Condition::IfMatch)
+                .unwrap_or_default(),
+        };
+        if locks.execute(&delete, now).await.is_ok() {
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+impl Decision {
+    /// `ran`, `skipped`, `overlapped`, `failed` or `too_old`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Decision::Ran { .. } => "ran",
+            Decision::Skipped { .. } => "skipped",
+            Decision::Overlapped { .. } => "overlapped",
+            Decision::JobFailed { .. } => "failed",
+            Decision::TooOld { .. } => "too_old",
+        }
+    }
+}
+
+/// The answer for a tick: its status (2xx when the occurrence is settled: run here, run
+/// elsewhere, skipped on purpose) and a JSON value with the decision.
+pub fn describe(
+    settings: &Settings,
+    tick: &Tick,
+    outcome: &Outcome,
+    started: Instant,
+) -> (StatusCode, Value) {
+    let mut v = json!({
+        "job": settings.job,
+        "instance": settings.instance_id,
+        "occurrence": rfc3339(at(outcome.occurrence)),
+        "trigger": tick.source.as_str(),
+        "storageRoundTrips": outcome.round_trips,
+        "durationMs": elapsed_ms(started),
+    });
+    let status = match &outcome.decision {
+        Ok(d) => {
+            v["decision"] = json!(d.name());
+            match d {
+                Decision::Ran { entry } | Decision::Overlapped { entry } => {
+                    v["entry"] = json!(entry);
+                    StatusCode::OK
+                }
+                Decision::JobFailed { entry } => {
+                    v["entry"] = json!(entry);
+                    v["error"] = json!("job_failed");
+                    v["message"] = json!(format!(
+                        "{}; it is not retried: the next occurrence runs normally",
+                        entry.reason.clone().unwrap_or_default()
+                    ));
+                    StatusCode::BAD_GATEWAY
+                }
+                Decision::Skipped {
+                    reserved_by,
+                    reason,
+                } => {
+                    v["reservedBy"] = json!(reserved_by);
+                    v["reason"] = json!(reason);
+                    StatusCode::OK
+                }
+                Decision::TooOld { retention } => {
+                    v["error"] = json!("occurrence_too_old");
+                    v["message"] = json!(format!(
+                        "the occurrence is more than {} s old (job_retention_seconds): it may have run, so it is not run",
+                        retention.as_secs()
+                    ));
+                    StatusCode::CONFLICT
+                }
+            }
+        }
+        Err(e) => {
+            v["decision"] = json!("storage_unavailable");
+            v["error"] = json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
+                "lock_unusable"
+            } else {
+                "storage_unavailable"
+            });
+            v["message"] = json!(format!("lease storage failed, the job did not run: {e}"));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    };
+    (status, v)
+}
+
+fn log_tick(v: &Value) {
+    let mut line = v.clone();
+    line["fn"] = json!("scheduled-job");
+    if let Some(obj) = line.as_object_mut() {
+        obj.remove("entry");
+    }
+    log_line(line);
+}
+
+/// Handles `handle-cron-event` (Spin's cron trigger): `Err` when the occurrence was not settled
+/// (the job failed, storage failed, misconfiguration), so the trigger logs it.
+pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> Result<(), String> {
+    let started = Instant::now();
+    let settings = Settings::load(ctx.variables).map_err(|e| {
+        log_line(
+            json!({"fn": "scheduled-job", "error": "not_configured", "message": e.to_string()}),
+        );
+        e.to_string()
+    })?;
+    let tick = Tick {
+        at: at(timestamp),
+        source: Source::Cron,
+        past_due: false,
+    };
+    let outcome = self::tick(ctx, &settings, &tick).await;
+    let (status, v) = describe(&settings, &tick, &outcome, started);
+    log_tick(&v);
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(v["message"]
+            .as_str()
+            .unwrap_or("the tick failed")
+            .to_string())
+    }
+}
+
+/// The largest request body the HTTP routes read.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Handles the component's HTTP requests:
+/// * `POST /api/jobs/{job}/tick` (bearer `timer_token`): a tick from an HTTP scheduler, for
+///   the time in an optional JSON body `{"at": "2026-11-21T14:55:00Z"}` (else now);
+/// * `GET /api/jobs/{job}` (bearer): the reservation log;
+/// * `POST /{FunctionName}`, any other path: an Azure Functions timer invocation (the custom
+///   handler's channel, served only by the Azure Functions manifest).
+pub async fn handle_http<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: Request<Vec<u8>>,
+) -> Response<Vec<u8>> {
+    let started = Instant::now();
+    let path = request.uri().path().to_string();
+    if let Some(rest) = path.strip_prefix(ROUTE_PREFIX) {
+        if let Err(r) = auth::authenticate(ctx.variables, "timer_token", "timer_auth", &request) {
+            return r;
+        }
+        return api(ctx, &request, rest, started).await;
+    }
+    azure(ctx, &request, started).await
+}
+
+async fn api<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: &Request<Vec<u8>>,
+    rest: &str,
+    started: Instant,
+) -> Response<Vec<u8>> {
+    let (job, action) = match rest.trim_end_matches('/').split_once('/') {
+        Some((job, action)) => (job, Some(action)),
+        None => (rest.trim_end_matches('/'), None),
+    };
+    if let Err(m) = check_job_name(job) {
+        return web::error(StatusCode::BAD_REQUEST, "invalid_job", m);
+    }
+    let method = request.method().clone();
+    match (action, &method) {
+        (None, &http::Method::GET) | (Some("tick"), &http::Method::POST) => {}
+        (None, _) => return web::method_not_allowed("GET"),
+        (Some("tick"), _) => return web::method_not_allowed("POST"),
+        (Some(_), _) => {
+            return web::error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "routes: GET /api/jobs/{job}, POST /api/jobs/{job}/tick",
+            )
+        }
+    }
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+    };
+    if job != settings.job {
+        return web::error(
+            StatusCode::NOT_FOUND,
+            "unknown_job",
+            format!("this component runs job {}", settings.job),
+        );
+    }
+    if method == http::Method::GET {
+        let transport = (ctx.connect)(settings.storage.timeout);
+        let locks = Locks::new(
+            &transport,
+            settings.storage.account.clone(),
+            settings.storage.container.clone(),
+        );
+        return match read_log(&locks, &settings, ctx.now).await {
+            Ok((log, _, _)) => web::json(
+                StatusCode::OK,
+                &json!({
+                    "job": settings.job,
+                    "periodSeconds": settings.period.as_secs(),
+                    "overlap": match settings.overlap { Overlap::Skip => "skip", Overlap::Allow => "allow" },
+                    "reservations": log.entries,
+                }),
+            ),
+            Err(e) => web::storage_unavailable(&e),
+        };
+    }
+    let at_time = match tick_time(request) {
+        Ok(t) => t.unwrap_or(ctx.now),
+        Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_tick", m),
+    };
+    let tick = Tick {
+        at: at_time,
+        source: Source::Http,
+        past_due: false,
+    };
+    let outcome = self::tick(ctx, &settings, &tick).await;
+    let (status, v) = describe(&settings, &tick, &outcome, started);
+    log_tick(&v);
+    let mut r = web::json(status, &v);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// The optional `{"at": "RFC 3339"}` of a tick body.
+fn tick_time(request: &Request<Vec<u8>>) -> Result<Option<SystemTime>, String> {
+    if request.body().iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    if request.body().len() > MAX_BODY_BYTES {
+        return Err(format!("the body may be at most {MAX_BODY_BYTES} bytes"));
+    }
+    let v: Value = serde_json::from_slice(request.body())
+        .map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let obj = v.as_object().ok_or("the body must be a JSON object")?;
+    if let Some(k) = obj.keys().find(|k| k.as_str() != "at") {
+        let shown: String = k.chars().take(32).collect();
+        return Err(format!("unknown field '{shown}' (use at)"));
+    }
+    match obj.get("at") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => timer::parse_time(s)
+            .map(Some)
+            .ok_or_else(|| "at must be an RFC 3339 time (2026-11-21T14:55:00Z)".to_string()),
+        Some(_) => Err("at must be a string".into()),
+    }
+}
+
+async fn azure<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: &Request<Vec<u8>>,
+    started: Instant,
+) -> Response<Vec<u8>> {
+    if request.method() != http::Method::POST {
+        return web::method_not_allowed("POST");
+    }
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => {
+            return timer::azure_answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "not_configured", "message": e.to_string()}),
+                vec![format!("scheduled-job: {e}")],
+            )
+        }
+    };
+    if request.body().len() > MAX_BODY_BYTES {
+        return web::too_large(MAX_BODY_BYTES);
+    }
+    let tick = match timer::parse_azure_timer(request.body(), ctx.now) {
+        Ok(t) => t,
+        Err(m) => {
+            return timer::azure_answer(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "invalid_invocation", "message": m}),
+                vec![format!("scheduled-job: {m}")],
+            )
+        }
+    };
+    let outcome = self::tick(ctx, &settings, &tick).await;
+    let (status, v) = describe(&settings, &tick, &outcome, started);
+    log_tick(&v);
+    let summary = format!(
+        "scheduled-job {}: occurrence {} {} on {}",
+        settings.job,
+        v["occurrence"].as_str().unwrap_or(""),
+        v["decision"].as_str().unwrap_or(""),
+        settings.instance_id
+    );
+    timer::azure_answer(status, v, vec![summary])
+}

@@ -1,0 +1,284 @@
+//! What the timer functions share: the three ways a tick arrives, the deployment's identity,
+//! and the Azure Functions answer envelope.
+//!
+//! A timer function is invoked on a schedule by whatever runs it, on every redundant deployment
+//! at once; the lease decides who acts. A tick comes
+//! * from **Spin's cron trigger** (the `trigger-cron` plugin): `handle-cron-event` with the
+//!   scheduled time in Unix seconds;
+//! * from an **Azure Functions timer** (custom handler): `POST /{FunctionName}` with the
+//!   invocation payload, answered with the `{"Outputs","Logs","ReturnValue"}` envelope;
+//! * from **any HTTP scheduler** (a Kubernetes CronJob with curl): `POST .../tick`,
+//!   bearer-protected.
+
+use std::time::{Duration, SystemTime};
+
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::config::{self, ConfigError, Variables};
+use crate::web;
+
+/// Where a tick came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Spin's cron trigger.
+    Cron,
+    /// An Azure Functions timer invocation.
+    Azure,
+    /// An HTTP scheduler's `POST .../tick`.
+    Http,
+}
+
+impl Source {
+    /// `cron`, `azure` or `http`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Cron => "cron",
+            Source::Azure => "azure",
+            Source::Http => "http",
+        }
+    }
+}
+
+/// One tick of a timer function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tick {
+    /// The trigger time: the scheduled time where the trigger says it (cron), the invocation's
+    /// `UtcNow` (Azure), the time given by the caller or the instance's clock (HTTP).
+    pub at: SystemTime,
+    /// Where it came from.
+    pub source: Source,
+    /// Azure's `IsPastDue`: the invocation is late (the host was down or busy).
+    pub past_due: bool,
+}
+
+/// The longest instance id, in bytes.
+pub const MAX_INSTANCE_ID: usize = 64;
+
+/// The deployment's identity, `instance_id`: required by timer functions, 1 to 64 letters,
+/// digits, `.`, `_` or `-`.
+pub fn instance_id(vars: &dyn Variables) -> Result<String, ConfigError> {
+    let id = config::var(vars, "instance_id").ok_or_else(|| {
+        ConfigError(
+            "instance_id is not set: give every deployment its own name (spin up --variable \
+             instance_id=node-a, or SPIN_VARIABLE_INSTANCE_ID)"
+                .into(),
+        )
+    })?;
+    let valid = id.len() <= MAX_INSTANCE_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if valid {
+        Ok(id)
+    } else {
+        Err(ConfigError(format!(
+            "variable instance_id must be 1 to {MAX_INSTANCE_ID} letters, digits, '.', '_' or '-'"
+        )))
+    }
+}
+
+/// The occurrence a trigger time stands for: the nearest multiple of `period` since the Unix
+/// epoch (plus `offset`). Deployments whose clocks or triggers differ by less than half a
+/// period agree on it.
+pub fn occurrence(at: SystemTime, period: Duration, offset: Duration) -> SystemTime {
+    let p = period.as_secs().max(1);
+    let o = offset.as_secs() % p;
+    let t = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let n = ((t - o as f64) / p as f64).round().max(0.0) as u64;
+    SystemTime::UNIX_EPOCH + Duration::from_secs(n.saturating_mul(p).saturating_add(o))
+}
+
+/// Reads a time as Azure Functions writes them, leniently: RFC 3339 with any fraction and `Z`,
+/// `+00:00`, another offset or none (UTC), `T` or a space between date and time.
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    let s = s.trim();
+    if let Ok(t) = humantime::parse_rfc3339_weak(s) {
+        return Some(t);
+    }
+    // An offset other than +00:00: `...+02:00` or `...-05:30`.
+    let (base, sign, offset) = match s.len().checked_sub(6).map(|i| s.split_at(i)) {
+        Some((base, off)) if off.starts_with(['+', '-']) && off.as_bytes()[3] == b':' => (
+            base,
+            if off.starts_with('+') { 1i64 } else { -1 },
+            &off[1..],
+        ),
+        _ => return None,
+    };
+    let hours: i64 = offset[..2].parse().ok()?;
+    let minutes: i64 = offset[3..].parse().ok()?;
+    let local = humantime::parse_rfc3339_weak(base).ok()?;
+    let shift = Duration::from_secs(u64::try_from(hours * 3600 + minutes * 60).ok()?);
+    // Local time = UTC + offset, so UTC = local - offset.
+    if sign > 0 {
+        local.checked_sub(shift)
+    } else {
+        local.checked_add(shift)
+    }
+}
+
+/// Reads an Azure Functions timer invocation body (`{"Data":{"timer":{...}},"Metadata":{...}}`)
+/// leniently: the trigger time is `Metadata.sys.UtcNow`, else the timer's `ScheduleStatus.Next`
+/// or `Last`, else `fallback` (the instance's clock); `IsPastDue` may be missing, a boolean or
+/// a string; `ScheduleStatus` may be null. `Err` says what is wrong with the body.
+pub fn parse_azure_timer(body: &[u8], fallback: SystemTime) -> Result<Tick, String> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the invocation body is not JSON: {e}"))?;
+    if !value.is_object() {
+        return Err("the invocation body must be a JSON object".into());
+    }
+    let timer = value
+        .pointer("/Data/timer")
+        .or_else(|| {
+            value
+                .get("Data")
+                .and_then(|d| d.as_object()?.values().next())
+        })
+        .cloned()
+        .unwrap_or(Value::Null);
+    // The timer binding's value may also arrive as a JSON string holding the object.
+    let timer = match timer {
+        Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::Null),
+        other => other,
+    };
+    let past_due = match timer.get("IsPastDue") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => false,
+        Some(_) => return Err("IsPastDue must be true or false".into()),
+    };
+    let time_at = |pointer: &str| -> Result<Option<SystemTime>, String> {
+        match value.pointer(pointer).or_else(|| timer.pointer(pointer)) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+            Some(Value::String(s)) => parse_time(s)
+                .map(Some)
+                .ok_or_else(|| format!("{} is not a time", pointer.trim_start_matches('/'))),
+            Some(_) => Err(format!(
+                "{} must be a string",
+                pointer.trim_start_matches('/')
+            )),
+        }
+    };
+    let at = match time_at("/Metadata/sys/UtcNow")? {
+        Some(t) => t,
+        None => match time_at("/ScheduleStatus/Next")? {
+            Some(t) => t,
+            None => time_at("/ScheduleStatus/Last")?.unwrap_or(fallback),
+        },
+    };
+    Ok(Tick {
+        at,
+        source: Source::Azure,
+        past_due,
+    })
+}
+
+/// The answer to an Azure Functions invocation: `status` (2xx: done; any other marks the
+/// invocation failed) and `{"Outputs":{},"Logs":[...],"ReturnValue":...}`. An empty body would
+/// hang the invocation until the function timeout, so there is always one.
+pub fn azure_answer(
+    status: StatusCode,
+    return_value: Value,
+    logs: Vec<String>,
+) -> Response<Vec<u8>> {
+    web::json(
+        status,
+        &json!({ "Outputs": {}, "Logs": logs, "ReturnValue": return_value }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> SystemTime {
+        humantime::parse_rfc3339(s).unwrap()
+    }
+
+    #[test]
+    fn occurrences_round_to_the_nearest_period() {
+        let p = Duration::from_secs(60);
+        let zero = Duration::ZERO;
+        let want = at("2026-11-21T14:55:00Z");
+        for t in [
+            "2026-11-21T14:54:31Z",
+            "2026-11-21T14:54:58Z",
+            "2026-11-21T14:55:00Z",
+            "2026-11-21T14:55:02Z",
+            "2026-11-21T14:55:29Z",
+        ] {
+            assert_eq!(occurrence(at(t), p, zero), want, "{t}");
+        }
+        assert_eq!(
+            occurrence(at("2026-11-21T14:55:31Z"), p, zero),
+            at("2026-11-21T14:56:00Z")
+        );
+        // Nightly at 02:00: a day's period, two hours' offset.
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            occurrence(at("2026-11-21T01:59:58Z"), day, Duration::from_secs(7200)),
+            at("2026-11-21T02:00:00Z")
+        );
+    }
+
+    #[test]
+    fn azure_payloads_are_read_leniently() {
+        let now = at("2026-11-21T00:00:00Z");
+        let full = br#"{"Data":{"timer":{"Schedule":{"AdjustForDST":true},"ScheduleStatus":{"Last":"2026-11-21T14:50:00+00:00","Next":"2026-11-21T14:55:00+00:00","LastUpdated":"2026-11-21T14:50:00.0001234+00:00"},"IsPastDue":false}},"Metadata":{"sys":{"MethodName":"scheduled-job","UtcNow":"2026-11-21T14:55:00.0123456Z","RandGuid":"8c6cbf6e-d1f0-4b5b-9c1a-1f2e3d4c5b6a"}}}"#;
+        let t = parse_azure_timer(full, now).unwrap();
+        assert_eq!(t.source, Source::Azure);
+        assert!(!t.past_due);
+        let d = t.at.duration_since(at("2026-11-21T14:55:00Z")).unwrap();
+        assert!(d < Duration::from_millis(20), "{d:?}");
+        let null_status = br#"{"Data":{"timer":{"ScheduleStatus":null,"IsPastDue":"True"}},"Metadata":{"sys":{"UtcNow":"2026-11-21 14:55:00"}}}"#;
+        let t = parse_azure_timer(null_status, now).unwrap();
+        assert!(t.past_due);
+        assert_eq!(t.at, at("2026-11-21T14:55:00Z"));
+        let offset = br#"{"Metadata":{"sys":{"UtcNow":"2026-11-21T15:55:00+01:00"}}}"#;
+        assert_eq!(
+            parse_azure_timer(offset, now).unwrap().at,
+            at("2026-11-21T14:55:00Z")
+        );
+        let only_next = br#"{"Data":{"timer":{"ScheduleStatus":{"Next":"2026-11-21T14:55:00Z"}}}}"#;
+        assert_eq!(
+            parse_azure_timer(only_next, now).unwrap().at,
+            at("2026-11-21T14:55:00Z")
+        );
+        assert_eq!(parse_azure_timer(b"{}", now).unwrap().at, now);
+        for (bad, want) in [
+            (&b"nope"[..], "not JSON"),
+            (b"[1]", "JSON object"),
+            (br#"{"Data":{"timer":{"IsPastDue":3}}}"#, "IsPastDue"),
+            (
+                br#"{"Metadata":{"sys":{"UtcNow":"yesterday"}}}"#,
+                "UtcNow is not a time",
+            ),
+            (
+                br#"{"Metadata":{"sys":{"UtcNow":5}}}"#,
+                "UtcNow must be a string",
+            ),
+        ] {
+            let err = parse_azure_timer(bad, now).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn instance_ids_are_required_and_checked() {
+        let vars = |v: &str| -> std::collections::HashMap<String, String> {
+            [("instance_id".to_string(), v.to_string())].into()
+        };
+        assert!(instance_id(&vars(""))
+            .unwrap_err()
+            .0
+            .contains("instance_id is not set"));
+        assert!(instance_id(&vars("node a")).is_err());
+        assert!(instance_id(&vars(&"n".repeat(65))).is_err());
+        assert_eq!(instance_id(&vars("node-a.eu_1")).unwrap(), "node-a.eu_1");
+    }
+}

@@ -1,0 +1,691 @@
+//! scheduled-job, as the release `.wasm` in the wasmtime host, against Azurite: every
+//! occurrence runs exactly once across redundant deployments that tick through Spin's cron
+//! trigger and through Azure Functions timer invocations, with clocks that disagree; the
+//! reservation log; clean-up; storage faults; overlap; failed jobs; bad input.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant, SystemTime};
+
+use leasegate::lease::Locks;
+use leasegate::ops::{Condition, ListBlobs, PutBlob};
+use leasegate::BlobName;
+use leasegate_host::Fault;
+use leasegate_native::{block_on, NativeTransport};
+use leasegate_tests::app::{call, App, Manifest, Setup, GATE_TOKEN, TIMER_AUTH, TIMER_TOKEN};
+use leasegate_tests::sink::Behaviour;
+use leasegate_tests::Azurite;
+use serde_json::{json, Value};
+
+const JOB: &str = "example-job";
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn rfc3339(secs: u64, millis: u64) -> String {
+    humantime::format_rfc3339_millis(
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis),
+    )
+    .to_string()
+}
+
+/// An Azure Functions timer invocation body for a trigger time.
+fn azure_payload(secs: u64, millis: u64, past_due: bool) -> Vec<u8> {
+    json!({
+        "Data": {"timer": {
+            "Schedule": {"AdjustForDST": true},
+            "ScheduleStatus": {"Last": rfc3339(secs - 60, 0), "Next": rfc3339(secs, 0), "LastUpdated": rfc3339(secs - 60, 0)},
+            "IsPastDue": past_due
+        }},
+        "Metadata": {"sys": {"MethodName": "scheduled-job", "UtcNow": rfc3339(secs, millis), "RandGuid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"}}
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// What one deployment's tick came to: the decision and who reserved it.
+#[derive(Debug, Clone)]
+struct Tick {
+    decision: String,
+    reserved_by: Option<String>,
+}
+
+fn tick_cron(app: &App, timestamp: u64) -> Result<(), String> {
+    app.host
+        .fire_cron("scheduled-job", timestamp)
+        .expect("the host fires the event")
+        .result
+}
+
+/// The decision a cron tick logged (its guest writes one JSON line per tick).
+fn cron_decision(app: &App, timestamp: u64) -> (Result<(), String>, Value) {
+    let fired = app
+        .host
+        .fire_cron("scheduled-job", timestamp)
+        .expect("the host fires the event");
+    let line = fired
+        .record
+        .output
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["fn"] == "scheduled-job")
+        .unwrap_or(Value::Null);
+    (fired.result, line)
+}
+
+fn tick_azure(app: &App, secs: u64, millis: u64) -> leasegate_tests::app::Answer {
+    call(
+        "POST",
+        &app.url("/scheduled-job"),
+        &[("content-type", "application/json")],
+        &azure_payload(secs, millis, false),
+    )
+}
+
+fn job_posts(apps: &[App]) -> Vec<Value> {
+    apps.iter()
+        .flat_map(|a| a.sink.received())
+        .filter(|r| r.path == "/job")
+        .map(|r| r.body)
+        .collect()
+}
+
+/// Creates a reservation blob directly, as an earlier run long ago would have.
+fn old_reservation(container: &leasegate::ContainerName, occurrence: u64) {
+    let locks = Locks::new(
+        NativeTransport::default(),
+        Azurite::shared().account(),
+        container.clone(),
+    );
+    let blob = BlobName::try_new(&format!("jobs/{JOB}/occurrences/{occurrence:012}")).unwrap();
+    block_on(locks.execute(
+        &leasegate::ops::CreateContainer {
+            container: container.clone(),
+        },
+        SystemTime::now(),
+    ))
+    .unwrap();
+    block_on(
+        locks.execute(
+            &PutBlob::block(container.clone(), blob, b"{}".to_vec())
+                .with_condition(Condition::IfNotExists),
+            SystemTime::now(),
+        ),
+    )
+    .unwrap();
+}
+
+fn reservations(container: &leasegate::ContainerName) -> Vec<u64> {
+    let locks = Locks::new(
+        NativeTransport::default(),
+        Azurite::shared().account(),
+        container.clone(),
+    );
+    let list = ListBlobs {
+        prefix: Some(format!("jobs/{JOB}/occurrences/")),
+        ..ListBlobs::new(container.clone())
+    };
+    let (page, _) = block_on(locks.execute(&list, SystemTime::now())).unwrap();
+    page.blobs
+        .iter()
+        .map(|b| b.name.rsplit('/').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// 8 deployments (distinct instance ids, clocks up to ±1.5 s apart), half on Spin's cron
+/// trigger and half as Azure Functions timers, fire the same 30 occurrences concurrently with
+/// up to 2 s of jitter: each occurrence runs exactly once (counted at the job's webhook), the
+/// reservation log holds the last 10 with the right reservers, and old reservations are gone.
+#[test]
+fn each_occurrence_runs_once_across_eight_deployments() {
+    let offsets_ms: [i64; 8] = [-1500, -1100, -700, -300, 300, 700, 1100, 1500];
+    let first = App::start_with(
+        "jobs8",
+        &[("instance_id", "node-0")],
+        Setup {
+            manifest: Manifest::Cron,
+            clock_offset_ms: offsets_ms[0],
+            container: None,
+        },
+    );
+    let container = first.container.clone();
+    let mut apps = vec![first];
+    for (d, offset) in offsets_ms.iter().enumerate().skip(1) {
+        let id = format!("node-{d}");
+        apps.push(App::start_with(
+            "jobs8",
+            &[("instance_id", id.as_str())],
+            Setup {
+                manifest: if d % 2 == 0 {
+                    Manifest::Cron
+                } else {
+                    Manifest::Azure
+                },
+                clock_offset_ms: *offset,
+                container: Some(container.clone()),
+            },
+        ));
+    }
+    // Reservations of occurrences three hours ago: older than the retention (1 h by default).
+    let now = unix_now();
+    let ancient: Vec<u64> = (0..20)
+        .map(|j| (now - 3 * 3600) / 60 * 60 + 60 * j)
+        .collect();
+    for o in &ancient {
+        old_reservation(&container, *o);
+    }
+    let base = (now / 60 + 2) * 60;
+    let occurrences: Vec<u64> = (0..30).map(|k| base + 60 * k).collect();
+    let mut runners: BTreeMap<u64, String> = BTreeMap::new();
+    let started = Instant::now();
+    for (k, occ) in occurrences.iter().enumerate() {
+        let ticks: Vec<(usize, Tick)> = std::thread::scope(|s| {
+            let handles: Vec<_> = apps
+                .iter()
+                .enumerate()
+                .map(|(d, app)| {
+                    let occ = *occ;
+                    s.spawn(move || {
+                        // Each deployment's trigger fires by its own clock, with jitter.
+                        let jitter_ms = ((d as i64 * 7 + k as i64 * 13) % 41 - 20) * 100;
+                        let at_ms = occ as i64 * 1000 + offsets_ms[d] + jitter_ms;
+                        let (secs, millis) =
+                            (at_ms.div_euclid(1000) as u64, at_ms.rem_euclid(1000) as u64);
+                        let tick = if d % 2 == 0 {
+                            let (result, line) = cron_decision(app, secs);
+                            assert!(result.is_ok(), "node-{d} occurrence {k}: {result:?} {line}");
+                            Tick {
+                                decision: line["decision"].as_str().unwrap_or("").to_string(),
+                                reserved_by: line["reservedBy"].as_str().map(str::to_string),
+                            }
+                        } else {
+                            let a = tick_azure(app, secs, millis);
+                            assert_eq!(a.status, 200, "node-{d} occurrence {k}: {}", a.text);
+                            assert!(a.json["Logs"].as_array().is_some_and(|l| !l.is_empty()));
+                            let v = &a.json["ReturnValue"];
+                            Tick {
+                                decision: v["decision"].as_str().unwrap_or("").to_string(),
+                                reserved_by: v["reservedBy"].as_str().map(str::to_string),
+                            }
+                        };
+                        (d, tick)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let ran: Vec<usize> = ticks
+            .iter()
+            .filter(|(_, t)| t.decision == "ran")
+            .map(|(d, _)| *d)
+            .collect();
+        assert_eq!(ran.len(), 1, "occurrence {k}: {ticks:?}");
+        let runner = format!("node-{}", ran[0]);
+        for (d, t) in &ticks {
+            if *d != ran[0] {
+                assert_eq!(t.decision, "skipped", "occurrence {k}, node-{d}: {t:?}");
+                assert_eq!(
+                    t.reserved_by.as_deref(),
+                    Some(runner.as_str()),
+                    "occurrence {k}"
+                );
+            }
+        }
+        runners.insert(*occ, runner);
+    }
+    println!(
+        "8 deployments x 30 occurrences: {:?} in all, {:?} per occurrence",
+        started.elapsed(),
+        started.elapsed() / 30
+    );
+    // Each occurrence reached the job exactly once, from its runner, with a token and a key.
+    let posts = job_posts(&apps);
+    assert_eq!(posts.len(), 30, "{posts:?}");
+    let mut seen = BTreeSet::new();
+    let mut last_token = 0;
+    let mut by_occurrence: Vec<&Value> = posts.iter().collect();
+    by_occurrence.sort_by_key(|p| p["occurrenceUnix"].as_u64());
+    for p in by_occurrence {
+        let occ = p["occurrenceUnix"].as_u64().unwrap();
+        assert!(seen.insert(occ), "occurrence {occ} ran twice");
+        assert_eq!(p["instance"], runners[&occ].as_str());
+        assert_eq!(p["job"], JOB);
+        let token = p["fencingToken"].as_u64().unwrap();
+        assert!(
+            token > last_token,
+            "tokens increase: {token} after {last_token}"
+        );
+        last_token = token;
+        assert_eq!(p["idempotencyKey"].as_str().unwrap().len(), 32);
+    }
+    assert_eq!(seen, occurrences.iter().copied().collect());
+    // The reservation log: the last 10, newest first, with their reservers.
+    let log = call(
+        "GET",
+        &apps[1].url(&format!("/api/jobs/{JOB}")),
+        &[TIMER_AUTH],
+        b"",
+    );
+    assert_eq!(log.status, 200, "{}", log.text);
+    let entries = log.json["reservations"].as_array().unwrap();
+    assert_eq!(entries.len(), 10);
+    for (i, e) in entries.iter().enumerate() {
+        let occ = occurrences[29 - i];
+        assert_eq!(e["occurrenceUnix"], occ, "entry {i}");
+        assert_eq!(e["instance"], runners[&occ].as_str(), "entry {i}");
+        assert_eq!(e["status"], "succeeded", "entry {i}");
+        assert!(e["reservedAt"].as_str().unwrap().ends_with('Z'));
+        assert!(e["finishedAt"].as_str().unwrap().ends_with('Z'));
+    }
+    // Old reservations are gone; the recent ones stay (within the retention).
+    let left = reservations(&container);
+    assert!(
+        ancient.iter().all(|o| !left.contains(o)),
+        "old reservations left: {left:?}"
+    );
+    assert_eq!(left.len(), 30, "{left:?}");
+    // A late tick for an occurrence older than the retention is refused, whoever asks.
+    let (result, line) = cron_decision(&apps[0], ancient[3] + 1);
+    assert!(result.is_err(), "{line}");
+    assert_eq!(line["decision"], "too_old", "{line}");
+    let late = call(
+        "POST",
+        &apps[1].url(&format!("/api/jobs/{JOB}/tick")),
+        &[TIMER_AUTH, ("content-type", "application/json")],
+        json!({"at": rfc3339(ancient[5], 0)}).to_string().as_bytes(),
+    );
+    assert_eq!(late.status, 409, "{}", late.text);
+    assert_eq!(late.json["error"], "occurrence_too_old");
+    assert_eq!(job_posts(&apps).len(), 30);
+}
+
+/// Storage refused, 503 or slow: the tick answers an error and the job does not run; the next
+/// occurrence runs normally. Also the round trips and time of a tick, winner and others.
+#[test]
+fn storage_faults_fail_the_tick_and_the_next_occurrence_runs() {
+    let app = App::start_with(
+        "jobfault",
+        &[("instance_id", "node-f"), ("storage_timeout_ms", "1000")],
+        Setup {
+            manifest: Manifest::Azure,
+            ..Setup::default()
+        },
+    );
+    let tick = |occ: u64| {
+        call(
+            "POST",
+            &app.url(&format!("/api/jobs/{JOB}/tick")),
+            &[TIMER_AUTH, ("content-type", "application/json")],
+            json!({"at": rfc3339(occ, 0)}).to_string().as_bytes(),
+        )
+    };
+    let base = (unix_now() / 60 + 5) * 60;
+    for (i, fault) in [
+        Fault::Refuse,
+        Fault::Status(503),
+        Fault::Delay(Duration::from_secs(3)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let occ = base + 60 * i as u64;
+        app.host.set_fault(&app.storage, Some(fault.clone()));
+        let a = tick(occ);
+        assert_eq!(a.status, 503, "{fault:?}: {}", a.text);
+        assert_eq!(a.json["error"], "storage_unavailable", "{fault:?}");
+        assert_eq!(a.headers.get("retry-after").map(String::as_str), Some("1"));
+        let azure = tick_azure(&app, occ, 0);
+        assert_eq!(azure.status, 503, "{fault:?}: {}", azure.text);
+        assert_eq!(azure.json["ReturnValue"]["error"], "storage_unavailable");
+        app.host.set_fault(&app.storage, None);
+        assert_eq!(
+            job_posts(std::slice::from_ref(&app)).len(),
+            i,
+            "{fault:?}: the job ran"
+        );
+        // The next occurrence runs normally.
+        let next = tick(occ + 30 * 60);
+        assert_eq!(next.status, 200, "{}", next.text);
+        assert_eq!(next.json["decision"], "ran", "{}", next.text);
+        assert_eq!(job_posts(std::slice::from_ref(&app)).len(), i + 1);
+    }
+    // Round trips and time: a winner, then another instance's tick for the same occurrence.
+    let other = App::start_with(
+        "jobfault",
+        &[("instance_id", "node-g")],
+        Setup {
+            manifest: Manifest::Azure,
+            container: Some(app.container.clone()),
+            ..Setup::default()
+        },
+    );
+    let occ = base + 3600;
+    let started = Instant::now();
+    let won = tick(occ);
+    let won_time = started.elapsed();
+    assert_eq!(won.json["decision"], "ran", "{}", won.text);
+    let started = Instant::now();
+    let skipped = call(
+        "POST",
+        &other.url(&format!("/api/jobs/{JOB}/tick")),
+        &[TIMER_AUTH, ("content-type", "application/json")],
+        json!({"at": rfc3339(occ, 0)}).to_string().as_bytes(),
+    );
+    let skipped_time = started.elapsed();
+    assert_eq!(skipped.json["decision"], "skipped", "{}", skipped.text);
+    assert_eq!(skipped.json["reservedBy"], "node-f");
+    let won_trips = app.record_of(&won).outbound_to(&app.storage);
+    let skipped_trips = other.record_of(&skipped).outbound_to(&other.storage);
+    assert_eq!(won.json["storageRoundTrips"], won_trips);
+    assert_eq!(skipped_trips, 2, "reserve (refused) + read the reserver");
+    println!(
+        "tick: winner {won_trips} storage requests in {won_time:?}; other {skipped_trips} in {skipped_time:?}"
+    );
+}
+
+/// A run still going when the next occurrence fires: skipped (and logged) by default; with
+/// `job_overlap = allow`, both run.
+#[test]
+fn overlapping_runs_are_skipped_or_allowed_on_purpose() {
+    for (policy, want) in [("skip", "overlapped"), ("allow", "ran")] {
+        let app = App::start_with(
+            "overlap",
+            &[
+                ("instance_id", "node-o"),
+                ("job_overlap", policy),
+                ("job_timeout_seconds", "20"),
+            ],
+            Setup {
+                manifest: Manifest::Azure,
+                ..Setup::default()
+            },
+        );
+        app.sink
+            .behave(Behaviour::Late(Duration::from_secs(3), 204));
+        let base = (unix_now() / 60 + 5) * 60;
+        let tick = |occ: u64| {
+            call(
+                "POST",
+                &app.url(&format!("/api/jobs/{JOB}/tick")),
+                &[TIMER_AUTH, ("content-type", "application/json")],
+                json!({"at": rfc3339(occ, 0)}).to_string().as_bytes(),
+            )
+        };
+        let (slow, second) = std::thread::scope(|s| {
+            let slow = s.spawn(|| tick(base));
+            // Wait until the first run is at the job's webhook.
+            leasegate_tests::wait_for(
+                "the first run to call the job",
+                Duration::from_secs(10),
+                || (!app.sink.received().is_empty()).then_some(()),
+            );
+            let second = tick(base + 60);
+            (slow.join().unwrap(), second)
+        });
+        assert_eq!(slow.json["decision"], "ran", "{policy}: {}", slow.text);
+        assert_eq!(second.status, 200, "{policy}: {}", second.text);
+        assert_eq!(second.json["decision"], want, "{policy}: {}", second.text);
+        let log = call(
+            "GET",
+            &app.url(&format!("/api/jobs/{JOB}")),
+            &[TIMER_AUTH],
+            b"",
+        );
+        let newest = &log.json["reservations"][0];
+        assert_eq!(newest["occurrenceUnix"], base + 60);
+        let status = if policy == "skip" {
+            "skipped_overlap"
+        } else {
+            "succeeded"
+        };
+        assert_eq!(newest["status"], status, "{policy}: {}", log.text);
+        let runs = app.sink.wait_for(
+            if policy == "skip" { 1 } else { 2 },
+            Duration::from_secs(10),
+        );
+        assert_eq!(runs.len(), if policy == "skip" { 1 } else { 2 }, "{policy}");
+    }
+}
+
+/// A job that fails is reported (502; Err for cron) and logged, not retried; the next
+/// occurrence runs normally.
+#[test]
+fn a_failed_job_is_reported_and_the_next_occurrence_runs() {
+    let app = App::start_with(
+        "jobfail",
+        &[("instance_id", "node-x")],
+        Setup {
+            manifest: Manifest::Azure,
+            ..Setup::default()
+        },
+    );
+    app.sink.answer(500);
+    let base = (unix_now() / 60 + 5) * 60;
+    let failed = tick_azure(&app, base, 0);
+    assert_eq!(failed.status, 502, "{}", failed.text);
+    assert_eq!(failed.json["ReturnValue"]["decision"], "failed");
+    assert!(failed.json["ReturnValue"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("the job answered 500"));
+    // Not retried: the same occurrence again is skipped.
+    let again = tick_azure(&app, base, 500);
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json["ReturnValue"]["decision"], "skipped");
+    app.sink.answer(204);
+    let next = tick_azure(&app, base + 60, 0);
+    assert_eq!(next.json["ReturnValue"]["decision"], "ran", "{}", next.text);
+    let log = call(
+        "GET",
+        &app.url(&format!("/api/jobs/{JOB}")),
+        &[TIMER_AUTH],
+        b"",
+    );
+    let entries = log.json["reservations"].as_array().unwrap();
+    assert_eq!(entries[0]["status"], "succeeded");
+    assert_eq!(entries[1]["status"], "failed");
+    assert_eq!(entries[1]["reason"], "the job answered 500");
+    assert_eq!(job_posts(std::slice::from_ref(&app)).len(), 2);
+}
+
+/// Bad input to every new route: clear 4xx JSON errors, nothing run, no secret in answers or
+/// logs; a deployment without instance_id says so.
+#[test]
+fn bad_input_to_the_timer_routes_gets_clear_4xx_errors() {
+    let app = App::start_with(
+        "jobbad",
+        &[("instance_id", "node-b")],
+        Setup {
+            manifest: Manifest::Azure,
+            ..Setup::default()
+        },
+    );
+    let json_ct = ("content-type", "application/json");
+    let tick = format!("/api/jobs/{JOB}/tick");
+    let big = vec![b' '; 70 * 1024];
+    // (method, path, headers, body, the status it must get)
+    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, Vec<u8>, u16);
+    let cases: Vec<Case> = vec![
+        ("POST", tick.clone(), vec![], b"".to_vec(), 401),
+        (
+            "POST",
+            tick.clone(),
+            vec![("authorization", "Bearer nope")],
+            b"".to_vec(),
+            401,
+        ),
+        (
+            "GET",
+            format!("/api/jobs/{JOB}"),
+            vec![("authorization", GATE_TOKEN)],
+            b"".to_vec(),
+            401,
+        ),
+        (
+            "GET",
+            "/api/jobs/".into(),
+            vec![TIMER_AUTH],
+            b"".to_vec(),
+            400,
+        ),
+        (
+            "GET",
+            "/api/jobs/Bad_Name".into(),
+            vec![TIMER_AUTH],
+            b"".to_vec(),
+            400,
+        ),
+        (
+            "GET",
+            "/api/jobs/other-job".into(),
+            vec![TIMER_AUTH],
+            b"".to_vec(),
+            404,
+        ),
+        (
+            "PUT",
+            format!("/api/jobs/{JOB}"),
+            vec![TIMER_AUTH],
+            b"".to_vec(),
+            405,
+        ),
+        ("GET", tick.clone(), vec![TIMER_AUTH], b"".to_vec(), 405),
+        (
+            "POST",
+            format!("/api/jobs/{JOB}/nope"),
+            vec![TIMER_AUTH],
+            b"".to_vec(),
+            404,
+        ),
+        (
+            "POST",
+            tick.clone(),
+            vec![TIMER_AUTH, json_ct],
+            b"{".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            tick.clone(),
+            vec![TIMER_AUTH, json_ct],
+            b"[1]".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            tick.clone(),
+            vec![TIMER_AUTH, json_ct],
+            b"{\"at\":5}".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            tick.clone(),
+            vec![TIMER_AUTH, json_ct],
+            b"{\"at\":\"noon\"}".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            tick.clone(),
+            vec![TIMER_AUTH, json_ct],
+            b"{\"when\":\"now\"}".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            tick.clone(),
+            vec![TIMER_AUTH, json_ct],
+            big.clone(),
+            413,
+        ),
+        ("GET", "/scheduled-job".into(), vec![], b"".to_vec(), 405),
+        (
+            "POST",
+            "/scheduled-job".into(),
+            vec![json_ct],
+            b"nope".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/scheduled-job".into(),
+            vec![json_ct],
+            b"[]".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/scheduled-job".into(),
+            vec![json_ct],
+            br#"{"Data":{"timer":{"IsPastDue":3}}}"#.to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/scheduled-job".into(),
+            vec![json_ct],
+            br#"{"Metadata":{"sys":{"UtcNow":"yesterday"}}}"#.to_vec(),
+            400,
+        ),
+        ("POST", "/scheduled-job".into(), vec![json_ct], big, 413),
+    ];
+    for (method, path, headers, body, want) in &cases {
+        let a = call(method, &app.url(path), headers, body);
+        assert_eq!(a.status, *want, "{method} {path}: {}", a.text);
+        let error = a.json["error"]
+            .as_str()
+            .or_else(|| a.json["ReturnValue"]["error"].as_str())
+            .unwrap_or_else(|| panic!("{method} {path}: no JSON error: {}", a.text));
+        assert!(!error.is_empty());
+        for secret in [TIMER_TOKEN, GATE_TOKEN, leasegate::account::DEV_ACCOUNT_KEY] {
+            assert!(!a.text.contains(secret), "{method} {path}: {}", a.text);
+        }
+    }
+    assert!(app.host.wait_idle(Duration::from_secs(30)));
+    for r in app.host.records() {
+        assert!(r.status < 500, "{} {} -> {}", r.method, r.path, r.status);
+        for line in &r.output {
+            assert!(
+                !line.contains(TIMER_TOKEN) && !line.contains(leasegate::account::DEV_ACCOUNT_KEY),
+                "{line}"
+            );
+        }
+    }
+    assert!(job_posts(std::slice::from_ref(&app)).is_empty());
+    // A deployment without an identity says what to set, on every path.
+    let nameless = App::start_with(
+        "jobnoid",
+        &[("instance_id", "")],
+        Setup {
+            manifest: Manifest::Azure,
+            ..Setup::default()
+        },
+    );
+    let a = call("POST", &nameless.url(&tick), &[TIMER_AUTH], b"");
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "not_configured");
+    assert!(a.json["message"]
+        .as_str()
+        .unwrap()
+        .contains("instance_id is not set"));
+    let az = tick_azure(&nameless, unix_now(), 0);
+    assert_eq!(az.status, 503, "{}", az.text);
+    assert!(az.json["ReturnValue"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("instance_id is not set"));
+    let cron = App::start_with(
+        "jobnoidcron",
+        &[("instance_id", "")],
+        Setup {
+            manifest: Manifest::Cron,
+            ..Setup::default()
+        },
+    );
+    let err = tick_cron(&cron, unix_now()).unwrap_err();
+    assert!(err.contains("instance_id is not set"), "{err}");
+}
