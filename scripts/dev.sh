@@ -72,10 +72,12 @@ Try it yourself while Azurite runs (another terminal: scripts/dev.sh azurite):
 TXT
 }
 
+COMPONENTS=(device-alerts gate scheduled-job)
+
 build_components() {
   say "building the components (wasm32-wasip2, release)"
-  cargo build --locked --release --target wasm32-wasip2 -p device-alerts -p gate
-  ls -l target/wasm32-wasip2/release/device_alerts.wasm target/wasm32-wasip2/release/gate.wasm >&2
+  cargo build --locked --release --target wasm32-wasip2 "${COMPONENTS[@]/#/--package=}"
+  for c in "${COMPONENTS[@]}"; do ls -l "target/wasm32-wasip2/release/${c//-/_}.wasm" >&2; done
 }
 
 run() {
@@ -85,15 +87,19 @@ run() {
     exit 1
   fi
   build_components
+  # Whatever this script started in the background stops with it, however it ends.
+  trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+  trap 'exit 130' INT TERM
   start_azurite
   if ! port_open 3001; then
     say "starting the webhook sink on 127.0.0.1:3001 (notifications are printed below)"
     python3 scripts/webhook_sink.py 3001 &
-    SINK_PID=$!
-    trap 'kill ${SINK_PID:-} 2>/dev/null || true' EXIT
   fi
   local token="${LEASEGATE_GATE_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   local telemetry="${LEASEGATE_TELEMETRY_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
+  local timer="${LEASEGATE_TIMER_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
+  local vars=(--variable gate_token="$token" --variable telemetry_token="$telemetry"
+              --variable timer_token="$timer" --variable instance_id="${LEASEGATE_INSTANCE_ID:-dev-local}")
   cat >&2 <<TXT
 
 The app will serve on http://127.0.0.1:3000. Try, from another terminal:
@@ -109,18 +115,30 @@ The app will serve on http://127.0.0.1:3000. Try, from another terminal:
   curl -s http://127.0.0.1:3000/api/gate/jobs%2Fnightly -H 'authorization: Bearer $token'
   curl -si -X DELETE http://127.0.0.1:3000/api/gate/jobs%2Fnightly -H 'authorization: Bearer $token' \\
        -H 'lease-id: <leaseId from the POST>'                     # 204
+  curl -s -X POST http://127.0.0.1:3000/api/jobs/example-job/tick -H 'authorization: Bearer $timer'
+  curl -s http://127.0.0.1:3000/api/jobs/example-job -H 'authorization: Bearer $timer'   # the log
+
+The scheduled job also ticks every minute on the cron trigger (spin-cron.toml): watch the sink
+print its POSTs to /job.
 
 TXT
   if command -v spin >/dev/null 2>&1; then
+    if spin plugins list 2>/dev/null | grep -q '^trigger-cron'; then
+      say "running the timer functions with spin up -f spin-cron.toml"
+      spin up -f spin-cron.toml "${vars[@]}" &
+    else
+      say "the trigger-cron plugin is not installed: no cron ticks (spin plugins install trigger-cron)"
+    fi
     say "serving with spin up (Ctrl-C to stop)"
-    spin up --listen 127.0.0.1:3000 --variable gate_token="$token" \
-      --variable telemetry_token="$telemetry"
+    spin up --listen 127.0.0.1:3000 "${vars[@]}" &
   else
     say "Spin is not installed: serving with the project's wasmtime host (Ctrl-C to stop)"
     cargo build --locked -p leasegate-host
-    target/debug/leasegate-host --manifest spin.toml --listen 127.0.0.1:3000 --variable gate_token="$token" \
-      --variable telemetry_token="$telemetry"
+    target/debug/leasegate-host --manifest spin-cron.toml --cron --listen 127.0.0.1:3002 "${vars[@]}" &
+    target/debug/leasegate-host --manifest spin.toml --listen 127.0.0.1:3000 "${vars[@]}" &
   fi
+  # Waiting (rather than running in the foreground) lets a signal reach the traps at once.
+  wait "$!"
 }
 
 case "${1:-}" in

@@ -53,15 +53,15 @@ def sample_path(route_template: str) -> str:
     return "/api/" + path.strip("/")
 
 
-def check(manifest: dict) -> list[str]:
+def check(manifest: dict, folder_root: Path = HERE) -> list[str]:
     problems = []
     routes = spin_routes(manifest)
-    host = json.loads((HERE / "host.json").read_text())
+    host = json.loads((folder_root / "host.json").read_text())
     if host.get("extensions", {}).get("http", {}).get("routePrefix") != "api":
         problems.append("host.json: extensions.http.routePrefix must be api")
     if not host.get("customHandler", {}).get("enableForwardingHttpRequest"):
         problems.append("host.json: customHandler.enableForwardingHttpRequest must be true")
-    functions = sorted(p.parent for p in HERE.glob("*/function.json"))
+    functions = sorted(p.parent for p in folder_root.glob("*/function.json"))
     if not functions:
         problems.append("no */function.json found")
     for folder in functions:
@@ -101,16 +101,18 @@ def main() -> int:
     parser.add_argument("--spin", type=Path, help="the Spin CLI binary for Linux x86_64 to ship")
     parser.add_argument("--out", type=Path, default=ROOT / "dist" / "azure-functions")
     parser.add_argument("--check-only", action="store_true", help="check the files, build nothing")
+    parser.add_argument("--functions", type=Path, default=HERE,
+                        help="check host.json and */function.json in this folder instead (for tests)")
     args = parser.parse_args()
 
     text = azure_manifest_text()
     manifest = tomllib.loads(text)
-    problems = check(manifest)
+    problems = check(manifest, args.functions)
     if problems:
         for p in problems:
             print(f"assemble: {p}", file=sys.stderr)
         return 1
-    print(f"checked {len(list(HERE.glob('*/function.json')))} function.json files against the manifest's routes")
+    print(f"checked {len(list(args.functions.glob('*/function.json')))} function.json files against the manifest's routes")
     if args.check_only:
         return 0
     if args.spin is None or not args.spin.is_file():

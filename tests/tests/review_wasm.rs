@@ -1,0 +1,281 @@
+//! Adversarial review of the HTTP functions, as `.wasm` served by the wasmtime host, against
+//! Azurite behind a small forwarding proxy that can alter storage's answers (a hostile or broken
+//! storage server, or a man in the middle on `http`).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+use leasegate_host::Fault;
+use leasegate_tests::app::{call, post_telemetry, Answer, App};
+use leasegate_tests::Azurite;
+use serde_json::json;
+
+const AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
+
+/// Reads up to the end of an HTTP head (`\r\n\r\n`); `None` when the peer closed first.
+fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+        if head.len() > 64 * 1024 {
+            return None;
+        }
+    }
+    Some(head)
+}
+
+fn header_value(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_string())
+    })
+}
+
+/// Replaces (or adds) header `name` in an HTTP head.
+fn set_header(head: &str, name: &str, value: &str) -> String {
+    let mut lines: Vec<String> = head
+        .trim_end_matches("\r\n")
+        .split("\r\n")
+        .filter(|l| {
+            !l.split_once(':')
+                .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+        })
+        .map(str::to_string)
+        .collect();
+    lines.push(format!("{name}: {value}"));
+    format!("{}\r\n\r\n", lines.join("\r\n"))
+}
+
+/// Forwards every request to Azurite, one per connection; answers to lease acquires get
+/// `Date: date`. Returns the proxy's port.
+fn start_proxy(date: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let azurite = Azurite::shared().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { continue };
+            std::thread::spawn(move || {
+                let _ = client.set_read_timeout(Some(Duration::from_secs(30)));
+                let Some(head) = read_head(&mut client) else {
+                    return;
+                };
+                let head = String::from_utf8_lossy(&head).to_string();
+                let length: usize = header_value(&head, "content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0u8; length];
+                if client.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let acquire = header_value(&head, "x-ms-lease-action")
+                    .is_some_and(|a| a.eq_ignore_ascii_case("acquire"));
+                let mut upstream = TcpStream::connect(("127.0.0.1", azurite)).unwrap();
+                let head = set_header(&head, "connection", "close");
+                upstream.write_all(head.as_bytes()).unwrap();
+                upstream.write_all(&body).unwrap();
+                let mut answer = Vec::new();
+                let _ = upstream.read_to_end(&mut answer);
+                let split = answer
+                    .windows(4)
+                    .position(|w| w == b"\r\n\r\n")
+                    .map_or(answer.len(), |p| p + 4);
+                let (ahead, abody) = answer.split_at(split);
+                let mut ahead = String::from_utf8_lossy(ahead).to_string();
+                if acquire {
+                    ahead = set_header(&ahead, "date", date);
+                }
+                ahead = set_header(&ahead, "connection", "close");
+                let _ = client.write_all(ahead.as_bytes());
+                let _ = client.write_all(abody);
+                let _ = client.flush();
+            });
+        }
+    });
+    port
+}
+
+/// FINDING (trap from a storage answer): a lease acquire answered with `Date: Fri, 31 Dec 9999
+/// 23:59:59 GMT` makes `Acquired::expires_at` fall in year 10000 (`native::acquire`:
+/// `granted + d`), and `web::rfc3339` (humantime `format_rfc3339_seconds(..).to_string()`)
+/// panics on it: the gate component traps (the host answers 500) instead of a JSON answer.
+#[test]
+fn review_gate_survives_a_far_future_storage_date() {
+    let proxy = start_proxy("Fri, 31 Dec 9999 23:59:59 GMT");
+    let app = App::start(
+        "rvdategate",
+        &[("storage_origin", &format!("http://127.0.0.1:{proxy}"))],
+    );
+    let a = call(
+        "POST",
+        &app.url("/api/gate/far-future?window=30"),
+        &[AUTH],
+        b"",
+    );
+    assert!(
+        a.status != 500 && a.json.is_object(),
+        "the gate trapped on a storage Date: {} {}",
+        a.status,
+        a.text
+    );
+}
+
+/// FINDING (same root, telemetry): the winner's notification and decision format
+/// `expires_at` with `web::rfc3339`: the device-alerts component traps.
+#[test]
+fn review_telemetry_survives_a_far_future_storage_date() {
+    let proxy = start_proxy("Fri, 31 Dec 9999 23:59:59 GMT");
+    let app = App::start(
+        "rvdatetel",
+        &[("storage_origin", &format!("http://127.0.0.1:{proxy}"))],
+    );
+    let a = post_telemetry(
+        &app,
+        &json!({"deviceId": "far-future", "temperature": 99.0}),
+    );
+    assert!(
+        a.status != 500 && a.json.is_object(),
+        "device-alerts trapped on a storage Date: {} {}",
+        a.status,
+        a.text
+    );
+}
+
+/// Control (expected to pass): the proxy itself is transparent with an ordinary `Date`.
+#[test]
+fn review_control_proxy_is_transparent() {
+    let proxy = start_proxy("Sat, 21 Nov 2026 14:00:00 GMT");
+    let app = App::start(
+        "rvdatectl",
+        &[("storage_origin", &format!("http://127.0.0.1:{proxy}"))],
+    );
+    let a = call(
+        "POST",
+        &app.url("/api/gate/control?window=30"),
+        &[AUTH],
+        b"",
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+}
+
+fn gate(app: &App, method: &str, path_and_query: &str, headers: &[(&str, &str)]) -> Answer {
+    call(
+        method,
+        &app.url(&format!("/api/gate/{path_and_query}")),
+        headers,
+        b"",
+    )
+}
+
+/// FINDING (gate, end to end): `DELETE` answers 204 "released" but the gate stays taken.
+///
+/// Holder `h` takes the gate with `window=30` (native lease), then moves to `window=120` (a
+/// record written under its lease, then the lease is given back). The give-back (the only
+/// `comp=lease` request of that call) fails, which `record::acquire` ignores: 200, acquired.
+/// `DELETE` with `h`'s lease id then releases the native lease and `Locks::release` returns at
+/// once, leaving the 120 s record: another holder gets 429 for two minutes.
+#[test]
+fn review_gate_delete_frees_a_gate_after_a_window_change() {
+    let app = App::start("rvgatedel", &[]);
+    let key = "switched";
+    let a = gate(&app, "POST", &format!("{key}?window=30&holder=h"), &[AUTH]);
+    assert_eq!(a.status, 200, "{}", a.text);
+    app.host
+        .set_request_fault(&app.storage, "comp=lease", Fault::Status(503));
+    let moved = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &[AUTH]);
+    app.host.set_fault(&app.storage, None);
+    assert_eq!(moved.status, 200, "{}", moved.text);
+    let lease_id = moved.json["leaseId"].as_str().unwrap().to_string();
+    let del = gate(
+        &app,
+        "DELETE",
+        key,
+        &[AUTH, ("lease-id", lease_id.as_str())],
+    );
+    assert_eq!(del.status, 204, "{}", del.text);
+    let other = gate(
+        &app,
+        "POST",
+        &format!("{key}?window=120&holder=other"),
+        &[AUTH],
+    );
+    let state = gate(&app, "GET", key, &[AUTH]);
+    assert_eq!(
+        other.status, 200,
+        "h's DELETE answered 204, yet another holder is refused: {} (GET: {})",
+        other.text, state.text
+    );
+}
+
+/// FINDING (gate, end to end): a 503 that leaves the gate taken for the new window.
+///
+/// Holder `h` holds `window=15` (native) and asks for `window=120`; the record's
+/// compare-and-swap lands but its answer is lost. The gate answers 503 ("nothing was done"),
+/// the record clean-up (`record::clear`) skips a leased blob, and after `h`'s 15 s lease runs out
+/// the 120 s record it was told it did not get refuses everyone for ~100 s.
+#[test]
+fn review_gate_503_on_a_window_change_leaves_nothing_taken() {
+    let app = App::start("rvgate503", &[]);
+    let key = "lost-switch";
+    let a = gate(&app, "POST", &format!("{key}?window=15&holder=h"), &[AUTH]);
+    assert_eq!(a.status, 200, "{}", a.text);
+    app.host
+        .set_request_fault(&app.storage, "comp=metadata", Fault::LoseAnswer);
+    let moved = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &[AUTH]);
+    app.host.set_fault(&app.storage, None);
+    assert_eq!(moved.status, 503, "{}", moved.text);
+    // h's 15 s native lease (held before the failed call) runs out.
+    std::thread::sleep(Duration::from_secs(17));
+    let other = gate(
+        &app,
+        "POST",
+        &format!("{key}?window=120&holder=other"),
+        &[AUTH],
+    );
+    let state = gate(&app, "GET", key, &[AUTH]);
+    assert_eq!(
+        other.status, 200,
+        "the window change failed with 503 ({}), h's lease ran out, yet another holder is \
+         refused: {} (GET: {})",
+        moved.text, other.text, state.text
+    );
+}
+
+/// FINDING (gate, end to end): a holder's failed extension hands its gate to someone else
+/// while its earlier `expiresAt` is minutes away.
+///
+/// `h` holds `window=300` (a record, `expiresAt` ≈ now + 300 s). Its extension's
+/// compare-and-swap answer is lost; `record::acquire` then clears the record "given back" with
+/// `h`'s id, which removes the tenure `h` already had. `other` acquires at once: both callers
+/// were told they hold the gate now.
+#[test]
+fn review_gate_failed_extension_keeps_the_holders_gate() {
+    let app = App::start("rvgateext", &[]);
+    let key = "leader";
+    let a = gate(&app, "POST", &format!("{key}?window=300&holder=h"), &[AUTH]);
+    assert_eq!(a.status, 200, "{}", a.text);
+    app.host
+        .set_request_fault(&app.storage, "comp=metadata", Fault::LoseAnswer);
+    let ext = gate(&app, "POST", &format!("{key}?window=300&holder=h"), &[AUTH]);
+    app.host.set_fault(&app.storage, None);
+    assert_eq!(ext.status, 503, "{}", ext.text);
+    let other = gate(
+        &app,
+        "POST",
+        &format!("{key}?window=300&holder=other"),
+        &[AUTH],
+    );
+    assert_eq!(
+        other.status, 429,
+        "h was told it holds the gate until {} and its extension failed (503), yet another \
+         holder acquired it now: {}",
+        a.json["expiresAt"], other.text
+    );
+}
