@@ -6,9 +6,9 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Acquired, Locks, Term};
+use leasegate::lease::{Acquire, Acquired, LockStatus, Locks, Release, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, GetProperties, Metadata, SetMetadata};
-use leasegate::{ContainerName, LeaseId, LockName};
+use leasegate::{ContainerName, LeaseId, LockName, Transport, TransportError};
 use leasegate_native::{block_on, NativeTransport};
 use leasegate_tests::{describe, unique_container, wait_for, Azurite, Faulty, Step};
 
@@ -50,6 +50,22 @@ fn acquire<T: leasegate::Transport>(
     id: LeaseId,
 ) -> Acquire {
     block_on(l.acquire(name, term(secs), id, SystemTime::now())).unwrap()
+}
+
+/// Faults the first request that `describe`s as `target` (and only that one).
+fn first(target: &'static str, step: Step) -> impl Fn(usize, &http::Request<Vec<u8>>) -> Step {
+    let hit = std::sync::atomic::AtomicBool::new(false);
+    move |_, request| {
+        if describe(request) == target && !hit.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            step.clone()
+        } else {
+            Step::Pass
+        }
+    }
+}
+
+fn release_of<T: leasegate::Transport>(l: &Locks<T>, name: &LockName, id: LeaseId) -> Release {
+    block_on(l.release(name, id, SystemTime::now())).unwrap()
 }
 
 fn held(outcome: Acquire) -> Acquired {
@@ -357,4 +373,310 @@ fn busy_answers_carry_the_holders_time_left() {
             other => panic!("{holder_window}/{caller_window}: {other:?}"),
         }
     }
+}
+
+/// A failed *extension* must not give back the lock its holder already held (review finding).
+///
+/// `native::take` (on an acquire error that `may_have_granted`) and `record::acquire` (on a
+/// compare-and-swap error that `may_have_granted`) release/clear with the caller's lease id.
+/// When the caller was extending, that id already held the lock, so the give-back ends a
+/// tenure that an earlier `Acquired` promised until `expires_at`. Here the extension request
+/// is answered 503 *without ever reaching storage*, yet the holder's lock is gone and a second
+/// caller acquires while the holder's earlier `expires_at` is still ~30 s / ~300 s away:
+/// two callers believe they hold the lock at once.
+#[test]
+fn a_failed_extension_does_not_end_the_tenure_it_extends() {
+    let c = unique_container("failext");
+    let l = locks(&c);
+    let mut broken = Vec::new();
+    for (window, target) in [(30, "lease acquire"), (300, "PUT metadata")] {
+        let name = lock(&format!("leader-{window}"));
+        let a = random_id();
+        let first_grant = held(acquire(&l, &name, window, a));
+        // The extension: storage is never reached (the fault answers 503 ServerBusy itself).
+        let f = faulty(&c, first(target, Step::Status(503)));
+        let ext = block_on(f.acquire(&name, term(window), a, SystemTime::now()));
+        assert!(ext.is_err(), "{window} s: {ext:?}");
+        // The first grant still has most of its time left...
+        let now = SystemTime::now();
+        let promised = first_grant.expires_at.unwrap();
+        assert!(promised > now + Duration::from_secs(window / 2));
+        // ...so nobody else may take the lock now.
+        if let Acquire::Acquired(b) = acquire(&l, &name, window, random_id()) {
+            broken.push(format!(
+                "{window} s: holder A was promised the lock until {:?} (token {}), but after \
+                 its failed extension ({target} answered 503, never sent) B acquired it at \
+                 {:?} (token {})",
+                promised,
+                token(&first_grant),
+                b.server_date,
+                token(&b)
+            ));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "the extension's error path gave back a lock its holder held:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// A lock natively leased by `id` *and* carrying a live record of `id` (a term switch whose
+/// give-back failed) is freed by `id`'s release, both ways at once (review finding).
+///
+/// Trigger (fault): a holder switches from a native lease to a record (`record::acquire`,
+/// `switching`: the record is written under the lease, then `native::give_back`). The give-back
+/// is best effort and its failure is ignored, so the call answers `Acquired` while the blob is
+/// still leased. The holder later releases: `native::release` succeeds, `release` returns
+/// `Released` at once, and the record keeps the lock for its whole window.
+#[test]
+fn a_release_after_a_switch_whose_give_back_failed_frees_the_lock() {
+    let c = unique_container("switchrel");
+    let l = locks(&c);
+    let name = lock("switcher");
+    let a = random_id();
+    held(acquire(&l, &name, 30, a));
+    // Switch to a 120 s record; the give-back of the native lease is answered 503 (not sent).
+    let f = faulty(&c, first("lease release", Step::Status(503)));
+    let switched = held(block_on(f.acquire(&name, term(120), a, SystemTime::now())).unwrap());
+    assert!(switched.extended);
+    let released = block_on(l.release(&name, a, SystemTime::now())).unwrap();
+    assert_eq!(released, Release::Released);
+    let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+    match acquire(&l, &name, 120, random_id()) {
+        Acquire::Acquired(_) => {}
+        other => panic!(
+            "A released (answer {released:?}) but the lock is still held: {other:?}; \
+             inspect after the release: {info:?}"
+        ),
+    }
+}
+
+/// A fencing token must never go back that goes back for a new holder, outside the documented exceptions
+/// (`claim::first_token`: "a blob created twice within one second", "more than 65,536 tokens
+/// within one second", "the server's clock steps back").
+///
+/// `first_token` is computed from the `Date` of the HEAD that found the blob missing, but it is
+/// written by a create that may land much later. Between the two, the blob can be created by
+/// someone else, issue later-second tokens and be deleted again (an operator's clean-up). The
+/// slow creator's token is then below tokens already issued, though the two creations are
+/// seconds apart.
+#[test]
+fn a_slow_creator_never_issues_a_token_below_an_earlier_one() {
+    let c = unique_container("slowcreate");
+    let l = locks(&c);
+    // The container exists already (so the only delayed step is the blob creation).
+    held(acquire(&l, &lock("warm"), 5, random_id()));
+    let name = lock("recreated");
+    let slow = {
+        let (c, name) = (c.clone(), name.clone());
+        std::thread::spawn(move || {
+            // A's create (a PUT with x-ms-blob-type) reaches storage 3 s after its HEAD (kept
+            // under Azurite's 5 s keep-alive, so the pooled connection is still good).
+            let f = faulty(&c, |_, request| {
+                if request.headers().contains_key("x-ms-blob-type") {
+                    Step::Delay(Duration::from_secs(3))
+                } else {
+                    Step::Pass
+                }
+            });
+            block_on(f.acquire(&name, term(120), random_id(), SystemTime::now())).unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // B creates the blob in the meantime, with a 1 s record.
+    let b = held(acquire(&l, &name, 1, random_id()));
+    std::thread::sleep(Duration::from_millis(1200));
+    // C comes after B's record ran out: a token above B's.
+    let c_id = random_id();
+    let cc = held(acquire(&l, &name, 120, c_id));
+    assert!(token(&cc) > token(&b));
+    block_on(l.release(&name, c_id, SystemTime::now())).unwrap();
+    // An operator cleans the free lock blob up.
+    let (gone, _) = block_on(l.execute(
+        &DeleteBlob {
+            container: c.clone(),
+            blob: l.blob_name(&name).unwrap(),
+            lease_id: None,
+            condition: Condition::None,
+        },
+        SystemTime::now(),
+    ))
+    .unwrap();
+    assert_eq!(gone, DeleteOutcome::Deleted);
+    // A's create lands now (seconds after B's), on the missing blob.
+    let a = held(slow.join().unwrap());
+    assert!(
+        token(&a) > token(&cc),
+        "A got token {} (created at {:?}) after C's {} (taken at {:?}); B's was {} (created at \
+         {:?})",
+        token(&a),
+        a.server_date,
+        token(&cc),
+        cc.server_date,
+        token(&b),
+        b.server_date
+    );
+}
+
+/// FINDING (retry-after): `Snapshot::busy` says a native claim's `expires - now` while the claim
+/// has not run out. The claim is written once per tenure and not moved by an extension, so
+/// after an extension this is *shorter* than what the holder has left, not "an upper bound"
+/// (docs of `Acquire::Busy::retry_after`). A caller that waits the advertised time is refused.
+#[test]
+fn retry_after_of_an_extended_native_lease_is_not_too_short() {
+    let c = unique_container("retryext");
+    let l = locks(&c);
+    let name = lock("extended");
+    let a = random_id();
+    held(acquire(&l, &name, 15, a));
+    std::thread::sleep(Duration::from_secs(9));
+    let ext = held(acquire(&l, &name, 15, a));
+    assert!(ext.extended);
+    let left = ext.expires_at.unwrap();
+    match acquire(&l, &name, 15, random_id()) {
+        Acquire::Busy {
+            retry_after: Some(r),
+        } => {
+            let now = SystemTime::now();
+            let really_left = left.duration_since(now).unwrap_or_default();
+            assert!(
+                r + Duration::from_secs(1) >= really_left,
+                "retry_after {r:?}, but the holder's extended lease has {really_left:?} left"
+            );
+        }
+        other => panic!("expected busy with a retry_after: {other:?}"),
+    }
+}
+
+/// A transport that makes storage's answers to lease acquires carry a `Date` at the end of
+/// year 9999 (a hostile or broken server, or a man in the middle on `http`).
+struct FarFuture(NativeTransport);
+
+impl Transport for FarFuture {
+    async fn send(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<Vec<u8>>, TransportError> {
+        let acquire = request
+            .headers()
+            .get("x-ms-lease-action")
+            .is_some_and(|v| v == "acquire");
+        let mut response = self.0.send(request).await?;
+        if acquire {
+            response.headers_mut().insert(
+                "date",
+                http::HeaderValue::from_static("Fri, 31 Dec 9999 23:59:59 GMT"),
+            );
+        }
+        Ok(response)
+    }
+}
+
+/// The happy-path switch native -> record -> release frees the lock.
+#[test]
+fn a_switch_then_a_release_frees_the_lock() {
+    let c = unique_container("switchctl");
+    let l = locks(&c);
+    let name = lock("control");
+    let a = random_id();
+    held(acquire(&l, &name, 30, a));
+    held(acquire(&l, &name, 120, a));
+    assert_eq!(
+        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        Release::Released
+    );
+    assert!(matches!(
+        block_on(l.inspect(&name, SystemTime::now()))
+            .unwrap()
+            .status,
+        LockStatus::Available
+    ));
+    held(acquire(&l, &name, 120, random_id()));
+}
+
+/// A storage `Date` at the end of year 9999 (a broken or hostile server) is a clear error for
+/// the acquire that got it, gives back what it may have taken, and leaves the lock usable: no
+/// expiry out of range, no panic where it is formatted (review finding).
+#[test]
+fn a_far_future_server_date_is_refused_without_poisoning_the_lock() {
+    let c = unique_container("fardate");
+    let l = locks(&c);
+    let name = lock("dated");
+    let prev = random_id();
+    held(acquire(&l, &name, 30, prev));
+    release(&l, &name, prev);
+    let hostile = Locks::new(
+        FarFuture(NativeTransport::default()),
+        Azurite::shared().account(),
+        c.clone(),
+    );
+    let got = block_on(hostile.acquire(&name, term(30), random_id(), SystemTime::now()));
+    let err = got.expect_err("a Date in year 9999 is refused").to_string();
+    assert!(err.contains("out of range"), "{err}");
+    held(acquire(&l, &name, 30, random_id()));
+}
+
+/// The answer of a term switch (native to record) is lost: the caller keeps the lock it held
+/// (the error ends nothing it was granted), acquiring again with its id settles it, and its
+/// release frees it (review finding, under the rule of `Locks::acquire`).
+#[test]
+fn a_lost_answer_on_a_term_switch_is_settled_by_the_holder() {
+    let c = unique_container("lostswitch");
+    let l = locks(&c);
+    let name = lock("lost-switch");
+    let a = random_id();
+    held(acquire(&l, &name, 15, a));
+    let f = faulty(&c, first("PUT metadata", Step::LoseAnswer));
+    let outcome = block_on(f.acquire(&name, term(120), a, SystemTime::now()));
+    assert!(outcome.is_err(), "{outcome:?}");
+    // Whoever else asks is refused: the lock is still the caller's.
+    assert!(matches!(
+        acquire(&l, &name, 120, random_id()),
+        Acquire::Busy { .. }
+    ));
+    // The caller asks again: it has the 120 s record, with its token.
+    let again = held(acquire(&l, &name, 120, a));
+    assert!(again.extended);
+    assert_eq!(release_of(&l, &name, a), Release::Released);
+    held(acquire(&l, &name, 120, random_id()));
+}
+
+/// A holder that stops between its grant and its claim (a killed invocation) gets its lock back
+/// when it asks again with its id, once the claim it left in place (the previous holder's) has
+/// run out: within one term (review finding).
+#[test]
+fn a_holder_that_stopped_before_its_claim_gets_its_lock_back() {
+    let c = unique_container("crashclaim");
+    let l = locks(&c);
+    let name = lock("crashed");
+    let prev = random_id();
+    held(acquire(&l, &name, 15, prev));
+    release(&l, &name, prev);
+    let a = random_id();
+    let crashing = faulty(&c, |_, request| {
+        if describe(request) == "PUT metadata" {
+            panic!("invocation killed between grant and claim (test)");
+        }
+        Step::Pass
+    });
+    let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        block_on(crashing.acquire(&name, term(15), a, SystemTime::now()))
+    }));
+    assert!(crashed.is_err());
+    // Another caller is refused (storage says the lease is held)...
+    assert!(matches!(
+        acquire(&l, &name, 15, random_id()),
+        Acquire::Busy { .. }
+    ));
+    // ...and A, asking again, gets it back within the term.
+    let back = wait_for(
+        "A to get its lock back",
+        Duration::from_secs(20),
+        || match acquire(&l, &name, 15, a) {
+            Acquire::Acquired(got) => Some(got),
+            Acquire::Busy { .. } => None,
+        },
+    );
+    assert!(token(&back) > 0);
 }

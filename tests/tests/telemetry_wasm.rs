@@ -203,7 +203,7 @@ fn batch_of_100_readings_over_50_devices() {
 }
 
 #[test]
-fn without_fencing_a_winning_gate_is_two_requests() {
+fn without_fencing_notifications_carry_no_token() {
     let app = App::start(
         "nofence",
         &[("alert_window_seconds", "60"), ("alert_fencing", "off")],
@@ -232,8 +232,13 @@ fn without_fencing_a_winning_gate_is_two_requests() {
         "{}",
         warm.text
     );
-    // HEAD + acquire: two storage requests per winning gate without a token.
-    assert_eq!(app.record_of(&warm).outbound_to(&app.storage), 20);
+    // The gate still takes its claim (HEAD + acquire + claim): only the token is left out.
+    assert_eq!(app.record_of(&warm).outbound_to(&app.storage), 30);
+    assert!(app
+        .sink
+        .delivered()
+        .iter()
+        .all(|n| n.body["fencingToken"].is_null()));
 }
 
 #[test]

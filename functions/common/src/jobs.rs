@@ -731,6 +731,12 @@ pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> 
         );
         e.to_string()
     })?;
+    let latest = unix(timer::latest_time());
+    if timestamp > latest {
+        return Err(format!(
+            "the cron event's timestamp {timestamp} is out of range (after {latest})"
+        ));
+    }
     let tick = Tick {
         at: at(timestamp),
         source: Source::Cron,

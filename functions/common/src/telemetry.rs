@@ -48,7 +48,7 @@ pub struct Settings {
     pub threshold: f64,
     /// At most one alert per device per this long.
     pub window: Duration,
-    /// Whether winners also take a fencing token (one more storage request).
+    /// Whether notifications carry the gate's fencing token (`alert_fencing`).
     pub fencing: bool,
     /// Where notifications are posted.
     pub notify_url: String,
@@ -321,15 +321,14 @@ async fn gate_one<'r, T: Transport>(
     let locks = settings.storage.locks(&counting, GATE_PREFIX);
     let id = (ctx.new_lease_id)();
     let lock = &device.reading.device;
-    let taken = if settings.fencing {
-        locks.acquire(lock, parsed.term, id, ctx.now).await
-    } else {
-        locks.acquire_unfenced(lock, parsed.term, id, ctx.now).await
-    };
+    let taken = locks.acquire(lock, parsed.term, id, ctx.now).await;
     let outcome = match taken {
         Ok(Acquire::Busy { retry_after }) => Outcome::Throttled { retry_after },
         Err(e) => Outcome::StorageFailed(e),
-        Ok(Acquire::Acquired(held)) => {
+        Ok(Acquire::Acquired(mut held)) => {
+            if !settings.fencing {
+                held.fencing_token = None;
+            }
             match notify(transport, settings, device.reading, &held).await {
                 Ok(()) => Outcome::Notified(held),
                 Err(Undelivered::NotSent(reason)) => {

@@ -95,7 +95,16 @@ pub fn occurrence(at: SystemTime, period: Duration, offset: Duration) -> SystemT
 /// Reads a time as Azure Functions writes them, leniently: RFC 3339 with any fraction and `Z`,
 /// `+00:00`, another offset or none (UTC), `T` or a space between date and time.
 pub fn parse_time(s: &str) -> Option<SystemTime> {
-    let s = s.trim();
+    parse_any_time(s.trim()).filter(|t| *t <= latest_time())
+}
+
+/// The latest trigger time accepted: 9000-01-01 (occurrences, expiries and the log's times
+/// stay writable in RFC 3339).
+pub fn latest_time() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(221_845_392_000)
+}
+
+fn parse_any_time(s: &str) -> Option<SystemTime> {
     if let Ok(t) = humantime::parse_rfc3339_weak(s) {
         return Some(t);
     }

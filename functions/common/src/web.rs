@@ -68,9 +68,11 @@ pub fn too_large(limit: usize) -> Response<Vec<u8>> {
     )
 }
 
-/// Formats a time as RFC 3339 (`2026-11-21T14:00:00Z`).
+/// Formats a time as RFC 3339 (`2026-11-21T14:00:00Z`). Times after the year 9999 (which RFC
+/// 3339 cannot write) are written as its last second rather than failing.
 pub fn rfc3339(t: std::time::SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    let last = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(253_402_300_799);
+    humantime::format_rfc3339_seconds(t.min(last)).to_string()
 }
 
 /// The 503 for a storage failure: what storage said (status and error code), never a secret.

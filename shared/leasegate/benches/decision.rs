@@ -69,12 +69,18 @@ fn main() {
     let other = LeaseId::from_random_bytes([8; 16]).to_string();
     let native = Term::for_window(Duration::from_secs(30)).unwrap();
     let record = Term::for_window(Duration::from_secs(90)).unwrap();
+    // The canned answers' Date, in Unix seconds: the other holder has 20 s left.
+    let date = httpdate::parse_http_date("Sat, 21 Nov 2026 14:00:00 GMT").unwrap();
+    let secs = date
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let held_by_other = vec![
         ("leasegate_holder", other),
         ("leasegate_term", "30".to_string()),
-        ("leasegate_since", "1795096790".to_string()),
-        ("leasegate_expires", "1795096820".to_string()),
-        ("leasegate_token", "117637120000001".to_string()),
+        ("leasegate_since", (secs - 10).to_string()),
+        ("leasegate_expires", (secs + 20).to_string()),
+        ("leasegate_token", (secs << 16).to_string()),
     ];
     let n = 20_000;
     // (what is measured, the lock blob's lease state, its metadata, the caller's term)

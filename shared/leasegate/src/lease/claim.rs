@@ -34,7 +34,7 @@ pub(crate) const META_TOKEN: &str = "leasegate_token";
 pub const MAX_TOKEN: u64 = (1 << 53) - 1;
 
 /// The latest time a claim may name: 9999-12-31T23:59:59Z, in Unix seconds.
-const MAX_SECS: u64 = 253_402_300_799;
+pub(crate) const MAX_SECS: u64 = 253_402_300_799;
 
 /// Tokens of successive seconds of the server's clock are this far apart (2^16): see
 /// [`next_token`].

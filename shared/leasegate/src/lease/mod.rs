@@ -39,14 +39,21 @@
 //! | decision | native lease | lease record |
 //! |---|---|---|
 //! | busy: someone else holds it (either term) | **1** (HEAD) | **1** (HEAD) |
-//! | acquired by a new holder | 3: HEAD, acquire, claim (the token) | 2: HEAD, compare-and-swap |
-//! | acquired, [unfenced](Locks::acquire_unfenced) | 2: HEAD, acquire | (always fenced) |
-//! | extended by its holder (token kept) | 2: HEAD, acquire | 2: HEAD, compare-and-swap |
+//! | acquired by a new holder | 3: HEAD, acquire, claim | 2: HEAD, compare-and-swap |
+//! | extended by its holder (token kept) | 3: HEAD, acquire, claim (its new expiry) | 2: HEAD, compare-and-swap |
 //! | first use of a lock | HEAD, create, acquire (+2 to create the container) | HEAD, create |
-//! | release | 1 | 3 (the failed native release, HEAD, compare-and-swap) |
+//! | release | 2: HEAD, release | 2: HEAD, compare-and-swap |
 //!
-//! What the extra requests buy: the HEAD is what lets the two terms share one lock and tells a
-//! refused caller how long the holder has left; the claim write is the token.
+//! What the requests buy: the HEAD lets the two terms share one lock and tells a refused
+//! caller how long the holder has left; the claim is the token, and keeps what a refused
+//! caller or an inspection is told exact (an extension moves its expiry).
+//!
+//! # Failures
+//! A request that fails after storage may have granted the lock to a **new** holder (an answer
+//! lost, a 5xx, a claim that could not be written) is followed by giving the lock back with the
+//! lease id used, before the error is returned. A holder that was **extending** (or switching
+//! the term of) a lock it already held keeps it: the error takes away nothing it was granted
+//! before, and acquiring again with the same id settles the state.
 
 mod claim;
 pub mod native;
@@ -103,7 +110,7 @@ impl Term {
 pub struct Acquired {
     /// The lease id, to release with (or to acquire again with, to extend).
     pub lease_id: LeaseId,
-    /// The fencing token (`None` only for [unfenced](Locks::acquire_unfenced) native leases).
+    /// The fencing token (always set by [`Locks::acquire`]).
     pub fencing_token: Option<u64>,
     /// When it runs out by the server's clock (`None` for infinite leases).
     pub expires_at: Option<SystemTime>,
@@ -124,9 +131,10 @@ pub enum Acquire {
     /// The caller does not hold it: someone else does, or (a record shorter than storage's
     /// answer took) the grant would have run out before it arrived.
     Busy {
-        /// How long the holder's lock has left by the server's clock, where storage can tell:
-        /// exact for records and for native leases their holder has not extended, an upper
-        /// bound for extended native leases, `None` for infinite leases or when unknown.
+        /// How long the holder's lock has left by the server's clock, as its claim records
+        /// it (every holder moves its claim's expiry when it extends); `None` for infinite
+        /// leases, or when the holder took the lock a moment ago and its claim is not there
+        /// yet.
         retry_after: Option<Duration>,
     },
 }
@@ -151,8 +159,8 @@ pub enum LockStatus {
         /// When it runs out, where storage can tell (records, and native leases not extended
         /// since they were taken).
         expires_at: Option<SystemTime>,
-        /// The holder, as its claim names it (a native lease taken without fencing writes no
-        /// claim: then this is `None` or the previous native holder's).
+        /// The holder, as its claim names it (`None` for a moment after a native grant, before
+        /// the claim is written).
         holder: Option<LeaseId>,
         /// When the holder's tenure began.
         since: Option<SystemTime>,
@@ -177,6 +185,8 @@ pub struct LockInfo {
 pub(crate) struct Snapshot {
     etag: ETag,
     leased: bool,
+    /// The lease is being broken (an operator's break period): nobody may extend or switch.
+    breaking: bool,
     metadata: Metadata,
     claim: Claim,
     /// The highest token issued: the claim's, or the page blob sequence number that older
@@ -200,10 +210,11 @@ impl Snapshot {
         Ok(Snapshot {
             etag,
             leased: props.lease_state.is_some_and(LeaseState::is_held),
+            breaking: props.lease_state == Some(LeaseState::Breaking),
             metadata: props.metadata,
             claim,
             highest_token: claim.token.max(sequence),
-            server_date,
+            server_date: checked_date(server_date)?,
         })
     }
 
@@ -211,63 +222,67 @@ impl Snapshot {
         unix_secs(self.server_date)
     }
 
-    /// The live record, if the lock is held as one now.
+    /// The claim of whoever holds the lock now, if it says so:
+    /// * a live record (with the blob also leased by the same holder after a term switch whose
+    ///   lease could not be let go);
+    /// * a leased blob's native claim that has not run out (an infinite one never does). Every
+    ///   native holder writes its claim when granted and moves its expiry when it extends, so a
+    ///   leased blob without one is held by a holder that stopped between its grant and its
+    ///   claim: only the acquire itself can tell whose it is.
+    fn holder_claim(&self) -> Option<&Claim> {
+        let c = &self.claim;
+        c.holder?;
+        match c.kind {
+            Kind::Record => (c.expires > self.server_secs()).then_some(c),
+            Kind::Native(LeaseDuration::Infinite) => self.leased.then_some(c),
+            Kind::Native(_) => (self.leased && c.expires > self.server_secs()).then_some(c),
+        }
+    }
+
+    /// The live record of the lock (for a break, and for inspection).
     fn live_record(&self) -> Option<&Claim> {
-        let c = &self.claim;
-        (!self.leased
-            && c.kind == Kind::Record
-            && c.holder.is_some()
-            && c.expires > self.server_secs())
-        .then_some(c)
+        self.holder_claim().filter(|c| c.kind == Kind::Record)
     }
 
-    /// The claim of the native lease that holds the lock now, if its holder wrote one.
-    fn native_claim(&self) -> Option<&Claim> {
-        let c = &self.claim;
-        (self.leased && matches!(c.kind, Kind::Native(_)) && c.holder.is_some()).then_some(c)
+    /// Whether `id` holds the lock as its claim says.
+    fn held_by(&self, id: LeaseId) -> bool {
+        self.holder_claim().is_some_and(|c| c.holder == Some(id))
     }
 
-    /// Who holds the lock, if anyone does and it is not `id`: the refusal to give `id`.
+    /// Who holds the lock, if anyone does and it is not `id`: the refusal to give `id`. `None`
+    /// also for a leased blob whose holder wrote no claim: the acquire itself tells (storage
+    /// grants that lease to its own id only, and refuses a record over it). During a break
+    /// period nobody extends or switches.
     fn busy_for(&self, id: LeaseId) -> Option<Acquire> {
-        if self.leased {
-            let ours = self.native_claim().is_some_and(|c| c.holder == Some(id));
-            return (!ours).then(|| self.busy());
-        }
-        match self.live_record() {
-            Some(r) if r.holder != Some(id) => Some(self.busy()),
-            _ => None,
+        match self.holder_claim() {
+            Some(c) if c.holder == Some(id) && !self.breaking => None,
+            Some(_) => Some(self.busy()),
+            None if self.breaking => Some(self.busy()),
+            None => None,
         }
     }
 
-    /// "Busy", with the time the holder has left where the snapshot tells it.
+    /// "Busy", with the time the holder has left where its claim tells it (every holder moves
+    /// its claim's expiry when it extends).
     fn busy(&self) -> Acquire {
         let now = self.server_secs();
-        let retry_after = if let Some(r) = self.live_record() {
-            Some(r.expires - now)
-        } else if let Some(c) = self.native_claim() {
-            match c.kind {
-                Kind::Native(LeaseDuration::Seconds(s)) if c.expires > now => {
-                    Some((c.expires - now).min(u64::from(s)))
-                }
-                // The holder extended its lease since it wrote its claim: at most one term.
-                Kind::Native(LeaseDuration::Seconds(s)) => Some(u64::from(s)),
-                _ => None,
-            }
-        } else {
-            None
-        };
-        Acquire::Busy {
-            retry_after: retry_after.map(Duration::from_secs),
-        }
+        let retry_after = self
+            .holder_claim()
+            .filter(|c| c.expires > now)
+            .map(|c| Duration::from_secs(c.expires - now));
+        Acquire::Busy { retry_after }
+    }
+
+    /// The live record of `id`, whether or not the blob is leased too (a holder that switched
+    /// from a native lease to a record and could not let the lease go).
+    fn record_of(&self, id: LeaseId) -> Option<&Claim> {
+        self.live_record().filter(|c| c.holder == Some(id))
     }
 
     /// `id`'s tenure if it takes the lock now: its own (it holds the lock already, in either
     /// term), or a new one with a token by [the fencing rule](claim::next_token).
     fn tenure_for(&self, id: LeaseId) -> Result<Tenure, Error> {
-        let own = self
-            .native_claim()
-            .or_else(|| self.live_record())
-            .filter(|c| c.holder == Some(id));
+        let own = self.holder_claim().filter(|c| c.holder == Some(id));
         Ok(match own {
             Some(c) => Tenure {
                 token: c.token,
@@ -369,9 +384,11 @@ impl<T: Transport> Locks<T> {
     /// (keeping its token), and returns the fencing token. See the [module](self) for the rules
     /// and the round trips.
     ///
-    /// If a request fails after storage may have granted the lock (its answer was lost, it
-    /// answered 5xx, or a later step failed), the lock is given back (best effort, with
-    /// `lease_id`) before the error is returned.
+    /// If a request fails after storage may have granted the lock to a new holder (its answer
+    /// was lost, it answered 5xx, or a later step failed), the lock is given back (best effort,
+    /// with `lease_id`) before the error is returned. A holder that was extending (or switching
+    /// the term of) a lock it already held keeps it: the error ends nothing it was granted
+    /// before, and acquiring again with the same id settles it.
     pub async fn acquire(
         &self,
         lock: &LockName,
@@ -381,38 +398,17 @@ impl<T: Transport> Locks<T> {
     ) -> Result<Acquire, Error> {
         let blob = self.blob_name(lock)?;
         match term {
-            Term::Native(duration) => {
-                native::acquire(self, &blob, duration, lease_id, true, now).await
-            }
+            Term::Native(duration) => native::acquire(self, &blob, duration, lease_id, now).await,
             Term::Record(length) => record::acquire(self, &blob, length, lease_id, now).await,
         }
     }
 
-    /// Like [`Locks::acquire`], without a fencing token for native leases: one request fewer
-    /// when a new holder takes the lock (records always carry their token). No claim is
-    /// written, so such a lease cannot be extended (acquiring again with its id is refused
-    /// while it holds): use it with a fresh lease id per event, as a throttle does.
-    pub async fn acquire_unfenced(
-        &self,
-        lock: &LockName,
-        term: Term,
-        lease_id: LeaseId,
-        now: SystemTime,
-    ) -> Result<Acquire, Error> {
-        let blob = self.blob_name(lock)?;
-        match term {
-            Term::Native(duration) => {
-                native::acquire(self, &blob, duration, lease_id, false, now).await
-            }
-            Term::Record(length) => record::acquire(self, &blob, length, lease_id, now).await,
-        }
-    }
-
-    /// Gives `lock` up if `lease_id` holds it, whichever term it was taken for. Safe to retry:
-    /// a lock not held (any more) by `lease_id` answers [`Release::NotHeld`].
+    /// Gives `lock` up if `lease_id` holds it, whichever term it was taken for (a native lease,
+    /// a record, or both after a term switch whose lease could not be let go). Safe to retry: a
+    /// lock not held (any more) by `lease_id` answers [`Release::NotHeld`].
     ///
-    /// Round trips: one for a native lease; a record takes the failed native release, a HEAD
-    /// and the compare-and-swap.
+    /// Round trips: two, a HEAD and the release of the lease or the compare-and-swap of the
+    /// record.
     pub async fn release(
         &self,
         lock: &LockName,
@@ -420,10 +416,23 @@ impl<T: Transport> Locks<T> {
         now: SystemTime,
     ) -> Result<Release, Error> {
         let blob = self.blob_name(lock)?;
-        if native::release(self, &blob, lease_id, now).await? == Release::Released {
-            return Ok(Release::Released);
+        let snap = match self.read(&blob, now).await? {
+            Read::Found(snap) => snap,
+            Read::Missing(_) => return Ok(Release::NotHeld),
+        };
+        let mut released = false;
+        if snap.leased {
+            // Only the id that holds the lease can release it, whatever the claim says.
+            released = native::release(self, &blob, lease_id, now).await? == Release::Released;
         }
-        record::clear(self, &blob, Some(lease_id), now).await
+        if snap.record_of(lease_id).is_some() && (released || !snap.leased) {
+            released |= record::clear_at(self, &blob, &snap, now).await?;
+        }
+        Ok(if released {
+            Release::Released
+        } else {
+            Release::NotHeld
+        })
     }
 
     /// Ends whoever holds `lock`: breaks a native lease after `period` (0 to 60 s) and clears a
@@ -447,8 +456,7 @@ impl<T: Transport> Locks<T> {
             Err(e) if is_missing(&e) => return Ok(()),
             Err(e) => return Err(e),
         }
-        record::clear(self, &blob, None, now).await?;
-        Ok(())
+        record::clear_any(self, &blob, now).await
     }
 
     /// Reads `lock`'s state with one HEAD, judged by the server's clock.
@@ -473,28 +481,19 @@ impl<T: Transport> Locks<T> {
         };
         let lease_state = props.lease_state;
         let snap = Snapshot::from_properties(props, date.ok_or_else(no_date)?)?;
-        let now_secs = snap.server_secs();
-        let status = if snap.leased {
-            match snap.native_claim() {
-                Some(c) => LockStatus::Held {
-                    expires_at: c.expires_at().filter(|_| c.expires > now_secs),
-                    holder: c.holder,
-                    since: c.since_at(),
-                },
-                None => LockStatus::Held {
-                    expires_at: None,
-                    holder: None,
-                    since: None,
-                },
-            }
-        } else if let Some(r) = snap.live_record() {
-            LockStatus::Held {
-                expires_at: r.expires_at(),
-                holder: r.holder,
-                since: r.since_at(),
-            }
-        } else {
-            LockStatus::Available
+        let status = match snap.holder_claim() {
+            Some(c) => LockStatus::Held {
+                expires_at: c.expires_at(),
+                holder: c.holder,
+                since: c.since_at(),
+            },
+            // Leased by a holder that wrote no claim (yet).
+            None if snap.leased => LockStatus::Held {
+                expires_at: None,
+                holder: None,
+                since: None,
+            },
+            None => LockStatus::Available,
         };
         Ok(LockInfo {
             status,
@@ -515,7 +514,7 @@ impl<T: Transport> Locks<T> {
                 now,
             )
             .await?;
-        let date = date.ok_or_else(no_date)?;
+        let date = checked_date(date.ok_or_else(no_date)?)?;
         match props {
             None => Ok(Read::Missing(date)),
             Some(props) => Snapshot::from_properties(props, date).map(Read::Found),
@@ -548,10 +547,11 @@ impl<T: Transport> Locks<T> {
                     return Ok(Some(Snapshot {
                         etag,
                         leased: false,
+                        breaking: false,
                         metadata,
                         claim,
                         highest_token: claim.token,
-                        server_date: w.server_date.or(date).ok_or_else(no_date)?,
+                        server_date: checked_date(w.server_date.or(date).ok_or_else(no_date)?)?,
                     }));
                 }
                 Ok((WriteOutcome::Refused(_), _)) => return Ok(None),
@@ -604,6 +604,19 @@ fn gave_up(what: &str) -> Error {
         http::StatusCode::CONFLICT,
         format!("could not {what}: the lock blob kept changing under us"),
     )
+}
+
+/// The latest server `Date` this crate acts on: one window before the latest time a claim may
+/// name, so that no expiry it computes is out of range (a storage clock past the year 9000 is
+/// broken, or hostile).
+fn checked_date(date: SystemTime) -> Result<SystemTime, Error> {
+    if unix_secs(date) > claim::MAX_SECS - MAX_WINDOW_SECS - 1 {
+        return Err(Error::unexpected(
+            http::StatusCode::OK,
+            "storage's Date header is out of range (after the year 9000)",
+        ));
+    }
+    Ok(date)
 }
 
 /// `secs` as a time.

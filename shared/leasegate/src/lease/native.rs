@@ -1,20 +1,23 @@
 //! Native blob leases (15 to 60 s, or infinite), sharing each lock with lease records.
 //!
-//! To take a lock: read the blob (HEAD); if nobody holds it (no lease, no live record of
-//! another), acquire the lease **with `If-Match` on the ETag read**, so that a record written
-//! in between makes storage refuse (412) and the caller reads again; then write the holder's
-//! claim (its token) under the new lease. A holder that acquires again with its own id while
-//! its lease is held extends it and keeps its token, with no write.
+//! To take a lock: read the blob (HEAD); if nobody else holds it (no lease with another's live
+//! claim, no live record of another), acquire the lease **with `If-Match` on the ETag read**,
+//! so that a record written in between makes storage refuse (412) and the caller reads again;
+//! then write the holder's claim under the new lease. A holder that acquires again with its
+//! own id extends its lease, keeps its token, and moves its claim's expiry.
 //!
-//! Storage enforces the lease itself; the claim only says who holds it, since when and with
-//! which token, and it counts only while the lease is held.
+//! Storage enforces the lease itself; the claim says who holds it, since when, until when and
+//! with which token, and it counts only while the lease is held. A leased blob without a live
+//! claim is held by a holder that stopped between its grant and its claim: the acquire itself
+//! asks storage (it grants that lease to its own id only). An infinite lease left so stays
+//! until its id releases it or an operator breaks it.
 
 use std::time::SystemTime;
 
 use super::claim::first_token;
 use super::{
-    at, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Kind, Locks, Read,
-    Release, Snapshot, Tenure, MAX_ATTEMPTS,
+    at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Kind, Locks,
+    Read, Release, Snapshot, Tenure, MAX_ATTEMPTS,
 };
 use crate::error::ErrorClass;
 use crate::names::BlobName;
@@ -22,33 +25,22 @@ use crate::ops::{Condition, LeaseAction, LeaseOutcome, SetMetadata, WriteOutcome
 use crate::types::{unix_secs, LeaseDuration, LeaseId};
 use crate::{Error, Transport};
 
-/// Takes or extends the native lease on `blob` for `id`; `fenced` writes the claim with its
-/// token.
+/// Takes or extends the native lease on `blob` for `id`.
 pub(super) async fn acquire<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
     duration: LeaseDuration,
     id: LeaseId,
-    fenced: bool,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
     for _ in 0..MAX_ATTEMPTS {
-        let (snap, tenure, claim) = match locks.read(blob, now).await? {
+        let (snap, tenure, write_claim) = match locks.read(blob, now).await? {
             Read::Found(snap) => {
                 if let Some(busy) = snap.busy_for(id) {
                     return Ok(busy);
                 }
                 let tenure = snap.tenure_for(id)?;
-                // An extension of a native lease writes nothing; a new holder (or one switching
-                // from a record) writes its claim under the new lease.
-                let claim = (fenced && snap.native_claim().is_none()).then_some(Claim {
-                    holder: Some(id),
-                    kind: Kind::Native(duration),
-                    since: tenure.since,
-                    expires: 0, // set from the grant's Date
-                    token: tenure.token,
-                });
-                (snap, tenure, claim)
+                (snap, tenure, true)
             }
             Read::Missing(date) => {
                 // First use: create the blob with the claim already in it (it counts only once
@@ -61,26 +53,38 @@ pub(super) async fn acquire<T: Transport>(
                     token: first_token(date)?,
                 };
                 match locks.create(blob, claim, now).await? {
-                    Some(snap) => {
+                    Some(created) => {
+                        // The token is the create's: when it landed in a later second than
+                        // the read (a slow create), it is made again from the create's Date,
+                        // under the lease.
+                        let token = first_token(created.server_date)?;
+                        let stale = token > claim.token;
                         let tenure = Tenure {
-                            token: claim.token,
+                            token: if stale { token } else { claim.token },
                             since: claim.since,
                             extended: false,
                         };
-                        (snap, tenure, None)
+                        (created, tenure, stale)
                     }
                     None => continue,
                 }
             }
         };
-        let granted = match take(locks, blob, &snap, duration, id, claim, now).await? {
+        let claim = write_claim.then_some(Claim {
+            holder: Some(id),
+            kind: Kind::Native(duration),
+            since: tenure.since,
+            expires: 0, // set from the grant's Date
+            token: tenure.token,
+        });
+        let granted = match take(locks, blob, &snap, duration, id, claim, tenure, now).await? {
             Take::Granted(time) => time,
             Take::TakenMeanwhile => return Ok(Acquire::Busy { retry_after: None }),
             Take::Moved => continue,
         };
         return Ok(Acquire::Acquired(Acquired {
             lease_id: id,
-            fencing_token: fenced.then_some(tenure.token),
+            fencing_token: Some(tenure.token),
             expires_at: duration.as_duration().map(|d| granted + d),
             server_date: granted,
             since: at(tenure.since),
@@ -100,7 +104,10 @@ enum Take {
     Moved,
 }
 
-/// Acquires at the snapshot's ETag, then writes `claim` under the new lease.
+/// Acquires at the snapshot's ETag, then writes `claim` under the lease. A failure after
+/// storage may have granted a new tenure gives the lease back; an extension's failure does not
+/// (the caller held the lock before this call).
+#[allow(clippy::too_many_arguments)]
 async fn take<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
@@ -108,6 +115,7 @@ async fn take<T: Transport>(
     duration: LeaseDuration,
     id: LeaseId,
     claim: Option<Claim>,
+    tenure: Tenure,
     now: SystemTime,
 ) -> Result<Take, Error> {
     let op = locks
@@ -121,7 +129,19 @@ async fn take<T: Transport>(
         .with_condition(Condition::IfMatch(snap.etag.clone()));
     let granted = match locks.execute(&op, now).await {
         Ok((LeaseOutcome::Held { server_date, .. }, date)) => {
-            server_date.or(date).ok_or_else(no_date)?
+            match server_date
+                .or(date)
+                .ok_or_else(no_date)
+                .and_then(checked_date)
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    if !tenure.extended {
+                        give_back(locks, blob, id, now).await;
+                    }
+                    return Err(e);
+                }
+            }
         }
         // Leased by someone in between (a lease does not move the ETag).
         Ok(_) => return Ok(Take::TakenMeanwhile),
@@ -129,7 +149,7 @@ async fn take<T: Transport>(
             return Ok(Take::Moved)
         }
         Err(e) => {
-            if may_have_granted(&e) {
+            if may_have_granted(&e) && !tenure.extended {
                 give_back(locks, blob, id, now).await;
             }
             return Err(e);
@@ -149,7 +169,9 @@ async fn take<T: Transport>(
             // The lease was broken between the grant and the claim: not ours after all.
             Ok((WriteOutcome::Refused(_), _)) => return Ok(Take::TakenMeanwhile),
             Err(e) => {
-                give_back(locks, blob, id, now).await;
+                if !tenure.extended {
+                    give_back(locks, blob, id, now).await;
+                }
                 return Err(e);
             }
         }

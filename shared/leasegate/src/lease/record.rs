@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 
 use super::claim::first_token;
 use super::{
-    at, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Kind, Locks, Read,
-    Release, Snapshot, Tenure, MAX_ATTEMPTS, MAX_WINDOW_SECS,
+    at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Kind, Locks,
+    Read, Snapshot, Tenure, MAX_ATTEMPTS, MAX_WINDOW_SECS,
 };
 use crate::names::BlobName;
 use crate::ops::{Condition, Refusal, SetMetadata, WriteOutcome};
@@ -49,17 +49,40 @@ pub(super) async fn acquire<T: Transport>(
                     expires: start + secs,
                     token: first_token(date)?,
                 };
-                match locks.create(blob, claim, now).await? {
-                    Some(created) => {
-                        let tenure = Tenure {
-                            token: claim.token,
-                            since: start,
-                            extended: false,
-                        };
-                        return Ok(granted(id, claim, tenure, created.server_date));
-                    }
-                    None => continue,
+                let Some(created) = locks.create(blob, claim, now).await? else {
+                    continue;
+                };
+                let tenure = Tenure {
+                    token: claim.token,
+                    since: start,
+                    extended: false,
+                };
+                // A create that landed in a later second than the read made its token from
+                // a stale clock: make it again from the create's Date before answering.
+                let token = first_token(created.server_date)?;
+                if token == claim.token {
+                    return Ok(granted(id, claim, tenure, created.server_date));
                 }
+                let fixed = Claim { token, ..claim };
+                let write = SetMetadata {
+                    container: locks.container.clone(),
+                    blob: blob.clone(),
+                    metadata: created.with_claim(&fixed),
+                    lease_id: None,
+                    condition: Condition::IfMatch(created.etag.clone()),
+                };
+                return match locks.execute(&write, now).await {
+                    Ok((WriteOutcome::Written(w), date)) => {
+                        let written = checked_date(w.server_date.or(date).ok_or_else(no_date)?)?;
+                        Ok(granted(id, fixed, Tenure { token, ..tenure }, written))
+                    }
+                    Ok((WriteOutcome::Refused(_), _)) => Ok(Acquire::Busy { retry_after: None }),
+                    Err(e) => {
+                        // Ours (just created): give it back rather than leave it taken.
+                        let _ = clear_if_held(locks, blob, id, now).await;
+                        Err(e)
+                    }
+                };
             }
         };
         if let Some(busy) = snap.busy_for(id) {
@@ -73,9 +96,10 @@ pub(super) async fn acquire<T: Transport>(
             expires: snap.server_secs() + secs,
             token: tenure.token,
         };
-        // The caller's own native lease holds the blob: it switches to a record under that
-        // lease, then lets the lease go.
-        let switching = snap.native_claim().is_some();
+        // The blob is leased by the caller itself (it is switching from a native lease, or a
+        // switch could not let the lease go): the record is written under that lease, and the
+        // lease let go.
+        let switching = snap.leased && snap.held_by(id);
         let write = SetMetadata {
             container: locks.container.clone(),
             blob: blob.clone(),
@@ -86,18 +110,25 @@ pub(super) async fn acquire<T: Transport>(
         match locks.execute(&write, now).await {
             Ok((WriteOutcome::Written(w), date)) => {
                 if switching {
+                    // Best effort: a lease left behind runs out on its own, and a release
+                    // frees both (see `Locks::release`).
                     super::native::give_back(locks, blob, id, now).await;
                 }
-                let written = w.server_date.or(date).ok_or_else(no_date)?;
+                let written = checked_date(w.server_date.or(date).ok_or_else(no_date)?)?;
                 return Ok(granted(id, claim, tenure, written));
             }
-            Ok((WriteOutcome::Refused(Refusal::ConditionFailed), _)) => continue,
+            // The ETag moved, or (switching) the caller's lease ran out meanwhile: read again.
+            Ok((WriteOutcome::Refused(Refusal::ConditionFailed | Refusal::LeaseLost), _)) => {
+                continue
+            }
             // Leased by someone since the read.
             Ok((WriteOutcome::Refused(_), _)) => return Ok(Acquire::Busy { retry_after: None }),
             Err(e) if is_missing(&e) => continue,
             Err(e) => {
-                if may_have_granted(&e) {
-                    let _ = clear(locks, blob, Some(id), now).await;
+                // A new holder gives back what storage may have granted it; a holder that was
+                // extending or switching keeps the lock it held before this call.
+                if may_have_granted(&e) && !tenure.extended {
+                    let _ = clear_if_held(locks, blob, id, now).await;
                 }
                 return Err(e);
             }
@@ -124,38 +155,62 @@ fn granted(id: LeaseId, claim: Claim, tenure: Tenure, written: SystemTime) -> Ac
     })
 }
 
-/// Clears the live record of `blob` (keeping its token) if `holder` holds it, or whoever does
-/// when `holder` is `None`: a HEAD and a compare-and-swap.
-pub(super) async fn clear<T: Transport>(
+/// Clears `blob`'s live record (keeping its token) if `id` holds it: a HEAD and a
+/// compare-and-swap. Whether it did.
+async fn clear_if_held<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
-    holder: Option<LeaseId>,
+    id: LeaseId,
     now: SystemTime,
-) -> Result<Release, Error> {
-    for _ in 0..MAX_ATTEMPTS {
-        let snap: Snapshot = match locks.read(blob, now).await? {
-            Read::Found(snap) => snap,
-            Read::Missing(_) => return Ok(Release::NotHeld),
-        };
-        let Some(live) = snap.live_record() else {
-            return Ok(Release::NotHeld);
-        };
-        if holder.is_some() && live.holder != holder {
-            return Ok(Release::NotHeld);
+) -> Result<bool, Error> {
+    match locks.read(blob, now).await? {
+        Read::Found(snap) if snap.record_of(id).is_some() && !snap.leased => {
+            clear_at(locks, blob, &snap, now).await
         }
-        let write = SetMetadata {
-            container: locks.container.clone(),
-            blob: blob.clone(),
-            metadata: snap.with_claim(&live.released()),
-            lease_id: None,
-            condition: Condition::IfMatch(snap.etag.clone()),
+        _ => Ok(false),
+    }
+}
+
+/// Clears the snapshot's record (keeping its token) with a compare-and-swap on its ETag.
+/// Whether it did (a blob that moved since the read is left alone).
+pub(super) async fn clear_at<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    snap: &Snapshot,
+    now: SystemTime,
+) -> Result<bool, Error> {
+    let write = SetMetadata {
+        container: locks.container.clone(),
+        blob: blob.clone(),
+        metadata: snap.with_claim(&snap.claim.released()),
+        lease_id: None,
+        condition: Condition::IfMatch(snap.etag.clone()),
+    };
+    match locks.execute(&write, now).await {
+        Ok((WriteOutcome::Written(_), _)) => Ok(true),
+        Ok((WriteOutcome::Refused(_), _)) => Ok(false),
+        Err(e) if is_missing(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Clears whoever's live record `blob` holds (keeping its token): for a break. A HEAD and a
+/// compare-and-swap, retried if the record moves meanwhile.
+pub(super) async fn clear_any<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    now: SystemTime,
+) -> Result<(), Error> {
+    for _ in 0..MAX_ATTEMPTS {
+        let snap = match locks.read(blob, now).await? {
+            Read::Found(snap) => snap,
+            Read::Missing(_) => return Ok(()),
         };
-        match locks.execute(&write, now).await {
-            Ok((WriteOutcome::Written(_), _)) => return Ok(Release::Released),
-            Ok((WriteOutcome::Refused(Refusal::ConditionFailed), _)) => continue,
-            Ok((WriteOutcome::Refused(_), _)) => return Ok(Release::NotHeld),
-            Err(e) if is_missing(&e) => return Ok(Release::NotHeld),
-            Err(e) => return Err(e),
+        if snap.live_record().is_none() {
+            return Ok(());
+        }
+        if clear_at(locks, blob, &snap, now).await? {
+            return Ok(());
         }
     }
     Err(super::gave_up("clear the lease record"))
