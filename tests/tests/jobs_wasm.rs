@@ -380,6 +380,7 @@ fn storage_faults_fail_the_tick_and_the_next_occurrence_runs() {
     let won_trips = app.record_of(&won).outbound_to(&app.storage);
     let skipped_trips = other.record_of(&skipped).outbound_to(&other.storage);
     assert_eq!(won.json["storageRoundTrips"], won_trips);
+    assert_eq!(won_trips, 11, "{:?}", app.record_of(&won).outbound);
     assert_eq!(skipped_trips, 2, "reserve (refused) + read the reserver");
     println!(
         "tick: winner {won_trips} storage requests in {won_time:?}; other {skipped_trips} in {skipped_time:?}"
