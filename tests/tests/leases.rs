@@ -223,6 +223,7 @@ fn record_lease_beyond_sixty_seconds() {
     match acquire(&l, &name, record(90), b) {
         Acquire::Busy {
             retry_after: Some(left),
+            ..
         } => {
             assert!(
                 left > Duration::from_secs(80) && left <= Duration::from_secs(90),
@@ -238,6 +239,7 @@ fn record_lease_beyond_sixty_seconds() {
             expires_at: got.expires_at,
             holder: Some(a),
             since: Some(got.since),
+            label: String::new(),
         }
     );
     // The holder extends and keeps its token.
@@ -255,7 +257,8 @@ fn short_record_admits_next_holder_after_expiry() {
     assert!(matches!(
         acquire(&l, &name, record(2), b),
         Acquire::Busy {
-            retry_after: Some(_)
+            retry_after: Some(_),
+            ..
         }
     ));
     let second = wait_for(

@@ -365,6 +365,7 @@ fn busy_answers_carry_the_holders_time_left() {
         match acquire(&l, &name, caller_window, random_id()) {
             Acquire::Busy {
                 retry_after: Some(left),
+                ..
             } => assert!(
                 left <= Duration::from_secs(holder_window)
                     && left + Duration::from_secs(10) >= Duration::from_secs(holder_window),
@@ -537,6 +538,7 @@ fn retry_after_of_an_extended_native_lease_is_not_too_short() {
     match acquire(&l, &name, 15, random_id()) {
         Acquire::Busy {
             retry_after: Some(r),
+            ..
         } => {
             let now = SystemTime::now();
             let really_left = left.duration_since(now).unwrap_or_default();
@@ -679,4 +681,76 @@ fn a_holder_that_stopped_before_its_claim_gets_its_lock_back() {
         },
     );
     assert!(token(&back) > 0);
+}
+
+/// A holder's label (its instance id) is in its claim: a refused caller and an inspection see
+/// who holds the lock, since when, with which token, never its lease id.
+#[test]
+fn refused_callers_see_the_holders_label() {
+    let c = unique_container("labels");
+    let l = locks(&c);
+    for window in [30, 300] {
+        let name = lock(&format!("leader-{window}"));
+        let a = random_id();
+        let got = match block_on(l.acquire_as(&name, term(window), a, "node-a", SystemTime::now()))
+            .unwrap()
+        {
+            Acquire::Acquired(got) => got,
+            other => panic!("{other:?}"),
+        };
+        match acquire(&l, &name, window, random_id()) {
+            Acquire::Busy {
+                holder: Some(h), ..
+            } => {
+                assert_eq!(h.label, "node-a");
+                assert_eq!(h.token, token(&got));
+                assert_eq!(h.since, Some(got.since));
+                assert_eq!(h.expires_at, got.expires_at);
+            }
+            other => panic!("{window} s: {other:?}"),
+        }
+        let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        match info.status {
+            LockStatus::Held { label, .. } => assert_eq!(label, "node-a"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let bad = block_on(l.acquire_as(&lock("x"), term(30), random_id(), "a\nb", SystemTime::now()));
+    assert!(bad.is_err());
+}
+
+/// Marks (metadata beside the claim, such as `progress=done`): only the holder sets them, only
+/// while it holds the lock; they survive other holders' claims; an acquisition reports them as
+/// they were at its grant.
+#[test]
+fn only_the_holder_sets_marks_and_they_outlive_it() {
+    let c = unique_container("marks");
+    let l = locks(&c);
+    for window in [30, 300] {
+        let name = lock(&format!("init-{window}"));
+        let a = random_id();
+        let first = held(acquire(&l, &name, window, a));
+        assert!(first.marks.is_empty());
+        let done: leasegate::ops::Metadata = [("progress".to_string(), "done".to_string())].into();
+        // Not the holder: refused.
+        assert!(!block_on(l.set_marks(&name, random_id(), &done, SystemTime::now())).unwrap());
+        assert!(block_on(l.set_marks(&name, a, &done, SystemTime::now())).unwrap());
+        release(&l, &name, a);
+        // Released: the former holder can no longer set marks.
+        assert!(!block_on(l.set_marks(&name, a, &done, SystemTime::now())).unwrap());
+        let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        assert_eq!(info.marks.get("progress").map(String::as_str), Some("done"));
+        // The next holder sees them at its grant, and they stay under its claim.
+        let b = random_id();
+        let next = held(acquire(&l, &name, window, b));
+        assert_eq!(next.marks.get("progress").map(String::as_str), Some("done"));
+        let clear: leasegate::ops::Metadata = [("progress".to_string(), String::new())].into();
+        assert!(block_on(l.set_marks(&name, b, &clear, SystemTime::now())).unwrap());
+        let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        assert!(info.marks.is_empty(), "{:?}", info.marks);
+        assert!(matches!(info.status, LockStatus::Held { .. }));
+        let own: leasegate::ops::Metadata =
+            [("leasegate_token".to_string(), "1".to_string())].into();
+        assert!(block_on(l.set_marks(&name, b, &own, SystemTime::now())).is_err());
+    }
 }

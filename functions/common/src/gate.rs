@@ -197,7 +197,7 @@ pub async fn handle<T: Transport>(
                     }),
                 )
             }
-            Ok(Acquire::Busy { retry_after }) => {
+            Ok(Acquire::Busy { retry_after, .. }) => {
                 log("busy");
                 // What storage says of the holder's gate; the caller's window only when it
                 // cannot tell (an infinite lease, a holder that took it a moment ago).

@@ -323,7 +323,7 @@ async fn gate_one<'r, T: Transport>(
     let lock = &device.reading.device;
     let taken = locks.acquire(lock, parsed.term, id, ctx.now).await;
     let outcome = match taken {
-        Ok(Acquire::Busy { retry_after }) => Outcome::Throttled { retry_after },
+        Ok(Acquire::Busy { retry_after, .. }) => Outcome::Throttled { retry_after },
         Err(e) => Outcome::StorageFailed(e),
         Ok(Acquire::Acquired(mut held)) => {
             if !settings.fencing {

@@ -159,7 +159,7 @@ fn acquire(
             a.expires_at.map_or("never".into(), rfc3339),
             counting.sent()
         ),
-        Acquire::Busy { retry_after } => println!(
+        Acquire::Busy { retry_after, .. } => println!(
             "busy: {lock} is held by someone else{}, {} request(s)",
             retry_after.map_or(String::new(), |d| format!(" for {}s more", d.as_secs())),
             counting.sent()
@@ -176,9 +176,14 @@ fn show(locks: &Locks<&NativeTransport>, lock: &LockName) -> Result<(), String> 
             expires_at,
             holder,
             since,
+            label,
         } => format!(
             "held{}{}{}",
-            holder.map_or(String::new(), |h| format!(" by {h}")),
+            holder.map_or(String::new(), |h| if label.is_empty() {
+                format!(" by {h}")
+            } else {
+                format!(" by {label} ({h})")
+            }),
             since.map_or(String::new(), |t| format!(" since {}", rfc3339(t))),
             expires_at.map_or(String::new(), |t| format!(" until {}", rfc3339(t)))
         ),

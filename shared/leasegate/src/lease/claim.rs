@@ -10,6 +10,7 @@
 //! | `leasegate_since` | when this holder's tenure began, server Unix seconds |
 //! | `leasegate_expires` | when the claim runs out, server Unix seconds (`0`: never, infinite lease) |
 //! | `leasegate_token` | the holder's fencing token |
+//! | `leasegate_label` | the holder's name for people (an instance id), optional |
 //!
 //! A native claim counts only while the blob's lease is held (the lease, not the claim, is what
 //! storage enforces); a record claim counts while its expiry is after the server's `Date`.
@@ -29,6 +30,15 @@ pub(crate) const META_TERM: &str = "leasegate_term";
 pub(crate) const META_SINCE: &str = "leasegate_since";
 pub(crate) const META_EXPIRES: &str = "leasegate_expires";
 pub(crate) const META_TOKEN: &str = "leasegate_token";
+pub(crate) const META_LABEL: &str = "leasegate_label";
+
+/// The longest holder label, in bytes.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// Whether a metadata name is one of the claim's (leasegate's own): marks must not use them.
+pub(crate) fn is_claim_field(name: &str) -> bool {
+    name.to_ascii_lowercase().starts_with("leasegate_")
+}
 
 /// The largest fencing token: 2^53 - 1, so that every token is exact in JSON and JavaScript.
 pub const MAX_TOKEN: u64 = (1 << 53) - 1;
@@ -50,13 +60,14 @@ pub(crate) enum Kind {
 }
 
 /// A lock blob's claim (all zero and no holder on a lock never claimed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Claim {
     pub holder: Option<LeaseId>,
     pub kind: Kind,
     pub since: u64,
     pub expires: u64,
     pub token: u64,
+    pub label: String,
 }
 
 impl Claim {
@@ -99,12 +110,21 @@ impl Claim {
                 },
             }
         };
+        let label = field(META_LABEL).unwrap_or("").to_string();
+        if label.len() > MAX_LABEL_BYTES {
+            return Err(corrupt(
+                META_LABEL,
+                &label,
+                &format!("is longer than {MAX_LABEL_BYTES} bytes"),
+            ));
+        }
         Ok(Claim {
             holder,
             kind,
             since: number(META_SINCE, MAX_SECS)?,
             expires: number(META_EXPIRES, MAX_SECS)?,
             token: number(META_TOKEN, MAX_TOKEN)?,
+            label,
         })
     }
 
@@ -121,6 +141,7 @@ impl Claim {
             (META_SINCE, self.since.to_string()),
             (META_EXPIRES, self.expires.to_string()),
             (META_TOKEN, self.token.to_string()),
+            (META_LABEL, self.label.clone()),
         ] {
             metadata.insert(name.to_string(), value);
         }
@@ -132,7 +153,8 @@ impl Claim {
         Claim {
             holder: None,
             expires: 0,
-            ..*self
+            label: String::new(),
+            ..self.clone()
         }
     }
 
@@ -197,12 +219,14 @@ mod tests {
             since: 1_795_000_000,
             expires: 1_795_000_030,
             token: 117_637_120_000_001,
+            label: "node-a".into(),
         };
         let mut m = meta(&[("progress", "done")]);
         claim.write(&mut m);
         assert_eq!(m["progress"], "done");
         assert_eq!(m[META_TERM], "30");
         assert_eq!(Claim::read(&m).unwrap(), claim);
+        assert_eq!(m[META_LABEL], "node-a");
         let released = claim.released();
         released.write(&mut m);
         assert_eq!(m[META_HOLDER], "");

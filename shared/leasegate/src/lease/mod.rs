@@ -65,13 +65,13 @@ use crate::error::ErrorClass;
 use crate::names::{BlobName, ContainerName, LockName};
 use crate::ops::{
     build, server_date, BlobKind, BlobProperties, Condition, CreateContainer, GetProperties, Lease,
-    LeaseAction, Metadata, Operation, PutBlob, WriteOutcome,
+    LeaseAction, Metadata, Operation, PutBlob, SetMetadata, WriteOutcome,
 };
 use crate::types::{unix_secs, ETag, LeaseDuration, LeaseId, LeaseState};
 use crate::{Account, Error, Transport};
 
-pub use claim::MAX_TOKEN;
 use claim::{Claim, Kind};
+pub use claim::{MAX_LABEL_BYTES, MAX_TOKEN};
 
 /// How many times a step that lost a race (a concurrent create, a compare-and-swap, an ETag
 /// that moved) is tried again before giving up.
@@ -121,6 +121,23 @@ pub struct Acquired {
     pub since: SystemTime,
     /// True when the caller already held the lock and this extended it (same token).
     pub extended: bool,
+    /// The lock blob's own marks (its metadata other than the claim) as they were when the lock
+    /// was granted: nobody changed them since (see [`Locks::set_marks`]).
+    pub marks: Metadata,
+}
+
+/// Who holds a lock, as its claim says (never the holder's lease id: that would let its
+/// reader release or extend the lock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The holder's label (an instance id), empty if it gave none.
+    pub label: String,
+    /// When its tenure began.
+    pub since: Option<SystemTime>,
+    /// When its lock runs out (`None`: infinite lease).
+    pub expires_at: Option<SystemTime>,
+    /// Its fencing token.
+    pub token: u64,
 }
 
 /// The answer to an acquire.
@@ -136,6 +153,8 @@ pub enum Acquire {
         /// leases, or when the holder took the lock a moment ago and its claim is not there
         /// yet.
         retry_after: Option<Duration>,
+        /// Who holds it, where its claim says.
+        holder: Option<Holder>,
     },
 }
 
@@ -164,6 +183,8 @@ pub enum LockStatus {
         holder: Option<LeaseId>,
         /// When the holder's tenure began.
         since: Option<SystemTime>,
+        /// The holder's label (an instance id), empty if it gave none.
+        label: String,
     },
 }
 
@@ -178,6 +199,8 @@ pub struct LockInfo {
     pub fencing_token: u64,
     /// The server's `Date` of the read.
     pub server_date: Option<SystemTime>,
+    /// The lock blob's own marks (metadata other than the claim).
+    pub marks: Metadata,
 }
 
 /// A lock blob as one HEAD saw it.
@@ -201,6 +224,7 @@ impl Snapshot {
             .etag
             .ok_or_else(|| Error::unexpected(http::StatusCode::OK, "the lock blob has no ETag"))?;
         let claim = Claim::read(&props.metadata)?;
+        let highest_token = claim.token.max(props.sequence_number.unwrap_or(0));
         let sequence = props.sequence_number.unwrap_or(0);
         if sequence > MAX_TOKEN {
             return Err(Error::CorruptLock(format!(
@@ -213,7 +237,7 @@ impl Snapshot {
             breaking: props.lease_state == Some(LeaseState::Breaking),
             metadata: props.metadata,
             claim,
-            highest_token: claim.token.max(sequence),
+            highest_token,
             server_date: checked_date(server_date)?,
         })
     }
@@ -266,11 +290,28 @@ impl Snapshot {
     /// its claim's expiry when it extends).
     fn busy(&self) -> Acquire {
         let now = self.server_secs();
-        let retry_after = self
-            .holder_claim()
+        let claim = self.holder_claim();
+        let retry_after = claim
             .filter(|c| c.expires > now)
             .map(|c| Duration::from_secs(c.expires - now));
-        Acquire::Busy { retry_after }
+        Acquire::Busy {
+            retry_after,
+            holder: claim.map(|c| Holder {
+                label: c.label.clone(),
+                since: c.since_at(),
+                expires_at: c.expires_at(),
+                token: c.token,
+            }),
+        }
+    }
+
+    /// The blob's own marks: its metadata other than the claim.
+    fn marks(&self) -> Metadata {
+        self.metadata
+            .iter()
+            .filter(|(k, _)| !claim::is_claim_field(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// The live record of `id`, whether or not the blob is leased too (a holder that switched
@@ -396,10 +437,79 @@ impl<T: Transport> Locks<T> {
         lease_id: LeaseId,
         now: SystemTime,
     ) -> Result<Acquire, Error> {
+        self.acquire_as(lock, term, lease_id, "", now).await
+    }
+
+    /// [`Locks::acquire`], with a label in the claim that says who holds the lock to people and
+    /// to refused callers ([`Holder::label`]): an instance id, 1 to
+    /// [`MAX_LABEL_BYTES`] printable ASCII characters.
+    pub async fn acquire_as(
+        &self,
+        lock: &LockName,
+        term: Term,
+        lease_id: LeaseId,
+        label: &str,
+        now: SystemTime,
+    ) -> Result<Acquire, Error> {
+        if label.len() > MAX_LABEL_BYTES || !label.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return Err(Error::InvalidArgument(format!(
+                "a holder label is at most {} printable ASCII characters",
+                claim::MAX_LABEL_BYTES
+            )));
+        }
         let blob = self.blob_name(lock)?;
         match term {
-            Term::Native(duration) => native::acquire(self, &blob, duration, lease_id, now).await,
-            Term::Record(length) => record::acquire(self, &blob, length, lease_id, now).await,
+            Term::Native(duration) => {
+                native::acquire(self, &blob, duration, lease_id, label, now).await
+            }
+            Term::Record(length) => {
+                record::acquire(self, &blob, length, lease_id, label, now).await
+            }
+        }
+    }
+
+    /// Sets marks on `lock` (metadata entries beside the claim, such as `progress=done`) if
+    /// `lease_id` holds it: only its holder can, and only while it does. Other marks and the
+    /// claim are kept; an empty value removes a mark. Returns whether they were written (`false`:
+    /// not held, or held no more). Two requests: a HEAD and the write.
+    pub async fn set_marks(
+        &self,
+        lock: &LockName,
+        lease_id: LeaseId,
+        marks: &Metadata,
+        now: SystemTime,
+    ) -> Result<bool, Error> {
+        if let Some(name) = marks.keys().find(|k| claim::is_claim_field(k)) {
+            return Err(Error::InvalidArgument(format!(
+                "mark {name} uses the claim's prefix leasegate_"
+            )));
+        }
+        let blob = self.blob_name(lock)?;
+        let snap = match self.read(&blob, now).await? {
+            Read::Found(snap) => snap,
+            Read::Missing(_) => return Ok(false),
+        };
+        if !snap.held_by(lease_id) {
+            return Ok(false);
+        }
+        let mut metadata = snap.metadata.clone();
+        for (name, value) in marks {
+            if value.is_empty() {
+                metadata.remove(&name.to_ascii_lowercase());
+            } else {
+                metadata.insert(name.to_ascii_lowercase(), value.clone());
+            }
+        }
+        let write = SetMetadata {
+            container: self.container.clone(),
+            blob,
+            metadata,
+            lease_id: snap.leased.then_some(lease_id),
+            condition: Condition::IfMatch(snap.etag.clone()),
+        };
+        match self.execute(&write, now).await? {
+            (WriteOutcome::Written(_), _) => Ok(true),
+            (WriteOutcome::Refused(_), _) => Ok(false),
         }
     }
 
@@ -477,6 +587,7 @@ impl<T: Transport> Locks<T> {
                 lease_state: None,
                 fencing_token: 0,
                 server_date: date,
+                marks: Metadata::new(),
             });
         };
         let lease_state = props.lease_state;
@@ -486,12 +597,14 @@ impl<T: Transport> Locks<T> {
                 expires_at: c.expires_at(),
                 holder: c.holder,
                 since: c.since_at(),
+                label: c.label.clone(),
             },
             // Leased by a holder that wrote no claim (yet).
             None if snap.leased => LockStatus::Held {
                 expires_at: None,
                 holder: None,
                 since: None,
+                label: String::new(),
             },
             None => LockStatus::Available,
         };
@@ -500,6 +613,7 @@ impl<T: Transport> Locks<T> {
             lease_state,
             fencing_token: snap.highest_token,
             server_date: date,
+            marks: snap.marks(),
         })
     }
 
@@ -549,8 +663,8 @@ impl<T: Transport> Locks<T> {
                         leased: false,
                         breaking: false,
                         metadata,
-                        claim,
                         highest_token: claim.token,
+                        claim,
                         server_date: checked_date(w.server_date.or(date).ok_or_else(no_date)?)?,
                     }));
                 }

@@ -31,6 +31,7 @@ pub(super) async fn acquire<T: Transport>(
     blob: &BlobName,
     duration: LeaseDuration,
     id: LeaseId,
+    label: &str,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
     for _ in 0..MAX_ATTEMPTS {
@@ -51,8 +52,9 @@ pub(super) async fn acquire<T: Transport>(
                     since: unix_secs(date),
                     expires: expiry(date, duration),
                     token: first_token(date)?,
+                    label: label.to_string(),
                 };
-                match locks.create(blob, claim, now).await? {
+                match locks.create(blob, claim.clone(), now).await? {
                     Some(created) => {
                         // The token is the create's: when it landed in a later second than
                         // the read (a slow create), it is made again from the create's Date,
@@ -70,16 +72,23 @@ pub(super) async fn acquire<T: Transport>(
                 }
             }
         };
-        let claim = write_claim.then_some(Claim {
+        let claim = write_claim.then(|| Claim {
             holder: Some(id),
             kind: Kind::Native(duration),
             since: tenure.since,
             expires: 0, // set from the grant's Date
             token: tenure.token,
+            label: label.to_string(),
         });
+        let marks = snap.marks();
         let granted = match take(locks, blob, &snap, duration, id, claim, tenure, now).await? {
             Take::Granted(time) => time,
-            Take::TakenMeanwhile => return Ok(Acquire::Busy { retry_after: None }),
+            Take::TakenMeanwhile => {
+                return Ok(Acquire::Busy {
+                    retry_after: None,
+                    holder: None,
+                })
+            }
             Take::Moved => continue,
         };
         return Ok(Acquire::Acquired(Acquired {
@@ -89,6 +98,7 @@ pub(super) async fn acquire<T: Transport>(
             server_date: granted,
             since: at(tenure.since),
             extended: tenure.extended,
+            marks,
         }));
     }
     Err(super::gave_up("acquire"))

@@ -19,7 +19,7 @@ use super::{
     Read, Snapshot, Tenure, MAX_ATTEMPTS, MAX_WINDOW_SECS,
 };
 use crate::names::BlobName;
-use crate::ops::{Condition, Refusal, SetMetadata, WriteOutcome};
+use crate::ops::{Condition, Metadata, Refusal, SetMetadata, WriteOutcome};
 use crate::types::{unix_secs, LeaseId};
 use crate::{Error, Transport};
 
@@ -29,6 +29,7 @@ pub(super) async fn acquire<T: Transport>(
     blob: &BlobName,
     length: Duration,
     id: LeaseId,
+    label: &str,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
     let secs = length.as_secs();
@@ -48,8 +49,9 @@ pub(super) async fn acquire<T: Transport>(
                     since: start,
                     expires: start + secs,
                     token: first_token(date)?,
+                    label: label.to_string(),
                 };
-                let Some(created) = locks.create(blob, claim, now).await? else {
+                let Some(created) = locks.create(blob, claim.clone(), now).await? else {
                     continue;
                 };
                 let tenure = Tenure {
@@ -61,7 +63,13 @@ pub(super) async fn acquire<T: Transport>(
                 // a stale clock: make it again from the create's Date before answering.
                 let token = first_token(created.server_date)?;
                 if token == claim.token {
-                    return Ok(granted(id, claim, tenure, created.server_date));
+                    return Ok(granted(
+                        id,
+                        &claim,
+                        tenure,
+                        created.server_date,
+                        Metadata::new(),
+                    ));
                 }
                 let fixed = Claim { token, ..claim };
                 let write = SetMetadata {
@@ -74,9 +82,18 @@ pub(super) async fn acquire<T: Transport>(
                 return match locks.execute(&write, now).await {
                     Ok((WriteOutcome::Written(w), date)) => {
                         let written = checked_date(w.server_date.or(date).ok_or_else(no_date)?)?;
-                        Ok(granted(id, fixed, Tenure { token, ..tenure }, written))
+                        Ok(granted(
+                            id,
+                            &fixed,
+                            Tenure { token, ..tenure },
+                            written,
+                            Metadata::new(),
+                        ))
                     }
-                    Ok((WriteOutcome::Refused(_), _)) => Ok(Acquire::Busy { retry_after: None }),
+                    Ok((WriteOutcome::Refused(_), _)) => Ok(Acquire::Busy {
+                        retry_after: None,
+                        holder: None,
+                    }),
                     Err(e) => {
                         // Ours (just created): give it back rather than leave it taken.
                         let _ = clear_if_held(locks, blob, id, now).await;
@@ -95,6 +112,7 @@ pub(super) async fn acquire<T: Transport>(
             since: tenure.since,
             expires: snap.server_secs() + secs,
             token: tenure.token,
+            label: label.to_string(),
         };
         // The blob is leased by the caller itself (it is switching from a native lease, or a
         // switch could not let the lease go): the record is written under that lease, and the
@@ -115,14 +133,19 @@ pub(super) async fn acquire<T: Transport>(
                     super::native::give_back(locks, blob, id, now).await;
                 }
                 let written = checked_date(w.server_date.or(date).ok_or_else(no_date)?)?;
-                return Ok(granted(id, claim, tenure, written));
+                return Ok(granted(id, &claim, tenure, written, snap.marks()));
             }
             // The ETag moved, or (switching) the caller's lease ran out meanwhile: read again.
             Ok((WriteOutcome::Refused(Refusal::ConditionFailed | Refusal::LeaseLost), _)) => {
                 continue
             }
             // Leased by someone since the read.
-            Ok((WriteOutcome::Refused(_), _)) => return Ok(Acquire::Busy { retry_after: None }),
+            Ok((WriteOutcome::Refused(_), _)) => {
+                return Ok(Acquire::Busy {
+                    retry_after: None,
+                    holder: None,
+                })
+            }
             Err(e) if is_missing(&e) => continue,
             Err(e) => {
                 // A new holder gives back what storage may have granted it; a holder that was
@@ -139,10 +162,17 @@ pub(super) async fn acquire<T: Transport>(
 
 /// The answer for a record written at `written` (the write's server `Date`): acquired, unless
 /// the record had already run out when it landed.
-fn granted(id: LeaseId, claim: Claim, tenure: Tenure, written: SystemTime) -> Acquire {
+fn granted(
+    id: LeaseId,
+    claim: &Claim,
+    tenure: Tenure,
+    written: SystemTime,
+    marks: Metadata,
+) -> Acquire {
     if unix_secs(written) >= claim.expires {
         return Acquire::Busy {
             retry_after: Some(Duration::ZERO),
+            holder: None,
         };
     }
     Acquire::Acquired(Acquired {
@@ -152,6 +182,7 @@ fn granted(id: LeaseId, claim: Claim, tenure: Tenure, written: SystemTime) -> Ac
         server_date: written,
         since: at(tenure.since),
         extended: tenure.extended,
+        marks,
     })
 }
 
