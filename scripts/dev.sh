@@ -72,7 +72,7 @@ Try it yourself while Azurite runs (another terminal: scripts/dev.sh azurite):
 TXT
 }
 
-COMPONENTS=(device-alerts gate scheduled-job)
+COMPONENTS=(device-alerts gate scheduled-job leader init-once)
 
 build_components() {
   say "building the components (wasm32-wasip2, release)"
@@ -117,9 +117,12 @@ The app will serve on http://127.0.0.1:3000. Try, from another terminal:
        -H 'lease-id: <leaseId from the POST>'                     # 204
   curl -s -X POST http://127.0.0.1:3000/api/jobs/example-job/tick -H 'authorization: Bearer $timer'
   curl -s http://127.0.0.1:3000/api/jobs/example-job -H 'authorization: Bearer $timer'   # the log
+  curl -s http://127.0.0.1:3000/api/leader -H 'authorization: Bearer $timer'             # who leads
+  curl -s -X POST http://127.0.0.1:3000/api/init/seed -H 'authorization: Bearer $timer'  # runs once
 
-The scheduled job also ticks every minute on the cron trigger (spin-cron.toml): watch the sink
-print its POSTs to /job.
+The timer functions also tick on the cron trigger (spin-cron.toml): watch the sink print the
+job's POSTs to /job every minute, the leader's heartbeats to /heartbeat every 10 s, and the
+initialization's one POST to /init.
 
 TXT
   if command -v spin >/dev/null 2>&1; then

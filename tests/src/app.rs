@@ -41,6 +41,10 @@ pub fn build_components() {
                 "gate",
                 "-p",
                 "scheduled-job",
+                "-p",
+                "leader",
+                "-p",
+                "init-once",
             ])
             .status()
             .expect("run cargo to build the components");
@@ -169,6 +173,8 @@ impl App {
             ("timer_token".into(), TIMER_TOKEN.into()),
             ("instance_id".into(), "test-instance".into()),
             ("job_origin".into(), sink.origin()),
+            ("leader_origin".into(), sink.origin()),
+            ("init_origin".into(), sink.origin()),
             ("storage_timeout_ms".into(), "3000".into()),
         ]);
         for (k, v) in overrides {
@@ -262,4 +268,63 @@ pub fn post_telemetry(app: &App, body: &serde_json::Value) -> Answer {
         &[("content-type", "application/json"), TELEMETRY_AUTH],
         body.to_string().as_bytes(),
     )
+}
+
+/// One bad request and the 4xx it must get.
+#[derive(Debug, Clone)]
+pub struct BadCase {
+    /// Method.
+    pub method: &'static str,
+    /// Path and query.
+    pub path: String,
+    /// Headers.
+    pub headers: Vec<(&'static str, &'static str)>,
+    /// Body.
+    pub body: Vec<u8>,
+    /// The status it must get.
+    pub status: u16,
+}
+
+/// `method path` with `headers` and `body` must be answered `status`.
+pub fn bad(
+    method: &'static str,
+    path: &str,
+    headers: &[(&'static str, &'static str)],
+    body: &[u8],
+    status: u16,
+) -> BadCase {
+    BadCase {
+        method,
+        path: path.to_string(),
+        headers: headers.to_vec(),
+        body: body.to_vec(),
+        status,
+    }
+}
+
+/// Sends every case: each gets its status and a JSON error (`error`, or an Azure answer's
+/// `ReturnValue.error`) holding none of `secrets`; afterwards no request of the app was
+/// answered 5xx and no log line holds a secret.
+pub fn expect_clear_errors(app: &App, cases: &[BadCase], secrets: &[&str]) {
+    for c in cases {
+        let a = call(c.method, &app.url(&c.path), &c.headers, &c.body);
+        assert_eq!(a.status, c.status, "{} {}: {}", c.method, c.path, a.text);
+        let error = a.json["error"]
+            .as_str()
+            .or_else(|| a.json["ReturnValue"]["error"].as_str())
+            .unwrap_or_else(|| panic!("{} {}: no JSON error: {}", c.method, c.path, a.text));
+        assert!(!error.is_empty());
+        for s in secrets {
+            assert!(!a.text.contains(s), "{} {}: {}", c.method, c.path, a.text);
+        }
+    }
+    assert!(app.host.wait_idle(Duration::from_secs(30)));
+    for r in app.host.records() {
+        assert!(r.status < 500, "{} {} -> {}", r.method, r.path, r.status);
+        for line in &r.output {
+            for s in secrets {
+                assert!(!line.contains(s), "{line}");
+            }
+        }
+    }
 }

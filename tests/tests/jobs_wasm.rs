@@ -11,7 +11,9 @@ use leasegate::ops::{Condition, ListBlobs, PutBlob};
 use leasegate::BlobName;
 use leasegate_host::Fault;
 use leasegate_native::{block_on, NativeTransport};
-use leasegate_tests::app::{call, App, Manifest, Setup, GATE_TOKEN, TIMER_AUTH, TIMER_TOKEN};
+use leasegate_tests::app::{
+    bad, call, expect_clear_errors, App, Manifest, Setup, GATE_TOKEN, TIMER_AUTH, TIMER_TOKEN,
+};
 use leasegate_tests::sink::Behaviour;
 use leasegate_tests::Azurite;
 use serde_json::{json, Value};
@@ -506,156 +508,61 @@ fn bad_input_to_the_timer_routes_gets_clear_4xx_errors() {
     );
     let json_ct = ("content-type", "application/json");
     let tick = format!("/api/jobs/{JOB}/tick");
+    let log = format!("/api/jobs/{JOB}");
     let big = vec![b' '; 70 * 1024];
-    // (method, path, headers, body, the status it must get)
-    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, Vec<u8>, u16);
-    let cases: Vec<Case> = vec![
-        ("POST", tick.clone(), vec![], b"".to_vec(), 401),
-        (
+    let gate_token = ("authorization", GATE_TOKEN);
+    let cases = [
+        bad("POST", &tick, &[], b"", 401),
+        bad("POST", &tick, &[("authorization", "Bearer nope")], b"", 401),
+        bad("GET", &log, &[gate_token], b"", 401),
+        bad("GET", "/api/jobs/", &[TIMER_AUTH], b"", 400),
+        bad("GET", "/api/jobs/Bad_Name", &[TIMER_AUTH], b"", 400),
+        bad("GET", "/api/jobs/other-job", &[TIMER_AUTH], b"", 404),
+        bad("PUT", &log, &[TIMER_AUTH], b"", 405),
+        bad("GET", &tick, &[TIMER_AUTH], b"", 405),
+        bad("POST", &format!("{log}/nope"), &[TIMER_AUTH], b"", 404),
+        bad("POST", &tick, &[TIMER_AUTH, json_ct], b"{", 400),
+        bad("POST", &tick, &[TIMER_AUTH, json_ct], b"[1]", 400),
+        bad("POST", &tick, &[TIMER_AUTH, json_ct], b"{\"at\":5}", 400),
+        bad(
             "POST",
-            tick.clone(),
-            vec![("authorization", "Bearer nope")],
-            b"".to_vec(),
-            401,
-        ),
-        (
-            "GET",
-            format!("/api/jobs/{JOB}"),
-            vec![("authorization", GATE_TOKEN)],
-            b"".to_vec(),
-            401,
-        ),
-        (
-            "GET",
-            "/api/jobs/".into(),
-            vec![TIMER_AUTH],
-            b"".to_vec(),
+            &tick,
+            &[TIMER_AUTH, json_ct],
+            b"{\"at\":\"noon\"}",
             400,
         ),
-        (
-            "GET",
-            "/api/jobs/Bad_Name".into(),
-            vec![TIMER_AUTH],
-            b"".to_vec(),
+        bad(
+            "POST",
+            &tick,
+            &[TIMER_AUTH, json_ct],
+            b"{\"when\":\"now\"}",
             400,
         ),
-        (
-            "GET",
-            "/api/jobs/other-job".into(),
-            vec![TIMER_AUTH],
-            b"".to_vec(),
-            404,
-        ),
-        (
-            "PUT",
-            format!("/api/jobs/{JOB}"),
-            vec![TIMER_AUTH],
-            b"".to_vec(),
-            405,
-        ),
-        ("GET", tick.clone(), vec![TIMER_AUTH], b"".to_vec(), 405),
-        (
+        bad("POST", &tick, &[TIMER_AUTH, json_ct], &big, 413),
+        bad("GET", "/scheduled-job", &[], b"", 405),
+        bad("POST", "/scheduled-job", &[json_ct], b"nope", 400),
+        bad("POST", "/scheduled-job", &[json_ct], b"[]", 400),
+        bad(
             "POST",
-            format!("/api/jobs/{JOB}/nope"),
-            vec![TIMER_AUTH],
-            b"".to_vec(),
-            404,
-        ),
-        (
-            "POST",
-            tick.clone(),
-            vec![TIMER_AUTH, json_ct],
-            b"{".to_vec(),
+            "/scheduled-job",
+            &[json_ct],
+            br#"{"Data":{"timer":{"IsPastDue":3}}}"#,
             400,
         ),
-        (
+        bad(
             "POST",
-            tick.clone(),
-            vec![TIMER_AUTH, json_ct],
-            b"[1]".to_vec(),
+            "/scheduled-job",
+            &[json_ct],
+            br#"{"Metadata":{"sys":{"UtcNow":"yesterday"}}}"#,
             400,
         ),
-        (
-            "POST",
-            tick.clone(),
-            vec![TIMER_AUTH, json_ct],
-            b"{\"at\":5}".to_vec(),
-            400,
-        ),
-        (
-            "POST",
-            tick.clone(),
-            vec![TIMER_AUTH, json_ct],
-            b"{\"at\":\"noon\"}".to_vec(),
-            400,
-        ),
-        (
-            "POST",
-            tick.clone(),
-            vec![TIMER_AUTH, json_ct],
-            b"{\"when\":\"now\"}".to_vec(),
-            400,
-        ),
-        (
-            "POST",
-            tick.clone(),
-            vec![TIMER_AUTH, json_ct],
-            big.clone(),
-            413,
-        ),
-        ("GET", "/scheduled-job".into(), vec![], b"".to_vec(), 405),
-        (
-            "POST",
-            "/scheduled-job".into(),
-            vec![json_ct],
-            b"nope".to_vec(),
-            400,
-        ),
-        (
-            "POST",
-            "/scheduled-job".into(),
-            vec![json_ct],
-            b"[]".to_vec(),
-            400,
-        ),
-        (
-            "POST",
-            "/scheduled-job".into(),
-            vec![json_ct],
-            br#"{"Data":{"timer":{"IsPastDue":3}}}"#.to_vec(),
-            400,
-        ),
-        (
-            "POST",
-            "/scheduled-job".into(),
-            vec![json_ct],
-            br#"{"Metadata":{"sys":{"UtcNow":"yesterday"}}}"#.to_vec(),
-            400,
-        ),
-        ("POST", "/scheduled-job".into(), vec![json_ct], big, 413),
+        bad("POST", "/scheduled-job", &[json_ct], &big, 413),
     ];
-    for (method, path, headers, body, want) in &cases {
-        let a = call(method, &app.url(path), headers, body);
-        assert_eq!(a.status, *want, "{method} {path}: {}", a.text);
-        let error = a.json["error"]
-            .as_str()
-            .or_else(|| a.json["ReturnValue"]["error"].as_str())
-            .unwrap_or_else(|| panic!("{method} {path}: no JSON error: {}", a.text));
-        assert!(!error.is_empty());
-        for secret in [TIMER_TOKEN, GATE_TOKEN, leasegate::account::DEV_ACCOUNT_KEY] {
-            assert!(!a.text.contains(secret), "{method} {path}: {}", a.text);
-        }
-    }
-    assert!(app.host.wait_idle(Duration::from_secs(30)));
-    for r in app.host.records() {
-        assert!(r.status < 500, "{} {} -> {}", r.method, r.path, r.status);
-        for line in &r.output {
-            assert!(
-                !line.contains(TIMER_TOKEN) && !line.contains(leasegate::account::DEV_ACCOUNT_KEY),
-                "{line}"
-            );
-        }
-    }
+    expect_clear_errors(
+        &app,
+        &cases,
+        &[TIMER_TOKEN, GATE_TOKEN, leasegate::account::DEV_ACCOUNT_KEY],
+    );
     assert!(job_posts(std::slice::from_ref(&app)).is_empty());
     // A deployment without an identity says what to set, on every path.
     let nameless = App::start_with(

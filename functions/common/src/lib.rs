@@ -15,7 +15,9 @@
 pub mod auth;
 pub mod config;
 pub mod gate;
+pub mod init;
 pub mod jobs;
+pub mod leader;
 pub mod spin;
 pub mod telemetry;
 pub mod timer;

@@ -293,3 +293,49 @@ impl Default for SpinEnv {
         Self::new()
     }
 }
+
+/// Exports `handle-cron-event` of Spin's cron trigger (`fermyon:spin-cron@2.0.0`; its guest SDK
+/// is not on crates.io, so the binding is generated with the wit-bindgen that spin-sdk uses),
+/// calling `$handler(&Context, timestamp) -> Result<(), String>` on Spin's executor. Use it in a
+/// component crate that depends on `spin-sdk` and `spin-executor`, next to its
+/// `#[http_component]`.
+#[macro_export]
+macro_rules! cron_export {
+    ($handler:path) => {
+        /// The cron trigger's guest interface.
+        mod cron {
+            spin_sdk::wit_bindgen::generate!({
+                inline: "
+                    package fermyon:spin-cron@2.0.0;
+                    interface cron-types {
+                        record metadata { timestamp: u64 }
+                        variant error { other(string) }
+                    }
+                    world spin-cron {
+                        use cron-types.{metadata, error};
+                        export handle-cron-event: func(metadata: metadata) -> result<_, error>;
+                    }
+                ",
+                world: "spin-cron",
+                runtime_path: "spin_sdk::wit_bindgen::rt",
+            });
+
+            struct Cron;
+
+            impl Guest for Cron {
+                fn handle_cron_event(metadata: Metadata) -> Result<(), Error> {
+                    spin_executor::run(async move {
+                        $handler(
+                            &$crate::spin::SpinEnv::new().context(),
+                            metadata.timestamp,
+                        )
+                        .await
+                        .map_err(Error::Other)
+                    })
+                }
+            }
+
+            export!(Cron);
+        }
+    };
+}

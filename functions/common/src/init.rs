@@ -1,0 +1,568 @@
+//! `init-once`: a setup step (seeding data after a deployment) runs once; the other instances
+//! see that it runs or is done and do not repeat it.
+//!
+//! A call (`POST /api/init/{name}`, or a tick of Spin's cron trigger or an Azure Functions timer
+//! for `init_name`) reads the lock `init/{name}` (one HEAD): marked `progress=done`, it answers
+//! `done`; held, `running` (202 with `Retry-After`). Otherwise it takes the lock (a fresh lease
+//! id, for `init_lease_seconds`), checks the mark again as it was at the grant, and runs the
+//! initialization: a POST of the name, the fencing token and an idempotency key to `init_url`.
+//! Only when that answers 2xx does it mark the lock `progress=done` (under its lease: a caller
+//! that lost the lock meanwhile cannot), then it lets the lock go. A failed initialization is
+//! not marked done; the next call runs it again.
+//!
+//! An initializer that dies leaves its lease to run out, and the next caller runs the
+//! initialization again, with a larger fencing token: the action can repeat then, so it should
+//! check the token (refuse a lower one than the highest it has seen) or be idempotent by the
+//! idempotency key, which is one per name and token. `DELETE /api/init/{name}` resets it, for
+//! operators.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use http::{HeaderValue, Request, Response, StatusCode};
+use leasegate::lease::{Acquire, LockStatus, Locks, Term};
+use leasegate::ops::Metadata;
+use leasegate::{Counting, LockName, Transport, TransportErrorKind};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::config::{self, ConfigError, Storage, Variables};
+use crate::jobs::check_job_name;
+use crate::timer::{self, Source};
+use crate::web::{self, rfc3339};
+use crate::{auth, elapsed_ms, log_line, Context};
+
+/// Route prefix of the HTTP API.
+pub const ROUTE_PREFIX: &str = "/api/init/";
+/// Blob name prefix of the do-once locks.
+pub const PREFIX: &str = "init/";
+/// The mark of a finished initialization.
+pub const DONE: &str = "done";
+
+/// The init-once settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Storage.
+    pub storage: Storage,
+    /// This deployment's identity.
+    pub instance_id: String,
+    /// The name the timer forms run (`init_name`).
+    pub name: String,
+    /// Where the initialization is POSTed.
+    pub url: String,
+    /// How long one run may hold the lock; past it, the next caller runs it again.
+    pub lease: Duration,
+    /// How long the initialization's call may take.
+    pub timeout: Duration,
+}
+
+impl Settings {
+    /// Reads the settings from variables.
+    pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        let instance_id = timer::instance_id(vars)?;
+        let name = config::var(vars, "init_name").unwrap_or_else(|| "example-init".into());
+        check_job_name(&name).map_err(|e| {
+            ConfigError(format!(
+                "variable init_name: {}",
+                e.replace("job name", "name")
+            ))
+        })?;
+        let whole = |var: &str, default: f64, range: std::ops::RangeInclusive<f64>| {
+            let v = config::number(vars, var, default, range)?;
+            if v.fract() != 0.0 {
+                return Err(ConfigError(format!("variable {var} must be whole seconds")));
+            }
+            Ok(Duration::from_secs(v as u64))
+        };
+        let lease = whole("init_lease_seconds", 60.0, 15.0..=86_400.0)?;
+        let timeout = whole("init_timeout_seconds", 30.0, 1.0..=3600.0)?;
+        let url = config::var(vars, "init_url")
+            .ok_or_else(|| ConfigError("variable init_url is not set".into()))?;
+        if url
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(|_| ()))
+            .is_none()
+        {
+            return Err(ConfigError(
+                "variable init_url is not an absolute URL".into(),
+            ));
+        }
+        Ok(Settings {
+            storage: config::storage(vars)?,
+            instance_id,
+            name,
+            url,
+            lease,
+            timeout,
+        })
+    }
+}
+
+/// The idempotency key of one run: the name and the run's fencing token.
+pub fn idempotency_key(name: &str, token: u64) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"leasegate init v1\0")
+        .chain_update(name.as_bytes())
+        .chain_update(format!("\0{token}").as_bytes())
+        .finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a call came to.
+#[derive(Debug)]
+pub enum State {
+    /// Done: by this call (`ran`) or earlier.
+    Done {
+        /// Whether this call ran it.
+        ran: bool,
+        /// The run's fencing token, when this call ran it.
+        token: Option<u64>,
+    },
+    /// Someone runs it now.
+    Running {
+        /// Who, as its claim says.
+        by: String,
+        /// How long its lock has left.
+        retry_after: Option<Duration>,
+    },
+    /// This call ran it and the initialization failed: not marked done.
+    Failed {
+        /// Why.
+        reason: String,
+        /// The run's fencing token.
+        token: u64,
+    },
+    /// This call ran it, but lost the lock before it could mark it done (its lease ran out
+    /// while the initialization ran): not marked done; another caller may be running it.
+    LostLock {
+        /// The run's fencing token.
+        token: u64,
+    },
+}
+
+/// Runs one call for `name`. Storage requests: one when done or running, eight when this
+/// call runs it (the read, the acquire's three, the mark's two, the release's two).
+pub async fn call<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    name: &str,
+) -> (Result<State, leasegate::Error>, u32) {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
+    let locks = settings.storage.locks(&counting, PREFIX);
+    let action = (ctx.connect)(settings.timeout);
+    let state = run(ctx, &locks, &action, settings, name).await;
+    (state, counting.sent())
+}
+
+async fn run<T, S: Transport, A: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<S>,
+    action: &A,
+    settings: &Settings,
+    name: &str,
+) -> Result<State, leasegate::Error> {
+    let lock = LockName::try_new(name)?;
+    let info = locks.inspect(&lock, ctx.now).await?;
+    if is_done(&info.marks) {
+        return Ok(State::Done {
+            ran: false,
+            token: None,
+        });
+    }
+    if let LockStatus::Held {
+        label, expires_at, ..
+    } = &info.status
+    {
+        return Ok(State::Running {
+            by: label.clone(),
+            retry_after: left(*expires_at, info.server_date),
+        });
+    }
+    let id = (ctx.new_lease_id)();
+    let term = Term::for_window(settings.lease)?;
+    let held = match locks
+        .acquire_as(&lock, term, id, &settings.instance_id, ctx.now)
+        .await?
+    {
+        Acquire::Acquired(held) => held,
+        Acquire::Busy {
+            holder,
+            retry_after,
+        } => {
+            return Ok(State::Running {
+                by: holder.map(|h| h.label).unwrap_or_default(),
+                retry_after,
+            })
+        }
+    };
+    if is_done(&held.marks) {
+        // Done between the read and the grant.
+        let _ = locks.release(&lock, id, ctx.now).await;
+        return Ok(State::Done {
+            ran: false,
+            token: None,
+        });
+    }
+    let token = held.fencing_token.unwrap_or(0);
+    if let Err(reason) = post(action, settings, name, token).await {
+        let _ = locks.release(&lock, id, ctx.now).await;
+        return Ok(State::Failed { reason, token });
+    }
+    let mut marks = Metadata::new();
+    marks.insert("progress".into(), DONE.into());
+    marks.insert("done_by".into(), settings.instance_id.clone());
+    marks.insert("done_token".into(), token.to_string());
+    let marked = locks.set_marks(&lock, id, &marks, ctx.now).await;
+    // Let the lock go whatever the mark's fate: an unmarked run is run again by the next
+    // caller, not held up until the lease runs out.
+    let _ = locks.release(&lock, id, ctx.now).await;
+    let marked = marked?;
+    Ok(if marked {
+        State::Done {
+            ran: true,
+            token: Some(token),
+        }
+    } else {
+        State::LostLock { token }
+    })
+}
+
+fn is_done(marks: &Metadata) -> bool {
+    marks.get("progress").map(String::as_str) == Some(DONE)
+}
+
+fn left(expires: Option<SystemTime>, now: Option<SystemTime>) -> Option<Duration> {
+    expires?.duration_since(now?).ok()
+}
+
+async fn post<A: Transport>(
+    action: &A,
+    settings: &Settings,
+    name: &str,
+    token: u64,
+) -> Result<(), String> {
+    let key = idempotency_key(name, token);
+    let body = json!({
+        "name": name,
+        "fencingToken": token,
+        "idempotencyKey": key,
+        "instance": settings.instance_id,
+    })
+    .to_string()
+    .into_bytes();
+    let request = Request::builder()
+        .method(http::Method::POST)
+        .uri(&settings.url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .header("idempotency-key", &key)
+        .body(body)
+        .map_err(|_| "the initialization request could not be built".to_string())?;
+    match action.send(request).await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!(
+            "the initialization answered {}",
+            r.status().as_u16()
+        )),
+        Err(e) if e.kind == TransportErrorKind::Connect => {
+            Err(format!("the initialization is unreachable: {}", e.message))
+        }
+        Err(e) => Err(format!("the initialization did not confirm: {}", e.message)),
+    }
+}
+
+/// The answer for a call: its status and JSON.
+pub fn describe(
+    settings: &Settings,
+    name: &str,
+    state: &Result<State, leasegate::Error>,
+    round_trips: u32,
+    started: Instant,
+    source: Source,
+) -> (StatusCode, Value, Option<u64>) {
+    let mut v = json!({
+        "name": name,
+        "instance": settings.instance_id,
+        "trigger": source.as_str(),
+        "storageRoundTrips": round_trips,
+        "durationMs": elapsed_ms(started),
+    });
+    let mut retry = None;
+    let status = match state {
+        Ok(State::Done { ran, token }) => {
+            v["state"] = json!("done");
+            v["ran"] = json!(ran);
+            if let Some(t) = token {
+                v["fencingToken"] = json!(t);
+            }
+            StatusCode::OK
+        }
+        Ok(State::Running { by, retry_after }) => {
+            v["state"] = json!("running");
+            v["runningOn"] = json!(by);
+            let secs = retry_after.map_or(1, |d| d.as_secs().max(1));
+            v["retryAfterSeconds"] = json!(secs);
+            retry = Some(secs);
+            StatusCode::ACCEPTED
+        }
+        Ok(State::Failed { reason, token }) => {
+            v["state"] = json!("failed");
+            v["fencingToken"] = json!(token);
+            v["error"] = json!("init_failed");
+            v["message"] = json!(format!(
+                "{reason}; not marked done: the next call runs it again"
+            ));
+            StatusCode::BAD_GATEWAY
+        }
+        Ok(State::LostLock { token }) => {
+            v["state"] = json!("unknown");
+            v["fencingToken"] = json!(token);
+            v["error"] = json!("lease_lost");
+            v["message"] = json!(
+                "the initialization answered, but this call's lease ran out before it could be marked done; another caller may run it again"
+            );
+            StatusCode::CONFLICT
+        }
+        Err(e) => {
+            v["state"] = json!("unknown");
+            v["error"] = json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
+                "lock_unusable"
+            } else {
+                "storage_unavailable"
+            });
+            v["message"] = json!(format!("lease storage failed, nothing was run: {e}"));
+            retry = Some(1);
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    };
+    (status, v, retry)
+}
+
+fn log_call(v: &Value) {
+    let mut line = v.clone();
+    line["fn"] = json!("init-once");
+    log_line(line);
+}
+
+/// Handles `handle-cron-event` for `init_name`: `Ok` when done or running elsewhere, `Err` when
+/// it failed or storage did.
+pub async fn handle_cron<T: Transport>(
+    ctx: &Context<'_, T>,
+    _timestamp: u64,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let settings = Settings::load(ctx.variables).map_err(|e| {
+        log_line(json!({"fn": "init-once", "error": "not_configured", "message": e.to_string()}));
+        e.to_string()
+    })?;
+    let name = settings.name.clone();
+    let (state, trips) = call(ctx, &settings, &name).await;
+    let (status, v, _) = describe(&settings, &name, &state, trips, started, Source::Cron);
+    log_call(&v);
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(v["message"]
+            .as_str()
+            .unwrap_or("the call failed")
+            .to_string())
+    }
+}
+
+/// The largest request body the routes read.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Handles the component's HTTP requests: `POST|GET|DELETE /api/init/{name}` (bearer
+/// `timer_token`), and `POST /{FunctionName}` (any other path: an Azure Functions timer
+/// invocation for `init_name`, served only by that deployment).
+pub async fn handle_http<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: Request<Vec<u8>>,
+) -> Response<Vec<u8>> {
+    let started = Instant::now();
+    let path = request.uri().path().to_string();
+    if let Some(rest) = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
+        (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
+    }) {
+        if let Err(r) = auth::authenticate(ctx.variables, "timer_token", "timer_auth", &request) {
+            return r;
+        }
+        return api(ctx, &request, rest.trim_end_matches('/'), started).await;
+    }
+    if request.method() != http::Method::POST {
+        return web::method_not_allowed("POST");
+    }
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => {
+            return timer::azure_answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "not_configured", "message": e.to_string()}),
+                vec![format!("init-once: {e}")],
+            )
+        }
+    };
+    if let Err(m) = timer::parse_azure_timer(request.body(), ctx.now) {
+        return timer::azure_answer(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "invalid_invocation", "message": m}),
+            vec![format!("init-once: {m}")],
+        );
+    }
+    let name = settings.name.clone();
+    let (state, trips) = call(ctx, &settings, &name).await;
+    let (status, v, _) = describe(&settings, &name, &state, trips, started, Source::Azure);
+    log_call(&v);
+    let summary = format!(
+        "init-once {name}: {} on {}",
+        v["state"].as_str().unwrap_or("unknown"),
+        settings.instance_id
+    );
+    // A run still going elsewhere is settled for this invocation: 2xx.
+    let status = if status == StatusCode::ACCEPTED {
+        StatusCode::OK
+    } else {
+        status
+    };
+    timer::azure_answer(status, v, vec![summary])
+}
+
+async fn api<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: &Request<Vec<u8>>,
+    name: &str,
+    started: Instant,
+) -> Response<Vec<u8>> {
+    if let Err(m) = check_job_name(name) {
+        return web::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_name",
+            m.replace("job name", "name"),
+        );
+    }
+    let method = request.method().clone();
+    if method != http::Method::POST && method != http::Method::GET && method != http::Method::DELETE
+    {
+        return web::method_not_allowed("GET, POST, DELETE");
+    }
+    if !request.body().iter().all(u8::is_ascii_whitespace) {
+        return web::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+            "these routes take no body",
+        );
+    }
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+    };
+    if method == http::Method::GET {
+        return state_answer(ctx, &settings, name).await;
+    }
+    if method == http::Method::DELETE {
+        return reset(ctx, &settings, name).await;
+    }
+    let (state, trips) = call(ctx, &settings, name).await;
+    let (status, v, retry) = describe(&settings, name, &state, trips, started, Source::Http);
+    log_call(&v);
+    let mut r = web::json(status, &v);
+    if let Some(secs) = retry {
+        r.headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    r
+}
+
+/// `GET /api/init/{name}`: `pending`, `running` (and on which instance) or `done` (by whom,
+/// with which token): one HEAD.
+async fn state_answer<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    name: &str,
+) -> Response<Vec<u8>> {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let locks = settings.storage.locks(&transport, PREFIX);
+    let info = match LockName::try_new(name) {
+        Ok(lock) => locks.inspect(&lock, ctx.now).await,
+        Err(e) => Err(e),
+    };
+    match info {
+        Ok(info) => {
+            let mut v = json!({ "name": name });
+            if is_done(&info.marks) {
+                v["state"] = json!("done");
+                v["doneBy"] = json!(info.marks.get("done_by"));
+                v["doneToken"] = json!(info
+                    .marks
+                    .get("done_token")
+                    .and_then(|t| t.parse::<u64>().ok()));
+            } else if let LockStatus::Held {
+                label,
+                since,
+                expires_at,
+                ..
+            } = &info.status
+            {
+                v["state"] = json!("running");
+                v["runningOn"] = json!(label);
+                v["since"] = json!(since.map(rfc3339));
+                v["expiresAt"] = json!(expires_at.map(rfc3339));
+            } else {
+                v["state"] = json!("pending");
+            }
+            v["fencingToken"] = json!(info.fencing_token);
+            web::json(StatusCode::OK, &v)
+        }
+        Err(e) => web::storage_unavailable(&e),
+    }
+}
+
+/// `DELETE /api/init/{name}`: forgets that it is done (the next call runs it again). Refused
+/// (409) while a run holds the lock.
+async fn reset<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    name: &str,
+) -> Response<Vec<u8>> {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let locks = settings.storage.locks(&transport, PREFIX);
+    let result = async {
+        let lock = LockName::try_new(name)?;
+        let id = (ctx.new_lease_id)();
+        let term = Term::for_window(settings.lease)?;
+        match locks
+            .acquire_as(&lock, term, id, &settings.instance_id, ctx.now)
+            .await?
+        {
+            Acquire::Busy { holder, .. } => Ok(Err(holder.map(|h| h.label).unwrap_or_default())),
+            Acquire::Acquired(_) => {
+                let marks: Metadata = ["progress", "done_by", "done_token"]
+                    .iter()
+                    .map(|k| (k.to_string(), String::new()))
+                    .collect();
+                let cleared = locks.set_marks(&lock, id, &marks, ctx.now).await?;
+                let _ = locks.release(&lock, id, ctx.now).await;
+                Ok(Ok(cleared))
+            }
+        }
+    }
+    .await;
+    match result {
+        Ok(Ok(true)) => {
+            log_line(json!({"fn": "init-once", "name": name, "decision": "reset"}));
+            web::json(StatusCode::OK, &json!({"name": name, "state": "pending"}))
+        }
+        Ok(Ok(false)) => web::error(
+            StatusCode::CONFLICT,
+            "busy",
+            "the lock was taken while resetting; try again",
+        ),
+        Ok(Err(by)) => web::error(
+            StatusCode::CONFLICT,
+            "running",
+            format!("the initialization is running (on {by}): reset it once that run ends"),
+        ),
+        Err(e) => web::storage_unavailable(&e),
+    }
+}

@@ -1,0 +1,463 @@
+//! `leader`: one leader among the instances of a worker, elected by lease renewal, stateless.
+//!
+//! On every tick (Spin's cron trigger, an Azure Functions timer, `POST /api/leader/tick`) the
+//! instance acquires the group's lease (`leader/{group}`, a native lease of
+//! `leader_lease_seconds`) with its own stable lease id, derived from `instance_id` under the
+//! server-side key: the leader extends (its term, the fencing token, stays), a follower tries to
+//! take over and learns who leads. The leader does its housekeeping each tick: it POSTs a
+//! heartbeat with its term and an idempotency key to `leader_url`, and the receiver can refuse a
+//! term lower than the highest it has seen.
+//!
+//! When the leader stops ticking, its lease runs out and the next follower tick takes over,
+//! with a larger term; a leader that comes back after a pause finds another's claim and reports
+//! `follower`. `DELETE /api/leader` (the serving instance steps down) hands over at once.
+//! `GET /api/leader` reads who leads without taking the lease.
+
+use std::time::{Instant, SystemTime};
+
+use http::{Request, Response, StatusCode};
+use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
+use leasegate::{Counting, LeaseDuration, LeaseId, LockName, Transport, TransportErrorKind};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::config::{self, ConfigError, Storage, Variables};
+use crate::jobs::check_job_name;
+use crate::timer::{self, Source, Tick};
+use crate::web::{self, rfc3339};
+use crate::{auth, elapsed_ms, log_line, Context};
+
+/// Route prefix of the HTTP API.
+pub const ROUTE: &str = "/api/leader";
+/// Blob name prefix of the election locks.
+pub const PREFIX: &str = "leader/";
+
+/// The leader function's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Storage.
+    pub storage: Storage,
+    /// This deployment's identity.
+    pub instance_id: String,
+    /// The election's name.
+    pub group: String,
+    /// The leader lease's length (15 to 60 s): a follower takes over within this long of the
+    /// leader's last tick.
+    pub lease: LeaseDuration,
+    /// Where the leader's heartbeat goes.
+    pub url: String,
+}
+
+impl Settings {
+    /// Reads the settings from variables.
+    pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        let instance_id = timer::instance_id(vars)?;
+        let group = config::var(vars, "leader_group").unwrap_or_else(|| "example-group".into());
+        check_job_name(&group).map_err(|e| {
+            ConfigError(format!(
+                "variable leader_group: {}",
+                e.replace("job name", "group name")
+            ))
+        })?;
+        let secs = config::number(vars, "leader_lease_seconds", 30.0, 15.0..=60.0)?;
+        if secs.fract() != 0.0 {
+            return Err(ConfigError(
+                "variable leader_lease_seconds must be whole seconds".into(),
+            ));
+        }
+        let lease = LeaseDuration::try_from_secs(secs as i64)
+            .map_err(|_| ConfigError("variable leader_lease_seconds must be 15 to 60".into()))?;
+        let url = config::var(vars, "leader_url")
+            .ok_or_else(|| ConfigError("variable leader_url is not set".into()))?;
+        if url
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.host().map(|_| ()))
+            .is_none()
+        {
+            return Err(ConfigError(
+                "variable leader_url is not an absolute URL".into(),
+            ));
+        }
+        Ok(Settings {
+            storage: config::storage(vars)?,
+            instance_id,
+            group,
+            lease,
+            url,
+        })
+    }
+
+    fn lock(&self) -> Result<LockName, leasegate::Error> {
+        LockName::try_new(&self.group)
+    }
+}
+
+/// The idempotency key of one heartbeat: the group, the term and the grant's second.
+pub fn heartbeat_key(group: &str, term: u64, at: SystemTime) -> String {
+    let secs = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let digest = Sha256::new()
+        .chain_update(b"leasegate heartbeat v1\0")
+        .chain_update(group.as_bytes())
+        .chain_update(format!("\0{term}\0{secs}").as_bytes())
+        .finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One tick: the answer's status (2xx: settled) and its JSON.
+pub async fn tick<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    tick: &Tick,
+    started: Instant,
+) -> (StatusCode, Value) {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
+    let locks = settings.storage.locks(&counting, PREFIX);
+    let mut v = json!({
+        "group": settings.group,
+        "instance": settings.instance_id,
+        "trigger": tick.source.as_str(),
+    });
+    let outcome = match settings.lock() {
+        Ok(lock) => {
+            let id =
+                LeaseId::for_holder(&settings.storage.holder_key, &settings.instance_id, &lock);
+            locks
+                .acquire_as(
+                    &lock,
+                    Term::Native(settings.lease),
+                    id,
+                    &settings.instance_id,
+                    ctx.now,
+                )
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    let status = match outcome {
+        Ok(Acquire::Acquired(held)) => {
+            let term = held.fencing_token.unwrap_or(0);
+            v["role"] = json!("leader");
+            v["term"] = json!(term);
+            v["since"] = json!(rfc3339(held.since));
+            v["expiresAt"] = json!(held.expires_at.map(rfc3339));
+            v["tookOver"] = json!(!held.extended);
+            let key = heartbeat_key(&settings.group, term, held.server_date);
+            v["idempotencyKey"] = json!(key);
+            match heartbeat(&transport, settings, term, &held, &key).await {
+                Ok(()) => {
+                    v["heartbeat"] = json!("delivered");
+                    StatusCode::OK
+                }
+                Err(reason) => {
+                    v["heartbeat"] = json!("failed");
+                    v["error"] = json!("heartbeat_failed");
+                    v["message"] = json!(reason);
+                    StatusCode::BAD_GATEWAY
+                }
+            }
+        }
+        Ok(Acquire::Busy { holder, .. }) => {
+            v["role"] = json!("follower");
+            if let Some(h) = holder {
+                v["leader"] = json!(h.label);
+                v["term"] = json!(h.token);
+                v["since"] = json!(h.since.map(rfc3339));
+                v["expiresAt"] = json!(h.expires_at.map(rfc3339));
+            }
+            StatusCode::OK
+        }
+        Err(e) => {
+            v["role"] = json!("unknown");
+            v["error"] = json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
+                "lock_unusable"
+            } else {
+                "storage_unavailable"
+            });
+            v["message"] = json!(format!(
+                "lease storage failed; this instance does not act as leader: {e}"
+            ));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    };
+    v["storageRoundTrips"] = json!(counting.sent());
+    v["durationMs"] = json!(elapsed_ms(started));
+    (status, v)
+}
+
+async fn heartbeat<T: Transport>(
+    transport: &T,
+    settings: &Settings,
+    term: u64,
+    held: &leasegate::lease::Acquired,
+    key: &str,
+) -> Result<(), String> {
+    let body = json!({
+        "group": settings.group,
+        "leader": settings.instance_id,
+        "term": term,
+        "since": rfc3339(held.since),
+        "expiresAt": held.expires_at.map(rfc3339),
+        "idempotencyKey": key,
+    })
+    .to_string()
+    .into_bytes();
+    let request = Request::builder()
+        .method(http::Method::POST)
+        .uri(&settings.url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .header("idempotency-key", key)
+        .body(body)
+        .map_err(|_| "the heartbeat request could not be built".to_string())?;
+    match transport.send(request).await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!(
+            "the heartbeat receiver answered {}",
+            r.status().as_u16()
+        )),
+        Err(e) if e.kind == TransportErrorKind::Connect => Err(format!(
+            "the heartbeat receiver is unreachable: {}",
+            e.message
+        )),
+        Err(e) => Err(format!("the heartbeat was not confirmed: {}", e.message)),
+    }
+}
+
+fn log_tick(v: &Value) {
+    let mut line = v.clone();
+    line["fn"] = json!("leader");
+    log_line(line);
+}
+
+/// Handles `handle-cron-event`: `Err` when storage failed (no leadership claimed) or the
+/// leader's heartbeat failed.
+pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> Result<(), String> {
+    let started = Instant::now();
+    let settings = Settings::load(ctx.variables).map_err(|e| {
+        log_line(json!({"fn": "leader", "error": "not_configured", "message": e.to_string()}));
+        e.to_string()
+    })?;
+    let _ = timestamp; // every tick is the same question: who leads now?
+    let tick_info = Tick {
+        at: ctx.now,
+        source: Source::Cron,
+        past_due: false,
+    };
+    let (status, v) = tick(ctx, &settings, &tick_info, started).await;
+    log_tick(&v);
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(v["message"]
+            .as_str()
+            .unwrap_or("the tick failed")
+            .to_string())
+    }
+}
+
+/// The largest request body the routes read.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Handles the component's HTTP requests: `POST /api/leader/tick`, `GET /api/leader`,
+/// `DELETE /api/leader[?instance=ID]` (bearer `timer_token`), and `POST /{FunctionName}`
+/// (any other path: an Azure Functions timer invocation, served only by that deployment).
+pub async fn handle_http<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: Request<Vec<u8>>,
+) -> Response<Vec<u8>> {
+    let started = Instant::now();
+    let path = request.uri().path().trim_end_matches('/').to_string();
+    if path == ROUTE || path.starts_with(&format!("{ROUTE}/")) {
+        if let Err(r) = auth::authenticate(ctx.variables, "timer_token", "timer_auth", &request) {
+            return r;
+        }
+        let action = path[ROUTE.len()..].trim_start_matches('/');
+        let method = request.method().clone();
+        match (action, &method) {
+            ("", &http::Method::GET)
+            | ("", &http::Method::DELETE)
+            | ("tick", &http::Method::POST) => {}
+            ("", _) => return web::method_not_allowed("GET, DELETE"),
+            ("tick", _) => return web::method_not_allowed("POST"),
+            _ => {
+                return web::error(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    "routes: GET|DELETE /api/leader, POST /api/leader/tick",
+                )
+            }
+        }
+        let instance = match query_instance(request.uri().query()) {
+            Ok(i) => i,
+            Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_query", m),
+        };
+        let settings = match Settings::load(ctx.variables) {
+            Ok(s) => s,
+            Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+        };
+        if method == http::Method::POST {
+            if !request.body().iter().all(u8::is_ascii_whitespace) {
+                return web::error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_tick",
+                    "a leader tick takes no body",
+                );
+            }
+            let t = Tick {
+                at: ctx.now,
+                source: Source::Http,
+                past_due: false,
+            };
+            let (status, v) = tick(ctx, &settings, &t, started).await;
+            log_tick(&v);
+            return web::json(status, &v);
+        }
+        if method == http::Method::GET {
+            return status_answer(ctx, &settings).await;
+        }
+        if let Some(want) = instance {
+            if want != settings.instance_id {
+                return web::error(
+                    StatusCode::CONFLICT,
+                    "wrong_instance",
+                    format!(
+                        "this deployment is {}, not {want}: send the step-down to the leader's own deployment",
+                        settings.instance_id
+                    ),
+                );
+            }
+        }
+        return step_down(ctx, &settings).await;
+    }
+    if request.method() != http::Method::POST {
+        return web::method_not_allowed("POST");
+    }
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => {
+            return timer::azure_answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "not_configured", "message": e.to_string()}),
+                vec![format!("leader: {e}")],
+            )
+        }
+    };
+    let t = match timer::parse_azure_timer(request.body(), ctx.now) {
+        Ok(t) => t,
+        Err(m) => {
+            return timer::azure_answer(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "invalid_invocation", "message": m}),
+                vec![format!("leader: {m}")],
+            )
+        }
+    };
+    let (status, v) = tick(ctx, &settings, &t, started).await;
+    log_tick(&v);
+    let summary = format!(
+        "leader {}: {} is {} (term {})",
+        settings.group,
+        settings.instance_id,
+        v["role"].as_str().unwrap_or("unknown"),
+        v["term"]
+    );
+    timer::azure_answer(status, v, vec![summary])
+}
+
+fn query_instance(query: Option<&str>) -> Result<Option<String>, String> {
+    let mut instance = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "instance" if instance.is_none() => {
+                let value = percent_encoding::percent_decode_str(value)
+                    .decode_utf8()
+                    .map_err(|_| "instance is not UTF-8".to_string())?;
+                instance = Some(value.into_owned());
+            }
+            "instance" => return Err("query parameter instance is given twice".into()),
+            other => {
+                let shown: String = other.chars().take(32).collect();
+                return Err(format!("unknown query parameter '{shown}' (use instance)"));
+            }
+        }
+    }
+    Ok(instance)
+}
+
+/// `GET /api/leader`: who leads, since when, with which term, until when, without taking the
+/// lease (one HEAD).
+async fn status_answer<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+) -> Response<Vec<u8>> {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let locks = settings.storage.locks(&transport, PREFIX);
+    let info = match settings.lock() {
+        Ok(lock) => locks.inspect(&lock, ctx.now).await,
+        Err(e) => Err(e),
+    };
+    match info {
+        Ok(info) => {
+            let mut v = json!({ "group": settings.group, "instance": settings.instance_id });
+            match info.status {
+                LockStatus::Held {
+                    expires_at,
+                    since,
+                    label,
+                    ..
+                } => {
+                    v["state"] = json!("led");
+                    v["leader"] = json!(label);
+                    v["since"] = json!(since.map(rfc3339));
+                    v["expiresAt"] = json!(expires_at.map(rfc3339));
+                    v["term"] = json!(info.fencing_token);
+                }
+                LockStatus::Available => {
+                    v["state"] = json!("vacant");
+                    v["lastTerm"] = json!(info.fencing_token);
+                }
+            }
+            v["serverTime"] = json!(info.server_date.map(rfc3339));
+            web::json(StatusCode::OK, &v)
+        }
+        Err(e) => web::storage_unavailable(&e),
+    }
+}
+
+/// `DELETE /api/leader`: the serving instance steps down if it leads (hands over at once).
+async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> Response<Vec<u8>> {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let locks: Locks<&T> = settings.storage.locks(&transport, PREFIX);
+    let released = match settings.lock() {
+        Ok(lock) => {
+            let id =
+                LeaseId::for_holder(&settings.storage.holder_key, &settings.instance_id, &lock);
+            locks.release(&lock, id, ctx.now).await
+        }
+        Err(e) => Err(e),
+    };
+    match released {
+        Ok(r) => {
+            let stepped = r == Release::Released;
+            log_line(
+                json!({"fn": "leader", "group": settings.group, "instance": settings.instance_id, "decision": if stepped { "stepped_down" } else { "not_leader" }}),
+            );
+            web::json(
+                StatusCode::OK,
+                &json!({
+                    "group": settings.group,
+                    "instance": settings.instance_id,
+                    "steppedDown": stepped,
+                    "reason": if stepped { "the lease was released: the next tick elects a leader" } else { "this instance does not lead" },
+                }),
+            )
+        }
+        Err(e) => web::storage_unavailable(&e),
+    }
+}
