@@ -430,11 +430,8 @@ fn copy_then_delete_with_conditions() {
         .unwrap(),
     );
     let copy = CopyBlob {
-        source_container: c.clone(),
-        source_blob: src.clone(),
-        container: dead.clone(),
-        blob: src.clone(),
         condition: Condition::IfNotExists,
+        ..CopyBlob::new(c.clone(), src.clone(), dead.clone(), src.clone())
     };
     match exec(&account, &copy).unwrap() {
         CopyOutcome::Started { status, .. } => assert_eq!(status, CopyStatus::Success),
@@ -447,13 +444,36 @@ fn copy_then_delete_with_conditions() {
     let copied = exec(
         &account,
         &GetBlob {
-            container: dead,
+            container: dead.clone(),
             blob: src.clone(),
         },
     )
     .unwrap()
     .unwrap();
     assert_eq!(copied.body, b"payload");
+
+    // A copy only of the version listed (x-ms-source-if-match), with the metadata given.
+    let stale = CopyBlob {
+        source_etag: Some(leasegate::ETag::new("0x1")),
+        ..CopyBlob::new(c.clone(), src.clone(), dead.clone(), blob("elsewhere"))
+    };
+    assert_eq!(
+        exec(&account, &stale).unwrap(),
+        CopyOutcome::Refused(Refusal::ConditionFailed)
+    );
+    let listed = props(&account, &c, &src).etag.unwrap();
+    let with_metadata = CopyBlob {
+        source_etag: Some(listed),
+        metadata: Some([("sourceuri".to_string(), "http://x/y".to_string())].into()),
+        ..CopyBlob::new(c.clone(), src.clone(), dead.clone(), blob("elsewhere"))
+    };
+    assert!(matches!(
+        exec(&account, &with_metadata).unwrap(),
+        CopyOutcome::Started { .. }
+    ));
+    let moved = props(&account, &dead, &blob("elsewhere"));
+    assert_eq!(moved.metadata["sourceuri"], "http://x/y");
+    assert_eq!(moved.copy_status.as_deref(), Some("success"));
 
     // Delete only the version we listed; a leased blob needs its lease id.
     let etag = props(&account, &c, &src).etag.unwrap();

@@ -436,6 +436,9 @@ pub struct BlobProperties {
     pub blob_type: Option<String>,
     /// `x-ms-blob-sequence-number` (page blobs).
     pub sequence_number: Option<u64>,
+    /// `x-ms-copy-status` of the last copy into this blob (`success`, `pending`, `aborted`,
+    /// `failed`).
+    pub copy_status: Option<String>,
     /// Metadata (names lowercased).
     pub metadata: Metadata,
     /// The storage server's `Date` when this was read (not set for listings).
@@ -462,6 +465,7 @@ impl BlobProperties {
             blob_type: header_str(response, "x-ms-blob-type").map(str::to_string),
             sequence_number: header_str(response, "x-ms-blob-sequence-number")
                 .and_then(|s| s.parse().ok()),
+            copy_status: header_str(response, "x-ms-copy-status").map(str::to_string),
             metadata,
             server_date: server_date(response),
         }
@@ -687,6 +691,38 @@ pub struct CopyBlob {
     pub blob: BlobName,
     /// Destination condition.
     pub condition: Condition,
+    /// Copy only if the source is still at this version (`x-ms-source-if-match`): a source
+    /// changed since it was listed refuses the copy (412).
+    pub source_etag: Option<ETag>,
+    /// The destination's metadata; `None` copies the source's.
+    pub metadata: Option<Metadata>,
+}
+
+impl CopyBlob {
+    /// Copies `source_container/source_blob` to `container/blob`, unconditionally, with the
+    /// source's metadata.
+    pub fn new(
+        source_container: ContainerName,
+        source_blob: BlobName,
+        container: ContainerName,
+        blob: BlobName,
+    ) -> Self {
+        CopyBlob {
+            source_container,
+            source_blob,
+            container,
+            blob,
+            condition: Condition::None,
+            source_etag: None,
+            metadata: None,
+        }
+    }
+}
+
+/// The URL of a blob, without any credential (for people and for metadata such as a moved
+/// blob's `SourceUri`).
+pub fn public_blob_url(account: &Account, container: &ContainerName, blob: &BlobName) -> String {
+    blob_url(account, container, blob, "")
 }
 
 /// `x-ms-copy-status`.
@@ -721,14 +757,21 @@ impl Operation for CopyBlob {
         if let Credential::Sas(token) = account.credential() {
             source = format!("{source}?{}", token.query());
         }
-        request(
+        let mut r = request(
             Method::PUT,
             blob_url(account, &self.container, &self.blob, ""),
             Vec::new(),
         )?
         .header("x-ms-copy-source", source)?
-        .condition(&self.condition)?
-        .finish()
+        .opt_header(
+            "x-ms-source-if-match",
+            self.source_etag.as_ref().map(ETag::quoted),
+        )?
+        .condition(&self.condition)?;
+        if let Some(m) = &self.metadata {
+            r = r.metadata(m)?;
+        }
+        r.finish()
     }
     fn parse(&self, response: &Response<Vec<u8>>) -> Result<CopyOutcome, Error> {
         match write_outcome(response, &[202, 201], &self.condition)? {
