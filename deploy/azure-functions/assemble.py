@@ -31,6 +31,8 @@ def azure_manifest_text() -> str:
     """The project's spin.toml with the timer routes appended, component paths as assembled."""
     text = (ROOT / "spin.toml").read_text()
     text += "\n" + (HERE / "timer-routes.toml").read_text()
+    # The Functions host's timer channel is on here, and only here.
+    text = text.replace('azure_functions = { default = "off" }', 'azure_functions = { default = "on" }')
     return text.replace(f'source = "{SOURCE_PREFIX}', 'source = "components/')
 
 
@@ -89,6 +91,8 @@ def check(manifest: dict, folder_root: Path = HERE) -> list[str]:
                 problems.append(f"{where}: schedule must be six NCRONTAB fields (sec min hour day month weekday)")
         else:
             problems.append(f"{where}: unsupported trigger {t['type']}")
+    if manifest.get("variables", {}).get("azure_functions", {}).get("default") != "on":
+        problems.append("spin.toml: the variable azure_functions must exist (assemble.py turns it on)")
     components = manifest.get("component", {})
     for route, component in routes:
         if component not in components:

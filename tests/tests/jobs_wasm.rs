@@ -144,9 +144,11 @@ fn reservations(container: &leasegate::ContainerName) -> Vec<u64> {
 #[test]
 fn each_occurrence_runs_once_across_eight_deployments() {
     let offsets_ms: [i64; 8] = [-1500, -1100, -700, -300, 300, 700, 1100, 1500];
+    // The occurrences are up to half an hour ahead: the tolerance is raised for that.
+    let early = ("job_early_seconds", "7200");
     let first = App::start_with(
         "jobs8",
-        &[("instance_id", "node-0")],
+        &[("instance_id", "node-0"), early],
         Setup {
             manifest: Manifest::Cron,
             clock_offset_ms: offsets_ms[0],
@@ -159,7 +161,7 @@ fn each_occurrence_runs_once_across_eight_deployments() {
         let id = format!("node-{d}");
         apps.push(App::start_with(
             "jobs8",
-            &[("instance_id", id.as_str())],
+            &[("instance_id", id.as_str()), early],
             Setup {
                 manifest: if d % 2 == 0 {
                     Manifest::Cron
@@ -310,7 +312,11 @@ fn each_occurrence_runs_once_across_eight_deployments() {
 fn storage_faults_fail_the_tick_and_the_next_occurrence_runs() {
     let app = App::start_with(
         "jobfault",
-        &[("instance_id", "node-f"), ("storage_timeout_ms", "1000")],
+        &[
+            ("instance_id", "node-f"),
+            ("storage_timeout_ms", "1000"),
+            ("job_early_seconds", "7200"),
+        ],
         Setup {
             manifest: Manifest::Azure,
             ..Setup::default()
@@ -357,7 +363,7 @@ fn storage_faults_fail_the_tick_and_the_next_occurrence_runs() {
     // Round trips and time: a winner, then another instance's tick for the same occurrence.
     let other = App::start_with(
         "jobfault",
-        &[("instance_id", "node-g")],
+        &[("instance_id", "node-g"), ("job_early_seconds", "7200")],
         Setup {
             manifest: Manifest::Azure,
             container: Some(app.container.clone()),
@@ -400,6 +406,7 @@ fn overlapping_runs_are_skipped_or_allowed_on_purpose() {
                 ("instance_id", "node-o"),
                 ("job_overlap", policy),
                 ("job_timeout_seconds", "20"),
+                ("job_early_seconds", "7200"),
             ],
             Setup {
                 manifest: Manifest::Azure,
@@ -459,7 +466,7 @@ fn overlapping_runs_are_skipped_or_allowed_on_purpose() {
 fn a_failed_job_is_reported_and_the_next_occurrence_runs() {
     let app = App::start_with(
         "jobfail",
-        &[("instance_id", "node-x")],
+        &[("instance_id", "node-x"), ("job_early_seconds", "7200")],
         Setup {
             manifest: Manifest::Azure,
             ..Setup::default()

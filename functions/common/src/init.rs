@@ -390,6 +390,9 @@ pub async fn handle_http<T: Transport>(
         }
         return api(ctx, &request, rest.trim_end_matches('/'), started).await;
     }
+    if !timer::azure_channel(ctx.variables) {
+        return timer::no_route();
+    }
     if request.method() != http::Method::POST {
         return web::method_not_allowed("POST");
     }

@@ -83,6 +83,9 @@ pub struct Settings {
     pub overlap: Overlap,
     /// Reservations are kept this long; older occurrences are refused.
     pub retention: Duration,
+    /// How far ahead of the storage server's clock an occurrence may be; later ones are
+    /// refused (a clock or a caller running ahead).
+    pub early: Duration,
 }
 
 /// A job name: 1 to 63 lowercase letters, digits, `-`, `_` or `.`, starting with a letter or
@@ -138,6 +141,7 @@ impl Settings {
                 "variable job_retention_seconds must be at least one period".into(),
             ));
         }
+        let early = whole("job_early_seconds", 300.0, 1.0..=31_536_000.0)?;
         let overlap = match config::var(vars, "job_overlap").as_deref() {
             None | Some("skip") => Overlap::Skip,
             Some("allow") => Overlap::Allow,
@@ -169,6 +173,7 @@ impl Settings {
             timeout,
             overlap,
             retention,
+            early,
         })
     }
 
@@ -184,8 +189,12 @@ impl Settings {
         BlobName::try_new(&format!("jobs/{}/log.json", self.job))
     }
 
+    /// The run's lease: the job's timeout, plus the storage steps around it (the log's
+    /// compare-and-swaps), plus a margin.
     fn term(&self) -> Result<Term, leasegate::Error> {
-        Term::for_window(self.timeout + Duration::from_secs(LEASE_MARGIN_SECS))
+        Term::for_window(
+            self.timeout + self.storage.timeout * 4 + Duration::from_secs(LEASE_MARGIN_SECS),
+        )
     }
 }
 
@@ -226,6 +235,10 @@ pub struct Log {
     pub job: String,
     /// The last reservations, newest (latest occurrence) first.
     pub entries: Vec<Entry>,
+    /// Reservations of occurrences before this one (Unix seconds) may have been deleted: a
+    /// tick for them is refused, whatever retention its deployment has.
+    #[serde(default, rename = "cleanedBefore")]
+    pub cleaned_before: u64,
 }
 
 /// What a tick came to.
@@ -253,10 +266,17 @@ pub enum Decision {
         /// The run's log entry.
         entry: Entry,
     },
-    /// The occurrence is older than the retention: refused, whoever asks.
+    /// The occurrence is older than the retention (or than the log's clean-up): refused,
+    /// whoever asks and however often.
     TooOld {
         /// The retention.
         retention: Duration,
+    },
+    /// The occurrence is further ahead of the storage server's clock than `job_early_seconds`:
+    /// refused (a clock or a caller running ahead would take future occurrences).
+    TooEarly {
+        /// The tolerance.
+        early: Duration,
     },
 }
 
@@ -314,34 +334,64 @@ async fn run_tick<T, S: Transport, J: Transport>(
         .with_condition(Condition::IfNotExists)
         .with_metadata(metadata);
     let (reserved, date) = execute_creating_container(&locks, &put, ctx.now).await?;
-    let reserved_at = match reserved {
-        WriteOutcome::Written(w) => w.server_date.or(date).unwrap_or(ctx.now),
+    // `created`: the reservation's ETag when this tick made it (to take back on a refusal).
+    let (reserved_at, server_now, created) = match reserved {
+        WriteOutcome::Written(w) => {
+            let t = w.server_date.or(date).unwrap_or(ctx.now);
+            (t, t, w.etag)
+        }
         WriteOutcome::Refused(_) => {
-            let (props, _) = locks
+            let (props, date) = locks
                 .execute(
                     &GetProperties {
                         container: s.container.clone(),
-                        blob: reservation,
+                        blob: reservation.clone(),
                     },
                     ctx.now,
                 )
                 .await?;
-            let reserved_by = props.and_then(|p| p.metadata.get("leasegate_reserved_by").cloned());
-            let reason = if reserved_by.as_deref() == Some(settings.instance_id.as_str()) {
-                "this instance reserved it on an earlier tick".to_string()
-            } else {
-                "another instance reserved it".to_string()
-            };
-            return Ok(Decision::Skipped {
-                reserved_by,
-                reason,
-            });
+            let props = props.unwrap_or_default();
+            let reserved_by = props.metadata.get("leasegate_reserved_by").cloned();
+            if reserved_by.as_deref() != Some(settings.instance_id.as_str()) {
+                return Ok(Decision::Skipped {
+                    reserved_by,
+                    reason: "another instance reserved it".into(),
+                });
+            }
+            // This instance reserved it on an earlier tick, which may have failed before it
+            // ran the job: carry on, unless the log shows that tick got that far.
+            let t = props.last_modified.unwrap_or(ctx.now);
+            (t, date.unwrap_or(ctx.now), None)
         }
     };
-    if unix(reserved_at).saturating_sub(settings.retention.as_secs()) > occurrence {
-        // Its reservation may already be gone: never run it (it may have run).
+    let resuming = created.is_none();
+    let take_back = |etag: Option<leasegate::ETag>| {
+        let locks = &locks;
+        let reservation = reservation.clone();
+        async move {
+            if let Some(etag) = etag {
+                let delete = DeleteBlob {
+                    container: locks.container().clone(),
+                    blob: reservation,
+                    lease_id: None,
+                    condition: Condition::IfMatch(etag),
+                };
+                let _ = locks.execute(&delete, ctx.now).await;
+            }
+        }
+    };
+    // 2. Occurrences too far from the storage server's clock are refused, every time: the
+    // reservation this tick made is taken back.
+    if unix(server_now).saturating_sub(settings.retention.as_secs()) > occurrence {
+        take_back(created).await;
         return Ok(Decision::TooOld {
             retention: settings.retention,
+        });
+    }
+    if occurrence > unix(server_now).saturating_add(settings.early.as_secs()) {
+        take_back(created).await;
+        return Ok(Decision::TooEarly {
+            early: settings.early,
         });
     }
     let mut entry = Entry {
@@ -356,7 +406,7 @@ async fn run_tick<T, S: Transport, J: Transport>(
         finished_at: None,
         reason: None,
     };
-    // 2. The job's lease (or, allowing overlap, the occurrence's own).
+    // 3. The job's lease (or, allowing overlap, the occurrence's own).
     let (lease_locks, lock_name) = match settings.overlap {
         Overlap::Skip => (
             locks
@@ -375,22 +425,54 @@ async fn run_tick<T, S: Transport, J: Transport>(
         .await?
     {
         Acquire::Acquired(a) => a,
+        Acquire::Busy { .. } if resuming => {
+            return Ok(Decision::Skipped {
+                reserved_by: Some(settings.instance_id.clone()),
+                reason: "this instance reserved it, and a run holds the job's lease".into(),
+            })
+        }
         Acquire::Busy { .. } => {
             entry.status = "skipped_overlap".into();
             entry.reason = Some("the previous run still holds the job's lease".into());
-            append(&locks, settings, &entry, ctx.now).await?;
+            if let Ok(Err(LogRefusal::TooOld)) =
+                append(&locks, settings, &entry, false, ctx.now).await
+            {
+                take_back(created).await;
+                return Ok(Decision::TooOld {
+                    retention: settings.retention,
+                });
+            }
             return Ok(Decision::Overlapped { entry });
         }
     };
     entry.fencing_token = held.fencing_token;
-    // 3. Log the reservation before running, so a run that never ends still shows.
-    if let Err(e) = append(&locks, settings, &entry, ctx.now).await {
+    // 4. Log the reservation before running, so a run that never ends still shows; the log
+    // refuses an occurrence below its clean-up watermark, and (resuming) one it knows.
+    let logged = append(&locks, settings, &entry, resuming, ctx.now).await;
+    let refused = match logged {
+        Ok(Ok(())) => None,
+        Ok(Err(LogRefusal::TooOld)) => {
+            take_back(created).await;
+            Some(Decision::TooOld {
+                retention: settings.retention,
+            })
+        }
+        Ok(Err(LogRefusal::Known)) => Some(Decision::Skipped {
+            reserved_by: Some(settings.instance_id.clone()),
+            reason: "this instance reserved and ran it on an earlier tick".into(),
+        }),
+        Err(e) => {
+            let _ = lease_locks.release(&lock_name, lease_id, ctx.now).await;
+            return Err(e);
+        }
+    };
+    if let Some(decision) = refused {
         let _ = lease_locks.release(&lock_name, lease_id, ctx.now).await;
-        return Err(e);
+        return Ok(decision);
     }
-    // 4. Run.
+    // 5. Run.
     let result = call_job(job, settings, &entry).await;
-    // 5. Log the result, release, clean up.
+    // 6. Log the result (and raise the clean-up watermark), release, clean up below it.
     let (status, reason) = match &result {
         Ok(()) => ("succeeded", None),
         Err(reason) => ("failed", Some(reason.clone())),
@@ -399,9 +481,9 @@ async fn run_tick<T, S: Transport, J: Transport>(
     entry.reason = reason;
     let finished = update(&locks, settings, &entry, ctx.now).await;
     let _ = lease_locks.release(&lock_name, lease_id, ctx.now).await;
-    if let Ok(now) = &finished {
-        entry.finished_at = Some(rfc3339(*now));
-        let _ = clean_up(&locks, settings, *now, ctx.now).await;
+    if let Ok((end, cleaned_before)) = &finished {
+        entry.finished_at = Some(rfc3339(*end));
+        let _ = clean_up(&locks, settings, *cleaned_before, ctx.now).await;
     }
     Ok(match result {
         Ok(()) => Decision::Ran { entry },
@@ -492,7 +574,7 @@ pub async fn read_log<T: Transport>(
         None => Ok((
             Log {
                 job: settings.job.clone(),
-                entries: Vec::new(),
+                ..Log::default()
             },
             None,
             date,
@@ -510,16 +592,19 @@ pub async fn read_log<T: Transport>(
 }
 
 /// Changes the log with `change` (given the server's time of the read) by compare-and-swap,
-/// retrying lost races. Returns the server's `Date` of the write.
-async fn change_log<T: Transport>(
+/// retrying lost races. `change` may refuse (`Err`): nothing is written. Returns the server's
+/// `Date` of the write and the log as written.
+async fn change_log<T: Transport, R>(
     locks: &Locks<T>,
     settings: &Settings,
     now: SystemTime,
-    change: impl Fn(&mut Log, SystemTime),
-) -> Result<SystemTime, leasegate::Error> {
+    change: impl Fn(&mut Log, SystemTime) -> Result<(), R>,
+) -> Result<Result<(SystemTime, Log), R>, leasegate::Error> {
     for _ in 0..LOG_ATTEMPTS {
         let (mut log, etag, read_at) = read_log(locks, settings, now).await?;
-        change(&mut log, read_at);
+        if let Err(refusal) = change(&mut log, read_at) {
+            return Ok(Err(refusal));
+        }
         log.entries
             .sort_by_key(|e| std::cmp::Reverse(e.occurrence_unix));
         log.entries.truncate(LOG_ENTRIES);
@@ -532,7 +617,9 @@ async fn change_log<T: Transport>(
             .with_content_type("application/json")
             .with_condition(condition);
         match locks.execute(&put, now).await? {
-            (WriteOutcome::Written(w), date) => return Ok(w.server_date.or(date).unwrap_or(now)),
+            (WriteOutcome::Written(w), date) => {
+                return Ok(Ok((w.server_date.or(date).unwrap_or(now), log)))
+            }
             (WriteOutcome::Refused(_), _) => continue,
         }
     }
@@ -542,29 +629,54 @@ async fn change_log<T: Transport>(
     )))
 }
 
+/// Why the log refused an entry.
+enum LogRefusal {
+    /// The occurrence is before the log's clean-up watermark.
+    TooOld,
+    /// The log has an entry for it already (a retried tick of the instance that reserved it).
+    Known,
+}
+
+/// Adds the run's entry, unless the occurrence is before the clean-up watermark, or (when
+/// `resuming`) the log knows it already.
 async fn append<T: Transport>(
     locks: &Locks<T>,
     settings: &Settings,
     entry: &Entry,
+    resuming: bool,
     now: SystemTime,
-) -> Result<SystemTime, leasegate::Error> {
-    change_log(locks, settings, now, |log, _| {
+) -> Result<Result<(), LogRefusal>, leasegate::Error> {
+    let changed = change_log(locks, settings, now, |log, _| {
+        if entry.occurrence_unix < log.cleaned_before {
+            return Err(LogRefusal::TooOld);
+        }
+        if resuming
+            && log
+                .entries
+                .iter()
+                .any(|e| e.occurrence_unix == entry.occurrence_unix)
+        {
+            return Err(LogRefusal::Known);
+        }
         log.job = settings.job.clone();
         log.entries
             .retain(|e| e.occurrence_unix != entry.occurrence_unix);
         log.entries.push(entry.clone());
+        Ok(())
     })
-    .await
+    .await?;
+    Ok(changed.map(|_| ()))
 }
 
-/// Records the run's result, its end stamped with the server's clock. Returns that time.
+/// Records the run's result, its end stamped with the server's clock, and moves the clean-up
+/// watermark up to the retention. Returns the end and the watermark.
 async fn update<T: Transport>(
     locks: &Locks<T>,
     settings: &Settings,
     entry: &Entry,
     now: SystemTime,
-) -> Result<SystemTime, leasegate::Error> {
-    change_log(locks, settings, now, |log, read_at| {
+) -> Result<(SystemTime, u64), leasegate::Error> {
+    let written = change_log(locks, settings, now, |log, read_at| {
         if let Some(e) = log
             .entries
             .iter_mut()
@@ -574,19 +686,24 @@ async fn update<T: Transport>(
             e.reason = entry.reason.clone();
             e.finished_at = Some(rfc3339(read_at));
         }
+        let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
+        log.cleaned_before = log.cleaned_before.max(cutoff);
+        Ok::<(), ()>(())
     })
-    .await
+    .await?;
+    let (date, log) = written.unwrap_or_else(|()| (now, Log::default()));
+    Ok((date, log.cleaned_before))
 }
 
-/// Deletes reservations older than the retention (oldest first, a page at a time): a tick for
-/// such an occurrence is refused anyway, so none can run twice.
+/// Deletes reservations before the log's clean-up watermark (oldest first, a page at a time):
+/// the watermark was raised first, so a tick for such an occurrence is refused, whatever
+/// retention its deployment has, and none can run twice.
 async fn clean_up<T: Transport>(
     locks: &Locks<T>,
     settings: &Settings,
-    server_now: SystemTime,
+    cutoff: u64,
     now: SystemTime,
 ) -> Result<usize, leasegate::Error> {
-    let cutoff = unix(server_now).saturating_sub(settings.retention.as_secs());
     let list = ListBlobs {
         prefix: Some(settings.occurrences_prefix()),
         max_results: Some(16),
@@ -643,6 +760,7 @@ impl Decision {
             Decision::Overlapped { .. } => "overlapped",
             Decision::JobFailed { .. } => "failed",
             Decision::TooOld { .. } => "too_old",
+            Decision::TooEarly { .. } => "too_early",
         }
     }
 }
@@ -687,6 +805,14 @@ pub fn describe(
                     v["reservedBy"] = json!(reserved_by);
                     v["reason"] = json!(reason);
                     StatusCode::OK
+                }
+                Decision::TooEarly { early } => {
+                    v["error"] = json!("occurrence_too_early");
+                    v["message"] = json!(format!(
+                        "the occurrence is more than {} s ahead of the storage server's clock (job_early_seconds): is this instance's clock ahead?",
+                        early.as_secs()
+                    ));
+                    StatusCode::CONFLICT
                 }
                 Decision::TooOld { retention } => {
                     v["error"] = json!("occurrence_too_old");
@@ -770,11 +896,17 @@ pub async fn handle_http<T: Transport>(
 ) -> Response<Vec<u8>> {
     let started = Instant::now();
     let path = request.uri().path().to_string();
-    if let Some(rest) = path.strip_prefix(ROUTE_PREFIX) {
+    let rest = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
+        (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
+    });
+    if let Some(rest) = rest {
         if let Err(r) = auth::authenticate(ctx.variables, "timer_token", "timer_auth", &request) {
             return r;
         }
         return api(ctx, &request, rest, started).await;
+    }
+    if !timer::azure_channel(ctx.variables) {
+        return timer::no_route();
     }
     azure(ctx, &request, started).await
 }

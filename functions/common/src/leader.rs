@@ -334,6 +334,9 @@ pub async fn handle_http<T: Transport>(
         }
         return step_down(ctx, &settings).await;
     }
+    if !timer::azure_channel(ctx.variables) {
+        return timer::no_route();
+    }
     if request.method() != http::Method::POST {
         return web::method_not_allowed("POST");
     }

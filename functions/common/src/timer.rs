@@ -43,8 +43,8 @@ impl Source {
 /// One tick of a timer function.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tick {
-    /// The trigger time: the scheduled time where the trigger says it (cron), the invocation's
-    /// `UtcNow` (Azure), the time given by the caller or the instance's clock (HTTP).
+    /// The trigger time: the second the cron trigger fired, the invocation's `UtcNow`
+    /// (Azure), the time given by the caller or the instance's clock (HTTP).
     pub at: SystemTime,
     /// Where it came from.
     pub source: Source,
@@ -109,7 +109,12 @@ fn parse_any_time(s: &str) -> Option<SystemTime> {
         return Some(t);
     }
     // An offset other than +00:00: `...+02:00` or `...-05:30`.
-    let (base, sign, offset) = match s.len().checked_sub(6).map(|i| s.split_at(i)) {
+    let split = s
+        .len()
+        .checked_sub(6)
+        .filter(|i| s.is_char_boundary(*i))
+        .map(|i| s.split_at(i));
+    let (base, sign, offset) = match split {
         Some((base, off)) if off.starts_with(['+', '-']) && off.as_bytes()[3] == b':' => (
             base,
             if off.starts_with('+') { 1i64 } else { -1 },
@@ -185,6 +190,22 @@ pub fn parse_azure_timer(body: &[u8], fallback: SystemTime) -> Result<Tick, Stri
         source: Source::Azure,
         past_due,
     })
+}
+
+/// Whether this deployment takes Azure Functions timer invocations (`POST /{FunctionName}`):
+/// only when `azure_functions` is `on`, which the Azure Functions deployment's manifest sets.
+/// Anywhere else that path would be a public, unauthenticated way to tick the function.
+pub fn azure_channel(vars: &dyn Variables) -> bool {
+    config::var(vars, "azure_functions").as_deref() == Some("on")
+}
+
+/// The answer for a path that is neither the function's API nor (here) the Azure channel.
+pub fn no_route() -> Response<Vec<u8>> {
+    web::error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route (the Azure Functions timer channel is on only in that deployment)",
+    )
 }
 
 /// The answer to an Azure Functions invocation: `status` (2xx: done; any other marks the
