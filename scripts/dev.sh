@@ -72,7 +72,7 @@ Try it yourself while Azurite runs (another terminal: scripts/dev.sh azurite):
 TXT
 }
 
-COMPONENTS=(device-alerts gate scheduled-job leader init-once)
+COMPONENTS=(device-alerts gate scheduled-job leader init-once ttl-sweeper)
 
 build_components() {
   say "building the components (wasm32-wasip2, release)"
@@ -99,7 +99,9 @@ run() {
   local telemetry="${LEASEGATE_TELEMETRY_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   local timer="${LEASEGATE_TIMER_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   local vars=(--variable gate_token="$token" --variable telemetry_token="$telemetry"
-              --variable timer_token="$timer" --variable instance_id="${LEASEGATE_INSTANCE_ID:-dev-local}")
+              --variable timer_token="$timer" --variable instance_id="${LEASEGATE_INSTANCE_ID:-dev-local}"
+              --variable ttl_containers="${LEASEGATE_TTL_CONTAINERS:-scratch}"
+              --variable ttl_lock_retention_seconds=86400)
   cat >&2 <<TXT
 
 The app will serve on http://127.0.0.1:3000. Try, from another terminal:
@@ -119,10 +121,14 @@ The app will serve on http://127.0.0.1:3000. Try, from another terminal:
   curl -s http://127.0.0.1:3000/api/jobs/example-job -H 'authorization: Bearer $timer'   # the log
   curl -s http://127.0.0.1:3000/api/leader -H 'authorization: Bearer $timer'             # who leads
   curl -s -X POST http://127.0.0.1:3000/api/init/seed -H 'authorization: Bearer $timer'  # runs once
+  curl -s -X POST http://127.0.0.1:3000/api/sweeper/tick -H 'authorization: Bearer $timer' # a sweep
+  curl -s -X PUT http://127.0.0.1:3000/api/ttl/scratch/some/blob -H 'authorization: Bearer $timer' \
+       -H 'content-type: application/json' -d '{"ttlSeconds":60}'  # marks a blob of 'scratch'
 
 The timer functions also tick on the cron trigger (spin-cron.toml): watch the sink print the
 job's POSTs to /job every minute, the leader's heartbeats to /heartbeat every 10 s, and the
-initialization's one POST to /init.
+initialization's one POST to /init; the sweeper sweeps container 'scratch' (and day-old lock
+blobs) every 5 minutes.
 
 TXT
   if command -v spin >/dev/null 2>&1; then

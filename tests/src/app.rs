@@ -45,6 +45,8 @@ pub fn build_components() {
                 "leader",
                 "-p",
                 "init-once",
+                "-p",
+                "ttl-sweeper",
             ])
             .status()
             .expect("run cargo to build the components");
@@ -101,7 +103,10 @@ impl Manifest {
                                 root().join("deploy/azure-functions/timer-routes.toml"),
                             )
                             .expect("read timer-routes.toml");
-                        let text = text.replace("source = \"target/", "source = \"");
+                        let text = text.replace("source = \"target/", "source = \"").replace(
+                            "azure_functions = { default = \"off\" }",
+                            "azure_functions = { default = \"on\" }",
+                        );
                         let path = root().join(format!(
                             "target/leasegate-azure-spin-{}.toml",
                             std::process::id()

@@ -21,6 +21,7 @@ pub mod leader;
 pub mod spin;
 pub mod telemetry;
 pub mod timer;
+pub mod ttl;
 pub mod web;
 
 use std::time::{Duration, SystemTime};
@@ -39,7 +40,13 @@ pub struct Context<'a, T> {
     pub now: SystemTime,
     /// A source of fresh lease ids (per-event ids for throttles).
     pub new_lease_id: &'a dyn Fn() -> LeaseId,
+    /// Waits without blocking the invocation's other work (a short pause before asking a busy
+    /// lock again).
+    pub sleep: &'a dyn Fn(Duration) -> Pause,
 }
+
+/// A pause: see [`Context::sleep`].
+pub type Pause = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
 
 /// Writes one JSON log line to stdout. Callers put no secret in it.
 pub fn log_line(fields: serde_json::Value) {

@@ -284,6 +284,7 @@ impl SpinEnv {
             variables: &self.variables,
             now: SystemTime::now(),
             new_lease_id: &random_lease_id,
+            sleep: &|d| Box::pin(Sleep::new(d)),
         }
     }
 }

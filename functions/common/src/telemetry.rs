@@ -640,6 +640,7 @@ mod tests {
             variables: &vars,
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800),
             new_lease_id: &|| LeaseId::from_random_bytes([9; 16]),
+            sleep: &|_| Box::pin(async {}),
         };
         let body = json!([
             {"deviceId": "good", "temperature": 40},

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Writes spin-cron.toml, the timer functions on Spin's cron trigger, from spin.toml: the same
+[variables] and component definitions, plus the [[trigger.cron]] schedules below. Run it after
+changing a timer component or a variable in spin.toml (tests/tests/deploy.rs checks the two
+manifests agree).
+"""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (component, cron expression "sec min hour dom mon dow", why)
+SCHEDULES = [
+    ("scheduled-job", "0 * * * * *", "every minute at second 0, the job's period (job_period_seconds = 60)"),
+    ("leader", "*/10 * * * * *", "every 10 s, well inside the 30 s leader lease"),
+    ("init-once", "30 * * * * *", "every minute until it is done (then a tick is one storage read)"),
+    ("ttl-sweeper", "15 */5 * * * *", "every 5 minutes, one time budget of sweeping per worker"),
+]
+
+HEADER = '''spin_manifest_version = 2
+
+# The timer functions on Spin's cron trigger. Spin refuses a manifest that names a trigger
+# whose plugin is missing, so this app is apart from spin.toml (the HTTP app, which runs on any
+# Spin). Install the plugin once, then run both apps side by side:
+#
+#   spin plugins update && spin plugins install trigger-cron
+#   spin up -f spin-cron.toml --variable instance_id=node-a --variable timer_token=...
+#
+# (or the canary build: spin plugins install --url
+#  https://github.com/spinframework/spin-trigger-cron/releases/download/canary/trigger-cron.json)
+#
+# Generated from spin.toml by scripts/cron_manifest.py: components and variables are the same
+# (tests/tests/deploy.rs keeps them equal).
+
+[application]
+name = "leasegate-timers"
+version = "0.1.0"
+description = "leasegate's timer functions on Spin's cron trigger."
+
+'''
+
+
+def main() -> None:
+    main_text = (ROOT / "spin.toml").read_text()
+    variables = main_text[main_text.index("[variables]"):main_text.index("[[trigger.http]]")]
+    parts = [HEADER, variables]
+    for component, expression, why in SCHEDULES:
+        parts.append(f'# {component}: {why}.\n[[trigger.cron]]\ncomponent = "{component}"\n'
+                     f'cron_expression = "{expression}"\n\n')
+    for component, _, _ in SCHEDULES:
+        start = main_text.index(f"[component.{component}]")
+        end = main_text.find("\n[[trigger", start)
+        block = main_text[start:] if end < 0 else main_text[start:end + 1]
+        parts.append(block.rstrip("\n") + "\n\n")
+    (ROOT / "spin-cron.toml").write_text("".join(parts).rstrip("\n") + "\n")
+    print("wrote spin-cron.toml")
+
+
+if __name__ == "__main__":
+    main()
