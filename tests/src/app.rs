@@ -215,6 +215,28 @@ impl App {
     }
 }
 
+/// Every answer the app gave must have left in one write: its body written and finished before
+/// the response was set (see `leasegate_host`'s `response` module). Checked when the app goes
+/// away, for every test.
+impl Drop for App {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let split: Vec<String> = self
+            .host
+            .records()
+            .iter()
+            .filter(|r| r.complete_at_set == Some(false))
+            .map(|r| format!("{} {} -> {} ({})", r.method, r.path, r.status, r.component))
+            .collect();
+        assert!(
+            split.is_empty(),
+            "responses set before their body was finished (head and body in two TCP segments: a delayed-ACK stall under Spin): {split:?}"
+        );
+    }
+}
+
 /// An HTTP answer, read whole.
 #[derive(Debug, Clone)]
 pub struct Answer {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use leasegate::{Account, ContainerName};
 
 pub mod app;
+pub mod keepalive;
 pub mod sink;
 pub mod stub;
 

@@ -10,7 +10,10 @@ use futures::future::{select, Either};
 use futures::StreamExt;
 use http::{Request, Response, StatusCode};
 use leasegate::{LeaseId, Transport, TransportError, TransportErrorKind};
-use spin_sdk::http::{IncomingRequest, IncomingResponse, SendError};
+use spin_sdk::http::{
+    Fields, IncomingRequest, IncomingResponse, OutgoingBody, OutgoingResponse, ResponseOutparam,
+    SendError,
+};
 
 use crate::config::Variables;
 use crate::web;
@@ -254,6 +257,77 @@ pub async fn read_request(
         .map_err(|_| bad("the request line or headers are not valid"))
 }
 
+/// Sends `response` the way that keeps it to one TCP write: the body is written and finished
+/// *before* the response is set, with a `Content-Length`. (spin-sdk's `#[http_component]` sets
+/// the response first and writes the body after; Spin then sends head and body as two segments,
+/// and on a keep-alive connection without `TCP_NODELAY` the second waits for the client's
+/// delayed ACK, about 40 ms.) A body larger than the host takes before the response is set is
+/// written after it, as a stream.
+pub fn respond(out: ResponseOutparam, response: Response<Vec<u8>>) {
+    let (parts, body) = response.into_parts();
+    let mut entries: Vec<(String, Vec<u8>)> = parts
+        .headers
+        .iter()
+        .filter(|(name, _)| *name != http::header::CONTENT_LENGTH)
+        .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
+        .collect();
+    let bodiless =
+        parts.status == StatusCode::NO_CONTENT || parts.status == StatusCode::NOT_MODIFIED;
+    if !bodiless {
+        entries.push(("content-length".into(), body.len().to_string().into_bytes()));
+    }
+    let Ok(headers) = Fields::from_list(&entries) else {
+        // Only a header Spin forbids gets here; the handlers set none.
+        return respond(
+            out,
+            web::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the answer could not be sent",
+            ),
+        );
+    };
+    let outgoing = OutgoingResponse::new(headers);
+    let _ = outgoing.set_status_code(parts.status.as_u16());
+    let Ok(outgoing_body) = outgoing.body() else {
+        return;
+    };
+    let Ok(stream) = outgoing_body.write() else {
+        return;
+    };
+    let body = if bodiless { &[][..] } else { &body[..] };
+    // What the host takes now, without waiting (its buffer holds one chunk of up to 1 MiB).
+    let mut written = 0;
+    while written < body.len() {
+        match stream.check_write() {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let end = body
+                    .len()
+                    .min(written + usize::try_from(n).unwrap_or(usize::MAX));
+                if stream.write(&body[written..end]).is_err() {
+                    break;
+                }
+                written = end;
+            }
+        }
+    }
+    if written == body.len() {
+        drop(stream);
+        let _ = OutgoingBody::finish(outgoing_body, None);
+        out.set(outgoing);
+        return;
+    }
+    out.set(outgoing);
+    for chunk in body[written..].chunks(4096) {
+        if stream.blocking_write_and_flush(chunk).is_err() {
+            return;
+        }
+    }
+    drop(stream);
+    let _ = OutgoingBody::finish(outgoing_body, None);
+}
+
 /// What a component's handler runs with in Spin: the Spin transport and variables.
 pub struct SpinEnv {
     variables: SpinVariables,
@@ -295,11 +369,34 @@ impl Default for SpinEnv {
     }
 }
 
+/// Exports `wasi:http/incoming-handler` (through spin-sdk's `#[http_component]`): reads the
+/// request with a body cap of `$limit` bytes (413 beyond), calls
+/// `$handler(&Context, http::Request<Vec<u8>>) -> http::Response<Vec<u8>>` and sends the answer
+/// with [`respond`] (body before head, one write). Use it in a component crate that depends on
+/// `spin-sdk`.
+#[macro_export]
+macro_rules! http_export {
+    ($handler:path, $limit:expr) => {
+        #[spin_sdk::http_component]
+        async fn handle(
+            request: spin_sdk::http::IncomingRequest,
+            out: spin_sdk::http::ResponseOutparam,
+        ) {
+            let env = $crate::spin::SpinEnv::new();
+            let response = match $crate::spin::read_request(request, $limit).await {
+                Ok(request) => $handler(&env.context(), request).await,
+                Err(response) => response,
+            };
+            $crate::spin::respond(out, response);
+        }
+    };
+}
+
 /// Exports `handle-cron-event` of Spin's cron trigger (`fermyon:spin-cron@2.0.0`; its guest SDK
 /// is not on crates.io, so the binding is generated with the wit-bindgen that spin-sdk uses),
 /// calling `$handler(&Context, timestamp) -> Result<(), String>` on Spin's executor. Use it in a
 /// component crate that depends on `spin-sdk` and `spin-executor`, next to its
-/// `#[http_component]`.
+/// [`http_export!`].
 #[macro_export]
 macro_rules! cron_export {
     ($handler:path) => {

@@ -2,17 +2,8 @@
 //! The logic is in `leasegate_functions::leader`; these are the Spin entry points: the HTTP
 //! trigger (`/api/leader`, Azure Functions timer invocations) and Spin's cron trigger.
 
-use leasegate_functions::leader::{handle_http, MAX_BODY_BYTES};
-use leasegate_functions::spin::{read_request, SpinEnv};
-use spin_sdk::http::IncomingRequest;
-use spin_sdk::http_component;
-
-#[http_component]
-async fn handle(request: IncomingRequest) -> http::Response<Vec<u8>> {
-    match read_request(request, MAX_BODY_BYTES).await {
-        Ok(request) => handle_http(&SpinEnv::new().context(), request).await,
-        Err(response) => response,
-    }
-}
-
+leasegate_functions::http_export!(
+    leasegate_functions::leader::handle_http,
+    leasegate_functions::leader::MAX_BODY_BYTES
+);
 leasegate_functions::cron_export!(leasegate_functions::leader::handle_cron);

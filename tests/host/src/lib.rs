@@ -1,7 +1,10 @@
 //! A wasmtime-based host for leasegate's Spin app, for tests and for running locally without
 //! Spin. It serves the components of a real `spin.toml` the way Spin's HTTP trigger does:
 //!
-//! * `wasi:http/incoming-handler` per request, with Spin's `spin-*` request headers;
+//! * `wasi:http/incoming-handler` per request, with Spin's `spin-*` request headers; the
+//!   response head leaves when the guest sets it and the body as it is written, on connections
+//!   without `TCP_NODELAY`, as in Spin (see the `response` module: a body written after `set`
+//!   costs a keep-alive client its delayed ACK, and [`RequestRecord::complete_at_set`] says so);
 //! * `wasi:http/outgoing-handler`, checked against each component's `allowed_outbound_hosts`;
 //! * `wasi:cli` (stdout and stderr captured per request into the host's log);
 //! * `fermyon:spin/variables@2.0.0`, component variables templated from application variables;
@@ -16,6 +19,7 @@
 //! (and the clock its cron schedules run by), to model deployments whose clocks disagree.
 
 pub mod manifest;
+mod response;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -116,6 +120,9 @@ pub struct RequestRecord {
     pub output: Vec<String>,
     /// Wall time of the whole invocation.
     pub duration: Duration,
+    /// Whether the component had written and finished the response body when it set the
+    /// response (so head and body left in one write); `None` if it set none (or a cron event).
+    pub complete_at_set: Option<bool>,
 }
 
 impl RequestRecord {
@@ -877,6 +884,7 @@ impl Served {
                 max_in_flight: capture.max_in_flight(),
                 output,
                 duration: started.elapsed(),
+                complete_at_set: None,
             },
             result,
         };
@@ -960,12 +968,27 @@ impl Served {
         let capture = Capture::new();
         let mut store = self.store(config, &capture);
         let (sender, receiver) = tokio::sync::oneshot::channel();
+        let complete_at_set = Arc::new(Mutex::new(None));
         let prepared = (|| -> Result<_> {
             let req = store
                 .data_mut()
                 .http()
                 .new_incoming_request(Scheme::Http, req)?;
-            let out = store.data_mut().http().new_response_outparam(sender)?;
+            // Spin sends the head the moment the component sets the response (see `response`).
+            let at_set = complete_at_set.clone();
+            let out = store
+                .data_mut()
+                .http()
+                .new_response_outparam_from_callback(move |set| {
+                    let set = set.map(|r| {
+                        let (r, complete) = response::at_set(r);
+                        if let Ok(mut c) = at_set.lock() {
+                            *c = Some(complete);
+                        }
+                        r
+                    });
+                    let _ = sender.send(set);
+                })?;
             Ok((req, out))
         })();
         let (guest_req, out) = match prepared {
@@ -1011,6 +1034,7 @@ impl Served {
                 max_in_flight: capture.max_in_flight(),
                 output,
                 duration: started.elapsed(),
+                complete_at_set: complete_at_set.lock().ok().and_then(|c| *c),
             };
             if echo {
                 for line in &record.output {
