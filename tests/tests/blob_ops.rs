@@ -461,6 +461,18 @@ fn copy_then_delete_with_conditions() {
         exec(&account, &stale).unwrap(),
         CopyOutcome::Refused(Refusal::ConditionFailed)
     );
+    // A stale source onto an existing destination that must not exist: refused either way
+    // (Azurite checks the destination first; a peer answering `SourceConditionNotMet` first is
+    // read as the source's refusal).
+    let both = CopyBlob {
+        source_etag: Some(leasegate::ETag::new("0x1")),
+        condition: Condition::IfNotExists,
+        ..CopyBlob::new(c.clone(), src.clone(), dead.clone(), src.clone())
+    };
+    assert!(matches!(
+        exec(&account, &both).unwrap(),
+        CopyOutcome::Refused(Refusal::AlreadyExists | Refusal::ConditionFailed)
+    ));
     let listed = props(&account, &c, &src).etag.unwrap();
     let with_metadata = CopyBlob {
         source_etag: Some(listed),

@@ -749,3 +749,51 @@ fn storage_faults_leave_blobs_in_place_and_the_next_pass_finishes() {
     assert_eq!(st["moved"], 10, "{st}");
     assert_eq!(st["passes"], 3, "{st}");
 }
+
+/// A tick stays within its bound: past its work deadline (twice the budget, at least the budget
+/// and 5 s) it begins no more blobs of the page it holds; they are left to the next pass.
+#[test]
+fn a_slow_page_is_cut_at_the_work_deadline_and_the_next_pass_finishes_it() {
+    let c = unique_container("ttlslow");
+    create_container(&c);
+    let past = rfc3339(SystemTime::now() - Duration::from_secs(60));
+    for i in 0..4 {
+        put(&c, &format!("s-{i}"), b"x", &[("TimeToLive", past.clone())]);
+    }
+    let app = sweeper(
+        "slow",
+        c.as_str(),
+        &[
+            ("ttl_time_budget_ms", "100"),
+            ("max_in_flight", "1"),
+            ("ttl_pass_interval_seconds", "0"),
+            ("storage_timeout_ms", "10000"),
+        ],
+        None,
+    );
+    // Each delete takes 3 s: two are begun before the deadline (5.1 s), two are not.
+    app.host.set_request_fault(
+        &app.storage,
+        &format!("DELETE /devstoreaccount1/{}/", c.as_str()),
+        Fault::Delay(Duration::from_secs(3)),
+    );
+    let a = tick(&app);
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["deleted"], 2, "{}", a.text);
+    assert_eq!(
+        a.json["skipped"]["the tick's time ran out (the next pass takes it)"], 2,
+        "{}",
+        a.text
+    );
+    app.host.set_fault(&app.storage, None);
+    // The next tick completes that pass; the one after sweeps the rest.
+    let (mut deleted, mut ticks) = (0, 0);
+    while deleted < 2 && ticks < 3 {
+        let b = tick(&app);
+        assert_eq!(b.status, 200, "{}", b.text);
+        deleted += b.json["deleted"].as_u64().unwrap();
+        ticks += 1;
+    }
+    assert_eq!(deleted, 2);
+    assert!(list(&c).is_empty());
+}

@@ -138,6 +138,14 @@ pub enum State {
         /// The run's fencing token.
         token: u64,
     },
+    /// This call ran it (the initialization answered 2xx), but storage failed while it marked
+    /// it done: the mark may or may not have landed.
+    MarkFailed {
+        /// The run's fencing token.
+        token: u64,
+        /// What storage did.
+        error: String,
+    },
 }
 
 /// Runs one call for `name`. Storage requests: one when done or running, eight when this
@@ -217,7 +225,15 @@ async fn run<T, S: Transport, A: Transport>(
     // Let the lock go whatever the mark's fate: an unmarked run is run again by the next
     // caller, not held up until the lease runs out.
     let _ = locks.release(&lock, id, ctx.now).await;
-    let marked = marked?;
+    let marked = match marked {
+        Ok(m) => m,
+        Err(e) => {
+            return Ok(State::MarkFailed {
+                token,
+                error: e.to_string(),
+            })
+        }
+    };
     Ok(if marked {
         State::Done {
             ran: true,
@@ -323,6 +339,17 @@ pub fn describe(
                 "the initialization answered, but this call's lease ran out before it could be marked done; another caller may run it again"
             );
             StatusCode::CONFLICT
+        }
+        Ok(State::MarkFailed { token, error }) => {
+            v["state"] = json!("unknown");
+            v["ran"] = json!(true);
+            v["fencingToken"] = json!(token);
+            v["error"] = json!("mark_failed");
+            v["message"] = json!(format!(
+                "the initialization ran (it answered 2xx) but marking it done failed ({error}): GET tells whether the mark landed; if not, the next call runs it again with a larger fencing token"
+            ));
+            retry = Some(1);
+            StatusCode::SERVICE_UNAVAILABLE
         }
         Err(e) => {
             v["state"] = json!("unknown");

@@ -55,6 +55,8 @@ pub const TIME_TO_LIVE: &str = "timetolive";
 pub const DEAD_BLOB_CONTAINER: &str = "deadblobcontainer";
 /// Metadata name a moved blob gets: where it came from.
 pub const SOURCE_URI: &str = "sourceuri";
+/// Metadata name a moved blob gets: the version of the source it copies (its ETag).
+pub const SOURCE_ETAG: &str = "sourceetag";
 /// The sweep state blob.
 pub const STATE_BLOB: &str = "sweeper/state.json";
 /// The longest time-to-live the marking API accepts (10 years).
@@ -63,8 +65,10 @@ pub const MAX_TTL_SECS: u64 = 10 * 365 * 24 * 3600;
 const CLAIM_PATIENCE: Duration = Duration::from_secs(5);
 /// The pause between two tries of a busy state lease.
 const CLAIM_PAUSE: Duration = Duration::from_millis(40);
-/// How many times a pending copy is polled before the source is left alone.
-const COPY_POLLS: usize = 20;
+/// How often a pending copy is polled.
+const COPY_POLL: Duration = Duration::from_millis(250);
+/// How long a pending copy is waited for before the source is left alone.
+const COPY_WAIT: Duration = Duration::from_secs(5);
 
 /// What a sweep entry sweeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,12 +90,15 @@ pub struct Entry {
     pub prefix: String,
     /// What it sweeps.
     pub kind: Kind,
-    /// `init` (the pass has not reached it), `current` (pages left), `last` (its last page was
-    /// claimed this pass) or `off` (no longer configured).
+    /// `init` (the pass has not reached it), `current` (pages left) or `last` (its last page
+    /// was claimed this pass).
     pub status: String,
     /// Where the next page starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marker: Option<String>,
+    /// No longer configured: skipped, its progress kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub off: bool,
 }
 
 /// The sweep state blob.
@@ -118,6 +125,9 @@ pub struct State {
     /// Pages claimed.
     #[serde(default)]
     pub pages: u64,
+    /// The ticks of the last minutes (see [`TickEntry`]).
+    #[serde(default)]
+    pub ticks: Vec<TickEntry>,
 }
 
 /// The sweeper's settings.
@@ -196,12 +206,12 @@ impl Settings {
                         "variable ttl_lock_prefixes: '{p}' must be a blob name prefix ending in '/'"
                     )));
                 }
-                if ["init/", "sweeper/", "jobs/"]
+                if ["init/", "sweeper/", "jobs/", "leader/"]
                     .iter()
                     .any(|k| p.starts_with(k))
                 {
                     return Err(ConfigError(format!(
-                        "variable ttl_lock_prefixes: '{p}' holds state that is not a lock (init marks, the sweep state, job logs)"
+                        "variable ttl_lock_prefixes: '{p}' holds state that is not a lock (init marks, the sweep state, job logs) or a leader's term"
                     )));
                 }
                 targets.push((Kind::Locks, storage.container.clone(), p.to_string()));
@@ -223,6 +233,18 @@ impl Settings {
             lock_retention,
             pass_interval: Duration::from_secs(pass_interval as u64),
         })
+    }
+
+    /// The longest a tick can take: its budget, then the page it was processing (a copy's
+    /// wait and a few storage requests). A tick's entry older than this is no longer active.
+    pub fn tick_bound(&self) -> Duration {
+        self.work_deadline() + COPY_WAIT + 4 * self.storage.timeout + Duration::from_secs(10)
+    }
+
+    /// Pages are claimed until the budget is spent; the blobs of the last page are begun until
+    /// this long after the tick started (the budget again, at least 5 s more).
+    pub fn work_deadline(&self) -> Duration {
+        self.budget + self.budget.max(Duration::from_secs(5))
     }
 
     fn state_blob(&self) -> BlobName {
@@ -259,10 +281,6 @@ pub struct Report {
 }
 
 impl Report {
-    fn has_counters(&self) -> bool {
-        self.deleted + self.moved + self.locks_removed > 0
-    }
-
     fn skip(&mut self, reason: &str) {
         *self.skipped.entry(reason.to_string()).or_default() += 1;
     }
@@ -276,70 +294,152 @@ struct Claimed {
     server_now: SystemTime,
 }
 
-/// One tick: claim and process pages until the budget is spent or the pass completes.
+/// Counters kept in the state.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counters {
+    /// Blobs deleted (moved ones included).
+    #[serde(default)]
+    pub purged: u64,
+    /// Of those, moved to a dead-blob container.
+    #[serde(default)]
+    pub moved: u64,
+    /// Lock blobs removed.
+    #[serde(default)]
+    pub locks_removed: u64,
+}
+
+impl Counters {
+    fn of(report: &Report) -> Counters {
+        Counters {
+            purged: report.deleted,
+            moved: report.moved,
+            locks_removed: report.locks_removed,
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        *self == Counters::default()
+    }
+
+    fn plus(self, o: Counters) -> Counters {
+        Counters {
+            purged: self.purged.saturating_add(o.purged),
+            moved: self.moved.saturating_add(o.moved),
+            locks_removed: self.locks_removed.saturating_add(o.locks_removed),
+        }
+    }
+
+    fn minus(self, o: Counters) -> Counters {
+        Counters {
+            purged: self.purged.saturating_sub(o.purged),
+            moved: self.moved.saturating_sub(o.moved),
+            locks_removed: self.locks_removed.saturating_sub(o.locks_removed),
+        }
+    }
+}
+
+/// A tick as the state knows it: while it is `active` it may still be processing a page it
+/// claimed, and the pass does not end; `credited` is what it has added to the state's counters
+/// so far. A tick leaves it inactive when it is done; entries of other ticks are dropped once
+/// older than [`Settings::tick_bound`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TickEntry {
+    /// The tick's random id.
+    pub id: String,
+    /// Its instance.
+    pub instance: String,
+    /// When it last wrote the state (server clock).
+    pub since: String,
+    /// Whether it may still be processing a page.
+    pub active: bool,
+    /// What it has added to the counters.
+    #[serde(flatten)]
+    pub credited: Counters,
+}
+
+/// One tick's bookkeeping.
+struct Tick {
+    id: String,
+    /// Counters written to the state (as far as this tick knows).
+    credited: Counters,
+    /// Counters of processed pages not yet written.
+    pending: Counters,
+    /// The state may show this tick active.
+    maybe_active: bool,
+}
+
+/// One tick: claim and process pages until the budget is spent or the pass completes. The
+/// report stands even when the tick ends on a storage failure.
 pub async fn sweep<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     started: Instant,
-) -> (Result<Report, leasegate::Error>, u32) {
+) -> (Report, Option<leasegate::Error>, u32) {
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
     let locks = settings.storage.locks(&counting, "sweeper/");
-    let result = async {
-        let mut report = Report::default();
-        // Counters of processed pages not yet in the state: they go in with the next claim,
-        // and whatever is left at the end with a last write under the same lock.
-        let mut carried = Report::default();
-        let mut failure = None;
-        loop {
-            if started.elapsed() >= settings.budget {
-                report.stopped = "budget".into();
+    let mut tick = Tick {
+        id: (ctx.new_lease_id)().to_string(),
+        credited: Counters::default(),
+        pending: Counters::default(),
+        maybe_active: false,
+    };
+    let mut report = Report::default();
+    let mut failure = None;
+    loop {
+        if started.elapsed() >= settings.budget {
+            report.stopped = "budget".into();
+            break;
+        }
+        let claimed = match claim(ctx, &locks, settings, &mut tick, Some(started)).await {
+            Ok(Claim::Page(p)) => p,
+            Ok(Claim::PassComplete) => {
+                report.pass_completed = true;
+                report.stopped = "pass complete".into();
                 break;
             }
-            let claimed = match claim(ctx, &locks, settings, &carried, Some(started)).await {
-                Ok(Claim::Page(p)) => {
-                    carried = Report::default();
-                    p
-                }
-                Ok(Claim::PassComplete) => {
-                    carried = Report::default();
-                    report.pass_completed = true;
-                    report.stopped = "pass complete".into();
-                    break;
-                }
-                // (`Counted` answers only a counters-only claim.)
-                Ok(Claim::Busy | Claim::Counted) => {
-                    report.stopped = "state busy".into();
-                    break;
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            };
-            let page_report = process(ctx, &locks, settings, &claimed).await;
-            carried = merge(carried, &page_report);
-            report = merge(report, &page_report);
-            report.pages += 1;
-        }
-        if carried.has_counters() {
-            match claim(ctx, &locks, settings, &carried, None).await {
-                Ok(Claim::Counted) => {}
-                Ok(_) => report
+            Ok(Claim::Finishing) => {
+                report.stopped =
+                    "no pages left: the pass ends when the other workers finish theirs".into();
+                break;
+            }
+            Ok(Claim::Resting) => {
+                report.stopped = "resting until ttl_pass_interval_seconds has passed".into();
+                break;
+            }
+            // (`Done` answers only the last write.)
+            Ok(Claim::Busy | Claim::Done) => {
+                report.stopped = "state busy".into();
+                break;
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        let page_report = process(ctx, &locks, settings, &claimed, started).await;
+        tick.pending = tick.pending.plus(Counters::of(&page_report));
+        report = merge(report, &page_report);
+        report.pages += 1;
+    }
+    // The last write: the counters not yet written, and this tick no longer active.
+    if tick.maybe_active || !tick.pending.is_zero() {
+        match claim(ctx, &locks, settings, &mut tick, None).await {
+            Ok(Claim::Done) => {}
+            Ok(_) => report
+                .stopped
+                .push_str("; the state could not be updated (busy)"),
+            Err(e) => {
+                report
                     .stopped
-                    .push_str("; counters not recorded (state busy)"),
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
+                    .push_str("; the state could not be updated (storage)");
+                failure.get_or_insert(e);
             }
         }
-        match failure {
-            Some(e) => Err(e),
-            None => Ok::<_, leasegate::Error>(report),
-        }
     }
-    .await;
-    (result, counting.sent())
+    (report, failure, counting.sent())
 }
 
 fn merge(mut into: Report, page: &Report) -> Report {
@@ -357,11 +457,18 @@ fn merge(mut into: Report, page: &Report) -> Report {
 }
 
 enum Claim {
+    /// A page to process.
     Page(Claimed),
+    /// This claim completed the pass.
     PassComplete,
+    /// Every page of the pass is claimed; other ticks still process theirs.
+    Finishing,
+    /// The last pass ended less than `ttl_pass_interval_seconds` ago.
+    Resting,
+    /// Another worker held the state, or wrote it meanwhile: nothing was written.
     Busy,
-    /// A counters-only claim wrote its counters.
-    Counted,
+    /// The last write of a tick landed.
+    Done,
 }
 
 /// Reads the state (content and ETag); a missing state is empty.
@@ -414,36 +521,45 @@ async fn write_state<S: Transport>(
     ))
 }
 
-/// The configured targets, with the state's progress where it has some: new ones are added
-/// (`init`), ones no longer configured are `off`.
+/// The configured targets, with the state's progress where it has some. A target no longer
+/// configured is kept `off` with its progress; configured again, it goes on from there.
 fn reconcile(state: &mut State, settings: &Settings) {
-    let mut next = Vec::new();
+    for e in &mut state.containers {
+        if e.status == "off" {
+            // (A state written before `off` became a flag.)
+            e.status = "init".into();
+            e.off = true;
+        }
+        e.off = !settings
+            .targets
+            .iter()
+            .any(|(k, c, p)| e.kind == *k && e.container == c.as_str() && e.prefix == *p);
+    }
     for (kind, container, prefix) in &settings.targets {
-        let found = state
+        let known = state
             .containers
             .iter()
-            .find(|e| e.kind == *kind && e.container == container.as_str() && e.prefix == *prefix);
-        next.push(match found {
-            Some(e) if e.status != "off" => e.clone(),
-            _ => Entry {
+            .any(|e| e.kind == *kind && e.container == container.as_str() && e.prefix == *prefix);
+        if !known {
+            state.containers.push(Entry {
                 container: container.to_string(),
                 prefix: prefix.clone(),
                 kind: *kind,
                 status: "init".into(),
                 marker: None,
-            },
-        });
+                off: false,
+            });
+        }
     }
-    state.containers = next;
 }
 
-/// Takes the state lease, adds the carried counters, claims the next page (unless `started`
-/// is `None`: then it only records the counters), writes the new state, releases the lease.
+/// Takes the state lease, settles the tick's counters, claims the next page (or, when
+/// `started` is `None`, only records the tick as done), writes the state and releases the lease.
 async fn claim<T, S: Transport>(
     ctx: &Context<'_, T>,
     locks: &Locks<S>,
     settings: &Settings,
-    carried: &Report,
+    tick: &mut Tick,
     started: Option<Instant>,
 ) -> Result<Claim, leasegate::Error> {
     let lock = LockName::try_new("lock")?;
@@ -465,7 +581,7 @@ async fn claim<T, S: Transport>(
             Acquire::Busy { .. } => return Ok(Claim::Busy),
         }
     }
-    let claimed = claim_held(locks, settings, carried, started.is_some(), ctx.now).await;
+    let claimed = claim_held(locks, settings, tick, started.is_some(), ctx.now).await;
     let _ = locks.release(&lock, id, ctx.now).await;
     claimed
 }
@@ -473,54 +589,105 @@ async fn claim<T, S: Transport>(
 async fn claim_held<S: Transport>(
     locks: &Locks<S>,
     settings: &Settings,
-    carried: &Report,
+    tick: &mut Tick,
     page_wanted: bool,
     now: SystemTime,
 ) -> Result<Claim, leasegate::Error> {
     let (mut state, etag, server_now) = read_state(locks, settings, now).await?;
     reconcile(&mut state, settings);
-    state.purged += carried.deleted;
-    state.moved += carried.moved;
-    state.locks_removed += carried.locks_removed;
-    // Nothing is claimed unless the state (with the counters) is written.
-    let written = |ok: bool, claim: Claim| if ok { claim } else { Claim::Busy };
-    if !page_wanted {
-        let ok = write_state(locks, settings, &state, etag, now).await?;
-        return Ok(written(ok, Claim::Counted));
+    // A write whose answer was lost may have landed: this tick's entry says what did.
+    if let Some(e) = state.ticks.iter().find(|t| t.id == tick.id) {
+        let landed = e.credited.minus(tick.credited);
+        tick.pending = tick.pending.minus(landed);
+        tick.credited = e.credited;
     }
-    // A new pass starts no sooner than `ttl_pass_interval_seconds` after the last one ended.
-    let fresh = state
+    let credited = tick.credited.plus(tick.pending);
+    let c = credited.minus(tick.credited);
+    state.purged = state.purged.saturating_add(c.purged);
+    state.moved = state.moved.saturating_add(c.moved);
+    state.locks_removed = state.locks_removed.saturating_add(c.locks_removed);
+    let bound = settings.tick_bound();
+    state.ticks.retain(|t| {
+        t.id != tick.id
+            && timer::parse_time(&t.since).is_some_and(|since| since + bound > server_now)
+    });
+    let others_active = state.ticks.iter().any(|t| t.active);
+    let mut entry = TickEntry {
+        id: tick.id.clone(),
+        instance: settings.instance_id.clone(),
+        since: rfc3339(server_now),
+        active: false,
+        credited,
+    };
+    let mut page = None;
+    let outcome = if !page_wanted {
+        Claim::Done
+    } else if resting(&state, settings, server_now) {
+        Claim::Resting
+    } else if let Some(index) = state
         .containers
         .iter()
-        .all(|e| e.status == "init" || e.status == "off");
-    let resting = state
-        .last_pass_completed_at
-        .as_deref()
-        .and_then(timer::parse_time)
-        .is_some_and(|t| t + settings.pass_interval > server_now);
-    if fresh && resting {
-        if !carried.has_counters() {
-            return Ok(Claim::PassComplete);
+        .position(|e| !e.off && (e.status == "init" || e.status == "current"))
+    {
+        let listed = list_page(locks, settings, &state.containers[index], now).await?;
+        let e = &mut state.containers[index];
+        e.marker = listed.page.next_marker.clone();
+        e.status = if e.marker.is_some() {
+            "current"
+        } else {
+            "last"
         }
-        let ok = write_state(locks, settings, &state, etag, now).await?;
-        return Ok(written(ok, Claim::PassComplete));
-    }
-    let Some(index) = state
-        .containers
-        .iter()
-        .position(|e| e.status == "init" || e.status == "current")
-    else {
-        // Every container gave its last page: the pass is complete.
+        .into();
+        state.pages += 1;
+        entry.active = true;
+        page = Some(listed);
+        Claim::Busy
+    } else if others_active {
+        Claim::Finishing
+    } else {
+        // Every page of the pass is claimed and processed: it is complete.
         for e in &mut state.containers {
             e.status = "init".into();
             e.marker = None;
         }
         state.passes += 1;
         state.last_pass_completed_at = Some(rfc3339(server_now));
-        let ok = write_state(locks, settings, &state, etag, now).await?;
-        return Ok(written(ok, Claim::PassComplete));
+        Claim::PassComplete
     };
-    let entry = state.containers[index].clone();
+    let active = entry.active;
+    state.ticks.push(entry);
+    // If this write's answer is lost, the next claim's read settles the counters.
+    tick.maybe_active |= active;
+    if !write_state(locks, settings, &state, etag, now).await? {
+        // The state moved although we hold its lease (someone wrote it without): nothing
+        // was written, nothing is claimed.
+        return Ok(Claim::Busy);
+    }
+    tick.credited = credited;
+    tick.pending = Counters::default();
+    tick.maybe_active = active;
+    Ok(page.map_or(outcome, Claim::Page))
+}
+
+/// Whether a new pass must wait: the last one ended less than `ttl_pass_interval_seconds` ago
+/// and this one has not started.
+fn resting(state: &State, settings: &Settings, server_now: SystemTime) -> bool {
+    let fresh = state.containers.iter().all(|e| e.off || e.status == "init");
+    fresh
+        && state
+            .last_pass_completed_at
+            .as_deref()
+            .and_then(timer::parse_time)
+            .is_some_and(|t| t + settings.pass_interval > server_now)
+}
+
+/// Lists the next page of `entry`.
+async fn list_page<S: Transport>(
+    locks: &Locks<S>,
+    settings: &Settings,
+    entry: &Entry,
+    now: SystemTime,
+) -> Result<Claimed, leasegate::Error> {
     let container = ContainerName::try_new(&entry.container)?;
     let list = ListBlobs {
         prefix: (!entry.prefix.is_empty()).then(|| entry.prefix.clone()),
@@ -537,25 +704,12 @@ async fn claim_held<S: Transport>(
         }
         Err(e) => return Err(e),
     };
-    let e = &mut state.containers[index];
-    e.marker = page.next_marker.clone();
-    e.status = if page.next_marker.is_some() {
-        "current"
-    } else {
-        "last"
-    }
-    .into();
-    state.pages += 1;
-    if !write_state(locks, settings, &state, etag, now).await? {
-        // The state moved although we hold its lease (someone wrote it without): claim nothing.
-        return Ok(Claim::Busy);
-    }
-    Ok(Claim::Page(Claimed {
+    Ok(Claimed {
         kind: entry.kind,
         container,
         page,
         server_now: date.unwrap_or(now),
-    }))
+    })
 }
 
 /// Processes a claimed page concurrently (at most `max_in_flight` blobs at a time).
@@ -564,9 +718,14 @@ async fn process<T, S: Transport>(
     locks: &Locks<S>,
     settings: &Settings,
     claimed: &Claimed,
+    started: Instant,
 ) -> Report {
     let outcomes: Vec<Outcome> = futures::stream::iter(claimed.page.blobs.iter())
         .map(|item| async move {
+            // Late in the tick no blob is begun: it stays within `tick_bound`.
+            if started.elapsed() >= settings.work_deadline() {
+                return Outcome::Skipped("the tick's time ran out (the next pass takes it)");
+            }
             match claimed.kind {
                 Kind::Ttl => sweep_blob(ctx, locks, settings, claimed, item).await,
                 Kind::Locks => sweep_lock(ctx, locks, settings, claimed, item).await,
@@ -644,42 +803,22 @@ async fn sweep_blob<T, S: Transport>(
     };
     let container = &claimed.container;
     if let Some((dead_container, prefix)) = &dead {
-        let Ok(target) = BlobName::try_new(&format!("{prefix}{}", item.name)) else {
-            return Outcome::Skipped("the dead blob's name is too long");
-        };
-        let mut metadata: Metadata = props
-            .metadata
-            .iter()
-            .filter(|(k, _)| k.as_str() != TIME_TO_LIVE)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        metadata.insert(
-            SOURCE_URI.into(),
-            public_blob_url(&settings.storage.account, container, &source),
-        );
-        let copy = CopyBlob {
-            source_etag: Some(etag.clone()),
-            metadata: Some(metadata),
-            ..CopyBlob::new(
-                container.clone(),
-                source.clone(),
-                dead_container.clone(),
-                target.clone(),
-            )
-        };
-        let copied = match copy_creating(locks, &copy, dead_container, ctx.now).await {
-            Ok(CopyOutcome::Started { status, .. }) => match status {
-                CopyStatus::Success => true,
-                CopyStatus::Pending => wait_for_copy(ctx, locks, dead_container, &target).await,
-            },
-            Ok(CopyOutcome::Refused(Refusal::ConditionFailed)) => {
-                return Outcome::Skipped("changed since listing")
-            }
-            Ok(CopyOutcome::Refused(_)) => return Outcome::Skipped("the dead blob is leased"),
-            Err(_) => return Outcome::Error,
-        };
-        if !copied {
-            return Outcome::Skipped("the copy did not finish");
+        if *dead_container == settings.storage.container {
+            return Outcome::Skipped("DeadBlobContainer is the app's own container");
+        }
+        if let Err(reason) = move_blob(
+            ctx,
+            locks,
+            settings,
+            claimed,
+            item,
+            &etag,
+            dead_container,
+            prefix,
+        )
+        .await
+        {
+            return reason;
         }
     }
     let delete = DeleteBlob {
@@ -701,6 +840,97 @@ async fn sweep_blob<T, S: Transport>(
         Ok((DeleteOutcome::Refused(_), _)) => Outcome::Skipped("changed since listing"),
         Err(_) => Outcome::Error,
     }
+}
+
+/// Copies the listed version of `item` to its dead-blob container, never over another blob:
+/// to `{prefix}{name}`, or, when that name is taken by another blob, `{prefix}{name}.{etag}`.
+/// A destination that already holds this very version (`SourceUri` and `SourceEtag` match: an
+/// earlier move that did not get to delete the source) counts as copied. `Err` is the outcome
+/// of a blob that must stay where it is.
+#[allow(clippy::too_many_arguments)]
+async fn move_blob<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<S>,
+    settings: &Settings,
+    claimed: &Claimed,
+    item: &BlobItem,
+    etag: &leasegate::ETag,
+    dead_container: &ContainerName,
+    prefix: &str,
+) -> Result<(), Outcome> {
+    let source =
+        BlobName::try_new(&item.name).map_err(|_| Outcome::Skipped("the name is not usable"))?;
+    let source_uri = public_blob_url(&settings.storage.account, &claimed.container, &source);
+    let version = etag.as_str().trim_matches('"').to_string();
+    let mut metadata: Metadata = item
+        .properties
+        .metadata
+        .iter()
+        .filter(|(k, _)| k.as_str() != TIME_TO_LIVE)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    metadata.insert(SOURCE_URI.into(), source_uri.clone());
+    metadata.insert(SOURCE_ETAG.into(), version.clone());
+    for name in [
+        format!("{prefix}{}", item.name),
+        format!("{prefix}{}.{version}", item.name),
+    ] {
+        let target = BlobName::try_new(&name)
+            .map_err(|_| Outcome::Skipped("the dead blob's name is too long"))?;
+        let copy = CopyBlob {
+            condition: Condition::IfNotExists,
+            source_etag: Some(etag.clone()),
+            metadata: Some(metadata.clone()),
+            ..CopyBlob::new(
+                claimed.container.clone(),
+                source.clone(),
+                dead_container.clone(),
+                target.clone(),
+            )
+        };
+        match copy_creating(locks, &copy, dead_container, ctx.now).await {
+            Ok(CopyOutcome::Started {
+                status: CopyStatus::Success,
+                ..
+            }) => return Ok(()),
+            Ok(CopyOutcome::Started {
+                status: CopyStatus::Pending,
+                copy_id,
+                ..
+            }) => {
+                return if wait_for_copy(ctx, locks, dead_container, &target, copy_id.as_deref())
+                    .await
+                {
+                    Ok(())
+                } else {
+                    Err(Outcome::Skipped("the copy did not finish"))
+                };
+            }
+            Ok(CopyOutcome::Refused(Refusal::ConditionFailed)) => {
+                return Err(Outcome::Skipped("changed since listing"))
+            }
+            // The name is taken (or leased): by this very version, or by another blob.
+            Ok(CopyOutcome::Refused(_)) => {
+                let head = GetProperties {
+                    container: dead_container.clone(),
+                    blob: target.clone(),
+                };
+                match locks.execute(&head, ctx.now).await {
+                    Ok((Some(p), _))
+                        if p.metadata.get(SOURCE_URI) == Some(&source_uri)
+                            && p.metadata.get(SOURCE_ETAG) == Some(&version)
+                            && p.copy_status.as_deref() == Some("success") =>
+                    {
+                        return Ok(())
+                    }
+                    Ok(_) => continue,
+                    Err(_) => return Err(Outcome::Error),
+                }
+            }
+            Err(_) => return Err(Outcome::Error),
+        }
+    }
+    Err(Outcome::Skipped("the dead blob's name is taken"))
 }
 
 /// Copies, creating the dead-blob container if it is missing.
@@ -726,25 +956,30 @@ async fn copy_creating<S: Transport>(
     }
 }
 
-/// Polls a pending copy's destination until it succeeds (`true`) or fails or takes too long.
+/// Polls a pending copy's destination until this copy succeeds (`true`), or fails, is
+/// replaced, or takes longer than [`COPY_WAIT`].
 async fn wait_for_copy<T, S: Transport>(
     ctx: &Context<'_, T>,
     locks: &Locks<S>,
     container: &ContainerName,
     blob: &BlobName,
+    copy_id: Option<&str>,
 ) -> bool {
-    for _ in 0..COPY_POLLS {
-        (ctx.sleep)(Duration::from_millis(250)).await;
+    let waited = Instant::now();
+    while waited.elapsed() < COPY_WAIT {
+        (ctx.sleep)(COPY_POLL).await;
         let head = GetProperties {
             container: container.clone(),
             blob: blob.clone(),
         };
         match locks.execute(&head, ctx.now).await {
-            Ok((Some(p), _)) => match p.copy_status.as_deref() {
-                Some("success") | None => return true,
-                Some("pending") => continue,
-                Some(_) => return false,
-            },
+            Ok((Some(p), _)) if copy_id.is_none_or(|id| p.copy_id.as_deref() == Some(id)) => {
+                match p.copy_status.as_deref() {
+                    Some("success") => return true,
+                    Some("pending") => continue,
+                    _ => return false,
+                }
+            }
             _ => return false,
         }
     }
@@ -814,25 +1049,23 @@ async fn sweep_lock<T, S: Transport>(
     }
 }
 
-/// The answer of a tick.
+/// The answer of a tick: its report, and the failure that ended it if one did.
 fn describe(
     settings: &Settings,
     source: Source,
-    result: &Result<Report, leasegate::Error>,
+    report: &Report,
+    failure: Option<&leasegate::Error>,
     round_trips: u32,
     started: Instant,
 ) -> (StatusCode, Value) {
-    let mut v = match result {
-        Ok(r) => json!(r),
-        Err(_) => json!({}),
-    };
+    let mut v = json!(report);
     v["instance"] = json!(settings.instance_id);
     v["trigger"] = json!(source.as_str());
     v["storageRoundTrips"] = json!(round_trips);
     v["durationMs"] = json!(elapsed_ms(started));
-    match result {
-        Ok(_) => (StatusCode::OK, v),
-        Err(e) => {
+    match failure {
+        None => (StatusCode::OK, v),
+        Some(e) => {
             v["error"] = json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
                 "state_unusable"
             } else {
@@ -860,8 +1093,15 @@ pub async fn handle_cron<T: Transport>(
         log_line(json!({"fn": "ttl-sweeper", "error": "not_configured", "message": e.to_string()}));
         e.to_string()
     })?;
-    let (result, trips) = sweep(ctx, &settings, started).await;
-    let (status, v) = describe(&settings, Source::Cron, &result, trips, started);
+    let (report, failure, trips) = sweep(ctx, &settings, started).await;
+    let (status, v) = describe(
+        &settings,
+        Source::Cron,
+        &report,
+        failure.as_ref(),
+        trips,
+        started,
+    );
     log_tick(&v);
     if status.is_success() {
         Ok(())
@@ -933,8 +1173,15 @@ pub async fn handle_http<T: Transport>(
                 Err(e) => web::storage_unavailable(&e),
             };
         }
-        let (result, trips) = sweep(ctx, &settings, started).await;
-        let (status, v) = describe(&settings, Source::Http, &result, trips, started);
+        let (report, failure, trips) = sweep(ctx, &settings, started).await;
+        let (status, v) = describe(
+            &settings,
+            Source::Http,
+            &report,
+            failure.as_ref(),
+            trips,
+            started,
+        );
         log_tick(&v);
         return web::json(status, &v);
     }
@@ -961,8 +1208,15 @@ pub async fn handle_http<T: Transport>(
             vec![format!("ttl-sweeper: {m}")],
         );
     }
-    let (result, trips) = sweep(ctx, &settings, started).await;
-    let (status, v) = describe(&settings, Source::Azure, &result, trips, started);
+    let (report, failure, trips) = sweep(ctx, &settings, started).await;
+    let (status, v) = describe(
+        &settings,
+        Source::Azure,
+        &report,
+        failure.as_ref(),
+        trips,
+        started,
+    );
     log_tick(&v);
     let summary = format!(
         "ttl-sweeper on {}: {} pages, {} deleted, {} moved",
@@ -1055,20 +1309,37 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request<Vec<u8>>) ->
             )
         }
     };
+    let mut dead = None;
     if let Some(Some(d)) = &marking.dead_blob_container {
-        if let Err(e) = parse_location(d) {
+        // Stored as metadata, whose values are ASCII.
+        if !d.chars().all(|c| c.is_ascii_graphic()) {
             return bad(
                 "invalid_body",
-                format!(
-                    "deadBlobContainer must be container, container/ or container/prefix/: {e}"
-                ),
+                "deadBlobContainer must be printable ASCII without spaces (it is stored as metadata)".into(),
             );
+        }
+        match parse_location(d) {
+            Ok((c, _)) => dead = Some(c),
+            Err(e) => {
+                return bad(
+                    "invalid_body",
+                    format!(
+                        "deadBlobContainer must be container, container/ or container/prefix/: {e}"
+                    ),
+                )
+            }
         }
     }
     let settings = match Settings::load(ctx.variables) {
         Ok(s) => s,
         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
     };
+    if dead.as_ref() == Some(&settings.storage.container) {
+        return bad(
+            "invalid_body",
+            "deadBlobContainer cannot be the app's own container (it holds the locks and the sweep state)".into(),
+        );
+    }
     let swept = settings.targets.iter().any(|(k, c, p)| {
         *k == Kind::Ttl && *c == container && blob.as_str().starts_with(p.as_str())
     });
@@ -1152,4 +1423,121 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request<Vec<u8>>) ->
         "changed",
         "the blob kept changing while it was marked; try again",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let mut v: HashMap<String, String> = HashMap::from([
+            ("instance_id".to_string(), "node-a".to_string()),
+            ("container".to_string(), "leasegate".to_string()),
+            (
+                "storage_account".to_string(),
+                "devstoreaccount1".to_string(),
+            ),
+            (
+                "storage_key".to_string(),
+                leasegate::account::DEV_ACCOUNT_KEY.to_string(),
+            ),
+            (
+                "storage_origin".to_string(),
+                "http://127.0.0.1:10000".to_string(),
+            ),
+        ]);
+        for (k, val) in vars {
+            v.insert(k.to_string(), val.to_string());
+        }
+        Settings::load(&v)
+    }
+
+    #[test]
+    fn a_container_dropped_from_the_configuration_keeps_its_progress() {
+        let both = settings(&[("ttl_containers", "xxx,yyy/logs/")]).unwrap();
+        let only_x = settings(&[("ttl_containers", "xxx")]).unwrap();
+        let mut state = State::default();
+        reconcile(&mut state, &both);
+        assert_eq!(state.containers.len(), 2);
+        state.containers[1].status = "current".into();
+        state.containers[1].marker = Some("m-7".into());
+        // A deployment still on the old configuration: y is off, its progress kept.
+        reconcile(&mut state, &only_x);
+        let y = &state.containers[1];
+        assert!(y.off && y.status == "current" && y.marker.as_deref() == Some("m-7"));
+        assert!(!resting(&state, &only_x, SystemTime::UNIX_EPOCH));
+        // Configured again: it goes on from its marker.
+        reconcile(&mut state, &both);
+        let y = &state.containers[1];
+        assert!(!y.off && y.status == "current" && y.marker.as_deref() == Some("m-7"));
+        assert_eq!(y.prefix, "logs/");
+        // A state written when `off` was a status.
+        state.containers[1].status = "off".into();
+        reconcile(&mut state, &both);
+        assert!(!state.containers[1].off && state.containers[1].status == "init");
+    }
+
+    #[test]
+    fn settings_refuse_what_would_sweep_state() {
+        for (vars, want) in [
+            (vec![], "nothing to sweep"),
+            (vec![("ttl_containers", "leasegate")], "app's own container"),
+            (vec![("ttl_containers", "xxx/logs")], "must end with '/'"),
+            (vec![("ttl_containers", "Bad_Name")], "ttl_containers"),
+            (
+                vec![("ttl_lock_retention_seconds", "1")],
+                "ttl_lock_retention_seconds",
+            ),
+            (
+                vec![
+                    ("ttl_lock_retention_seconds", "60"),
+                    ("ttl_lock_prefixes", "leader/"),
+                ],
+                "leader",
+            ),
+            (
+                vec![
+                    ("ttl_lock_retention_seconds", "60"),
+                    ("ttl_lock_prefixes", "jobs/x/"),
+                ],
+                "job logs",
+            ),
+        ] {
+            let e = settings(&vars).unwrap_err().to_string();
+            assert!(e.contains(want), "{vars:?}: {e}");
+        }
+        let s = settings(&[("ttl_lock_retention_seconds", "60")]).unwrap();
+        let prefixes: Vec<&str> = s.targets.iter().map(|t| t.2.as_str()).collect();
+        assert_eq!(prefixes, ["alerts/", "gates/"]);
+        // A tick's work ends within its bound: twice the budget (or 5 s more), a copy's wait
+        // and a few storage timeouts.
+        let s = settings(&[("ttl_containers", "xxx"), ("ttl_time_budget_ms", "1000")]).unwrap();
+        assert_eq!(s.work_deadline(), Duration::from_secs(6));
+        assert!(s.tick_bound() >= s.work_deadline() + COPY_WAIT + 4 * s.storage.timeout);
+    }
+
+    #[test]
+    fn counters_settle_what_a_lost_answer_wrote() {
+        let c = |p, m| Counters {
+            purged: p,
+            moved: m,
+            locks_removed: 0,
+        };
+        // Credited 3, pending 2; the state shows 5 credited: the lost write landed.
+        let landed = c(5, 1).minus(c(3, 1));
+        assert_eq!(c(2, 0).minus(landed), Counters::default());
+        assert_eq!(c(u64::MAX, 0).plus(c(1, 0)).purged, u64::MAX);
+        assert!(Counters::default().is_zero());
+    }
+
+    #[test]
+    fn locations() {
+        assert_eq!(parse_location("dead").unwrap().1, "");
+        assert_eq!(parse_location(" dead/ ").unwrap().1, "");
+        assert_eq!(parse_location("dead/a/b/").unwrap().1, "a/b/");
+        for bad in ["", "Dead", "dead/a", "d", "dead//"] {
+            assert!(parse_location(bad).is_err(), "{bad}");
+        }
+    }
 }

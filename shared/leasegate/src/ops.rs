@@ -233,6 +233,12 @@ fn expect(response: &Response<Vec<u8>>, ok: &[u16]) -> Result<(), Error> {
 fn refusal(error: &StorageError, condition: &Condition) -> Option<Refusal> {
     match error.class {
         ErrorClass::AlreadyExists => Some(Refusal::AlreadyExists),
+        // A copy's `x-ms-source-if-match` that failed, whatever the destination's condition.
+        ErrorClass::PreconditionFailed
+            if error.code.as_deref() == Some("SourceConditionNotMet") =>
+        {
+            Some(Refusal::ConditionFailed)
+        }
         // Some peers answer a failed If-None-Match: * with 412 ConditionNotMet.
         ErrorClass::PreconditionFailed if *condition == Condition::IfNotExists => {
             Some(Refusal::AlreadyExists)
@@ -439,6 +445,8 @@ pub struct BlobProperties {
     /// `x-ms-copy-status` of the last copy into this blob (`success`, `pending`, `aborted`,
     /// `failed`).
     pub copy_status: Option<String>,
+    /// `x-ms-copy-id` of the last copy into this blob.
+    pub copy_id: Option<String>,
     /// Metadata (names lowercased).
     pub metadata: Metadata,
     /// The storage server's `Date` when this was read (not set for listings).
@@ -466,6 +474,7 @@ impl BlobProperties {
             sequence_number: header_str(response, "x-ms-blob-sequence-number")
                 .and_then(|s| s.parse().ok()),
             copy_status: header_str(response, "x-ms-copy-status").map(str::to_string),
+            copy_id: header_str(response, "x-ms-copy-id").map(str::to_string),
             metadata,
             server_date: server_date(response),
         }

@@ -194,6 +194,29 @@ fn write_answers() {
             "{status} {code}"
         );
     }
+    // A copy that must not overwrite (If-None-Match: *) and copies only the listed version
+    // (x-ms-source-if-match): the source's refusal is told apart by its code.
+    let copy = leasegate::ops::CopyBlob {
+        condition: Condition::IfNotExists,
+        source_etag: Some(leasegate::ETag::new("0x1")),
+        ..leasegate::ops::CopyBlob::new(
+            ContainerName::try_new("src").unwrap(),
+            BlobName::try_new("b").unwrap(),
+            ContainerName::try_new("dead").unwrap(),
+            BlobName::try_new("b").unwrap(),
+        )
+    };
+    for (status, code, want) in [
+        (412, "SourceConditionNotMet", Refusal::ConditionFailed),
+        (412, "TargetConditionNotMet", Refusal::AlreadyExists),
+        (409, "BlobAlreadyExists", Refusal::AlreadyExists),
+    ] {
+        assert_eq!(
+            copy.parse(&response(status, Some(code), "")).unwrap(),
+            leasegate::ops::CopyOutcome::Refused(want),
+            "{status} {code}"
+        );
+    }
     let delete = DeleteBlob {
         container: ContainerName::try_new("leasegate").unwrap(),
         blob: BlobName::try_new("b").unwrap(),
