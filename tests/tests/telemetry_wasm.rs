@@ -115,7 +115,11 @@ fn window_longer_than_sixty_seconds_uses_the_etag_lease() {
 
 #[test]
 fn batch_of_100_readings_over_50_devices() {
-    let app = App::start("batch", &[("alert_window_seconds", "60")]);
+    // Storage's costs, without the gate cache (tests/tests/cache_wasm.rs has the cached ones).
+    let app = App::start(
+        "batch",
+        &[("alert_window_seconds", "60"), ("kv_cache", "off")],
+    );
     let batch: Vec<Value> = (0..100)
         .map(|i| reading(&format!("sensor-{:02}", i % 50), 30.0 + (i / 50) as f64))
         .collect();
@@ -204,9 +208,14 @@ fn batch_of_100_readings_over_50_devices() {
 
 #[test]
 fn without_fencing_notifications_carry_no_token() {
+    // The gates are broken by hand below, which the gate cache cannot see: it is off.
     let app = App::start(
         "nofence",
-        &[("alert_window_seconds", "60"), ("alert_fencing", "off")],
+        &[
+            ("alert_window_seconds", "60"),
+            ("alert_fencing", "off"),
+            ("kv_cache", "off"),
+        ],
     );
     let devices: Vec<Value> = (0..10)
         .map(|i| reading(&format!("plain-{i}"), 40.0))
@@ -654,7 +663,11 @@ fn log_lines_are_json_and_hold_no_secret() {
 /// retry alerts: the gate was given back, not left throttling the device for its window.
 #[test]
 fn a_failure_after_the_gate_was_granted_does_not_throttle_the_retry() {
-    let app = App::start("grantedfail", &[("alert_window_seconds", "60")]);
+    // The gates are broken by hand below, which the gate cache cannot see: it is off.
+    let app = App::start(
+        "grantedfail",
+        &[("alert_window_seconds", "60"), ("kv_cache", "off")],
+    );
     for (i, (part, fault)) in [
         ("comp=metadata", Fault::Status(503)),
         ("comp=lease", Fault::LoseAnswer),

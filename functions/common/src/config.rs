@@ -77,6 +77,11 @@ impl Storage {
     pub fn locks<'t, T: Transport>(&self, transport: &'t T, prefix: &str) -> Locks<&'t T> {
         Locks::new(transport, self.account.clone(), self.container.clone()).with_prefix(prefix)
     }
+
+    /// The gate cache's key of the lock blob at `path` (see [`crate::cache::key`]).
+    pub fn cache_key(&self, path: &str) -> String {
+        crate::cache::key(self.account.name(), self.container.as_str(), path)
+    }
 }
 
 /// Reads the storage settings:

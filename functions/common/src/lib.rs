@@ -13,6 +13,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod auth;
+pub mod cache;
 pub mod config;
 pub mod gate;
 pub mod init;
@@ -43,6 +44,8 @@ pub struct Context<'a, T> {
     /// Waits without blocking the invocation's other work (a short pause before asking a busy
     /// lock again).
     pub sleep: &'a dyn Fn(Duration) -> Pause,
+    /// The key-value store the gate cache lives in (see [`cache`]).
+    pub cache: &'a dyn cache::Cache,
 }
 
 /// A pause: see [`Context::sleep`].

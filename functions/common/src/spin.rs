@@ -328,9 +328,44 @@ pub fn respond(out: ResponseOutparam, response: Response<Vec<u8>>) {
     let _ = OutgoingBody::finish(outgoing_body, None);
 }
 
-/// What a component's handler runs with in Spin: the Spin transport and variables.
+/// Spin's key-value store `default`, opened at the first use; a store that cannot be opened
+/// fails every operation (the callers then ask storage).
+pub struct SpinCache {
+    store: std::cell::OnceCell<Option<spin_sdk::key_value::Store>>,
+}
+
+impl SpinCache {
+    fn store(&self) -> Result<&spin_sdk::key_value::Store, crate::cache::Unavailable> {
+        self.store
+            .get_or_init(|| spin_sdk::key_value::Store::open_default().ok())
+            .as_ref()
+            .ok_or(crate::cache::Unavailable)
+    }
+}
+
+impl crate::cache::Cache for SpinCache {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, crate::cache::Unavailable> {
+        self.store()?
+            .get(key)
+            .map_err(|_| crate::cache::Unavailable)
+    }
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), crate::cache::Unavailable> {
+        self.store()?
+            .set(key, value)
+            .map_err(|_| crate::cache::Unavailable)
+    }
+    fn delete(&self, key: &str) -> Result<(), crate::cache::Unavailable> {
+        self.store()?
+            .delete(key)
+            .map_err(|_| crate::cache::Unavailable)
+    }
+}
+
+/// What a component's handler runs with in Spin: the Spin transport, variables and
+/// key-value store.
 pub struct SpinEnv {
     variables: SpinVariables,
+    cache: SpinCache,
 }
 
 /// Makes the Spin transport for a timeout; response bodies are capped at
@@ -348,6 +383,9 @@ impl SpinEnv {
     pub fn new() -> Self {
         SpinEnv {
             variables: SpinVariables,
+            cache: SpinCache {
+                store: std::cell::OnceCell::new(),
+            },
         }
     }
 
@@ -359,6 +397,7 @@ impl SpinEnv {
             now: SystemTime::now(),
             new_lease_id: &random_lease_id,
             sleep: &|d| Box::pin(Sleep::new(d)),
+            cache: &self.cache,
         }
     }
 }

@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};
 use crate::web::{self, rfc3339};
-use crate::{auth, elapsed_ms, log_line, Context};
+use crate::{auth, cache, elapsed_ms, log_line, Context};
 
 /// The largest body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -52,6 +52,8 @@ pub struct Settings {
     pub fencing: bool,
     /// Where notifications are posted.
     pub notify_url: String,
+    /// The gate cache (`kv_cache`).
+    pub cache: cache::Mode,
 }
 
 impl Settings {
@@ -91,6 +93,7 @@ impl Settings {
             window: Duration::from_secs(window as u64),
             fencing,
             notify_url,
+            cache: cache::Mode::load(vars)?,
         })
     }
 }
@@ -260,6 +263,8 @@ pub enum Outcome {
     Throttled {
         /// Time left on the holder's gate, where storage can tell.
         retry_after: Option<Duration>,
+        /// Told by the gate cache, without asking storage.
+        cached: bool,
     },
     /// Storage failed: nothing was sent for this device. A gate the lease module may have
     /// taken was given back by it (best effort), so a retry can alert.
@@ -309,7 +314,7 @@ pub async fn gate<'r, T: Transport>(
 }
 
 /// One device: take its gate, notify if taken, give the gate back only if the notification
-/// certainly did not arrive.
+/// certainly did not arrive. A gate the cache knows is held is throttled without storage.
 async fn gate_one<'r, T: Transport>(
     ctx: &Context<'_, T>,
     transport: &T,
@@ -317,28 +322,92 @@ async fn gate_one<'r, T: Transport>(
     device: HotDevice<'r>,
 ) -> Gated<'r> {
     let settings = &parsed.settings;
+    let lock = &device.reading.device;
+    let key = (settings.cache != cache::Mode::Off).then(|| {
+        settings
+            .storage
+            .cache_key(&format!("{GATE_PREFIX}{}", lock.as_str()))
+    });
+    if let Some(left) = key
+        .as_ref()
+        .and_then(|k| cache::held(ctx.cache, k, ctx.now, None))
+    {
+        return Gated {
+            device,
+            outcome: Outcome::Throttled {
+                retry_after: Some(left),
+                cached: true,
+            },
+            round_trips: 0,
+        };
+    }
+    let remember = |left: Option<Duration>| {
+        if let (Some(k), Some(left)) = (&key, left) {
+            cache::remember(ctx.cache, k, ctx.now, left, None);
+        }
+    };
     let counting = Counting::new(transport);
     let locks = settings.storage.locks(&counting, GATE_PREFIX);
     let id = (ctx.new_lease_id)();
-    let lock = &device.reading.device;
     let taken = locks.acquire(lock, parsed.term, id, ctx.now).await;
     let outcome = match taken {
-        Ok(Acquire::Busy { retry_after, .. }) => Outcome::Throttled { retry_after },
+        Ok(Acquire::Busy {
+            retry_after,
+            holder,
+        }) => {
+            // Another tenure, old enough that its holder is done notifying: it keeps its gate.
+            let settled = holder.as_ref().is_some_and(|h| {
+                let server_now = h
+                    .expires_at
+                    .zip(retry_after)
+                    .and_then(|(e, l)| e.checked_sub(l));
+                server_now
+                    .zip(h.since)
+                    .and_then(|(now, since)| now.duration_since(since).ok())
+                    .is_some_and(|age| age >= cache::settled_after(settings.storage.timeout))
+            });
+            if settled {
+                remember(retry_after);
+            }
+            Outcome::Throttled {
+                retry_after,
+                cached: false,
+            }
+        }
         Err(e) => Outcome::StorageFailed(e),
         Ok(Acquire::Acquired(mut held)) => {
             if !settings.fencing {
                 held.fencing_token = None;
             }
+            let left = held
+                .expires_at
+                .and_then(|e| e.duration_since(held.server_date).ok());
             match notify(transport, settings, device.reading, &held).await {
-                Ok(()) => Outcome::Notified(held),
-                Err(Undelivered::NotSent(reason)) => {
-                    let released = matches!(
-                        locks.release(lock, held.lease_id, ctx.now).await,
-                        Ok(Release::Released)
-                    );
-                    Outcome::NotDelivered { reason, released }
+                Ok(()) => {
+                    remember(left);
+                    Outcome::Notified(held)
                 }
-                Err(Undelivered::Unknown(reason)) => Outcome::Unconfirmed { held, reason },
+                Err(Undelivered::NotSent(reason)) => {
+                    // The gate goes back only if no cache entry can outlive it.
+                    if key.as_ref().is_some_and(|k| ctx.cache.delete(k).is_err()) {
+                        Outcome::NotDelivered {
+                            reason: format!(
+                                "{reason}; the gate is kept: the key-value store could not be cleared"
+                            ),
+                            released: false,
+                        }
+                    } else {
+                        let released = matches!(
+                            locks.release(lock, held.lease_id, ctx.now).await,
+                            Ok(Release::Released)
+                        );
+                        Outcome::NotDelivered { reason, released }
+                    }
+                }
+                Err(Undelivered::Unknown(reason)) => {
+                    remember(left);
+                    Outcome::Unconfirmed { held, reason }
+                }
             }
         }
     };
@@ -522,11 +591,20 @@ fn decision(outcome: &Outcome, window_secs: u64) -> Value {
             "fencingToken": held.fencing_token,
             "windowEndsAt": held.expires_at.map(rfc3339),
         }),
-        Outcome::Throttled { retry_after } => json!({
-            "decision": "throttled",
-            // What storage says of the holder's gate; the window when it cannot tell.
-            "retryAfterSeconds": retry_after.map_or(window_secs, |d| d.as_secs().max(1)),
-        }),
+        Outcome::Throttled {
+            retry_after,
+            cached,
+        } => {
+            let mut d = json!({
+                "decision": "throttled",
+                // What storage says of the holder's gate; the window when it cannot tell.
+                "retryAfterSeconds": retry_after.map_or(window_secs, |d| d.as_secs().max(1)),
+            });
+            if *cached {
+                d["cached"] = json!(true);
+            }
+            d
+        }
         Outcome::StorageFailed(e) => json!({
             "decision": "storage_unavailable",
             "reason": e.to_string(),
@@ -641,6 +719,7 @@ mod tests {
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800),
             new_lease_id: &|| LeaseId::from_random_bytes([9; 16]),
             sleep: &|_| Box::pin(async {}),
+            cache: &crate::cache::NoCache,
         };
         let body = json!([
             {"deviceId": "good", "temperature": 40},

@@ -18,6 +18,7 @@
 //! its [`RequestRecord`]. [`HostConfig::clock_offset_ms`] shifts the wall clock its guests see
 //! (and the clock its cron schedules run by), to model deployments whose clocks disagree.
 
+pub mod kv;
 pub mod manifest;
 mod response;
 
@@ -49,9 +50,10 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "wit/variables.wit",
         world: "host",
+        with: { "fermyon:spin/key-value.store": crate::kv::KvStore },
     });
 }
-use bindings::fermyon::spin::variables;
+use bindings::fermyon::spin::{key_value, variables};
 
 /// The cron trigger's world, as the `trigger-cron` plugin binds it.
 mod cron_bindings {
@@ -120,6 +122,8 @@ pub struct RequestRecord {
     pub output: Vec<String>,
     /// Wall time of the whole invocation.
     pub duration: Duration,
+    /// Its key-value operations, in order (`open`, `get`, `set`, `delete`, ...).
+    pub key_value: Vec<String>,
     /// Whether the component had written and finished the response body when it set the
     /// response (so head and body left in one write); `None` if it set none (or a cron event).
     pub complete_at_set: Option<bool>,
@@ -228,6 +232,7 @@ type FaultRule = (Option<String>, Fault);
 #[derive(Default)]
 struct Shared {
     faults: Mutex<HashMap<String, Vec<FaultRule>>>,
+    kv: Arc<kv::Kv>,
     records: Mutex<HashMap<u64, RequestRecord>>,
     records_changed: Condvar,
     in_flight: Mutex<u64>,
@@ -283,6 +288,7 @@ struct Capture {
     stderr: MemoryOutputPipe,
     outbound: Arc<Mutex<Vec<Outbound>>>,
     in_flight: Arc<InFlight>,
+    key_value: Arc<Mutex<Vec<String>>>,
 }
 
 impl Capture {
@@ -292,7 +298,12 @@ impl Capture {
             stderr: MemoryOutputPipe::new(OUTPUT_CAPACITY),
             outbound: Arc::new(Mutex::new(Vec::new())),
             in_flight: Arc::new(InFlight::default()),
+            key_value: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+
+    fn key_value(&self) -> Vec<String> {
+        self.key_value.lock().map(|o| o.clone()).unwrap_or_default()
     }
 
     /// Stdout's lines, then stderr's.
@@ -319,6 +330,7 @@ struct State {
     table: ResourceTable,
     hooks: Hooks,
     variables: Arc<HashMap<String, String>>,
+    kv: kv::KvAccess,
 }
 
 struct Hooks {
@@ -503,6 +515,7 @@ impl Host {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         variables::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
+        key_value::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
         // The types-only `fermyon:spin-cron/cron-types@2.0.0`, which cron components import.
         cron_types::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
         let http_ids: std::collections::BTreeSet<&String> =
@@ -617,6 +630,11 @@ impl Host {
     /// `http://{addr}`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The app's key-value store (`default`).
+    pub fn kv(&self) -> &kv::Kv {
+        &self.shared.kv
     }
 
     /// Injects `fault` on outbound requests to `authority` (`host:port`); `None` clears every
@@ -799,6 +817,11 @@ impl Served {
                     shared: self.shared.clone(),
                 },
                 variables: Arc::new(config.variables.clone()),
+                kv: kv::KvAccess {
+                    kv: self.shared.kv.clone(),
+                    allowed: Arc::new(config.key_value_stores.clone()),
+                    ops: capture.key_value.clone(),
+                },
             },
         )
     }
@@ -885,6 +908,7 @@ impl Served {
                 output,
                 duration: started.elapsed(),
                 complete_at_set: None,
+                key_value: capture.key_value(),
             },
             result,
         };
@@ -1035,6 +1059,7 @@ impl Served {
                 output,
                 duration: started.elapsed(),
                 complete_at_set: complete_at_set.lock().ok().and_then(|c| *c),
+                key_value: capture.key_value(),
             };
             if echo {
                 for line in &record.output {

@@ -60,6 +60,8 @@ struct RawComponent {
     #[serde(default)]
     allowed_outbound_hosts: Vec<String>,
     #[serde(default)]
+    key_value_stores: Vec<String>,
+    #[serde(default)]
     variables: BTreeMap<String, String>,
 }
 
@@ -160,6 +162,9 @@ pub struct ComponentConfig {
     pub source: PathBuf,
     /// Allowed outbound origins, templates expanded (`scheme://host[:port]`, `*` allowed).
     pub allowed_outbound_hosts: Vec<String>,
+    /// The key-value stores it may open (`default` is the only store the host has, as in Spin
+    /// without a runtime configuration).
+    pub key_value_stores: Vec<String>,
     /// Component variables, templates expanded.
     pub variables: HashMap<String, String>,
 }
@@ -230,12 +235,20 @@ pub fn load(path: &Path, overrides: &HashMap<String, String>) -> Result<App> {
             check_allowed_host(&host).with_context(|| format!("component {id}"))?;
             allowed.push(host.trim_end_matches('/').to_string());
         }
+        for label in &c.key_value_stores {
+            if label != "default" {
+                bail!(
+                    "component {id}: key_value_stores names {label:?}, which no runtime configuration defines (only \"default\" exists)"
+                );
+            }
+        }
         components.insert(
             id.clone(),
             ComponentConfig {
                 id: id.clone(),
                 source: base.join(&c.source),
                 allowed_outbound_hosts: allowed,
+                key_value_stores: c.key_value_stores.clone(),
                 variables,
             },
         );

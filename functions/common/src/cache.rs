@@ -1,0 +1,261 @@
+//! A cache of "this gate is held until T", in Spin's key-value store, so that a throttled
+//! decision needs no storage request.
+//!
+//! **It only ever suppresses what storage would also suppress.** An entry says: storage holds
+//! this gate until `until` (the instance's wall clock, converted from the storage server's
+//! clock when storage said so, less [`MARGIN`] for clocks that disagree), and nothing will give
+//! it back before then. So an entry is written only for a gate that nobody will release early:
+//!
+//! * a device gate this invocation took and keeps (its notification went out, or may have);
+//! * a device gate storage reports held by another tenure that began long enough ago
+//!   ([`settled_after`]) that its holder has finished notifying: its gate is kept (a holder
+//!   that could not notify gives it back within that time);
+//! * (with `kv_cache = shared` only) a gate of the gate API that a holder took: such a gate can
+//!   be released by `DELETE` from any deployment, so the entry is only sound in a store every
+//!   deployment shares, where `DELETE` removes it first.
+//!
+//! A miss, an expired entry, an unreadable store or an unreadable entry falls back to storage.
+//! A path that gives a gate back removes the entry first, and keeps the gate if it cannot.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::{self, ConfigError, Variables};
+
+/// Taken off every entry's end: clocks of the instances sharing a store may disagree by this
+/// much (and the store's clock is the instance's, not storage's).
+pub const MARGIN: Duration = Duration::from_secs(2);
+
+/// The longest an entry may last: longer ones are not the cache's (it writes none) and are
+/// ignored.
+pub const LONGEST: Duration = Duration::from_secs(86_400);
+
+/// A store operation that failed (the store is missing, denied or broken): the caller falls
+/// back to storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unavailable;
+
+/// A key-value store. Failures are `Err(Unavailable)`: the caller falls back to storage.
+pub trait Cache {
+    /// The value under `key`.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Unavailable>;
+    /// Sets `key`.
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), Unavailable>;
+    /// Removes `key` (a missing key is not an error).
+    fn delete(&self, key: &str) -> Result<(), Unavailable>;
+}
+
+/// No cache (`kv_cache = off`, and unit tests).
+pub struct NoCache;
+
+impl Cache for NoCache {
+    fn get(&self, _key: &str) -> Result<Option<Vec<u8>>, Unavailable> {
+        Ok(None)
+    }
+    fn set(&self, _key: &str, _value: &[u8]) -> Result<(), Unavailable> {
+        Ok(())
+    }
+    fn delete(&self, _key: &str) -> Result<(), Unavailable> {
+        Ok(())
+    }
+}
+
+/// The `kv_cache` variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// No cache.
+    Off,
+    /// Device gates (safe in a store of one's own).
+    On,
+    /// Device gates and the gate API's gates: every deployment shares the store.
+    Shared,
+}
+
+impl Mode {
+    /// Reads `kv_cache` (`on` by default).
+    pub fn load(vars: &dyn Variables) -> Result<Mode, ConfigError> {
+        match config::var(vars, "kv_cache").as_deref() {
+            None | Some("on") => Ok(Mode::On),
+            Some("off") => Ok(Mode::Off),
+            Some("shared") => Ok(Mode::Shared),
+            Some(other) => Err(ConfigError(format!(
+                "variable kv_cache must be on, off or shared, not '{other}'"
+            ))),
+        }
+    }
+}
+
+/// What an entry holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Held until then (Unix milliseconds, the instance's clock, the margin taken off).
+    pub until: u64,
+    /// A digest of the holder's lease id, when the holder may ask again (the gate API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+}
+
+/// The entry's key: a digest of the account, the container and the lock blob's path, so that
+/// apps sharing a store do not meet, and every key has the same short length.
+pub fn key(account: &str, container: &str, path: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(account.as_bytes())
+        .chain_update([0])
+        .chain_update(container.as_bytes())
+        .chain_update([0])
+        .chain_update(path.as_bytes())
+        .finalize();
+    format!("leasegate:held:{}", hex(&digest[..16]))
+}
+
+/// A digest of a holder's lease id (the id itself releases the gate: it is not kept).
+pub fn holder_digest(lease_id: &str) -> String {
+    hex(&Sha256::digest(lease_id.as_bytes())[..8])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The time left on a live entry under `key` for `holder` (an entry of another holder, or of
+/// no holder, counts; one of the same holder does not: it may extend its gate). `None` for a
+/// miss, an expired or unreadable entry, or a store that fails.
+pub fn held(
+    cache: &dyn Cache,
+    key: &str,
+    now: SystemTime,
+    holder: Option<&str>,
+) -> Option<Duration> {
+    let raw = cache.get(key).ok()??;
+    let entry: Entry = serde_json::from_slice(&raw).ok()?;
+    if holder.is_some() && entry.holder.as_deref() == holder {
+        return None;
+    }
+    let left = Duration::from_millis(entry.until.checked_sub(millis(now))?);
+    (!left.is_zero() && left <= LONGEST).then_some(left)
+}
+
+/// Records that storage holds the gate for `left` more (by its clock, as of `now`), less the
+/// margin; nothing when that leaves nothing. Best effort: a failed write only costs a request.
+pub fn remember(
+    cache: &dyn Cache,
+    key: &str,
+    now: SystemTime,
+    left: Duration,
+    holder: Option<String>,
+) {
+    let Some(left) = left.checked_sub(MARGIN).filter(|l| !l.is_zero()) else {
+        return;
+    };
+    let left = left.min(LONGEST);
+    let entry = Entry {
+        until: millis(now).saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+        holder,
+    };
+    if let Ok(value) = serde_json::to_vec(&entry) {
+        let _ = cache.set(key, &value);
+    }
+}
+
+/// How old another holder's tenure must be before its gate counts as kept: its notification
+/// (one request) and a give-back (two) are over by then, each within `timeout`.
+pub fn settled_after(timeout: Duration) -> Duration {
+    3 * timeout + MARGIN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    #[derive(Default)]
+    struct Memory(RefCell<HashMap<String, Vec<u8>>>, bool);
+
+    impl Cache for Memory {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Unavailable> {
+            if self.1 {
+                return Err(Unavailable);
+            }
+            Ok(self.0.borrow().get(key).cloned())
+        }
+        fn set(&self, key: &str, value: &[u8]) -> Result<(), Unavailable> {
+            self.0.borrow_mut().insert(key.into(), value.into());
+            Ok(())
+        }
+        fn delete(&self, key: &str) -> Result<(), Unavailable> {
+            self.0.borrow_mut().remove(key);
+            Ok(())
+        }
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn entries_last_until_their_end_less_the_margin() {
+        let m = Memory::default();
+        let k = key("acct", "c", "alerts/d");
+        assert_eq!(held(&m, &k, at(100), None), None);
+        remember(&m, &k, at(100), Duration::from_secs(60), None);
+        assert_eq!(held(&m, &k, at(100), None), Some(Duration::from_secs(58)));
+        assert_eq!(held(&m, &k, at(157), None), Some(Duration::from_secs(1)));
+        assert_eq!(held(&m, &k, at(158), None), None);
+        // Nothing worth keeping under the margin.
+        let short = key("acct", "c", "alerts/short");
+        remember(&m, &short, at(100), Duration::from_secs(2), None);
+        assert_eq!(m.0.borrow().get(&short), None);
+    }
+
+    #[test]
+    fn a_holder_is_not_refused_by_its_own_entry() {
+        let m = Memory::default();
+        let k = key("acct", "c", "gates/g");
+        remember(
+            &m,
+            &k,
+            at(0),
+            Duration::from_secs(30),
+            Some(holder_digest("id-a")),
+        );
+        let a = holder_digest("id-a");
+        let b = holder_digest("id-b");
+        assert_eq!(held(&m, &k, at(1), Some(&a)), None);
+        assert!(held(&m, &k, at(1), Some(&b)).is_some());
+        assert!(held(&m, &k, at(1), None).is_some());
+    }
+
+    #[test]
+    fn failures_and_garbage_fall_back_to_storage() {
+        let mut m = Memory::default();
+        let k = key("acct", "c", "alerts/d");
+        m.0.borrow_mut().insert(k.clone(), b"not json".to_vec());
+        assert_eq!(held(&m, &k, at(0), None), None);
+        // An entry beyond what the cache ever writes is not believed.
+        m.0.borrow_mut()
+            .insert(k.clone(), br#"{"until":18446744073709551615}"#.to_vec());
+        assert_eq!(held(&m, &k, at(0), None), None);
+        remember(&m, &k, at(0), Duration::from_secs(10 * 86_400), None);
+        assert_eq!(held(&m, &k, at(0), None), Some(LONGEST));
+        m.1 = true;
+        assert_eq!(held(&m, &k, at(0), None), None);
+    }
+
+    #[test]
+    fn keys_are_short_and_apart() {
+        let a = key("acct", "c", "alerts/d");
+        assert_eq!(a.len(), "leasegate:held:".len() + 32);
+        assert_ne!(a, key("acct", "c2", "alerts/d"));
+        assert_ne!(a, key("acct2", "c", "alerts/d"));
+        assert_ne!(key("a", "bc", "d"), key("ab", "c", "d"));
+    }
+}
