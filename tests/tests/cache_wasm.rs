@@ -80,7 +80,14 @@ fn a_throttle_known_from_the_cache_needs_no_storage_request() {
         .map(|i| reading(&format!("kvb-{i}"), 35.0))
         .collect();
     let cold = post_telemetry(&app, &json!(batch));
-    assert_eq!(storage_requests(&app, &cold), 90);
+    // 3 per new device (HEAD 404, create with the claim, acquire), 4 when the create lands in
+    // a later second than the HEAD (the claim's token is made again from the create's Date).
+    let cold_requests = storage_requests(&app, &cold);
+    assert!(
+        (90..=120).contains(&cold_requests),
+        "{cold_requests}: {}",
+        cold.text
+    );
     let warm = post_telemetry(&app, &json!(batch));
     assert!(warm.json["decisions"]
         .as_array()
