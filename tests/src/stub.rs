@@ -8,6 +8,10 @@
 //! `Date`), so that a client which reads a blob's properties first goes on to a request whose
 //! answer has a body.
 //!
+//! It serves one request per connection, and every head it completes says `Connection: close`,
+//! so a client that pools connections (the host does, as Spin does) never sends a second
+//! request on one.
+//!
 //! Every loop is bounded (by bytes, by iterations and by socket timeouts) and stops as soon as
 //! the client goes away or the stub is dropped; no answer is ever held in memory whole.
 
@@ -199,7 +203,8 @@ fn serve(
         let _ = write!(
             stream,
             "HTTP/1.1 404 The specified blob does not exist.\r\n\
-             x-ms-error-code: BlobNotFound\r\nDate: {}\r\nContent-Length: 0\r\n\r\n",
+             x-ms-error-code: BlobNotFound\r\nDate: {}\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n",
             http_date(SystemTime::now())
         );
         let _ = stream.flush();
@@ -213,7 +218,7 @@ fn serve(
                 stream
                     .write_all(
                         b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\
-                          Content-Length: 1000\r\n\r\n",
+                          Content-Length: 1000\r\nConnection: close\r\n\r\n",
                     )
                     .and_then(|()| stream.write_all(&[b'x'; SENT_BEFORE_BREAKING]))
             };
@@ -242,7 +247,9 @@ fn serve(
             let zeros = [0u8; 64 << 10];
             let mut sent = 0;
             let mut ok = stream
-                .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .write_all(
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+                )
                 .is_ok();
             while ok && alive() && sent < HUGE {
                 ok = write!(stream, "{:x}\r\n", zeros.len()).is_ok()
@@ -257,8 +264,11 @@ fn serve(
         Behaviour::HugeDeclaredBody => {
             let zeros = [0u8; 64 << 10];
             let mut sent = 0;
-            let mut ok =
-                write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {HUGE}\r\n\r\n").is_ok();
+            let mut ok = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {HUGE}\r\nConnection: close\r\n\r\n"
+            )
+            .is_ok();
             while ok && alive() && sent < HUGE {
                 ok = stream.write_all(&zeros).is_ok();
                 sent += zeros.len();
@@ -266,13 +276,15 @@ fn serve(
         }
         Behaviour::Trickle => {
             let slow: &[u8] = if head_only {
-                b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             } else {
                 &[b'x'; 1000]
             };
             let mut ok = head_only
                 || stream
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n",
+                    )
                     .and_then(|()| stream.flush())
                     .is_ok();
             for byte in slow {

@@ -20,6 +20,7 @@
 
 pub mod kv;
 pub mod manifest;
+mod pool;
 mod response;
 
 use std::collections::HashMap;
@@ -237,6 +238,8 @@ struct Shared {
     records_changed: Condvar,
     in_flight: Mutex<u64>,
     cron: Mutex<Vec<CronRecord>>,
+    /// Outbound keep-alive connections, pooled as Spin pools them.
+    pool: pool::Pool,
 }
 
 /// Counts one guest invocation as running (for [`Host::wait_idle`]) until dropped.
@@ -448,6 +451,7 @@ impl WasiHttpHooks for Hooks {
             })
         });
         let in_flight = self.in_flight.clone();
+        let shared = self.shared.clone();
         Box::new(async move {
             let _flying = Flying::start(&in_flight);
             if !allowed {
@@ -478,6 +482,13 @@ impl WasiHttpHooks for Hooks {
                     return Err(wasmtime_wasi_http::Error::ConnectionReadTimeout);
                 }
                 None => {}
+            }
+            if scheme == "http" {
+                let response = shared.pool.send(request, options).await?;
+                let io: Box<
+                    dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send,
+                > = Box::new(async { Ok(()) });
+                return Ok((response, io));
             }
             let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
             let io: Box<dyn std::future::Future<Output = wasmtime_wasi_http::Result<()>> + Send> =
