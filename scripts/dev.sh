@@ -4,6 +4,8 @@
 #                          project's wasmtime host) with a local Azurite and a webhook sink
 #   scripts/dev.sh test    runs every test (unit, signing vectors, Azurite, the .wasm components)
 #   scripts/dev.sh demo    starts a local Azurite and takes and shows a lease with the CLI
+#   scripts/dev.sh bench   one table: decisions/s and latency of storage alone, the Azure SDK for
+#                          Python and the app, at concurrency 1, 4 and 16 (its own Azurite)
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -150,6 +152,28 @@ TXT
   wait "$!"
 }
 
+# The Azure SDK for Python that the benchmark compares with, in a virtualenv under target/.
+BENCH_VENV=target/bench-venv
+BENCH_SDK="azure-storage-blob==12.31.1 azure-core==1.41.0"
+
+bench() {
+  setup
+  build_components
+  local installed
+  installed=$("$BENCH_VENV/bin/python" -c 'import importlib.metadata as m
+print(" ".join(f"{p}=={m.version(p)}" for p in ("azure-storage-blob", "azure-core")))' 2>/dev/null || true)
+  if [ "$installed" != "$BENCH_SDK" ]; then
+    say "installing $BENCH_SDK into $BENCH_VENV"
+    python3 -m venv "$BENCH_VENV"
+    # shellcheck disable=SC2086  # one word per requirement
+    "$BENCH_VENV/bin/pip" install --disable-pip-version-check --quiet $BENCH_SDK
+  fi
+  say "building the load generator (tests/src/bin/leasegate-bench)"
+  cargo build --locked -p leasegate-tests --bin leasegate-bench
+  say "benchmarking: storage alone, the Python SDK, the app (about 2 minutes; progress below)"
+  target/debug/leasegate-bench --python "$BENCH_VENV/bin/python" "$@"
+}
+
 case "${1:-}" in
   setup) setup ;;
   run) run ;;
@@ -160,13 +184,14 @@ case "${1:-}" in
     say "Azurite runs until you press Ctrl-C"
     while kill -0 "${AZURITE_PID:-0}" 2>/dev/null || port_open 10000; do sleep 1; done
     ;;
+  bench) shift; bench "$@" ;;
   test)
     setup
     say "running the tests"
     cargo test --workspace --locked
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|demo|setup|azurite" >&2
+    echo "usage: scripts/dev.sh run|test|bench|demo|setup|azurite" >&2
     exit 2
     ;;
 esac
