@@ -16,6 +16,7 @@ use crate::error::{ErrorClass, StorageError};
 use crate::names::{encode_path, BlobName, ContainerName};
 use crate::signing::authorize;
 use crate::types::{ETag, LeaseDuration, LeaseId, LeaseState};
+use crate::xml;
 use crate::Error;
 
 /// A Blob service operation: how to ask, and how to read the answer.
@@ -209,10 +210,9 @@ pub fn storage_error(response: &Response<Vec<u8>>) -> StorageError {
 
 fn xml_error_code(body: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
-    let doc = roxmltree::Document::parse(text.trim_start_matches('\u{feff}')).ok()?;
-    doc.descendants()
-        .find(|n| n.has_tag_name("Code"))
-        .and_then(|n| n.text())
+    let doc = xml::parse(text.trim_start_matches('\u{feff}')).ok()?;
+    doc.find("Code")
+        .and_then(|n| n.text.as_deref())
         .map(|s| s.trim().to_string())
 }
 
@@ -1068,47 +1068,43 @@ impl Operation for ListBlobs {
 /// Parses an `EnumerationResults` document.
 pub fn parse_list_blobs(body: &[u8]) -> Result<ListBlobsPage, String> {
     let text = std::str::from_utf8(body).map_err(|_| "listing is not UTF-8".to_string())?;
-    let doc = roxmltree::Document::parse(text.trim_start_matches('\u{feff}'))
+    let root = xml::parse(text.trim_start_matches('\u{feff}'))
         .map_err(|e| format!("listing is not XML: {e}"))?;
-    let root = doc.root_element();
-    if !root.has_tag_name("EnumerationResults") {
+    if root.name != "EnumerationResults" {
         return Err("listing has no EnumerationResults".into());
     }
-    let child_text = |node: roxmltree::Node, name: &str| -> Option<String> {
-        node.children()
-            .find(|n| n.has_tag_name(name))
-            .and_then(|n| n.text())
-            .map(str::to_string)
-    };
+    let child_text = |node: &xml::Element, name: &str| node.child_text(name).map(str::to_string);
     let mut page = ListBlobsPage {
-        next_marker: child_text(root, "NextMarker").filter(|m| !m.is_empty()),
+        next_marker: child_text(&root, "NextMarker").filter(|m| !m.is_empty()),
         ..Default::default()
     };
-    let Some(blobs) = root.children().find(|n| n.has_tag_name("Blobs")) else {
+    let Some(blobs) = root.child("Blobs") else {
         return Ok(page);
     };
-    for blob in blobs.children().filter(|n| n.has_tag_name("Blob")) {
+    for blob in blobs.children.iter().filter(|n| n.name == "Blob") {
         let name = child_text(blob, "Name").ok_or("a listed blob has no Name")?;
         let mut properties = BlobProperties::default();
-        if let Some(props) = blob.children().find(|n| n.has_tag_name("Properties")) {
+        if let Some(props) = blob.child("Properties") {
             // Note the listing's spelling: `Etag`, not `ETag`.
-            properties.etag = child_text(props, "Etag").map(|e| ETag::new(&e));
-            properties.last_modified =
-                child_text(props, "Last-Modified").and_then(|d| httpdate::parse_http_date(&d).ok());
-            properties.content_length =
-                child_text(props, "Content-Length").and_then(|s| s.parse().ok());
+            properties.etag = props.child_text("Etag").map(ETag::new);
+            properties.last_modified = props
+                .child_text("Last-Modified")
+                .and_then(|d| httpdate::parse_http_date(d).ok());
+            properties.content_length = props
+                .child_text("Content-Length")
+                .and_then(|s| s.parse().ok());
             properties.content_type = child_text(props, "Content-Type");
-            properties.lease_state =
-                child_text(props, "LeaseState").and_then(|s| LeaseState::parse(&s));
+            properties.lease_state = props.child_text("LeaseState").and_then(LeaseState::parse);
             properties.blob_type = child_text(props, "BlobType");
-            properties.sequence_number =
-                child_text(props, "x-ms-blob-sequence-number").and_then(|s| s.parse().ok());
+            properties.sequence_number = props
+                .child_text("x-ms-blob-sequence-number")
+                .and_then(|s| s.parse().ok());
         }
-        if let Some(meta) = blob.children().find(|n| n.has_tag_name("Metadata")) {
-            for entry in meta.children().filter(|n| n.is_element()) {
+        if let Some(meta) = blob.child("Metadata") {
+            for entry in &meta.children {
                 properties.metadata.insert(
-                    entry.tag_name().name().to_ascii_lowercase(),
-                    entry.text().unwrap_or("").to_string(),
+                    entry.name.to_ascii_lowercase(),
+                    entry.text.clone().unwrap_or_default(),
                 );
             }
         }
