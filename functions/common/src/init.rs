@@ -567,10 +567,10 @@ async fn reset<T: Transport>(
         {
             Acquire::Busy { holder, .. } => Ok(Err(holder.map(|h| h.label).unwrap_or_default())),
             Acquire::Acquired(_) => {
-                let marks: Metadata = ["progress", "done_by", "done_token"]
-                    .iter()
-                    .map(|k| (k.to_string(), String::new()))
-                    .collect();
+                let mut marks = Metadata::new();
+                for k in ["progress", "done_by", "done_token"] {
+                    marks.insert(k.to_string(), String::new());
+                }
                 let cleared = locks.set_marks(&lock, id, &marks, ctx.now).await?;
                 let _ = locks.release(&lock, id, ctx.now).await;
                 Ok(Ok(cleared))

@@ -605,8 +605,16 @@ async fn change_log<T: Transport, R>(
         if let Err(refusal) = change(&mut log, read_at) {
             return Ok(Err(refusal));
         }
-        log.entries
-            .sort_by_key(|e| std::cmp::Reverse(e.occurrence_unix));
+        // Newest first, stable: an insertion sort over the few entries (the standard library's
+        // sort is far more code in a component).
+        let entries = &mut log.entries;
+        for i in 1..entries.len() {
+            let mut j = i;
+            while j > 0 && entries[j - 1].occurrence_unix < entries[j].occurrence_unix {
+                entries.swap(j - 1, j);
+                j -= 1;
+            }
+        }
         log.entries.truncate(LOG_ENTRIES);
         let body = serde_json::to_vec_pretty(&log).unwrap_or_default();
         let condition = match etag {

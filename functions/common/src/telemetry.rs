@@ -492,10 +492,11 @@ async fn notify<T: Transport>(
 /// outcome (`coveredBy`). 503 when any device's storage failed, else 200.
 pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response<Vec<u8>> {
     let window_secs = parsed.settings.window.as_secs();
-    let by_device: BTreeMap<&str, &Gated> = gated
-        .iter()
-        .map(|g| (g.device.reading.device_id.as_str(), g))
-        .collect();
+    // Inserted one by one: collecting into a map would sort (more code in a component).
+    let mut by_device: BTreeMap<&str, &Gated> = BTreeMap::new();
+    for g in gated {
+        by_device.insert(g.device.reading.device_id.as_str(), g);
+    }
     let decisions: Vec<Value> = parsed
         .readings
         .iter()

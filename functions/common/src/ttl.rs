@@ -36,8 +36,8 @@ use http::{Request, Response, StatusCode};
 use leasegate::lease::{Acquire, Locks, Term};
 use leasegate::ops::{
     public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, CreateContainer,
-    DeleteBlob, DeleteOutcome, GetBlob, GetProperties, ListBlobs, ListBlobsPage, Metadata, PutBlob,
-    Refusal, SetMetadata, WriteOutcome,
+    DeleteBlob, DeleteOutcome, GetBlob, GetProperties, ListBlobs, ListBlobsPage, PutBlob, Refusal,
+    SetMetadata, WriteOutcome,
 };
 use leasegate::{BlobName, ContainerName, Counting, LeaseState, LockName, Transport};
 use serde::{Deserialize, Serialize};
@@ -862,13 +862,8 @@ async fn move_blob<T, S: Transport>(
         BlobName::try_new(&item.name).map_err(|_| Outcome::Skipped("the name is not usable"))?;
     let source_uri = public_blob_url(&settings.storage.account, &claimed.container, &source);
     let version = etag.as_str().trim_matches('"').to_string();
-    let mut metadata: Metadata = item
-        .properties
-        .metadata
-        .iter()
-        .filter(|(k, _)| k.as_str() != TIME_TO_LIVE)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut metadata = item.properties.metadata.clone();
+    metadata.remove(TIME_TO_LIVE);
     metadata.insert(SOURCE_URI.into(), source_uri.clone());
     metadata.insert(SOURCE_ETAG.into(), version.clone());
     for name in [
