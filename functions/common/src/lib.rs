@@ -6,8 +6,8 @@
 //! * [`web`]: JSON answers, content-type and size checks.
 //! * [`telemetry`] and [`gate`]: the two HTTP functions' logic, written against
 //!   [`leasegate::Transport`] so it runs natively in unit tests and as Wasm in Spin.
-//! * [`spin`]: the Spin side: outbound HTTP through spin-sdk (with a timeout), variables, and
-//!   reading the incoming request with a size cap.
+//! * [`spin`]: the Spin side: outbound HTTP through `wasi:http` (with a timeout), variables,
+//!   the key-value store, reading the incoming request with a size cap, and the export macros.
 #![deny(missing_docs)]
 // Handlers' helpers return `Err(http::Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
@@ -50,6 +50,14 @@ pub struct Context<'a, T> {
 
 /// A pause: see [`Context::sleep`].
 pub type Pause = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// What the export macros expand to in the component crates.
+#[doc(hidden)]
+pub mod __private {
+    pub use leasegate_spin_bindings::wit_bindgen;
+    pub use spin_executor;
+    pub use wasi;
+}
 
 /// Writes one JSON log line to stdout. Callers put no secret in it.
 pub fn log_line(fields: serde_json::Value) {

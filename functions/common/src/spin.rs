@@ -1,5 +1,9 @@
-//! The Spin side: outbound HTTP through spin-sdk, Spin variables, and the incoming request
-//! read with a size cap. Only this module touches spin-sdk.
+//! The Spin side: outbound HTTP through `wasi:http/outgoing-handler`, Spin variables and
+//! key-value store, and the incoming request read with a size cap. Only this module (with the
+//! export macros) touches the WASI and Spin bindings: the `wasi` crate's `wasi:http@0.2.0`
+//! bindings (those spin-sdk 5.2 itself uses), Spin's executor, and the `fermyon:spin@2.0.0`
+//! bindings of `leasegate-spin-bindings`. (spin-sdk's own conversions and error types were
+//! most of a component's size.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,13 +11,16 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, SystemTime};
 
 use futures::future::{select, Either};
-use futures::StreamExt;
 use http::{Request, Response, StatusCode};
 use leasegate::{LeaseId, Transport, TransportError, TransportErrorKind};
-use spin_sdk::http::{
-    Fields, IncomingRequest, IncomingResponse, OutgoingBody, OutgoingResponse, ResponseOutparam,
-    SendError,
+use leasegate_spin_bindings::{key_value, variables};
+use wasi::http::outgoing_handler;
+use wasi::http::types::{
+    ErrorCode, Fields, IncomingBody, IncomingRequest, IncomingResponse, Method, OutgoingBody,
+    OutgoingRequest, OutgoingResponse, ResponseOutparam, Scheme,
 };
+use wasi::io::poll::Pollable;
+use wasi::io::streams::{InputStream, OutputStream, StreamError};
 
 use crate::config::Variables;
 use crate::web;
@@ -25,13 +32,15 @@ use crate::Context;
 /// filling the component's memory.
 pub const MAX_RESPONSE_BODY: usize = 16 << 20;
 
-/// Outbound HTTP through spin-sdk (`wasi:http/outgoing-handler`), each exchange bounded by a
-/// timeout and each response body by a size cap. Spin checks every request against the
-/// component's `allowed_outbound_hosts`.
+/// How much one read of a body stream asks for (what spin-sdk reads).
+const READ_SIZE: u64 = 16 * 1024;
+
+/// Outbound HTTP through `wasi:http/outgoing-handler`, each exchange bounded by a timeout and
+/// each response body by a size cap. Spin checks every request against the component's
+/// `allowed_outbound_hosts`.
 ///
-/// The response is read as a stream (not with spin-sdk's conversion to `http::Response`, which
-/// panics when a body breaks off and reads bodies of any size): a body that breaks off, or that
-/// is larger than `max_body`, is a [`TransportError`] of kind `Other`.
+/// The response is read as a stream: a body that breaks off, or that is larger than
+/// `max_body`, is a [`TransportError`] of kind `Other`.
 #[derive(Debug, Clone, Copy)]
 pub struct SpinTransport {
     /// How long one exchange may take: sending the request, the response head and reading
@@ -55,6 +64,140 @@ impl Transport for SpinTransport {
     }
 }
 
+/// Waits, on Spin's executor, until `attempt` gives an answer: each time it has none yet, the
+/// executor gets a fresh pollable from `subscribe` to wait on beside the invocation's other
+/// work. Dropping the future cancels the wait.
+async fn until<T>(mut attempt: impl FnMut() -> Option<T>, subscribe: impl Fn() -> Pollable) -> T {
+    let mut waiting: Option<spin_executor::CancelOnDropToken> = None;
+    std::future::poll_fn(|cx| match attempt() {
+        Some(answer) => Poll::Ready(answer),
+        None => {
+            let token = spin_executor::push_waker_and_get_token(subscribe(), cx.waker().clone());
+            waiting = Some(token.into());
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// The next chunk of a body stream: `None` at its end, `Some(Err(()))` when it broke off.
+async fn next_chunk(stream: &InputStream) -> Option<Result<Vec<u8>, ()>> {
+    until(
+        || match stream.read(READ_SIZE) {
+            Ok(chunk) if chunk.is_empty() => None,
+            Ok(chunk) => Some(Some(Ok(chunk))),
+            Err(StreamError::Closed) => Some(None),
+            Err(StreamError::LastOperationFailed(_)) => Some(Some(Err(()))),
+        },
+        || stream.subscribe(),
+    )
+    .await
+}
+
+/// Writes `data` to an outgoing body stream and flushes it, waiting whenever the host takes no
+/// more for now (as spin-sdk's body sink does).
+async fn write_all(stream: &OutputStream, mut data: &[u8]) -> Result<(), StreamError> {
+    let mut flushing = false;
+    loop {
+        let room = until(
+            || match stream.check_write() {
+                Ok(0) => None,
+                other => Some(other),
+            },
+            || stream.subscribe(),
+        )
+        .await;
+        match room {
+            Ok(n) if data.is_empty() => {
+                let _ = n;
+                if flushing {
+                    return Ok(());
+                }
+                match stream.flush() {
+                    Ok(()) => flushing = true,
+                    Err(StreamError::Closed) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(n) => {
+                let count = usize::try_from(n).unwrap_or(usize::MAX).min(data.len());
+                stream.write(&data[..count])?;
+                data = &data[count..];
+            }
+            // The stream is closed but everything was written: all that could be done.
+            Err(StreamError::Closed) if data.is_empty() => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `request` as a `wasi:http` outgoing request (head only) and its body.
+fn outgoing_request(request: Request<Vec<u8>>) -> Option<(OutgoingRequest, Vec<u8>)> {
+    let (parts, body) = request.into_parts();
+    let entries: Vec<(String, Vec<u8>)> = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+        .collect();
+    let outgoing = OutgoingRequest::new(Fields::from_list(&entries).ok()?);
+    let method = match parts.method.as_str() {
+        "GET" => Method::Get,
+        "HEAD" => Method::Head,
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "DELETE" => Method::Delete,
+        "CONNECT" => Method::Connect,
+        "OPTIONS" => Method::Options,
+        "TRACE" => Method::Trace,
+        "PATCH" => Method::Patch,
+        other => Method::Other(other.to_owned()),
+    };
+    outgoing.set_method(&method).ok()?;
+    outgoing
+        .set_path_with_query(parts.uri.path_and_query().map(|p| p.as_str()))
+        .ok()?;
+    let scheme = parts.uri.scheme().map(|s| match s.as_str() {
+        "http" => Scheme::Http,
+        "https" => Scheme::Https,
+        s => Scheme::Other(s.to_owned()),
+    });
+    outgoing.set_scheme(scheme.as_ref()).ok()?;
+    outgoing
+        .set_authority(parts.uri.authority().map(|a| a.as_str()))
+        .ok()?;
+    Some((outgoing, body))
+}
+
+/// Sends `request`: hands it to the host, writes its body, then waits for the response head.
+async fn send(request: Request<Vec<u8>>) -> Result<IncomingResponse, TransportError> {
+    let not_sent =
+        || TransportError::new(TransportErrorKind::Other, "the request could not be sent");
+    let (outgoing, body) = outgoing_request(request).ok_or_else(not_sent)?;
+    let outgoing_body = outgoing.body().map_err(|()| not_sent())?;
+    let stream = outgoing_body.write().map_err(|()| not_sent())?;
+    let pending = outgoing_handler::handle(outgoing, None);
+    let written = write_all(&stream, &body).await;
+    drop(stream);
+    let _ = OutgoingBody::finish(outgoing_body, None);
+    if written.is_err() {
+        return Err(TransportError::new(
+            TransportErrorKind::Other,
+            "the response could not be read",
+        ));
+    }
+    let pending = pending.map_err(|code| classify(&code))?;
+    let answer = until(|| pending.get(), || pending.subscribe()).await;
+    match answer {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(code)) => Err(classify(&code)),
+        // Asked for twice: cannot happen here.
+        Err(()) => Err(TransportError::new(
+            TransportErrorKind::Other,
+            "the response could not be read",
+        )),
+    }
+}
+
 /// Sends `request` and reads its response, the body up to `max_body` bytes. Dropping this
 /// future (at the timeout) drops the body stream, then the response: the host cancels the
 /// rest of the exchange.
@@ -64,9 +207,7 @@ async fn exchange(
 ) -> Result<Response<Vec<u8>>, TransportError> {
     // A HEAD answer has no body, whatever its Content-Length says (for a blob, its size).
     let head = request.method() == http::Method::HEAD;
-    let response: IncomingResponse = spin_sdk::http::send(request)
-        .await
-        .map_err(|e| classify(&e))?;
+    let response = send(request).await?;
     let status = response.status();
     let mut builder = Response::builder().status(status);
     let mut declared = None;
@@ -93,22 +234,29 @@ async fn exchange(
     })
 }
 
-/// Reads a response body chunk by chunk, up to `max` bytes.
+/// Reads a response body chunk by chunk, up to `max` bytes. (The response stays alive while
+/// its body is read: dropping it would cancel the exchange.)
 async fn read_body(response: &IncomingResponse, max: usize) -> Result<Vec<u8>, TransportError> {
+    let broke_off = |n: usize| {
+        TransportError::new(
+            TransportErrorKind::Other,
+            format!("the response body broke off after {n} bytes"),
+        )
+    };
+    let incoming = response.consume().map_err(|()| broke_off(0))?;
+    let stream = incoming.stream().map_err(|()| broke_off(0))?;
     let mut body = Vec::new();
-    let mut stream = response.take_body_stream();
-    while let Some(chunk) = stream.next().await {
+    while let Some(chunk) = next_chunk(&stream).await {
         let Ok(chunk) = chunk else {
-            return Err(TransportError::new(
-                TransportErrorKind::Other,
-                format!("the response body broke off after {} bytes", body.len()),
-            ));
+            return Err(broke_off(body.len()));
         };
         if chunk.len() > max - body.len() {
             return Err(over(max));
         }
         body.extend_from_slice(&chunk);
     }
+    drop(stream);
+    let _ = IncomingBody::finish(incoming);
     Ok(body)
 }
 
@@ -119,45 +267,73 @@ fn over(max: usize) -> TransportError {
     )
 }
 
-/// Maps spin-sdk's send errors; the text names the error kind, never the URL.
-fn classify(e: &SendError) -> TransportError {
-    use spin_sdk::http::ErrorCode;
-    match e {
-        SendError::Http(code) => {
-            let kind = match code {
-                ErrorCode::ConnectionRefused
-                | ErrorCode::DestinationNotFound
-                | ErrorCode::DestinationUnavailable
-                | ErrorCode::DnsError(_)
-                // The host refused to send it (not an allowed outbound host): nothing left.
-                | ErrorCode::HttpRequestDenied => TransportErrorKind::Connect,
-                ErrorCode::ConnectionTimeout | ErrorCode::ConnectionReadTimeout => {
-                    TransportErrorKind::Timeout
-                }
-                _ => TransportErrorKind::Other,
-            };
-            let what = match code {
-                ErrorCode::HttpRequestDenied => {
-                    "request denied by the host (is the origin in allowed_outbound_hosts?)"
-                        .to_string()
-                }
-                // The variant's name only: payloads (an internal error's text) could carry
-                // details of the request.
-                other => format!("{other:?}")
-                    .trim_start_matches("ErrorCode::")
-                    .split(['(', ' ', '{'])
-                    .next()
-                    .unwrap_or("error")
-                    .to_string(),
-            };
-            TransportError::new(kind, what)
+/// Maps the host's HTTP error codes; the text names the error kind, never the URL.
+fn classify(code: &ErrorCode) -> TransportError {
+    let kind = match code {
+        ErrorCode::ConnectionRefused
+        | ErrorCode::DestinationNotFound
+        | ErrorCode::DestinationUnavailable
+        | ErrorCode::DnsError(_)
+        // The host refused to send it (not an allowed outbound host): nothing left.
+        | ErrorCode::HttpRequestDenied => TransportErrorKind::Connect,
+        ErrorCode::ConnectionTimeout | ErrorCode::ConnectionReadTimeout => {
+            TransportErrorKind::Timeout
         }
-        SendError::RequestConversion(_) => {
-            TransportError::new(TransportErrorKind::Other, "the request could not be sent")
+        _ => TransportErrorKind::Other,
+    };
+    let what = match code {
+        ErrorCode::HttpRequestDenied => {
+            "request denied by the host (is the origin in allowed_outbound_hosts?)"
         }
-        SendError::ResponseConversion(_) | SendError::Io(_) => {
-            TransportError::new(TransportErrorKind::Other, "the response could not be read")
-        }
+        // The variant's name only: payloads (an internal error's text) could carry details of
+        // the request.
+        other => error_code_name(other),
+    };
+    TransportError::new(kind, what)
+}
+
+/// The name of an error code's variant (as its `Debug` would start), without its payload.
+fn error_code_name(code: &ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::DnsTimeout => "DnsTimeout",
+        ErrorCode::DnsError(_) => "DnsError",
+        ErrorCode::DestinationNotFound => "DestinationNotFound",
+        ErrorCode::DestinationUnavailable => "DestinationUnavailable",
+        ErrorCode::DestinationIpProhibited => "DestinationIpProhibited",
+        ErrorCode::DestinationIpUnroutable => "DestinationIpUnroutable",
+        ErrorCode::ConnectionRefused => "ConnectionRefused",
+        ErrorCode::ConnectionTerminated => "ConnectionTerminated",
+        ErrorCode::ConnectionTimeout => "ConnectionTimeout",
+        ErrorCode::ConnectionReadTimeout => "ConnectionReadTimeout",
+        ErrorCode::ConnectionWriteTimeout => "ConnectionWriteTimeout",
+        ErrorCode::ConnectionLimitReached => "ConnectionLimitReached",
+        ErrorCode::TlsProtocolError => "TlsProtocolError",
+        ErrorCode::TlsCertificateError => "TlsCertificateError",
+        ErrorCode::TlsAlertReceived(_) => "TlsAlertReceived",
+        ErrorCode::HttpRequestDenied => "HttpRequestDenied",
+        ErrorCode::HttpRequestLengthRequired => "HttpRequestLengthRequired",
+        ErrorCode::HttpRequestBodySize(_) => "HttpRequestBodySize",
+        ErrorCode::HttpRequestMethodInvalid => "HttpRequestMethodInvalid",
+        ErrorCode::HttpRequestUriInvalid => "HttpRequestUriInvalid",
+        ErrorCode::HttpRequestUriTooLong => "HttpRequestUriTooLong",
+        ErrorCode::HttpRequestHeaderSectionSize(_) => "HttpRequestHeaderSectionSize",
+        ErrorCode::HttpRequestHeaderSize(_) => "HttpRequestHeaderSize",
+        ErrorCode::HttpRequestTrailerSectionSize(_) => "HttpRequestTrailerSectionSize",
+        ErrorCode::HttpRequestTrailerSize(_) => "HttpRequestTrailerSize",
+        ErrorCode::HttpResponseIncomplete => "HttpResponseIncomplete",
+        ErrorCode::HttpResponseHeaderSectionSize(_) => "HttpResponseHeaderSectionSize",
+        ErrorCode::HttpResponseHeaderSize(_) => "HttpResponseHeaderSize",
+        ErrorCode::HttpResponseBodySize(_) => "HttpResponseBodySize",
+        ErrorCode::HttpResponseTrailerSectionSize(_) => "HttpResponseTrailerSectionSize",
+        ErrorCode::HttpResponseTrailerSize(_) => "HttpResponseTrailerSize",
+        ErrorCode::HttpResponseTransferCoding(_) => "HttpResponseTransferCoding",
+        ErrorCode::HttpResponseContentCoding(_) => "HttpResponseContentCoding",
+        ErrorCode::HttpResponseTimeout => "HttpResponseTimeout",
+        ErrorCode::HttpUpgradeFailed => "HttpUpgradeFailed",
+        ErrorCode::HttpProtocolError => "HttpProtocolError",
+        ErrorCode::LoopDetected => "LoopDetected",
+        ErrorCode::ConfigurationError => "ConfigurationError",
+        ErrorCode::InternalError(_) => "InternalError",
     }
 }
 
@@ -192,12 +368,12 @@ impl Future for Sleep {
     }
 }
 
-/// Component variables, read through spin-sdk.
+/// Component variables, read through `fermyon:spin/variables`.
 pub struct SpinVariables;
 
 impl Variables for SpinVariables {
     fn get(&self, name: &str) -> Option<String> {
-        spin_sdk::variables::get(name).ok()
+        variables::get(name).ok()
     }
 }
 
@@ -222,25 +398,39 @@ pub async fn read_request(
     limit: usize,
 ) -> Result<Request<Vec<u8>>, Response<Vec<u8>>> {
     let bad = |m: &str| web::error(StatusCode::BAD_REQUEST, "bad_request", m);
+    let method = match request.method() {
+        Method::Get => "GET".to_owned(),
+        Method::Head => "HEAD".to_owned(),
+        Method::Post => "POST".to_owned(),
+        Method::Put => "PUT".to_owned(),
+        Method::Delete => "DELETE".to_owned(),
+        Method::Connect => "CONNECT".to_owned(),
+        Method::Options => "OPTIONS".to_owned(),
+        Method::Trace => "TRACE".to_owned(),
+        Method::Patch => "PATCH".to_owned(),
+        Method::Other(other) => other,
+    };
     let mut builder = Request::builder()
-        .method(request.method().to_string().as_str())
+        .method(method.as_str())
         .uri(request.path_with_query().unwrap_or_else(|| "/".into()));
     for (name, value) in request.headers().entries() {
         builder = builder.header(name, value);
     }
     let declared = request
         .headers()
-        .get("content-length")
+        .get(&"content-length".to_owned())
         .first()
         .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > DRAIN_LIMIT) {
         return Err(web::too_large(limit));
     }
+    let unreadable = || bad("the request body could not be read");
+    let incoming = request.consume().map_err(|()| unreadable())?;
+    let stream = incoming.stream().map_err(|()| unreadable())?;
     let mut body = Vec::new();
     let mut seen: u64 = 0;
-    let mut stream = request.into_body_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|_| bad("the request body could not be read"))?;
+    while let Some(chunk) = next_chunk(&stream).await {
+        let chunk = chunk.map_err(|()| unreadable())?;
         seen += chunk.len() as u64;
         if seen > DRAIN_LIMIT {
             break;
@@ -249,6 +439,8 @@ pub async fn read_request(
             body.extend_from_slice(&chunk);
         }
     }
+    drop(stream);
+    let _ = IncomingBody::finish(incoming);
     if seen > limit as u64 {
         return Err(web::too_large(limit));
     }
@@ -315,10 +507,10 @@ pub fn respond(out: ResponseOutparam, response: Response<Vec<u8>>) {
     if written == body.len() {
         drop(stream);
         let _ = OutgoingBody::finish(outgoing_body, None);
-        out.set(outgoing);
+        ResponseOutparam::set(out, Ok(outgoing));
         return;
     }
-    out.set(outgoing);
+    ResponseOutparam::set(out, Ok(outgoing));
     for chunk in body[written..].chunks(4096) {
         if stream.blocking_write_and_flush(chunk).is_err() {
             return;
@@ -331,13 +523,13 @@ pub fn respond(out: ResponseOutparam, response: Response<Vec<u8>>) {
 /// Spin's key-value store `default`, opened at the first use; a store that cannot be opened
 /// fails every operation (the callers then ask storage).
 pub struct SpinCache {
-    store: std::cell::OnceCell<Option<spin_sdk::key_value::Store>>,
+    store: std::cell::OnceCell<Option<key_value::Store>>,
 }
 
 impl SpinCache {
-    fn store(&self) -> Result<&spin_sdk::key_value::Store, crate::cache::Unavailable> {
+    fn store(&self) -> Result<&key_value::Store, crate::cache::Unavailable> {
         self.store
-            .get_or_init(|| spin_sdk::key_value::Store::open_default().ok())
+            .get_or_init(|| key_value::Store::open("default").ok())
             .as_ref()
             .ok_or(crate::cache::Unavailable)
     }
@@ -408,40 +600,49 @@ impl Default for SpinEnv {
     }
 }
 
-/// Exports `wasi:http/incoming-handler` (through spin-sdk's `#[http_component]`): reads the
-/// request with a body cap of `$limit` bytes (413 beyond), calls
+/// Exports `wasi:http/incoming-handler@0.2.0` (the `wasi` crate's binding, on Spin's
+/// executor): reads the request with a body cap of `$limit` bytes (413 beyond), calls
 /// `$handler(&Context, http::Request<Vec<u8>>) -> http::Response<Vec<u8>>` and sends the answer
 /// with [`respond`] (body before head, one write). Use it in a component crate that depends on
-/// `spin-sdk`.
+/// this crate.
 #[macro_export]
 macro_rules! http_export {
     ($handler:path, $limit:expr) => {
-        #[spin_sdk::http_component]
-        async fn handle(
-            request: spin_sdk::http::IncomingRequest,
-            out: spin_sdk::http::ResponseOutparam,
-        ) {
-            let env = $crate::spin::SpinEnv::new();
-            let response = match $crate::spin::read_request(request, $limit).await {
-                Ok(request) => $handler(&env.context(), request).await,
-                Err(response) => response,
-            };
-            $crate::spin::respond(out, response);
+        /// The component's `wasi:http/incoming-handler`.
+        struct HttpComponent;
+
+        impl $crate::__private::wasi::exports::http::incoming_handler::Guest for HttpComponent {
+            fn handle(
+                request: $crate::__private::wasi::http::types::IncomingRequest,
+                out: $crate::__private::wasi::http::types::ResponseOutparam,
+            ) {
+                $crate::__private::spin_executor::run(async move {
+                    let env = $crate::spin::SpinEnv::new();
+                    let response = match $crate::spin::read_request(request, $limit).await {
+                        Ok(request) => $handler(&env.context(), request).await,
+                        Err(response) => response,
+                    };
+                    $crate::spin::respond(out, response);
+                })
+            }
         }
+
+        $crate::__private::wasi::http::proxy::export!(
+            HttpComponent with_types_in $crate::__private::wasi
+        );
     };
 }
 
 /// Exports `handle-cron-event` of Spin's cron trigger (`fermyon:spin-cron@2.0.0`; its guest SDK
 /// is not on crates.io, so the binding is generated with the wit-bindgen that spin-sdk uses),
 /// calling `$handler(&Context, timestamp) -> Result<(), String>` on Spin's executor. Use it in a
-/// component crate that depends on `spin-sdk` and `spin-executor`, next to its
-/// [`http_export!`].
+/// component crate that depends on this crate, next to its [`http_export!`].
 #[macro_export]
 macro_rules! cron_export {
     ($handler:path) => {
         /// The cron trigger's guest interface.
         mod cron {
-            spin_sdk::wit_bindgen::generate!({
+            $crate::__private::wit_bindgen::generate!({
                 inline: "
                     package fermyon:spin-cron@2.0.0;
                     interface cron-types {
@@ -454,14 +655,14 @@ macro_rules! cron_export {
                     }
                 ",
                 world: "spin-cron",
-                runtime_path: "spin_sdk::wit_bindgen::rt",
+                runtime_path: "::leasegate_functions::__private::wit_bindgen::rt",
             });
 
             struct Cron;
 
             impl Guest for Cron {
                 fn handle_cron_event(metadata: Metadata) -> Result<(), Error> {
-                    spin_executor::run(async move {
+                    $crate::__private::spin_executor::run(async move {
                         $handler(
                             &$crate::spin::SpinEnv::new().context(),
                             metadata.timestamp,
