@@ -36,22 +36,24 @@ pub fn var(vars: &dyn Variables, name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// A numeric variable in `range`, or `default` when unset.
+/// A numeric variable in `range` (whole bounds), or `default` when unset.
+///
+/// The bounds are whole numbers, and printed as such: formatting an `f64` would put the
+/// standard library's float printing (over 10 KB) in every component.
 pub fn number(
     vars: &dyn Variables,
     name: &str,
     default: f64,
-    range: std::ops::RangeInclusive<f64>,
+    range: std::ops::RangeInclusive<i64>,
 ) -> Result<f64, ConfigError> {
     let Some(text) = var(vars, name) else {
         return Ok(default);
     };
+    let (low, high) = (*range.start(), *range.end());
     match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && range.contains(&v) => Ok(v),
+        Ok(v) if v.is_finite() && low as f64 <= v && v <= high as f64 => Ok(v),
         _ => Err(ConfigError(format!(
-            "variable {name} must be a number from {} to {}",
-            range.start(),
-            range.end()
+            "variable {name} must be a number from {low} to {high}"
         ))),
     }
 }
@@ -147,8 +149,8 @@ pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
     let container_name = var(vars, "container").unwrap_or_else(|| "leasegate".into());
     let container = ContainerName::try_new(&container_name)
         .map_err(|e| ConfigError(format!("variable container: {e}")))?;
-    let timeout_ms = number(vars, "storage_timeout_ms", 5000.0, 100.0..=60_000.0)?;
-    let max_in_flight = number(vars, "max_in_flight", 16.0, 1.0..=256.0)?;
+    let timeout_ms = number(vars, "storage_timeout_ms", 5000.0, 100..=60_000)?;
+    let max_in_flight = number(vars, "max_in_flight", 16.0, 1..=256)?;
     if max_in_flight.fract() != 0.0 {
         return Err(ConfigError(
             "variable max_in_flight must be a whole number".into(),

@@ -66,15 +66,15 @@ impl Settings {
                 e.replace("job name", "name")
             ))
         })?;
-        let whole = |var: &str, default: f64, range: std::ops::RangeInclusive<f64>| {
+        let whole = |var: &str, default: f64, range: std::ops::RangeInclusive<i64>| {
             let v = config::number(vars, var, default, range)?;
             if v.fract() != 0.0 {
                 return Err(ConfigError(format!("variable {var} must be whole seconds")));
             }
             Ok(Duration::from_secs(v as u64))
         };
-        let lease = whole("init_lease_seconds", 60.0, 15.0..=86_400.0)?;
-        let timeout = whole("init_timeout_seconds", 30.0, 1.0..=3600.0)?;
+        let lease = whole("init_lease_seconds", 60.0, 15..=86_400)?;
+        let timeout = whole("init_timeout_seconds", 30.0, 1..=3600)?;
         let url = config::var(vars, "init_url")
             .ok_or_else(|| ConfigError("variable init_url is not set".into()))?;
         if url

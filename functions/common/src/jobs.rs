@@ -113,7 +113,7 @@ impl Settings {
         let instance_id = timer::instance_id(vars)?;
         let job = config::var(vars, "job_name").unwrap_or_else(|| "job".into());
         check_job_name(&job).map_err(|e| ConfigError(format!("variable job_name: {e}")))?;
-        let whole = |name: &str, default: f64, range: std::ops::RangeInclusive<f64>| {
+        let whole = |name: &str, default: f64, range: std::ops::RangeInclusive<i64>| {
             let v = config::number(vars, name, default, range)?;
             if v.fract() != 0.0 {
                 return Err(ConfigError(format!(
@@ -122,26 +122,22 @@ impl Settings {
             }
             Ok(Duration::from_secs(v as u64))
         };
-        let period = whole("job_period_seconds", 60.0, 1.0..=31_536_000.0)?;
-        let offset = whole("job_offset_seconds", 0.0, 0.0..=31_536_000.0)?;
+        let period = whole("job_period_seconds", 60.0, 1..=31_536_000)?;
+        let offset = whole("job_offset_seconds", 0.0, 0..=31_536_000)?;
         if offset >= period {
             return Err(ConfigError(
                 "variable job_offset_seconds must be less than job_period_seconds".into(),
             ));
         }
-        let timeout = whole("job_timeout_seconds", 30.0, 1.0..=3600.0)?;
+        let timeout = whole("job_timeout_seconds", 30.0, 1..=3600)?;
         let default_retention = (period.as_secs() * LOG_ENTRIES as u64).max(3600) as f64;
-        let retention = whole(
-            "job_retention_seconds",
-            default_retention,
-            60.0..=31_536_000.0,
-        )?;
+        let retention = whole("job_retention_seconds", default_retention, 60..=31_536_000)?;
         if retention < period {
             return Err(ConfigError(
                 "variable job_retention_seconds must be at least one period".into(),
             ));
         }
-        let early = whole("job_early_seconds", 300.0, 1.0..=31_536_000.0)?;
+        let early = whole("job_early_seconds", 300.0, 1..=31_536_000)?;
         let overlap = match config::var(vars, "job_overlap").as_deref() {
             None | Some("skip") => Overlap::Skip,
             Some("allow") => Overlap::Allow,

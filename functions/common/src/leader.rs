@@ -59,7 +59,7 @@ impl Settings {
                 e.replace("job name", "group name")
             ))
         })?;
-        let secs = config::number(vars, "leader_lease_seconds", 30.0, 15.0..=60.0)?;
+        let secs = config::number(vars, "leader_lease_seconds", 30.0, 15..=60)?;
         if secs.fract() != 0.0 {
             return Err(ConfigError(
                 "variable leader_lease_seconds must be whole seconds".into(),

@@ -59,8 +59,13 @@ pub struct Settings {
 impl Settings {
     /// Reads the settings from variables.
     pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
-        let threshold = config::number(vars, "temperature_threshold", 30.0, -1e9..=1e9)?;
-        let window = config::number(vars, "alert_window_seconds", 60.0, 1.0..=86_400.0)?;
+        let threshold = config::number(
+            vars,
+            "temperature_threshold",
+            30.0,
+            -1_000_000_000..=1_000_000_000,
+        )?;
+        let window = config::number(vars, "alert_window_seconds", 60.0, 1..=86_400)?;
         if window.fract() != 0.0 {
             return Err(ConfigError(
                 "variable alert_window_seconds must be whole seconds".into(),

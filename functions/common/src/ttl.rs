@@ -185,15 +185,14 @@ impl Settings {
             }
             targets.push((Kind::Ttl, c, p));
         }
-        let page_size = config::number(vars, "ttl_page_size", 100.0, 1.0..=5000.0)? as u32;
-        let budget_ms = config::number(vars, "ttl_time_budget_ms", 10_000.0, 100.0..=600_000.0)?;
+        let page_size = config::number(vars, "ttl_page_size", 100.0, 1..=5000)? as u32;
+        let budget_ms = config::number(vars, "ttl_time_budget_ms", 10_000.0, 100..=600_000)?;
         let lock_retention = match config::var(vars, "ttl_lock_retention_seconds") {
             None => None,
             Some(_) => {
                 // At least 2 s: a lock blob removed then is re-created in a later second than its
                 // last token, so its tokens go on increasing.
-                let secs =
-                    config::number(vars, "ttl_lock_retention_seconds", 0.0, 2.0..=31_536_000.0)?;
+                let secs = config::number(vars, "ttl_lock_retention_seconds", 0.0, 2..=31_536_000)?;
                 Some(Duration::from_secs(secs as u64))
             }
         };
@@ -223,7 +222,7 @@ impl Settings {
             ));
         }
         let pass_interval =
-            config::number(vars, "ttl_pass_interval_seconds", 60.0, 0.0..=31_536_000.0)?;
+            config::number(vars, "ttl_pass_interval_seconds", 60.0, 0..=31_536_000)?;
         Ok(Settings {
             storage,
             instance_id,
