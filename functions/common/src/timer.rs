@@ -155,7 +155,8 @@ pub fn parse_azure_timer(body: &[u8], fallback: SystemTime) -> Result<Tick, Stri
         .unwrap_or(Value::Null);
     // The timer binding's value may also arrive as a JSON string holding the object.
     let timer = match timer {
-        Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::Null),
+        // Read as bytes: one JSON reader in the component (`from_str` would be a second).
+        Value::String(s) => serde_json::from_slice(s.as_bytes()).unwrap_or(Value::Null),
         other => other,
     };
     let past_due = match timer.get("IsPastDue") {
