@@ -58,7 +58,11 @@ impl Transport for SpinTransport {
             Either::Left((result, _)) => result,
             Either::Right(_) => Err(TransportError::new(
                 TransportErrorKind::Timeout,
-                format!("no complete answer within {} ms", self.timeout.as_millis()),
+                // In u64 (whole years of milliseconds): printing a u128 is more code.
+                format!(
+                    "no complete answer within {} ms",
+                    u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX)
+                ),
             )),
         }
     }
@@ -131,14 +135,25 @@ async fn write_all(stream: &OutputStream, mut data: &[u8]) -> Result<(), StreamE
     }
 }
 
+/// `headers` as a `wasi:http` field list, without `skip` (one copy of this loop for requests
+/// and responses).
+fn field_list(
+    headers: &http::HeaderMap,
+    skip: Option<&http::HeaderName>,
+) -> Vec<(String, Vec<u8>)> {
+    let mut entries = Vec::with_capacity(headers.len());
+    for (name, value) in headers {
+        if Some(name) != skip {
+            entries.push((name.as_str().to_owned(), value.as_bytes().to_vec()));
+        }
+    }
+    entries
+}
+
 /// `request` as a `wasi:http` outgoing request (head only) and its body.
 fn outgoing_request(request: Request<Vec<u8>>) -> Option<(OutgoingRequest, Vec<u8>)> {
     let (parts, body) = request.into_parts();
-    let entries: Vec<(String, Vec<u8>)> = parts
-        .headers
-        .iter()
-        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
-        .collect();
+    let entries = field_list(&parts.headers, None);
     let outgoing = OutgoingRequest::new(Fields::from_list(&entries).ok()?);
     let method = match parts.method.as_str() {
         "GET" => Method::Get,
@@ -457,12 +472,7 @@ pub async fn read_request(
 /// written after it, as a stream.
 pub fn respond(out: ResponseOutparam, response: Response<Vec<u8>>) {
     let (parts, body) = response.into_parts();
-    let mut entries: Vec<(String, Vec<u8>)> = parts
-        .headers
-        .iter()
-        .filter(|(name, _)| *name != http::header::CONTENT_LENGTH)
-        .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
-        .collect();
+    let mut entries = field_list(&parts.headers, Some(&http::header::CONTENT_LENGTH));
     let bodiless =
         parts.status == StatusCode::NO_CONTENT || parts.status == StatusCode::NOT_MODIFIED;
     if !bodiless {
