@@ -8,14 +8,16 @@
 //!
 //! * a device gate this invocation took and keeps (its notification went out, or may have);
 //! * a device gate storage reports held by another tenure that began long enough ago
-//!   ([`settled_after`]) that its holder has finished notifying: its gate is kept (a holder
-//!   that could not notify gives it back within that time);
-//! * (with `kv_cache = shared` only) a gate of the gate API that a holder took: such a gate can
-//!   be released by `DELETE` from any deployment, so the entry is only sound in a store every
-//!   deployment shares, where `DELETE` removes it first.
+//!   ([`settled_after`]) that its holder has finished notifying and, had it failed, giving
+//!   the gate back: its gate is kept.
 //!
-//! A miss, an expired entry, an unreadable store or an unreadable entry falls back to storage.
-//! A path that gives a gate back removes the entry first, and keeps the gate if it cannot.
+//! The gate API's gates are not cached: their holders give them back at will, and the store
+//! has no compare-and-swap to keep an entry from landing after a release.
+//!
+//! Entries are read once per invocation, before any device is gated, at the invocation's
+//! time. A miss, an expired entry, an unreadable store or an unreadable entry falls back to
+//! storage. A path that gives a gate back removes the entry first (best effort: this
+//! invocation wrote none for that tenure, so a failing store cannot leave one of its own).
 
 use std::time::{Duration, SystemTime};
 
@@ -24,9 +26,9 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Variables};
 
-/// Taken off every entry's end: clocks of the instances sharing a store may disagree by this
-/// much (and the store's clock is the instance's, not storage's).
-pub const MARGIN: Duration = Duration::from_secs(2);
+/// Taken off every entry's end: storage's `Date` is whole seconds (up to 1 s of this), and
+/// the clocks of the instances sharing a store may disagree by the rest (2 s).
+pub const MARGIN: Duration = Duration::from_secs(3);
 
 /// The longest an entry may last: longer ones are not the cache's (it writes none) and are
 /// ignored.
@@ -67,10 +69,8 @@ impl Cache for NoCache {
 pub enum Mode {
     /// No cache.
     Off,
-    /// Device gates (safe in a store of one's own).
+    /// Device gates.
     On,
-    /// Device gates and the gate API's gates: every deployment shares the store.
-    Shared,
 }
 
 impl Mode {
@@ -79,9 +79,8 @@ impl Mode {
         match config::var(vars, "kv_cache").as_deref() {
             None | Some("on") => Ok(Mode::On),
             Some("off") => Ok(Mode::Off),
-            Some("shared") => Ok(Mode::Shared),
             Some(other) => Err(ConfigError(format!(
-                "variable kv_cache must be on, off or shared, not '{other}'"
+                "variable kv_cache must be on or off, not '{other}'"
             ))),
         }
     }
@@ -92,15 +91,15 @@ impl Mode {
 pub struct Entry {
     /// Held until then (Unix milliseconds, the instance's clock, the margin taken off).
     pub until: u64,
-    /// A digest of the holder's lease id, when the holder may ask again (the gate API).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holder: Option<String>,
 }
 
-/// The entry's key: a digest of the account, the container and the lock blob's path, so that
-/// apps sharing a store do not meet, and every key has the same short length.
-pub fn key(account: &str, container: &str, path: &str) -> String {
+/// The entry's key: a digest of the blob service's origin, the account, the container and the
+/// lock blob's path, so that apps sharing a store do not meet, and every key has the same short
+/// length.
+pub fn key(origin: &str, account: &str, container: &str, path: &str) -> String {
     let digest = Sha256::new()
+        .chain_update(origin.as_bytes())
+        .chain_update([0])
         .chain_update(account.as_bytes())
         .chain_update([0])
         .chain_update(container.as_bytes())
@@ -108,11 +107,6 @@ pub fn key(account: &str, container: &str, path: &str) -> String {
         .chain_update(path.as_bytes())
         .finalize();
     format!("leasegate:held:{}", hex(&digest[..16]))
-}
-
-/// A digest of a holder's lease id (the id itself releases the gate: it is not kept).
-pub fn holder_digest(lease_id: &str) -> String {
-    hex(&Sha256::digest(lease_id.as_bytes())[..8])
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -125,50 +119,37 @@ fn millis(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// The time left on a live entry under `key` for `holder` (an entry of another holder, or of
-/// no holder, counts; one of the same holder does not: it may extend its gate). `None` for a
-/// miss, an expired or unreadable entry, or a store that fails.
-pub fn held(
-    cache: &dyn Cache,
-    key: &str,
-    now: SystemTime,
-    holder: Option<&str>,
-) -> Option<Duration> {
+/// The time left on a live entry under `key`. `None` for a miss, an expired or unreadable
+/// entry, or a store that fails.
+pub fn held(cache: &dyn Cache, key: &str, now: SystemTime) -> Option<Duration> {
     let raw = cache.get(key).ok()??;
     let entry: Entry = serde_json::from_slice(&raw).ok()?;
-    if holder.is_some() && entry.holder.as_deref() == holder {
-        return None;
-    }
     let left = Duration::from_millis(entry.until.checked_sub(millis(now))?);
     (!left.is_zero() && left <= LONGEST).then_some(left)
 }
 
 /// Records that storage holds the gate for `left` more (by its clock, as of `now`), less the
 /// margin; nothing when that leaves nothing. Best effort: a failed write only costs a request.
-pub fn remember(
-    cache: &dyn Cache,
-    key: &str,
-    now: SystemTime,
-    left: Duration,
-    holder: Option<String>,
-) {
+pub fn remember(cache: &dyn Cache, key: &str, now: SystemTime, left: Duration) {
     let Some(left) = left.checked_sub(MARGIN).filter(|l| !l.is_zero()) else {
         return;
     };
     let left = left.min(LONGEST);
     let entry = Entry {
         until: millis(now).saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
-        holder,
     };
     if let Ok(value) = serde_json::to_vec(&entry) {
         let _ = cache.set(key, &value);
     }
 }
 
-/// How old another holder's tenure must be before its gate counts as kept: its notification
-/// (one request) and a give-back (two) are over by then, each within `timeout`.
+/// How old another holder's tenure must be before its gate counts as kept. Its age is
+/// counted from its first read; after that come, each within `timeout`, at most: the
+/// container's and the lock blob's creation, the acquire and the claim (4), the notification
+/// (1), and a give-back (a read and a release, 2; the lease module's own give-back after a
+/// failed claim is no longer), so 8 requests, plus two for slack and the margin.
 pub fn settled_after(timeout: Duration) -> Duration {
-    3 * timeout + MARGIN
+    10 * timeout + MARGIN
 }
 
 #[cfg(test)]
@@ -204,58 +185,41 @@ mod tests {
     #[test]
     fn entries_last_until_their_end_less_the_margin() {
         let m = Memory::default();
-        let k = key("acct", "c", "alerts/d");
-        assert_eq!(held(&m, &k, at(100), None), None);
-        remember(&m, &k, at(100), Duration::from_secs(60), None);
-        assert_eq!(held(&m, &k, at(100), None), Some(Duration::from_secs(58)));
-        assert_eq!(held(&m, &k, at(157), None), Some(Duration::from_secs(1)));
-        assert_eq!(held(&m, &k, at(158), None), None);
+        let k = key("http://o", "acct", "c", "alerts/d");
+        assert_eq!(held(&m, &k, at(100)), None);
+        remember(&m, &k, at(100), Duration::from_secs(60));
+        assert_eq!(held(&m, &k, at(100)), Some(Duration::from_secs(57)));
+        assert_eq!(held(&m, &k, at(156)), Some(Duration::from_secs(1)));
+        assert_eq!(held(&m, &k, at(157)), None);
         // Nothing worth keeping under the margin.
-        let short = key("acct", "c", "alerts/short");
-        remember(&m, &short, at(100), Duration::from_secs(2), None);
+        let short = key("http://o", "acct", "c", "alerts/short");
+        remember(&m, &short, at(100), Duration::from_secs(3));
         assert_eq!(m.0.borrow().get(&short), None);
-    }
-
-    #[test]
-    fn a_holder_is_not_refused_by_its_own_entry() {
-        let m = Memory::default();
-        let k = key("acct", "c", "gates/g");
-        remember(
-            &m,
-            &k,
-            at(0),
-            Duration::from_secs(30),
-            Some(holder_digest("id-a")),
-        );
-        let a = holder_digest("id-a");
-        let b = holder_digest("id-b");
-        assert_eq!(held(&m, &k, at(1), Some(&a)), None);
-        assert!(held(&m, &k, at(1), Some(&b)).is_some());
-        assert!(held(&m, &k, at(1), None).is_some());
     }
 
     #[test]
     fn failures_and_garbage_fall_back_to_storage() {
         let mut m = Memory::default();
-        let k = key("acct", "c", "alerts/d");
+        let k = key("http://o", "acct", "c", "alerts/d");
         m.0.borrow_mut().insert(k.clone(), b"not json".to_vec());
-        assert_eq!(held(&m, &k, at(0), None), None);
+        assert_eq!(held(&m, &k, at(0)), None);
         // An entry beyond what the cache ever writes is not believed.
         m.0.borrow_mut()
             .insert(k.clone(), br#"{"until":18446744073709551615}"#.to_vec());
-        assert_eq!(held(&m, &k, at(0), None), None);
-        remember(&m, &k, at(0), Duration::from_secs(10 * 86_400), None);
-        assert_eq!(held(&m, &k, at(0), None), Some(LONGEST));
+        assert_eq!(held(&m, &k, at(0)), None);
+        remember(&m, &k, at(0), Duration::from_secs(10 * 86_400));
+        assert_eq!(held(&m, &k, at(0)), Some(LONGEST));
         m.1 = true;
-        assert_eq!(held(&m, &k, at(0), None), None);
+        assert_eq!(held(&m, &k, at(0)), None);
     }
 
     #[test]
     fn keys_are_short_and_apart() {
-        let a = key("acct", "c", "alerts/d");
+        let a = key("http://o", "acct", "c", "alerts/d");
         assert_eq!(a.len(), "leasegate:held:".len() + 32);
-        assert_ne!(a, key("acct", "c2", "alerts/d"));
-        assert_ne!(a, key("acct2", "c", "alerts/d"));
-        assert_ne!(key("a", "bc", "d"), key("ab", "c", "d"));
+        assert_ne!(a, key("http://o", "acct", "c2", "alerts/d"));
+        assert_ne!(a, key("http://o", "acct2", "c", "alerts/d"));
+        assert_ne!(key("o", "a", "bc", "d"), key("o", "ab", "c", "d"));
+        assert_ne!(a, key("http://p", "acct", "c", "alerts/d"));
     }
 }

@@ -82,7 +82,12 @@ impl Storage {
 
     /// The gate cache's key of the lock blob at `path` (see [`crate::cache::key`]).
     pub fn cache_key(&self, path: &str) -> String {
-        crate::cache::key(self.account.name(), self.container.as_str(), path)
+        crate::cache::key(
+            &self.account.endpoint().origin(),
+            self.account.name(),
+            self.container.as_str(),
+            path,
+        )
     }
 }
 

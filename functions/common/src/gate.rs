@@ -12,11 +12,10 @@
 //! Every call needs `Authorization: Bearer <gate_token>`, checked before any other setting is
 //! read.
 //!
-//! With `kv_cache = shared` (a key-value store every deployment shares), a gate taken by a
-//! holder is remembered there until it runs out: other callers get their 429 without a storage
-//! request, and `DELETE` clears the entry before it gives the gate back (and keeps the gate if
-//! it cannot). In a store of one's own (`on`, the default) gates are not cached: a `DELETE`
-//! on another deployment could not clear the entry.
+//! The gate API does not use the gate cache (`kv_cache`): its holders extend, shorten and give
+//! back their gates whenever they like, and Spin's key-value store has no compare-and-swap, so a
+//! `DELETE` racing its holder's `POST` could leave a "held" entry behind a free gate. Every call
+//! asks storage (1 request for a busy gate).
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +27,7 @@ use serde_json::json;
 
 use crate::config::{self, ConfigError, Storage, Variables};
 use crate::web::{self, rfc3339};
-use crate::{auth, cache, elapsed_ms, log_line, Context};
+use crate::{auth, elapsed_ms, log_line, Context};
 
 /// Blob name prefix of the gates.
 pub const GATE_PREFIX: &str = "gates/";
@@ -44,8 +43,6 @@ pub const MAX_HOLDER_BYTES: usize = 128;
 pub struct Settings {
     /// Storage.
     pub storage: Storage,
-    /// The gate cache (`kv_cache`): used only when `shared`.
-    pub cache: cache::Mode,
 }
 
 impl Settings {
@@ -53,7 +50,6 @@ impl Settings {
     pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
         Ok(Settings {
             storage: config::storage(vars)?,
-            cache: cache::Mode::load(vars)?,
         })
     }
 }
@@ -176,16 +172,8 @@ pub async fn handle<T: Transport>(
             "durationMs": elapsed_ms(started),
         }))
     };
-    let cache_key = (settings.cache == cache::Mode::Shared).then(|| {
-        settings
-            .storage
-            .cache_key(&format!("{GATE_PREFIX}{}", key.as_str()))
-    });
-    let busy = |secs: u64, cached: bool| {
-        let mut body = json!({ "acquired": false, "key": key.as_str(), "retryAfterSeconds": secs });
-        if cached {
-            body["cached"] = json!(true);
-        }
+    let busy = |secs: u64| {
+        let body = json!({ "acquired": false, "key": key.as_str(), "retryAfterSeconds": secs });
         let mut r = web::json(StatusCode::TOO_MANY_REQUESTS, &body);
         r.headers_mut()
             .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
@@ -205,24 +193,9 @@ pub async fn handle<T: Transport>(
             Some(h) => LeaseId::for_holder(&settings.storage.holder_key, h, &key),
             None => (ctx.new_lease_id)(),
         };
-        let me = cache::holder_digest(&lease_id.to_string());
-        if let Some(left) = cache_key
-            .as_ref()
-            .and_then(|k| cache::held(ctx.cache, k, ctx.now, Some(&me)))
-        {
-            log("busy");
-            return busy(left.as_secs().max(1), true);
-        }
         match locks.acquire(&key, term, lease_id, ctx.now).await {
             Ok(Acquire::Acquired(a)) => {
                 log(if a.extended { "extended" } else { "acquired" });
-                if let (Some(k), Some(left)) = (
-                    &cache_key,
-                    a.expires_at
-                        .and_then(|e| e.duration_since(a.server_date).ok()),
-                ) {
-                    cache::remember(ctx.cache, k, ctx.now, left, Some(me));
-                }
                 web::json(
                     StatusCode::OK,
                     &json!({
@@ -240,10 +213,7 @@ pub async fn handle<T: Transport>(
                 log("busy");
                 // What storage says of the holder's gate; the caller's window only when it
                 // cannot tell (an infinite lease, a holder that took it a moment ago).
-                busy(
-                    retry_after.map_or(query.window, |d| d.as_secs().max(1)),
-                    false,
-                )
+                busy(retry_after.map_or(query.window, |d| d.as_secs().max(1)))
             }
             Err(e) => {
                 log("storage_unavailable");
@@ -273,18 +243,6 @@ pub async fn handle<T: Transport>(
                 )
             }
         };
-        // No cache entry may outlive the gate: it goes first, or the gate stays.
-        if cache_key
-            .as_ref()
-            .is_some_and(|k| ctx.cache.delete(k).is_err())
-        {
-            log("cache_unavailable");
-            return web::error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "cache_unavailable",
-                "the key-value store could not be cleared, so the gate was not given back; try again",
-            );
-        }
         match locks.release(&key, lease_id, ctx.now).await {
             Ok(r) => {
                 log(if r == Release::Released {

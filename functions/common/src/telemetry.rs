@@ -311,32 +311,46 @@ pub async fn gate<'r, T: Transport>(
     parsed: &Parsed,
     hot: &[HotDevice<'r>],
 ) -> Vec<Gated<'r>> {
-    futures::stream::iter(hot.iter().copied())
-        .map(|device| gate_one(ctx, transport, parsed, device))
+    // The cache is read for every device first, at the invocation's time (`ctx.now`): a device
+    // gated late in a long batch is not judged by an entry read against a stale clock.
+    let cached: Vec<(HotDevice<'r>, Option<Duration>)> = hot
+        .iter()
+        .map(|&device| {
+            let left = cache_key(parsed, device).and_then(|k| cache::held(ctx.cache, &k, ctx.now));
+            (device, left)
+        })
+        .collect();
+    futures::stream::iter(cached)
+        .map(|(device, cached)| gate_one(ctx, transport, parsed, device, cached))
         .buffered(parsed.settings.storage.max_in_flight)
         .collect()
         .await
 }
 
+/// The device's key in the gate cache, when the cache is on.
+fn cache_key(parsed: &Parsed, device: HotDevice<'_>) -> Option<String> {
+    (parsed.settings.cache != cache::Mode::Off).then(|| {
+        parsed
+            .settings
+            .storage
+            .cache_key(&format!("{GATE_PREFIX}{}", device.reading.device.as_str()))
+    })
+}
+
 /// One device: take its gate, notify if taken, give the gate back only if the notification
-/// certainly did not arrive. A gate the cache knows is held is throttled without storage.
+/// certainly did not arrive. A gate the cache said is held (`cached`, its time left) is
+/// throttled without storage.
 async fn gate_one<'r, T: Transport>(
     ctx: &Context<'_, T>,
     transport: &T,
     parsed: &Parsed,
     device: HotDevice<'r>,
+    cached: Option<Duration>,
 ) -> Gated<'r> {
     let settings = &parsed.settings;
     let lock = &device.reading.device;
-    let key = (settings.cache != cache::Mode::Off).then(|| {
-        settings
-            .storage
-            .cache_key(&format!("{GATE_PREFIX}{}", lock.as_str()))
-    });
-    if let Some(left) = key
-        .as_ref()
-        .and_then(|k| cache::held(ctx.cache, k, ctx.now, None))
-    {
+    let key = cache_key(parsed, device);
+    if let Some(left) = cached {
         return Gated {
             device,
             outcome: Outcome::Throttled {
@@ -348,7 +362,7 @@ async fn gate_one<'r, T: Transport>(
     }
     let remember = |left: Option<Duration>| {
         if let (Some(k), Some(left)) = (&key, left) {
-            cache::remember(ctx.cache, k, ctx.now, left, None);
+            cache::remember(ctx.cache, k, ctx.now, left);
         }
     };
     let counting = Counting::new(transport);
@@ -393,21 +407,19 @@ async fn gate_one<'r, T: Transport>(
                     Outcome::Notified(held)
                 }
                 Err(Undelivered::NotSent(reason)) => {
-                    // The gate goes back only if no cache entry can outlive it.
-                    if key.as_ref().is_some_and(|k| ctx.cache.delete(k).is_err()) {
-                        Outcome::NotDelivered {
-                            reason: format!(
-                                "{reason}; the gate is kept: the key-value store could not be cleared"
-                            ),
-                            released: false,
-                        }
+                    // The entry goes first. Best effort: this invocation wrote none for this
+                    // tenure, and others write one only once it is settled, after any
+                    // give-back; keeping the gate would cost the alert the release is for.
+                    let reason = if key.as_ref().is_some_and(|k| ctx.cache.delete(k).is_err()) {
+                        format!("{reason}; the key-value store could not be cleared")
                     } else {
-                        let released = matches!(
-                            locks.release(lock, held.lease_id, ctx.now).await,
-                            Ok(Release::Released)
-                        );
-                        Outcome::NotDelivered { reason, released }
-                    }
+                        reason
+                    };
+                    let released = matches!(
+                        locks.release(lock, held.lease_id, ctx.now).await,
+                        Ok(Release::Released)
+                    );
+                    Outcome::NotDelivered { reason, released }
                 }
                 Err(Undelivered::Unknown(reason)) => {
                     remember(left);
@@ -758,6 +770,88 @@ mod tests {
                 .any(|(_, _, action)| action.as_deref() == Some("release")),
             "{sent:?}"
         );
+    }
+
+    /// Storage that notes each request in a log the cache below writes to as well.
+    struct Noted<'a> {
+        inner: Scripted,
+        log: &'a RefCell<Vec<&'static str>>,
+    }
+
+    impl Transport for Noted<'_> {
+        async fn send(
+            &self,
+            request: Request<Vec<u8>>,
+        ) -> Result<Response<Vec<u8>>, leasegate::TransportError> {
+            self.log.borrow_mut().push("send");
+            self.inner.send(request).await
+        }
+    }
+
+    /// A cache that misses, noting each read.
+    struct NotedCache<'a>(&'a RefCell<Vec<&'static str>>);
+
+    impl crate::cache::Cache for NotedCache<'_> {
+        fn get(&self, _key: &str) -> Result<Option<Vec<u8>>, crate::cache::Unavailable> {
+            self.0.borrow_mut().push("get");
+            Ok(None)
+        }
+        fn set(&self, _key: &str, _value: &[u8]) -> Result<(), crate::cache::Unavailable> {
+            Ok(())
+        }
+        fn delete(&self, _key: &str) -> Result<(), crate::cache::Unavailable> {
+            Ok(())
+        }
+    }
+
+    /// Every device's entry is read before any device is gated, so that the invocation's time
+    /// (`ctx.now`) is the time it is judged by, however long the batch takes.
+    #[test]
+    fn the_cache_is_read_for_every_device_before_storage_is_asked() {
+        let log = RefCell::new(Vec::new());
+        let transport = Noted {
+            inner: Scripted {
+                sent: RefCell::new(Vec::new()),
+            },
+            log: &log,
+        };
+        let cache = NotedCache(&log);
+        let vars: HashMap<String, String> = [
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("notify_url", "http://127.0.0.1:3001/notify"),
+            ("telemetry_token", "t0ken"),
+            ("max_in_flight", "1"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let ctx = Context {
+            connect: &|_| &transport,
+            variables: &vars,
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800),
+            new_lease_id: &|| LeaseId::from_random_bytes([9; 16]),
+            sleep: &|_| Box::pin(async {}),
+            cache: &cache,
+        };
+        let body = json!([
+            {"deviceId": "a", "temperature": 40},
+            {"deviceId": "b", "temperature": 40},
+            {"deviceId": "c", "temperature": 40}
+        ]);
+        let request = Request::builder()
+            .method("POST")
+            .uri("/api/telemetry")
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer t0ken")
+            .body(body.to_string().into_bytes())
+            .unwrap();
+        pollster::block_on(handle(&ctx, request));
+        let log = log.borrow();
+        let first_send = log.iter().position(|e| *e == "send").unwrap();
+        assert_eq!(&log[..first_send], ["get", "get", "get"], "{log:?}");
+        assert!(!log[first_send..].contains(&"get"), "{log:?}");
     }
 
     #[test]
