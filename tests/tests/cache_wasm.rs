@@ -53,8 +53,10 @@ fn a_throttle_known_from_the_cache_needs_no_storage_request() {
     let first = post_telemetry(&app, &reading("kv-1", 40.0));
     assert_eq!(decision(&first)["decision"], "notified", "{}", first.text);
     // First use of the app's container: HEAD 404, create refused (no container), create the
-    // container, create the lock blob taking its lease, write the claim.
-    assert_eq!(storage_requests(&app, &first), 5);
+    // container, create the lock blob, acquire its lease (and write the claim again when the
+    // create landed in a later second than the HEAD).
+    let first_requests = storage_requests(&app, &first);
+    assert!((5..=6).contains(&first_requests), "{first_requests}");
     let mut took = Vec::new();
     for _ in 0..20 {
         let started = Instant::now();

@@ -347,9 +347,14 @@ fn round_trips_per_decision() {
     };
     let release = |l: &CountedLocks, id| block_on(l.release(&name, id, SystemTime::now())).unwrap();
 
-    // First use: HEAD (404), create (404 container), create container, create, acquire.
+    // First use: HEAD (404), create (404 container), create container, create, acquire (+1,
+    // the claim, when the create landed in a later second than the HEAD).
     let (o, n) = counted(&base, |l| take(l, a, native(15)));
-    assert!(is_acquired(&o) && n == 5, "{o:?} {n}");
+    let later_second = matches!(&o, Acquire::Acquired(h) if h.server_date > h.since);
+    assert!(
+        is_acquired(&o) && (n == 5 || (n == 6 && later_second)),
+        "{o:?} {n}"
+    );
     // The holder extends: HEAD + acquire + its claim's new expiry; the token stays.
     let (o, n) = counted(&base, |l| take(l, a, native(15)));
     assert!(is_acquired(&o) && n == 3, "{o:?} {n}");
@@ -384,12 +389,17 @@ fn round_trips_per_decision() {
     // A release by someone who does not hold it: the HEAD only.
     let (o, n) = counted(&base, |l| release(l, b));
     assert!(o == Release::NotHeld && n == 1, "{o:?} {n}");
-    // A record's first use: HEAD (404) + create with the record in it.
+    // A record's first use: HEAD (404) + create with the record in it (+1 when the create
+    // landed in a later second than the HEAD: the token is made again from the create's Date).
     let fresh = lock("counted-record");
     let (o, n) = counted(&base, |l| {
         block_on(l.acquire(&fresh, record(120), a, SystemTime::now())).unwrap()
     });
-    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
+    let later_second = matches!(&o, Acquire::Acquired(h) if h.server_date > h.since);
+    assert!(
+        is_acquired(&o) && (n == 2 || (n == 3 && later_second)),
+        "{o:?} {n}"
+    );
 }
 
 #[test]
