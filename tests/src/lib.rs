@@ -197,7 +197,7 @@ pub enum Step {
     Delay(Duration),
 }
 
-type Rule = Box<dyn Fn(usize, &http::Request<Vec<u8>>) -> Step + Send + Sync>;
+type Rule = Box<dyn Fn(usize, &leasegate::Request) -> Step + Send + Sync>;
 
 /// A transport that applies a rule to each request (numbered from 0): for fault tests of the
 /// lease algorithms against a real Azurite.
@@ -211,7 +211,7 @@ impl<T> Faulty<T> {
     /// Wraps `inner`; `rule` decides what happens to request number `n`.
     pub fn new(
         inner: T,
-        rule: impl Fn(usize, &http::Request<Vec<u8>>) -> Step + Send + Sync + 'static,
+        rule: impl Fn(usize, &leasegate::Request) -> Step + Send + Sync + 'static,
     ) -> Self {
         Faulty {
             inner,
@@ -224,8 +224,8 @@ impl<T> Faulty<T> {
 impl<T: leasegate::Transport> leasegate::Transport for Faulty<T> {
     async fn send(
         &self,
-        request: http::Request<Vec<u8>>,
-    ) -> Result<http::Response<Vec<u8>>, leasegate::TransportError> {
+        request: leasegate::Request,
+    ) -> Result<leasegate::Response, leasegate::TransportError> {
         let n = self.sent.fetch_add(1, Ordering::SeqCst) as usize;
         match (self.rule)(n, &request) {
             Step::Pass => self.inner.send(request).await,
@@ -237,14 +237,15 @@ impl<T: leasegate::Transport> leasegate::Transport for Faulty<T> {
                 ))
             }
             Step::Status(status) => {
-                let mut r = http::Response::builder().status(status).header(
+                let status = leasegate::StatusCode::from_u16(status).expect("a status");
+                let mut r = leasegate::Response::new(status).with_header(
                     "date",
                     httpdate::fmt_http_date(std::time::SystemTime::now()),
                 );
                 if status == 503 {
-                    r = r.header("x-ms-error-code", "ServerBusy");
+                    r = r.with_header("x-ms-error-code", "ServerBusy");
                 }
-                Ok(r.body(Vec::new()).expect("a response"))
+                Ok(r)
             }
             Step::Delay(d) => {
                 std::thread::sleep(d);
@@ -255,12 +256,11 @@ impl<T: leasegate::Transport> leasegate::Transport for Faulty<T> {
 }
 
 /// The `x-ms-lease-action` of a request, or its method and `comp` (`HEAD`, `PUT metadata`).
-pub fn describe(request: &http::Request<Vec<u8>>) -> String {
+pub fn describe(request: &leasegate::Request) -> String {
     if let Some(action) = request.headers().get("x-ms-lease-action") {
-        return format!("lease {}", action.to_str().unwrap_or("?"));
+        return format!("lease {action}");
     }
     let comp = request
-        .uri()
         .query()
         .unwrap_or("")
         .split('&')

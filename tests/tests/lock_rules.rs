@@ -22,7 +22,7 @@ fn locks(container: &ContainerName) -> Locks<NativeTransport> {
 
 fn faulty(
     container: &ContainerName,
-    rule: impl Fn(usize, &http::Request<Vec<u8>>) -> Step + Send + Sync + 'static,
+    rule: impl Fn(usize, &leasegate::Request) -> Step + Send + Sync + 'static,
 ) -> Locks<Faulty<NativeTransport>> {
     Locks::new(
         Faulty::new(NativeTransport::default(), rule),
@@ -53,7 +53,7 @@ fn acquire<T: leasegate::Transport>(
 }
 
 /// Faults the first request that `describe`s as `target` (and only that one).
-fn first(target: &'static str, step: Step) -> impl Fn(usize, &http::Request<Vec<u8>>) -> Step {
+fn first(target: &'static str, step: Step) -> impl Fn(usize, &leasegate::Request) -> Step {
     let hit = std::sync::atomic::AtomicBool::new(false);
     move |_, request| {
         if describe(request) == target && !hit.swap(true, std::sync::atomic::Ordering::SeqCst) {
@@ -475,7 +475,7 @@ fn a_slow_creator_never_issues_a_token_below_an_earlier_one() {
             // A's create (a PUT with x-ms-blob-type) reaches storage 3 s after its HEAD (kept
             // under Azurite's 5 s keep-alive, so the pooled connection is still good).
             let f = faulty(&c, |_, request| {
-                if request.headers().contains_key("x-ms-blob-type") {
+                if request.headers().contains("x-ms-blob-type") {
                     Step::Delay(Duration::from_secs(3))
                 } else {
                     Step::Pass
@@ -558,18 +558,17 @@ struct FarFuture(NativeTransport);
 impl Transport for FarFuture {
     async fn send(
         &self,
-        request: http::Request<Vec<u8>>,
-    ) -> Result<http::Response<Vec<u8>>, TransportError> {
+        request: leasegate::Request,
+    ) -> Result<leasegate::Response, TransportError> {
         let acquire = request
             .headers()
             .get("x-ms-lease-action")
             .is_some_and(|v| v == "acquire");
         let mut response = self.0.send(request).await?;
         if acquire {
-            response.headers_mut().insert(
-                "date",
-                http::HeaderValue::from_static("Fri, 31 Dec 9999 23:59:59 GMT"),
-            );
+            response
+                .headers_mut()
+                .insert("date", "Fri, 31 Dec 9999 23:59:59 GMT");
         }
         Ok(response)
     }

@@ -1,7 +1,7 @@
 //! Bearer-token authentication of the HTTP functions, checked before any other configuration
 //! is read, so an unauthenticated caller learns nothing of the setup.
 
-use http::{HeaderValue, Request, Response, StatusCode};
+use leasegate::{Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -51,14 +51,13 @@ impl Auth {
     }
 
     /// Checks the request's `Authorization` header. `Err` is the 401 to send.
-    pub fn check<B>(&self, request: &Request<B>) -> Result<(), Response<Vec<u8>>> {
+    pub fn check(&self, request: &Request) -> Result<(), Response> {
         let Auth::Bearer(token) = self else {
             return Ok(());
         };
         let presented = request
             .headers()
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
+            .get("authorization")
             .and_then(bearer_token)
             .unwrap_or("");
         // Compared as digests, in constant time: neither the token nor its length leaks.
@@ -71,10 +70,7 @@ impl Auth {
             "unauthorized",
             "send Authorization: Bearer <token>",
         );
-        r.headers_mut().insert(
-            http::header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer"),
-        );
+        r.headers_mut().insert("www-authenticate", "Bearer");
         Err(r)
     }
 }
@@ -88,12 +84,12 @@ fn bearer_token(value: &str) -> Option<&str> {
 
 /// Loads `{token_var}`/`{mode_var}` and checks the request: the first thing a handler does.
 /// `Err` is the answer: 503 `not_configured` (saying only that the token is missing) or 401.
-pub fn authenticate<B>(
+pub fn authenticate(
     vars: &dyn Variables,
     token_var: &str,
     mode_var: &str,
-    request: &Request<B>,
-) -> Result<(), Response<Vec<u8>>> {
+    request: &Request,
+) -> Result<(), Response> {
     let auth = Auth::load(vars, token_var, mode_var)
         .map_err(|e| web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e))?;
     auth.check(request)
@@ -103,11 +99,8 @@ pub fn authenticate<B>(
 mod tests {
     use super::*;
 
-    fn with(v: &str) -> Request<()> {
-        Request::builder()
-            .header("authorization", v)
-            .body(())
-            .unwrap()
+    fn with(v: &str) -> Request {
+        Request::new(leasegate::Method::GET, "/").with_header("authorization", v)
     }
 
     #[test]
@@ -133,8 +126,9 @@ mod tests {
             assert_eq!(r.status(), 401, "{bad}");
             assert!(!String::from_utf8_lossy(r.body()).contains("s3cret"));
         }
-        assert!(auth.check(&Request::new(())).is_err());
-        assert!(Auth::None.check(&Request::new(())).is_ok());
+        let bare = Request::new(leasegate::Method::GET, "/");
+        assert!(auth.check(&bare).is_err());
+        assert!(Auth::None.check(&bare).is_ok());
         assert!(!format!("{auth:?}").contains("s3cret"));
     }
 

@@ -36,6 +36,22 @@ pub fn var(vars: &dyn Variables, name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// A required URL variable: an absolute `http` or `https` URL with a host, of visible ASCII
+/// (what [`crate::web::json_post`] sends to).
+pub fn url(vars: &dyn Variables, name: &str) -> Result<String, ConfigError> {
+    let url = var(vars, name).ok_or_else(|| ConfigError(format!("variable {name} is not set")))?;
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let host = rest.map(|r| &r[..r.find(['/', '?', '#']).unwrap_or(r.len())]);
+    if host.is_none_or(str::is_empty) || !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ConfigError(format!(
+            "variable {name} is not an absolute URL"
+        )));
+    }
+    Ok(url)
+}
+
 /// A numeric variable in `range` (whole bounds), or `default` when unset.
 ///
 /// The bounds are whole numbers, and printed as such: formatting an `f64` would put the

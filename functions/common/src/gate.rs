@@ -19,9 +19,9 @@
 
 use std::time::{Duration, Instant};
 
-use http::{HeaderValue, Request, Response, StatusCode};
 use leasegate::lease::{Acquire, LockStatus, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport};
+use leasegate::{Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
 use serde_json::json;
 
@@ -55,16 +55,11 @@ impl Settings {
 }
 
 /// The gate key of the request path (after the route prefix), percent-decoded and validated.
-pub fn key_of<B>(request: &Request<B>) -> Result<LockName, Response<Vec<u8>>> {
+pub fn key_of(request: &Request) -> Result<LockName, Response> {
     // Spin passes the path below the route's base as `spin-path-info`.
-    let path = match request
-        .headers()
-        .get("spin-path-info")
-        .and_then(|v| v.to_str().ok())
-    {
+    let path = match request.headers().get("spin-path-info") {
         Some(info) => info.to_string(),
         None => request
-            .uri()
             .path()
             .strip_prefix(ROUTE_PREFIX)
             .unwrap_or("")
@@ -139,16 +134,15 @@ fn parse_query(query: Option<&str>) -> Result<Acquisition, String> {
 }
 
 /// Handles a gate request.
-pub async fn handle<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: Request<Vec<u8>>,
-) -> Response<Vec<u8>> {
+pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
     if let Err(r) = auth::authenticate(ctx.variables, "gate_token", "gate_auth", &request) {
         return r;
     }
     let method = request.method().clone();
-    if method != http::Method::POST && method != http::Method::GET && method != http::Method::DELETE
+    if method != leasegate::Method::POST
+        && method != leasegate::Method::GET
+        && method != leasegate::Method::DELETE
     {
         return web::method_not_allowed("GET, POST, DELETE");
     }
@@ -175,13 +169,12 @@ pub async fn handle<T: Transport>(
     let busy = |secs: u64| {
         let body = json!({ "acquired": false, "key": key.as_str(), "retryAfterSeconds": secs });
         let mut r = web::json(StatusCode::TOO_MANY_REQUESTS, &body);
-        r.headers_mut()
-            .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        r.headers_mut().insert("retry-after", secs.to_string());
         r
     };
 
-    if method == http::Method::POST {
-        let query = match parse_query(request.uri().query()) {
+    if method == leasegate::Method::POST {
+        let query = match parse_query(request.query()) {
             Ok(q) => q,
             Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_query", m),
         };
@@ -220,13 +213,8 @@ pub async fn handle<T: Transport>(
                 web::storage_unavailable(&e)
             }
         }
-    } else if method == http::Method::DELETE {
-        let lease_id = match request
-            .headers()
-            .get("lease-id")
-            .and_then(|v| v.to_str().ok())
-            .map(LeaseId::try_new)
-        {
+    } else if method == leasegate::Method::DELETE {
+        let lease_id = match request.headers().get("lease-id").map(LeaseId::try_new) {
             Some(Ok(id)) => id,
             Some(Err(_)) => {
                 return web::error(
@@ -250,9 +238,7 @@ pub async fn handle<T: Transport>(
                 } else {
                     "not_held"
                 });
-                let mut response = Response::new(Vec::new());
-                *response.status_mut() = StatusCode::NO_CONTENT;
-                response
+                Response::new(StatusCode::NO_CONTENT)
             }
             Err(e) => {
                 log("storage_unavailable");
@@ -293,8 +279,8 @@ pub async fn handle<T: Transport>(
 mod tests {
     use super::*;
 
-    fn req(path: &str) -> Request<Vec<u8>> {
-        Request::builder().uri(path).body(Vec::new()).unwrap()
+    fn req(path: &str) -> Request {
+        Request::new(leasegate::Method::GET, path)
     }
 
     #[test]

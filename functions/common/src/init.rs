@@ -18,10 +18,10 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use http::{HeaderValue, Request, Response, StatusCode};
 use leasegate::lease::{Acquire, LockStatus, Locks, Term};
 use leasegate::ops::Metadata;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
+use leasegate::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -75,18 +75,7 @@ impl Settings {
         };
         let lease = whole("init_lease_seconds", 60.0, 15..=86_400)?;
         let timeout = whole("init_timeout_seconds", 30.0, 1..=3600)?;
-        let url = config::var(vars, "init_url")
-            .ok_or_else(|| ConfigError("variable init_url is not set".into()))?;
-        if url
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|u| u.host().map(|_| ()))
-            .is_none()
-        {
-            return Err(ConfigError(
-                "variable init_url is not an absolute URL".into(),
-            ));
-        }
+        let url = config::url(vars, "init_url")?;
         Ok(Settings {
             storage: config::storage(vars)?,
             instance_id,
@@ -267,14 +256,8 @@ async fn post<A: Transport>(
     })
     .to_string()
     .into_bytes();
-    let request = Request::builder()
-        .method(http::Method::POST)
-        .uri(&settings.url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::CONTENT_LENGTH, body.len())
-        .header("idempotency-key", &key)
-        .body(body)
-        .map_err(|_| "the initialization request could not be built".to_string())?;
+    let request = web::json_post(&settings.url, &key, body)
+        .ok_or_else(|| "the initialization request could not be built".to_string())?;
     match action.send(request).await {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!(
@@ -403,12 +386,9 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Handles the component's HTTP requests: `POST|GET|DELETE /api/init/{name}` (bearer
 /// `timer_token`), and `POST /{FunctionName}` (any other path: an Azure Functions timer
 /// invocation for `init_name`, served only by that deployment).
-pub async fn handle_http<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: Request<Vec<u8>>,
-) -> Response<Vec<u8>> {
+pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
-    let path = request.uri().path().to_string();
+    let path = request.path().to_string();
     if let Some(rest) = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
         (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
     }) {
@@ -420,7 +400,7 @@ pub async fn handle_http<T: Transport>(
     if !timer::azure_channel(ctx.variables) {
         return timer::no_route();
     }
-    if request.method() != http::Method::POST {
+    if request.method() != leasegate::Method::POST {
         return web::method_not_allowed("POST");
     }
     let settings = match Settings::load(ctx.variables) {
@@ -460,10 +440,10 @@ pub async fn handle_http<T: Transport>(
 
 async fn api<T: Transport>(
     ctx: &Context<'_, T>,
-    request: &Request<Vec<u8>>,
+    request: &Request,
     name: &str,
     started: Instant,
-) -> Response<Vec<u8>> {
+) -> Response {
     if let Err(m) = check_job_name(name) {
         return web::error(
             StatusCode::BAD_REQUEST,
@@ -472,7 +452,9 @@ async fn api<T: Transport>(
         );
     }
     let method = request.method().clone();
-    if method != http::Method::POST && method != http::Method::GET && method != http::Method::DELETE
+    if method != leasegate::Method::POST
+        && method != leasegate::Method::GET
+        && method != leasegate::Method::DELETE
     {
         return web::method_not_allowed("GET, POST, DELETE");
     }
@@ -487,10 +469,10 @@ async fn api<T: Transport>(
         Ok(s) => s,
         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
     };
-    if method == http::Method::GET {
+    if method == leasegate::Method::GET {
         return state_answer(ctx, &settings, name).await;
     }
-    if method == http::Method::DELETE {
+    if method == leasegate::Method::DELETE {
         return reset(ctx, &settings, name).await;
     }
     let (state, trips) = call(ctx, &settings, name).await;
@@ -498,8 +480,7 @@ async fn api<T: Transport>(
     log_call(&v);
     let mut r = web::json(status, &v);
     if let Some(secs) = retry {
-        r.headers_mut()
-            .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        r.headers_mut().insert("retry-after", secs.to_string());
     }
     r
 }
@@ -510,7 +491,7 @@ async fn state_answer<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     name: &str,
-) -> Response<Vec<u8>> {
+) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
     let locks = settings.storage.locks(&transport, PREFIX);
     let info = match LockName::try_new(name) {
@@ -550,11 +531,7 @@ async fn state_answer<T: Transport>(
 
 /// `DELETE /api/init/{name}`: forgets that it is done (the next call runs it again). Refused
 /// (409) while a run holds the lock.
-async fn reset<T: Transport>(
-    ctx: &Context<'_, T>,
-    settings: &Settings,
-    name: &str,
-) -> Response<Vec<u8>> {
+async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &str) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
     let locks = settings.storage.locks(&transport, PREFIX);
     let result = async {

@@ -27,12 +27,12 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use http::{HeaderValue, Request, Response, StatusCode};
 use leasegate::lease::{Acquire, Acquired, Locks, Term};
 use leasegate::ops::{
     Condition, DeleteBlob, GetBlob, GetProperties, ListBlobs, Metadata, PutBlob, WriteOutcome,
 };
 use leasegate::{BlobName, Counting, LockName, Transport, TransportErrorKind};
+use leasegate::{Request, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -147,18 +147,7 @@ impl Settings {
                 ))
             }
         };
-        let job_url = config::var(vars, "job_url")
-            .ok_or_else(|| ConfigError("variable job_url is not set".into()))?;
-        if job_url
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|u| u.host().map(|_| ()))
-            .is_none()
-        {
-            return Err(ConfigError(
-                "variable job_url is not an absolute URL".into(),
-            ));
-        }
+        let job_url = config::url(vars, "job_url")?;
         Ok(Settings {
             storage: config::storage(vars)?,
             instance_id,
@@ -520,14 +509,8 @@ async fn call_job<J: Transport>(job: &J, settings: &Settings, entry: &Entry) -> 
     })
     .to_string()
     .into_bytes();
-    let request = Request::builder()
-        .method(http::Method::POST)
-        .uri(&settings.job_url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::CONTENT_LENGTH, body.len())
-        .header("idempotency-key", &key)
-        .body(body)
-        .map_err(|_| "the job request could not be built".to_string())?;
+    let request = web::json_post(&settings.job_url, &key, body)
+        .ok_or_else(|| "the job request could not be built".to_string())?;
     match job.send(request).await {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!("the job answered {}", r.status().as_u16())),
@@ -894,12 +877,9 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// * `GET /api/jobs/{job}` (bearer): the reservation log;
 /// * `POST /{FunctionName}`, any other path: an Azure Functions timer invocation (the custom
 ///   handler's channel, served only by the Azure Functions manifest).
-pub async fn handle_http<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: Request<Vec<u8>>,
-) -> Response<Vec<u8>> {
+pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
-    let path = request.uri().path().to_string();
+    let path = request.path().to_string();
     let rest = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
         (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
     });
@@ -917,10 +897,10 @@ pub async fn handle_http<T: Transport>(
 
 async fn api<T: Transport>(
     ctx: &Context<'_, T>,
-    request: &Request<Vec<u8>>,
+    request: &Request,
     rest: &str,
     started: Instant,
-) -> Response<Vec<u8>> {
+) -> Response {
     let (job, action) = match rest.trim_end_matches('/').split_once('/') {
         Some((job, action)) => (job, Some(action)),
         None => (rest.trim_end_matches('/'), None),
@@ -930,7 +910,7 @@ async fn api<T: Transport>(
     }
     let method = request.method().clone();
     match (action, &method) {
-        (None, &http::Method::GET) | (Some("tick"), &http::Method::POST) => {}
+        (None, &leasegate::Method::GET) | (Some("tick"), &leasegate::Method::POST) => {}
         (None, _) => return web::method_not_allowed("GET"),
         (Some("tick"), _) => return web::method_not_allowed("POST"),
         (Some(_), _) => {
@@ -952,7 +932,7 @@ async fn api<T: Transport>(
             format!("this component runs job {}", settings.job),
         );
     }
-    if method == http::Method::GET {
+    if method == leasegate::Method::GET {
         let transport = (ctx.connect)(settings.storage.timeout);
         let locks = Locks::new(
             &transport,
@@ -986,14 +966,13 @@ async fn api<T: Transport>(
     log_tick(&v);
     let mut r = web::json(status, &v);
     if status == StatusCode::SERVICE_UNAVAILABLE {
-        r.headers_mut()
-            .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        r.headers_mut().insert("retry-after", "1");
     }
     r
 }
 
 /// The optional `{"at": "RFC 3339"}` of a tick body.
-fn tick_time(request: &Request<Vec<u8>>) -> Result<Option<SystemTime>, String> {
+fn tick_time(request: &Request) -> Result<Option<SystemTime>, String> {
     if request.body().iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
@@ -1018,10 +997,10 @@ fn tick_time(request: &Request<Vec<u8>>) -> Result<Option<SystemTime>, String> {
 
 async fn azure<T: Transport>(
     ctx: &Context<'_, T>,
-    request: &Request<Vec<u8>>,
+    request: &Request,
     started: Instant,
-) -> Response<Vec<u8>> {
-    if request.method() != http::Method::POST {
+) -> Response {
+    if request.method() != leasegate::Method::POST {
         return web::method_not_allowed("POST");
     }
     let settings = match Settings::load(ctx.variables) {

@@ -15,9 +15,9 @@
 
 use std::time::{Instant, SystemTime};
 
-use http::{Request, Response, StatusCode};
 use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
 use leasegate::{Counting, LeaseDuration, LeaseId, LockName, Transport, TransportErrorKind};
+use leasegate::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -67,18 +67,7 @@ impl Settings {
         }
         let lease = LeaseDuration::try_from_secs(secs as i64)
             .map_err(|_| ConfigError("variable leader_lease_seconds must be 15 to 60".into()))?;
-        let url = config::var(vars, "leader_url")
-            .ok_or_else(|| ConfigError("variable leader_url is not set".into()))?;
-        if url
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|u| u.host().map(|_| ()))
-            .is_none()
-        {
-            return Err(ConfigError(
-                "variable leader_url is not an absolute URL".into(),
-            ));
-        }
+        let url = config::url(vars, "leader_url")?;
         Ok(Settings {
             storage: config::storage(vars)?,
             instance_id,
@@ -206,14 +195,8 @@ async fn heartbeat<T: Transport>(
     })
     .to_string()
     .into_bytes();
-    let request = Request::builder()
-        .method(http::Method::POST)
-        .uri(&settings.url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::CONTENT_LENGTH, body.len())
-        .header("idempotency-key", key)
-        .body(body)
-        .map_err(|_| "the heartbeat request could not be built".to_string())?;
+    let request = web::json_post(&settings.url, key, body)
+        .ok_or_else(|| "the heartbeat request could not be built".to_string())?;
     match transport.send(request).await {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!(
@@ -266,12 +249,9 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Handles the component's HTTP requests: `POST /api/leader/tick`, `GET /api/leader`,
 /// `DELETE /api/leader[?instance=ID]` (bearer `timer_token`), and `POST /{FunctionName}`
 /// (any other path: an Azure Functions timer invocation, served only by that deployment).
-pub async fn handle_http<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: Request<Vec<u8>>,
-) -> Response<Vec<u8>> {
+pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
-    let path = request.uri().path().trim_end_matches('/').to_string();
+    let path = request.path().trim_end_matches('/').to_string();
     if path == ROUTE || path.starts_with(&format!("{ROUTE}/")) {
         if let Err(r) = auth::authenticate(ctx.variables, "timer_token", "timer_auth", &request) {
             return r;
@@ -279,9 +259,9 @@ pub async fn handle_http<T: Transport>(
         let action = path[ROUTE.len()..].trim_start_matches('/');
         let method = request.method().clone();
         match (action, &method) {
-            ("", &http::Method::GET)
-            | ("", &http::Method::DELETE)
-            | ("tick", &http::Method::POST) => {}
+            ("", &leasegate::Method::GET)
+            | ("", &leasegate::Method::DELETE)
+            | ("tick", &leasegate::Method::POST) => {}
             ("", _) => return web::method_not_allowed("GET, DELETE"),
             ("tick", _) => return web::method_not_allowed("POST"),
             _ => {
@@ -292,7 +272,7 @@ pub async fn handle_http<T: Transport>(
                 )
             }
         }
-        let instance = match query_instance(request.uri().query()) {
+        let instance = match query_instance(request.query()) {
             Ok(i) => i,
             Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_query", m),
         };
@@ -300,7 +280,7 @@ pub async fn handle_http<T: Transport>(
             Ok(s) => s,
             Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
         };
-        if method == http::Method::POST {
+        if method == leasegate::Method::POST {
             if !request.body().iter().all(u8::is_ascii_whitespace) {
                 return web::error(
                     StatusCode::BAD_REQUEST,
@@ -317,7 +297,7 @@ pub async fn handle_http<T: Transport>(
             log_tick(&v);
             return web::json(status, &v);
         }
-        if method == http::Method::GET {
+        if method == leasegate::Method::GET {
             return status_answer(ctx, &settings).await;
         }
         if let Some(want) = instance {
@@ -337,7 +317,7 @@ pub async fn handle_http<T: Transport>(
     if !timer::azure_channel(ctx.variables) {
         return timer::no_route();
     }
-    if request.method() != http::Method::POST {
+    if request.method() != leasegate::Method::POST {
         return web::method_not_allowed("POST");
     }
     let settings = match Settings::load(ctx.variables) {
@@ -395,10 +375,7 @@ fn query_instance(query: Option<&str>) -> Result<Option<String>, String> {
 
 /// `GET /api/leader`: who leads, since when, with which term, until when, without taking the
 /// lease (one HEAD).
-async fn status_answer<T: Transport>(
-    ctx: &Context<'_, T>,
-    settings: &Settings,
-) -> Response<Vec<u8>> {
+async fn status_answer<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
     let locks = settings.storage.locks(&transport, PREFIX);
     let info = match settings.lock() {
@@ -434,7 +411,7 @@ async fn status_answer<T: Transport>(
 }
 
 /// `DELETE /api/leader`: the serving instance steps down if it leads (hands over at once).
-async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> Response<Vec<u8>> {
+async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
     let locks: Locks<&T> = settings.storage.locks(&transport, PREFIX);
     let released = match settings.lock() {

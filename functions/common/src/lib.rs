@@ -9,7 +9,7 @@
 //! * [`spin`]: the Spin side: outbound HTTP through `wasi:http` (with a timeout), variables,
 //!   the key-value store, reading the incoming request with a size cap, and the export macros.
 #![deny(missing_docs)]
-// Handlers' helpers return `Err(http::Response)`: the finished 4xx answer, once per request.
+// Handlers' helpers return `Err(leasegate::Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
 
 pub mod auth;

@@ -11,8 +11,9 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, SystemTime};
 
 use futures::future::{select, Either};
-use http::{Request, Response, StatusCode};
-use leasegate::{LeaseId, Transport, TransportError, TransportErrorKind};
+use leasegate::{
+    LeaseId, Request, Response, StatusCode, Transport, TransportError, TransportErrorKind,
+};
 use leasegate_spin_bindings::{key_value, variables};
 use wasi::http::outgoing_handler;
 use wasi::http::types::{
@@ -52,7 +53,7 @@ pub struct SpinTransport {
 }
 
 impl Transport for SpinTransport {
-    async fn send(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, TransportError> {
+    async fn send(&self, request: Request) -> Result<Response, TransportError> {
         let exchange = exchange(request, self.max_body);
         match select(Box::pin(exchange), Sleep::new(self.timeout)).await {
             Either::Left((result, _)) => result,
@@ -137,25 +138,21 @@ async fn write_all(stream: &OutputStream, mut data: &[u8]) -> Result<(), StreamE
 
 /// `headers` as a `wasi:http` field list, without `skip` (one copy of this loop for requests
 /// and responses).
-fn field_list(
-    headers: &http::HeaderMap,
-    skip: Option<&http::HeaderName>,
-) -> Vec<(String, Vec<u8>)> {
+fn field_list(headers: &leasegate::Headers, skip: &str) -> Vec<(String, Vec<u8>)> {
     let mut entries = Vec::with_capacity(headers.len());
-    for (name, value) in headers {
-        if Some(name) != skip {
-            entries.push((name.as_str().to_owned(), value.as_bytes().to_vec()));
+    for (name, value) in headers.iter() {
+        if name != skip {
+            entries.push((name.to_owned(), value.as_bytes().to_vec()));
         }
     }
     entries
 }
 
 /// `request` as a `wasi:http` outgoing request (head only) and its body.
-fn outgoing_request(request: Request<Vec<u8>>) -> Option<(OutgoingRequest, Vec<u8>)> {
-    let (parts, body) = request.into_parts();
-    let entries = field_list(&parts.headers, None);
+fn outgoing_request(request: Request) -> Option<(OutgoingRequest, Vec<u8>)> {
+    let entries = field_list(request.headers(), "");
     let outgoing = OutgoingRequest::new(Fields::from_list(&entries).ok()?);
-    let method = match parts.method.as_str() {
+    let method = match request.method().as_str() {
         "GET" => Method::Get,
         "HEAD" => Method::Head,
         "POST" => Method::Post,
@@ -169,22 +166,20 @@ fn outgoing_request(request: Request<Vec<u8>>) -> Option<(OutgoingRequest, Vec<u
     };
     outgoing.set_method(&method).ok()?;
     outgoing
-        .set_path_with_query(parts.uri.path_and_query().map(|p| p.as_str()))
+        .set_path_with_query(Some(&request.path_and_query()))
         .ok()?;
-    let scheme = parts.uri.scheme().map(|s| match s.as_str() {
+    let scheme = request.scheme().map(|s| match s {
         "http" => Scheme::Http,
         "https" => Scheme::Https,
         s => Scheme::Other(s.to_owned()),
     });
     outgoing.set_scheme(scheme.as_ref()).ok()?;
-    outgoing
-        .set_authority(parts.uri.authority().map(|a| a.as_str()))
-        .ok()?;
-    Some((outgoing, body))
+    outgoing.set_authority(request.authority()).ok()?;
+    Some((outgoing, request.into_body()))
 }
 
 /// Sends `request`: hands it to the host, writes its body, then waits for the response head.
-async fn send(request: Request<Vec<u8>>) -> Result<IncomingResponse, TransportError> {
+async fn send(request: Request) -> Result<IncomingResponse, TransportError> {
     let not_sent =
         || TransportError::new(TransportErrorKind::Other, "the request could not be sent");
     let (outgoing, body) = outgoing_request(request).ok_or_else(not_sent)?;
@@ -216,23 +211,24 @@ async fn send(request: Request<Vec<u8>>) -> Result<IncomingResponse, TransportEr
 /// Sends `request` and reads its response, the body up to `max_body` bytes. Dropping this
 /// future (at the timeout) drops the body stream, then the response: the host cancels the
 /// rest of the exchange.
-async fn exchange(
-    request: Request<Vec<u8>>,
-    max_body: usize,
-) -> Result<Response<Vec<u8>>, TransportError> {
+async fn exchange(request: Request, max_body: usize) -> Result<Response, TransportError> {
     // A HEAD answer has no body, whatever its Content-Length says (for a blob, its size).
-    let head = request.method() == http::Method::HEAD;
+    let head = *request.method() == leasegate::Method::HEAD;
     let response = send(request).await?;
     let status = response.status();
-    let mut builder = Response::builder().status(status);
+    let mut answer = Response::new(StatusCode::from_u16(status).map_err(|_| {
+        TransportError::new(
+            TransportErrorKind::Other,
+            "the response head is not valid HTTP",
+        )
+    })?);
     let mut declared = None;
     for (name, value) in response.headers().entries() {
+        let value = String::from_utf8_lossy(&value);
         if name.eq_ignore_ascii_case("content-length") {
-            declared = std::str::from_utf8(&value)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok());
+            declared = value.trim().parse::<u64>().ok();
         }
-        builder = builder.header(name, value);
+        answer.headers_mut().append(&name, value);
     }
     let body = if head || status == 204 || status == 304 {
         Vec::new()
@@ -241,12 +237,7 @@ async fn exchange(
     } else {
         read_body(&response, max_body).await?
     };
-    builder.body(body).map_err(|_| {
-        TransportError::new(
-            TransportErrorKind::Other,
-            "the response head is not valid HTTP",
-        )
-    })
+    Ok(answer.with_body(body))
 }
 
 /// Reads a response body chunk by chunk, up to `max` bytes. (The response stays alive while
@@ -406,30 +397,30 @@ pub fn random_lease_id() -> LeaseId {
 /// client, still writing, gets the answer rather than a reset connection. Larger ones are cut.
 const DRAIN_LIMIT: u64 = 8 << 20;
 
-/// Reads the incoming request into an `http::Request`, refusing bodies over `limit` bytes
-/// (413) without keeping them.
-pub async fn read_request(
-    request: IncomingRequest,
-    limit: usize,
-) -> Result<Request<Vec<u8>>, Response<Vec<u8>>> {
+/// Reads the incoming request, refusing bodies over `limit` bytes (413) without keeping them.
+pub async fn read_request(request: IncomingRequest, limit: usize) -> Result<Request, Response> {
     let bad = |m: &str| web::error(StatusCode::BAD_REQUEST, "bad_request", m);
     let method = match request.method() {
-        Method::Get => "GET".to_owned(),
-        Method::Head => "HEAD".to_owned(),
-        Method::Post => "POST".to_owned(),
-        Method::Put => "PUT".to_owned(),
-        Method::Delete => "DELETE".to_owned(),
-        Method::Connect => "CONNECT".to_owned(),
-        Method::Options => "OPTIONS".to_owned(),
-        Method::Trace => "TRACE".to_owned(),
-        Method::Patch => "PATCH".to_owned(),
-        Method::Other(other) => other,
+        Method::Get => leasegate::Method::GET,
+        Method::Head => leasegate::Method::HEAD,
+        Method::Post => leasegate::Method::POST,
+        Method::Put => leasegate::Method::PUT,
+        Method::Delete => leasegate::Method::DELETE,
+        Method::Connect => leasegate::Method::CONNECT,
+        Method::Options => leasegate::Method::OPTIONS,
+        Method::Trace => leasegate::Method::TRACE,
+        Method::Patch => leasegate::Method::PATCH,
+        Method::Other(other) => leasegate::Method::from_bytes(other.as_bytes())
+            .map_err(|_| bad("the request line or headers are not valid"))?,
     };
-    let mut builder = Request::builder()
-        .method(method.as_str())
-        .uri(request.path_with_query().unwrap_or_else(|| "/".into()));
+    let mut parsed = Request::new(
+        method,
+        request.path_with_query().unwrap_or_else(|| "/".into()),
+    );
     for (name, value) in request.headers().entries() {
-        builder = builder.header(name, value);
+        parsed
+            .headers_mut()
+            .append(&name, String::from_utf8_lossy(&value));
     }
     let declared = request
         .headers()
@@ -459,9 +450,7 @@ pub async fn read_request(
     if seen > limit as u64 {
         return Err(web::too_large(limit));
     }
-    builder
-        .body(body)
-        .map_err(|_| bad("the request line or headers are not valid"))
+    Ok(parsed.with_body(body))
 }
 
 /// Sends `response` the way that keeps it to one TCP write: the body is written and finished
@@ -470,11 +459,11 @@ pub async fn read_request(
 /// and on a keep-alive connection without `TCP_NODELAY` the second waits for the client's
 /// delayed ACK, about 40 ms.) A body larger than the host takes before the response is set is
 /// written after it, as a stream.
-pub fn respond(out: ResponseOutparam, response: Response<Vec<u8>>) {
-    let (parts, body) = response.into_parts();
-    let mut entries = field_list(&parts.headers, Some(&http::header::CONTENT_LENGTH));
-    let bodiless =
-        parts.status == StatusCode::NO_CONTENT || parts.status == StatusCode::NOT_MODIFIED;
+pub fn respond(out: ResponseOutparam, response: Response) {
+    let status = response.status();
+    let mut entries = field_list(response.headers(), "content-length");
+    let body = response.into_body();
+    let bodiless = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
     if !bodiless {
         entries.push(("content-length".into(), body.len().to_string().into_bytes()));
     }
@@ -490,7 +479,7 @@ pub fn respond(out: ResponseOutparam, response: Response<Vec<u8>>) {
         );
     };
     let outgoing = OutgoingResponse::new(headers);
-    let _ = outgoing.set_status_code(parts.status.as_u16());
+    let _ = outgoing.set_status_code(status.as_u16());
     let Ok(outgoing_body) = outgoing.body() else {
         return;
     };
@@ -612,7 +601,7 @@ impl Default for SpinEnv {
 
 /// Exports `wasi:http/incoming-handler@0.2.0` (the `wasi` crate's binding, on Spin's
 /// executor): reads the request with a body cap of `$limit` bytes (413 beyond), calls
-/// `$handler(&Context, http::Request<Vec<u8>>) -> http::Response<Vec<u8>>` and sends the answer
+/// `$handler(&Context, leasegate::Request) -> leasegate::Response` and sends the answer
 /// with [`respond`] (body before head, one write). Use it in a component crate that depends on
 /// this crate.
 #[macro_export]

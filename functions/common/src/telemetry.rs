@@ -22,9 +22,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use http::{Request, Response, StatusCode};
 use leasegate::lease::{Acquire, Acquired, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport, TransportErrorKind};
+use leasegate::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -80,18 +80,7 @@ impl Settings {
                 ))
             }
         };
-        let notify_url = config::var(vars, "notify_url")
-            .ok_or_else(|| ConfigError("variable notify_url is not set".into()))?;
-        if notify_url
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|u| u.host().map(|_| ()))
-            .is_none()
-        {
-            return Err(ConfigError(
-                "variable notify_url is not an absolute URL".into(),
-            ));
-        }
+        let notify_url = config::url(vars, "notify_url")?;
         Ok(Settings {
             storage: config::storage(vars)?,
             threshold,
@@ -154,7 +143,7 @@ pub fn parse_reading(value: &Value) -> Result<Reading, String> {
 }
 
 /// The readings of a body: one object or an array of them. `Err` is the 4xx answer.
-pub fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Response<Vec<u8>>> {
+pub fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Response> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         web::error(
             StatusCode::BAD_REQUEST,
@@ -205,12 +194,9 @@ pub struct Parsed {
 
 /// Step 1: authenticates, checks the request, reads settings and readings. `Err` is the
 /// answer (401, 405, 415, 413, 400, or 503 `not_configured`).
-pub fn parse(
-    vars: &dyn Variables,
-    request: &Request<Vec<u8>>,
-) -> Result<Parsed, Response<Vec<u8>>> {
+pub fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, Response> {
     auth::authenticate(vars, "telemetry_token", "telemetry_auth", request)?;
-    if request.method() != http::Method::POST {
+    if request.method() != leasegate::Method::POST {
         return Err(web::method_not_allowed("POST"));
     }
     web::require_json(request)?;
@@ -480,14 +466,9 @@ async fn notify<T: Transport>(
     })
     .to_string()
     .into_bytes();
-    let request = Request::builder()
-        .method(http::Method::POST)
-        .uri(&settings.notify_url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::CONTENT_LENGTH, body.len())
-        .header("idempotency-key", &key)
-        .body(body)
-        .map_err(|_| Undelivered::NotSent("the notification request could not be built".into()))?;
+    let request = web::json_post(&settings.notify_url, &key, body).ok_or_else(|| {
+        Undelivered::NotSent("the notification request could not be built".into())
+    })?;
     match transport.send(request).await {
         Ok(response) if response.status().is_success() => Ok(()),
         Ok(response) => Err(Undelivered::Unknown(format!(
@@ -507,7 +488,7 @@ async fn notify<T: Transport>(
 
 /// Step 4: one decision per reading, in order; the other readings of a gated device share its
 /// outcome (`coveredBy`). 503 when any device's storage failed, else 200.
-pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response<Vec<u8>> {
+pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
     let window_secs = parsed.settings.window.as_secs();
     // Inserted one by one: collecting into a map would sort (more code in a component).
     let mut by_device: BTreeMap<&str, &Gated> = BTreeMap::new();
@@ -594,10 +575,7 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response<Ve
         body["storageErrorCode"] = json!(s.code);
     }
     let mut r = web::json(StatusCode::SERVICE_UNAVAILABLE, &body);
-    r.headers_mut().insert(
-        http::header::RETRY_AFTER,
-        http::HeaderValue::from_static("1"),
-    );
+    r.headers_mut().insert("retry-after", "1");
     r
 }
 
@@ -653,10 +631,7 @@ fn log_decision(device_id: &str, decision: &str, storage_round_trips: u32, start
 }
 
 /// Handles `POST /api/telemetry`: the four steps.
-pub async fn handle<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: Request<Vec<u8>>,
-) -> Response<Vec<u8>> {
+pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
     let parsed = match parse(ctx.variables, &request) {
         Ok(p) => p,
@@ -682,37 +657,34 @@ mod tests {
     }
 
     impl Transport for Scripted {
-        async fn send(
-            &self,
-            request: Request<Vec<u8>>,
-        ) -> Result<Response<Vec<u8>>, leasegate::TransportError> {
+        async fn send(&self, request: Request) -> Result<Response, leasegate::TransportError> {
             let action = request
                 .headers()
                 .get("x-ms-lease-action")
-                .map(|v| v.to_str().unwrap().to_string());
-            let path = request.uri().path().to_string();
+                .map(str::to_string);
+            let path = request.path().to_string();
             self.sent.borrow_mut().push((
                 request.method().to_string(),
                 path.clone(),
                 action.clone(),
             ));
-            let mut r = Response::builder().header("date", "Sat, 21 Nov 2026 14:00:00 GMT");
-            if path.ends_with("/alerts/bad") {
-                r = r.status(500).header("x-ms-error-code", "InternalError");
-            } else if request.method() == http::Method::HEAD {
-                r = r
-                    .status(200)
-                    .header("etag", "\"0x1\"")
-                    .header("x-ms-lease-state", "available");
+            let r = |status: StatusCode| {
+                Response::new(status).with_header("date", "Sat, 21 Nov 2026 14:00:00 GMT")
+            };
+            Ok(if path.ends_with("/alerts/bad") {
+                r(StatusCode::INTERNAL_SERVER_ERROR).with_header("x-ms-error-code", "InternalError")
+            } else if *request.method() == leasegate::Method::HEAD {
+                r(StatusCode::OK)
+                    .with_header("etag", "\"0x1\"")
+                    .with_header("x-ms-lease-state", "available")
             } else if action.as_deref() == Some("acquire") {
-                let id = request.headers()["x-ms-proposed-lease-id"].clone();
-                r = r.status(201).header("x-ms-lease-id", id);
-            } else if action.is_some() || request.uri().query() == Some("comp=metadata") {
-                r = r.status(200);
+                let id = request.headers().get("x-ms-proposed-lease-id").unwrap();
+                r(StatusCode::CREATED).with_header("x-ms-lease-id", id)
+            } else if action.is_some() || request.query() == Some("comp=metadata") {
+                r(StatusCode::OK)
             } else {
-                r = r.status(204);
-            }
-            Ok(r.body(Vec::new()).unwrap())
+                r(StatusCode::NO_CONTENT)
+            })
         }
     }
 
@@ -743,13 +715,10 @@ mod tests {
             {"deviceId": "good", "temperature": 40},
             {"deviceId": "bad", "temperature": 40}
         ]);
-        let request = Request::builder()
-            .method("POST")
-            .uri("/api/telemetry")
-            .header("content-type", "application/json")
-            .header("authorization", "Bearer t0ken")
-            .body(body.to_string().into_bytes())
-            .unwrap();
+        let request = Request::new(leasegate::Method::POST, "/api/telemetry")
+            .with_header("content-type", "application/json")
+            .with_header("authorization", "Bearer t0ken")
+            .with_body(body.to_string().into_bytes());
         let response = pollster::block_on(handle(&ctx, request));
         assert_eq!(response.status(), 503);
         let answer: Value = serde_json::from_slice(response.body()).unwrap();
@@ -779,10 +748,7 @@ mod tests {
     }
 
     impl Transport for Noted<'_> {
-        async fn send(
-            &self,
-            request: Request<Vec<u8>>,
-        ) -> Result<Response<Vec<u8>>, leasegate::TransportError> {
+        async fn send(&self, request: Request) -> Result<Response, leasegate::TransportError> {
             self.log.borrow_mut().push("send");
             self.inner.send(request).await
         }
@@ -840,13 +806,10 @@ mod tests {
             {"deviceId": "b", "temperature": 40},
             {"deviceId": "c", "temperature": 40}
         ]);
-        let request = Request::builder()
-            .method("POST")
-            .uri("/api/telemetry")
-            .header("content-type", "application/json")
-            .header("authorization", "Bearer t0ken")
-            .body(body.to_string().into_bytes())
-            .unwrap();
+        let request = Request::new(leasegate::Method::POST, "/api/telemetry")
+            .with_header("content-type", "application/json")
+            .with_header("authorization", "Bearer t0ken")
+            .with_body(body.to_string().into_bytes());
         pollster::block_on(handle(&ctx, request));
         let log = log.borrow();
         let first_send = log.iter().position(|e| *e == "send").unwrap();

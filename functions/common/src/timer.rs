@@ -12,7 +12,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::{Response, StatusCode};
+use leasegate::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::config::{self, ConfigError, Variables};
@@ -201,7 +201,7 @@ pub fn azure_channel(vars: &dyn Variables) -> bool {
 }
 
 /// The answer for a path that is neither the function's API nor (here) the Azure channel.
-pub fn no_route() -> Response<Vec<u8>> {
+pub fn no_route() -> Response {
     web::error(
         StatusCode::NOT_FOUND,
         "not_found",
@@ -212,11 +212,7 @@ pub fn no_route() -> Response<Vec<u8>> {
 /// The answer to an Azure Functions invocation: `status` (2xx: done; any other marks the
 /// invocation failed) and `{"Outputs":{},"Logs":[...],"ReturnValue":...}`. An empty body would
 /// hang the invocation until the function timeout, so there is always one.
-pub fn azure_answer(
-    status: StatusCode,
-    return_value: Value,
-    logs: Vec<String>,
-) -> Response<Vec<u8>> {
+pub fn azure_answer(status: StatusCode, return_value: Value, logs: Vec<String>) -> Response {
     web::json(
         status,
         &json!({ "Outputs": {}, "Logs": logs, "ReturnValue": return_value }),

@@ -32,7 +32,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
-use http::{Request, Response, StatusCode};
 use leasegate::lease::{Acquire, Locks, Term};
 use leasegate::ops::{
     public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, CreateContainer,
@@ -40,6 +39,7 @@ use leasegate::ops::{
     SetMetadata, WriteOutcome,
 };
 use leasegate::{BlobName, ContainerName, Counting, LeaseState, LockName, Transport};
+use leasegate::{Request, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -1117,12 +1117,9 @@ pub const SWEEPER_ROUTE: &str = "/api/sweeper";
 /// Handles the component's HTTP requests: `PUT /api/ttl/{container}/{blob}` (marking),
 /// `POST /api/sweeper/tick` and `GET /api/sweeper` (the state), all bearer `timer_token`; and
 /// `POST /{FunctionName}` (any other path: an Azure Functions timer invocation).
-pub async fn handle_http<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: Request<Vec<u8>>,
-) -> Response<Vec<u8>> {
+pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
-    let path = request.uri().path().to_string();
+    let path = request.path().to_string();
     let api = path.starts_with(TTL_ROUTE)
         || path.trim_end_matches('/') == TTL_ROUTE.trim_end_matches('/')
         || path.trim_end_matches('/') == SWEEPER_ROUTE
@@ -1139,7 +1136,7 @@ pub async fn handle_http<T: Transport>(
         let action = path[SWEEPER_ROUTE.len()..].trim_matches('/');
         let method = request.method().clone();
         match (action, &method) {
-            ("", &http::Method::GET) | ("tick", &http::Method::POST) => {}
+            ("", &leasegate::Method::GET) | ("tick", &leasegate::Method::POST) => {}
             ("", _) => return web::method_not_allowed("GET"),
             ("tick", _) => return web::method_not_allowed("POST"),
             _ => return web::error(
@@ -1159,7 +1156,7 @@ pub async fn handle_http<T: Transport>(
             Ok(s) => s,
             Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
         };
-        if method == http::Method::GET {
+        if method == leasegate::Method::GET {
             let transport = (ctx.connect)(settings.storage.timeout);
             let locks = settings.storage.locks(&transport, "sweeper/");
             return match read_state(&locks, &settings, ctx.now).await {
@@ -1182,7 +1179,7 @@ pub async fn handle_http<T: Transport>(
     if !timer::azure_channel(ctx.variables) {
         return timer::no_route();
     }
-    if request.method() != http::Method::POST {
+    if request.method() != leasegate::Method::POST {
         return web::method_not_allowed("POST");
     }
     let settings = match Settings::load(ctx.variables) {
@@ -1243,12 +1240,12 @@ mod double_option {
 
 /// `PUT /api/ttl/{container}/{blob}`: sets `TimeToLive` (and `DeadBlobContainer`) on an
 /// existing blob of a swept container, keeping its other metadata (compare-and-swap).
-async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request<Vec<u8>>) -> Response<Vec<u8>> {
-    if request.method() != http::Method::PUT {
+async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response {
+    if request.method() != leasegate::Method::PUT {
         return web::method_not_allowed("PUT");
     }
     let bad = |code: &str, m: String| web::error(StatusCode::BAD_REQUEST, code, m);
-    let raw = request.uri().path()[TTL_ROUTE.len().min(request.uri().path().len())..].to_string();
+    let raw = request.path()[TTL_ROUTE.len().min(request.path().len())..].to_string();
     let decoded = match percent_encoding::percent_decode_str(&raw).decode_utf8() {
         Ok(d) => d.into_owned(),
         Err(_) => {

@@ -1,21 +1,17 @@
 //! JSON answers and request checks shared by the HTTP functions.
 
-use http::{HeaderValue, Response, StatusCode};
+use leasegate::{Request, Response, StatusCode};
 use serde_json::json;
 
 /// A JSON answer.
-pub fn json(status: StatusCode, body: &serde_json::Value) -> Response<Vec<u8>> {
-    let mut response = Response::new(body.to_string().into_bytes());
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+pub fn json(status: StatusCode, body: &serde_json::Value) -> Response {
+    Response::new(status)
+        .with_header("content-type", "application/json")
+        .with_body(body.to_string().into_bytes())
 }
 
 /// A JSON error: `{"error": code, "message": message}`. The message must hold no secret.
-pub fn error(status: StatusCode, code: &str, message: impl std::fmt::Display) -> Response<Vec<u8>> {
+pub fn error(status: StatusCode, code: &str, message: impl std::fmt::Display) -> Response {
     json(
         status,
         &json!({ "error": code, "message": message.to_string() }),
@@ -23,25 +19,19 @@ pub fn error(status: StatusCode, code: &str, message: impl std::fmt::Display) ->
 }
 
 /// 405 with the methods that are allowed.
-pub fn method_not_allowed(allow: &str) -> Response<Vec<u8>> {
+pub fn method_not_allowed(allow: &str) -> Response {
     let mut r = error(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         format!("allowed methods: {allow}"),
     );
-    if let Ok(v) = HeaderValue::from_str(allow) {
-        r.headers_mut().insert(http::header::ALLOW, v);
-    }
+    r.headers_mut().insert("allow", allow);
     r
 }
 
 /// 415 unless the request says its body is JSON (`application/json`, parameters allowed).
-pub fn require_json<B>(request: &http::Request<B>) -> Result<(), Response<Vec<u8>>> {
-    let content_type = request
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+pub fn require_json(request: &Request) -> Result<(), Response> {
+    let content_type = request.headers().get("content-type").unwrap_or("");
     let media = content_type
         .split(';')
         .next()
@@ -59,8 +49,24 @@ pub fn require_json<B>(request: &http::Request<B>) -> Result<(), Response<Vec<u8
     }
 }
 
+/// A JSON `POST` of `body` to `url` with an `Idempotency-Key` (a webhook, a job, a heartbeat),
+/// or `None` if `url` cannot be sent (not an absolute `http(s)` URL of visible ASCII).
+pub fn json_post(url: &str, idempotency_key: &str, body: Vec<u8>) -> Option<Request> {
+    let absolute = url.starts_with("http://") || url.starts_with("https://");
+    if !absolute || !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return None;
+    }
+    Some(
+        Request::new(leasegate::Method::POST, url)
+            .with_header("content-type", "application/json")
+            .with_header("content-length", body.len().to_string())
+            .with_header("idempotency-key", idempotency_key)
+            .with_body(body),
+    )
+}
+
 /// 413 when the body is larger than `limit` bytes.
-pub fn too_large(limit: usize) -> Response<Vec<u8>> {
+pub fn too_large(limit: usize) -> Response {
     error(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
@@ -77,7 +83,7 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
 
 /// The 503 for a storage failure: what storage said (status and error code), never a secret.
 /// A lock blob whose claim cannot be used is `lock_unusable`, naming the field.
-pub fn storage_unavailable(e: &leasegate::Error) -> Response<Vec<u8>> {
+pub fn storage_unavailable(e: &leasegate::Error) -> Response {
     let mut body = match e {
         leasegate::Error::CorruptLock(_) => json!({
             "error": "lock_unusable",
@@ -93,7 +99,6 @@ pub fn storage_unavailable(e: &leasegate::Error) -> Response<Vec<u8>> {
         body["storageErrorCode"] = json!(s.code);
     }
     let mut r = json(StatusCode::SERVICE_UNAVAILABLE, &body);
-    r.headers_mut()
-        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r.headers_mut().insert("retry-after", "1");
     r
 }

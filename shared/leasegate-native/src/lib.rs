@@ -6,8 +6,7 @@
 
 use std::time::Duration;
 
-use http::{Request, Response};
-use leasegate::{Transport, TransportError, TransportErrorKind};
+use leasegate::{Request, Response, Transport, TransportError, TransportErrorKind};
 
 pub use pollster::block_on;
 
@@ -32,14 +31,24 @@ impl NativeTransport {
     }
 
     /// Sends and waits: the blocking form of [`Transport::send`].
-    pub fn send_blocking(
-        &self,
-        request: Request<Vec<u8>>,
-    ) -> Result<Response<Vec<u8>>, TransportError> {
-        let response = self.agent.run(request).map_err(classify)?;
+    pub fn send_blocking(&self, request: Request) -> Result<Response, TransportError> {
+        let mut outgoing = http::Request::builder()
+            .method(request.method().clone())
+            .uri(request.uri());
+        for (name, value) in request.headers().iter() {
+            outgoing = outgoing.header(name, value);
+        }
+        let outgoing = outgoing.body(request.into_body()).map_err(|_| {
+            TransportError::new(TransportErrorKind::Other, "the request is not valid HTTP")
+        })?;
+        let response = self.agent.run(outgoing).map_err(classify)?;
         let (parts, mut body) = response.into_parts();
-        let bytes = body.read_to_vec().map_err(classify)?;
-        Ok(Response::from_parts(parts, bytes))
+        let mut answer = Response::new(parts.status);
+        for (name, value) in &parts.headers {
+            let value = String::from_utf8_lossy(value.as_bytes());
+            answer.headers_mut().append(name.as_str(), value);
+        }
+        Ok(answer.with_body(body.read_to_vec().map_err(classify)?))
     }
 }
 
@@ -50,7 +59,7 @@ impl Default for NativeTransport {
 }
 
 impl Transport for NativeTransport {
-    async fn send(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, TransportError> {
+    async fn send(&self, request: Request) -> Result<Response, TransportError> {
         self.send_blocking(request)
     }
 }

@@ -9,9 +9,11 @@ use std::cell::Cell;
 use std::hint::black_box;
 use std::time::{Duration, Instant, SystemTime};
 
-use http::{Request, Response};
 use leasegate::lease::{Acquire, Locks, Term};
-use leasegate::{Account, ContainerName, LeaseId, LockName, Transport, TransportError};
+use leasegate::{
+    Account, ContainerName, LeaseId, LockName, Method, Request, Response, StatusCode, Transport,
+    TransportError,
+};
 
 /// Storage answers by request kind: the lock blob as `lease_state` with `metadata`.
 struct Canned {
@@ -21,27 +23,27 @@ struct Canned {
 }
 
 impl Transport for Canned {
-    async fn send(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, TransportError> {
+    async fn send(&self, request: Request) -> Result<Response, TransportError> {
         self.sent.set(self.sent.get() + 1);
-        let r = Response::builder()
-            .header("date", "Sat, 21 Nov 2026 14:00:00 GMT")
-            .header("etag", "\"0x8DB1A2B3C4D5E6F\"")
-            .header("x-ms-request-id", "0f6d1b0e-501e-0035-5a1c-1c2b3a000000");
-        let r = if request.method() == http::Method::HEAD {
+        let r = Response::new(StatusCode::OK)
+            .with_header("date", "Sat, 21 Nov 2026 14:00:00 GMT")
+            .with_header("etag", "\"0x8DB1A2B3C4D5E6F\"")
+            .with_header("x-ms-request-id", "0f6d1b0e-501e-0035-5a1c-1c2b3a000000");
+        Ok(if *request.method() == Method::HEAD {
             let mut r = r
-                .status(200)
-                .header("x-ms-lease-state", self.lease_state)
-                .header("x-ms-blob-type", "PageBlob");
+                .with_header("x-ms-lease-state", self.lease_state)
+                .with_header("x-ms-blob-type", "PageBlob");
             for (k, v) in &self.metadata {
-                r = r.header(format!("x-ms-meta-{k}"), v.as_str());
+                r = r.with_header(&format!("x-ms-meta-{k}"), v.as_str());
             }
             r
         } else if let Some(id) = request.headers().get("x-ms-proposed-lease-id") {
-            r.status(201).header("x-ms-lease-id", id.clone())
+            let mut r = r.with_header("x-ms-lease-id", id);
+            r.set_status(StatusCode::CREATED);
+            r
         } else {
-            r.status(200)
-        };
-        Ok(r.body(Vec::new()).expect("a response"))
+            r
+        })
     }
 }
 

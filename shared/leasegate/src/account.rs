@@ -5,7 +5,6 @@
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use http::uri::{Scheme, Uri};
 
 use crate::Error;
 
@@ -91,7 +90,8 @@ pub enum Credential {
 /// `http://127.0.0.1:10000/devstoreaccount1` (path style, as Azurite serves it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobEndpoint {
-    scheme: Scheme,
+    /// `http` or `https`.
+    scheme: String,
     authority: String,
     /// The path prefix without trailing slash: empty for host style, `/devstoreaccount1` for
     /// path style.
@@ -101,35 +101,44 @@ pub struct BlobEndpoint {
 impl BlobEndpoint {
     /// Parses an endpoint URL (`scheme://host[:port][/account]`). A query or fragment is refused.
     pub fn try_new(url: &str) -> Result<Self, Error> {
-        let uri: Uri = url
-            .trim()
-            .parse()
-            .map_err(|_| Error::Endpoint("not a URL".into()))?;
-        let scheme = uri
-            .scheme()
-            .cloned()
+        let url = url.trim();
+        let (scheme, rest) = url
+            .split_once("://")
+            .filter(|(s, _)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric()))
             .ok_or_else(|| Error::Endpoint("no scheme (http:// or https://)".into()))?;
-        if scheme != Scheme::HTTP && scheme != Scheme::HTTPS {
+        let scheme = scheme.to_ascii_lowercase();
+        if scheme != "http" && scheme != "https" {
             return Err(Error::Endpoint("scheme must be http or https".into()));
         }
-        let authority = uri
-            .authority()
-            .ok_or_else(|| Error::Endpoint("no host".into()))?;
-        if authority.as_str().contains('@') {
+        let (authority, path) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+        if authority.is_empty() {
+            return Err(Error::Endpoint("no host".into()));
+        }
+        if authority.contains('@') {
             return Err(Error::Endpoint(
                 "user info in the URL is not allowed".into(),
             ));
         }
-        if uri.query().is_some() {
+        if path.contains('?') {
             return Err(Error::Endpoint(
                 "a query is not allowed in an endpoint (give a SAS separately)".into(),
             ));
         }
-        let base_path = uri.path().trim_end_matches('/').to_string();
+        if path.contains('#') {
+            return Err(Error::Endpoint(
+                "a fragment is not allowed in an endpoint".into(),
+            ));
+        }
+        let host_ok = authority
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~:[]".contains(&b));
+        if !host_ok || !path.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Error::Endpoint("not a URL".into()));
+        }
         Ok(BlobEndpoint {
             scheme,
-            authority: authority.as_str().to_string(),
-            base_path,
+            authority: authority.to_string(),
+            base_path: path.trim_end_matches('/').to_string(),
         })
     }
 
@@ -336,6 +345,32 @@ mod tests {
             a.endpoint().url("/c/b"),
             "http://127.0.0.1:10000/devstoreaccount1/c/b"
         );
+    }
+
+    #[test]
+    fn endpoints_are_parsed_and_bad_ones_refused() {
+        let e = BlobEndpoint::try_new(" HTTPS://acct.blob.core.windows.net/ ").unwrap();
+        assert_eq!(e.origin(), "https://acct.blob.core.windows.net");
+        assert!(!e.is_path_style());
+        let e = BlobEndpoint::try_new("http://[::1]:10000/devstoreaccount1/").unwrap();
+        assert_eq!(e.url("/c"), "http://[::1]:10000/devstoreaccount1/c");
+        for (url, why) in [
+            ("127.0.0.1:10000/devstoreaccount1", "no scheme"),
+            ("ftp://host", "scheme must be http or https"),
+            ("http://", "no host"),
+            ("http:///path", "no host"),
+            ("http://user:pw@host", "user info"),
+            ("http://host/a?sv=1&sig=x", "a query is not allowed"),
+            ("http://host/a#frag", "a fragment is not allowed"),
+            ("http://ho st/a", "not a URL"),
+            ("http://host/a b", "not a URL"),
+            ("http://host/\u{e9}", "not a URL"),
+        ] {
+            match BlobEndpoint::try_new(url) {
+                Err(Error::Endpoint(m)) => assert!(m.contains(why), "{url}: {m}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! [Blob service error codes](https://learn.microsoft.com/rest/api/storageservices/blob-service-error-codes)
 //! and [Lease Blob](https://learn.microsoft.com/rest/api/storageservices/lease-blob#outcomes-of-lease-operations-on-blobs-by-lease-state).
 
-use http::StatusCode;
+use crate::message::StatusCode;
 
 /// What a storage error response means to a caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

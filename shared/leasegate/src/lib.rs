@@ -1,7 +1,7 @@
 //! Azure Blob Storage leases over signed REST, for stateless (WebAssembly) functions.
 //!
-//! **This crate does no IO and reads no clock.** It builds signed `http::Request<Vec<u8>>`s and
-//! reads `http::Response<Vec<u8>>`s; whoever calls it sends the requests (through a
+//! **This crate does no IO and reads no clock.** It builds signed [`Request`]s and reads
+//! [`Response`]s (plain values, see [`message`]); whoever calls it sends the requests (through a
 //! [`Transport`]) and passes the time in. Expiry is always judged by the storage server's
 //! `Date` header, never by the caller's clock.
 //!
@@ -32,13 +32,11 @@
 //! );
 //! let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800);
 //! let request = build(&op, &account, now)?;
-//! assert!(request.headers()["authorization"].to_str()?.starts_with("SharedKey devstoreaccount1:"));
+//! assert!(request.headers().get("authorization").unwrap().starts_with("SharedKey devstoreaccount1:"));
 //!
 //! // ... the caller sends `request` and gets this back:
-//! let response = http::Response::builder()
-//!     .status(409)
-//!     .header("x-ms-error-code", "LeaseAlreadyPresent")
-//!     .body(Vec::new())?;
+//! let response = leasegate::Response::new(leasegate::StatusCode::CONFLICT)
+//!     .with_header("x-ms-error-code", "LeaseAlreadyPresent");
 //! assert_eq!(op.parse(&response)?, LeaseOutcome::HeldByOther);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -68,6 +66,7 @@
 pub mod account;
 pub mod error;
 pub mod lease;
+pub mod message;
 pub mod names;
 pub mod ops;
 pub mod signing;
@@ -77,6 +76,7 @@ mod xml;
 
 pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken};
 pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};
+pub use message::{Headers, Method, Request, Response, StatusCode};
 pub use names::{BlobName, ContainerName, LockName};
 pub use transport::{Counting, Transport};
 pub use types::{ETag, HolderKey, LeaseDuration, LeaseId, LeaseState};

@@ -1,18 +1,17 @@
 //! Blob service operations, each a request builder paired with a response parser.
 //!
-//! An [`Operation`] builds an unsigned `http::Request<Vec<u8>>` for an [`Account`]; [`build`]
-//! stamps and authorizes it; the caller sends it however it likes; [`Operation::parse`] turns the
-//! `http::Response<Vec<u8>>` into a typed outcome. Expected outcomes (already exists, condition
+//! An [`Operation`] builds an unsigned [`Request`] for an [`Account`]; [`build`] stamps and
+//! authorizes it; the caller sends it however it likes; [`Operation::parse`] turns the
+//! [`Response`] into a typed outcome. Expected outcomes (already exists, condition
 //! failed, lease held) are values; everything else is an [`Error`] classified by
 //! `x-ms-error-code` ([`ErrorClass`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-
 use crate::account::{Account, Credential};
 use crate::error::{ErrorClass, StorageError};
+use crate::message::{valid_header_value, Method, Request, Response, StatusCode};
 use crate::names::{encode_path, BlobName, ContainerName};
 use crate::signing::authorize;
 use crate::types::{ETag, LeaseDuration, LeaseId, LeaseState};
@@ -24,9 +23,9 @@ pub trait Operation {
     /// What a successful exchange yields.
     type Output;
     /// The request, not yet stamped or authorized (see [`build`]).
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error>;
+    fn request(&self, account: &Account) -> Result<Request, Error>;
     /// Reads the response.
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<Self::Output, Error>;
+    fn parse(&self, response: &Response) -> Result<Self::Output, Error>;
 }
 
 /// Builds the authorized request of `op` at time `now` (a parameter; use the caller's clock,
@@ -35,7 +34,7 @@ pub fn build<O: Operation + ?Sized>(
     op: &O,
     account: &Account,
     now: SystemTime,
-) -> Result<Request<Vec<u8>>, Error> {
+) -> Result<Request, Error> {
     let mut request = op.request(account)?;
     authorize(&mut request, account, now)?;
     Ok(request)
@@ -108,27 +107,32 @@ fn blob_url(account: &Account, container: &ContainerName, blob: &BlobName, query
 }
 
 fn request(method: Method, url: String, body: Vec<u8>) -> Result<RequestParts, Error> {
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|_| Error::InvalidArgument("the request URL is not valid".into()))?;
+    // Names are validated and percent-encoded, so this only refuses a broken endpoint.
+    if !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::InvalidArgument(
+            "the request URL is not valid".into(),
+        ));
+    }
     Ok(RequestParts {
-        builder: Request::builder().method(method.clone()).uri(uri),
-        method,
+        request: Request::new(method, url),
         body,
     })
 }
 
 struct RequestParts {
-    builder: http::request::Builder,
-    method: Method,
+    request: Request,
     body: Vec<u8>,
 }
 
 impl RequestParts {
     fn header(mut self, name: &str, value: impl AsRef<str>) -> Result<Self, Error> {
-        let value = HeaderValue::from_str(value.as_ref())
-            .map_err(|_| Error::InvalidArgument(format!("invalid value for header {name}")))?;
-        self.builder = self.builder.header(name, value);
+        let value = value.as_ref();
+        if !valid_header_value(value) {
+            return Err(Error::InvalidArgument(format!(
+                "invalid value for header {name}"
+            )));
+        }
+        self.request.headers_mut().append(name, value);
         Ok(self)
     }
 
@@ -167,36 +171,36 @@ impl RequestParts {
         Ok(self)
     }
 
-    fn finish(self) -> Result<Request<Vec<u8>>, Error> {
-        let mut builder = self.builder;
+    fn finish(self) -> Result<Request, Error> {
+        let mut request = self.request;
         // Storage wants Content-Length on every PUT, zero included; wasi:http wants it set by
         // the caller (transfer-encoding is forbidden), and it is part of the signature.
-        if self.method == Method::PUT || !self.body.is_empty() {
-            builder = builder.header(header::CONTENT_LENGTH, self.body.len());
+        if *request.method() == Method::PUT || !self.body.is_empty() {
+            request
+                .headers_mut()
+                .insert("content-length", self.body.len().to_string());
         }
-        builder
-            .body(self.body)
-            .map_err(|_| Error::InvalidArgument("could not build the request".into()))
+        Ok(request.with_body(self.body))
     }
 }
 
-fn header_str<'a>(response: &'a Response<Vec<u8>>, name: &str) -> Option<&'a str> {
-    response.headers().get(name).and_then(|v| v.to_str().ok())
+fn header_str<'a>(response: &'a Response, name: &str) -> Option<&'a str> {
+    response.headers().get(name)
 }
 
 /// The storage server's `Date` header: the clock that lease expiry is judged by.
-pub fn server_date(response: &Response<Vec<u8>>) -> Option<SystemTime> {
+pub fn server_date(response: &Response) -> Option<SystemTime> {
     header_str(response, "date").and_then(|d| httpdate::parse_http_date(d).ok())
 }
 
-fn etag(response: &Response<Vec<u8>>) -> Option<ETag> {
+fn etag(response: &Response) -> Option<ETag> {
     header_str(response, "etag").map(ETag::new)
 }
 
 /// Reads a storage error response: `x-ms-error-code` (or the XML body's `<Code>` when the header
 /// is missing), `x-ms-request-id`, classified. The body's `<Message>` is never kept: it can
 /// echo request details.
-pub fn storage_error(response: &Response<Vec<u8>>) -> StorageError {
+pub fn storage_error(response: &Response) -> StorageError {
     let code = header_str(response, "x-ms-error-code")
         .map(str::to_string)
         .or_else(|| xml_error_code(response.body()));
@@ -217,13 +221,19 @@ fn xml_error_code(body: &[u8]) -> Option<String> {
 }
 
 /// Success statuses expected by each operation; anything else is an error.
-fn expect(response: &Response<Vec<u8>>, ok: &[u16]) -> Result<(), Error> {
+fn expect(response: &Response, ok: &[u16]) -> Result<(), Error> {
     if ok.contains(&response.status().as_u16()) {
         Ok(())
     } else if response.status().is_success() {
         Err(Error::unexpected(
             response.status(),
-            format!("expected status {ok:?}"),
+            format!(
+                "expected status {}",
+                ok.iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
         ))
     } else {
         Err(Error::Storage(storage_error(response)))
@@ -251,7 +261,7 @@ fn refusal(error: &StorageError, condition: &Condition) -> Option<Refusal> {
 }
 
 fn write_outcome(
-    response: &Response<Vec<u8>>,
+    response: &Response,
     ok: &[u16],
     condition: &Condition,
 ) -> Result<WriteOutcome, Error> {
@@ -296,7 +306,7 @@ pub enum ContainerCreated {
 
 impl Operation for CreateContainer {
     type Output = ContainerCreated;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         request(
             Method::PUT,
             container_url(account, &self.container, "?restype=container"),
@@ -304,7 +314,7 @@ impl Operation for CreateContainer {
         )?
         .finish()
     }
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<ContainerCreated, Error> {
+    fn parse(&self, response: &Response) -> Result<ContainerCreated, Error> {
         match expect(response, &[201]) {
             Ok(()) => Ok(ContainerCreated::Created),
             Err(Error::Storage(e)) if e.class == ErrorClass::AlreadyExists => {
@@ -392,7 +402,7 @@ impl PutBlob {
 
 impl Operation for PutBlob {
     type Output = WriteOutcome;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         let body = match self.kind {
             BlobKind::Block => self.body.clone(),
             BlobKind::Page(_) => Vec::new(),
@@ -420,7 +430,7 @@ impl Operation for PutBlob {
             .metadata(&self.metadata)?
             .finish()
     }
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<WriteOutcome, Error> {
+    fn parse(&self, response: &Response) -> Result<WriteOutcome, Error> {
         write_outcome(response, &[201], &self.condition)
     }
 }
@@ -454,13 +464,11 @@ pub struct BlobProperties {
 }
 
 impl BlobProperties {
-    fn from_headers(response: &Response<Vec<u8>>) -> Self {
+    fn from_headers(response: &Response) -> Self {
         let mut metadata = Metadata::new();
-        for (name, value) in response.headers() {
-            if let Some(key) = name.as_str().strip_prefix("x-ms-meta-") {
-                if let Ok(v) = value.to_str() {
-                    metadata.insert(key.to_string(), v.to_string());
-                }
+        for (name, value) in response.headers().iter() {
+            if let Some(key) = name.strip_prefix("x-ms-meta-") {
+                metadata.insert(key.to_string(), value.to_string());
             }
         }
         BlobProperties {
@@ -511,7 +519,7 @@ fn found<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
 
 impl Operation for GetProperties {
     type Output = Option<BlobProperties>;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         request(
             Method::HEAD,
             blob_url(account, &self.container, &self.blob, ""),
@@ -519,7 +527,7 @@ impl Operation for GetProperties {
         )?
         .finish()
     }
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<Option<BlobProperties>, Error> {
+    fn parse(&self, response: &Response) -> Result<Option<BlobProperties>, Error> {
         found(expect(response, &[200]).map(|()| BlobProperties::from_headers(response)))
     }
 }
@@ -545,7 +553,7 @@ pub struct BlobContent {
 
 impl Operation for GetBlob {
     type Output = Option<BlobContent>;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         request(
             Method::GET,
             blob_url(account, &self.container, &self.blob, ""),
@@ -553,9 +561,9 @@ impl Operation for GetBlob {
         )?
         .finish()
     }
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<Option<BlobContent>, Error> {
+    fn parse(&self, response: &Response) -> Result<Option<BlobContent>, Error> {
         found(expect(response, &[200]).map(|()| BlobContent {
-            body: response.body().clone(),
+            body: response.body().to_vec(),
             properties: BlobProperties::from_headers(response),
         }))
     }
@@ -579,7 +587,7 @@ pub struct SetMetadata {
 
 impl Operation for SetMetadata {
     type Output = WriteOutcome;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         request(
             Method::PUT,
             blob_url(account, &self.container, &self.blob, "?comp=metadata"),
@@ -590,7 +598,7 @@ impl Operation for SetMetadata {
         .metadata(&self.metadata)?
         .finish()
     }
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<WriteOutcome, Error> {
+    fn parse(&self, response: &Response) -> Result<WriteOutcome, Error> {
         write_outcome(response, &[200], &self.condition)
     }
 }
@@ -611,7 +619,7 @@ pub struct IncrementSequenceNumber {
 
 impl Operation for IncrementSequenceNumber {
     type Output = WriteOutcome;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         request(
             Method::PUT,
             blob_url(account, &self.container, &self.blob, "?comp=properties"),
@@ -621,7 +629,7 @@ impl Operation for IncrementSequenceNumber {
         .opt_header("x-ms-lease-id", lease_header(self.lease_id.as_ref()))?
         .finish()
     }
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<WriteOutcome, Error> {
+    fn parse(&self, response: &Response) -> Result<WriteOutcome, Error> {
         let outcome = write_outcome(response, &[200], &Condition::None)?;
         if let WriteOutcome::Written(w) = &outcome {
             if w.sequence_number.is_none() {
@@ -662,7 +670,7 @@ pub enum DeleteOutcome {
 
 impl Operation for DeleteBlob {
     type Output = DeleteOutcome;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         request(
             Method::DELETE,
             blob_url(account, &self.container, &self.blob, ""),
@@ -672,7 +680,7 @@ impl Operation for DeleteBlob {
         .condition(&self.condition)?
         .finish()
     }
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<DeleteOutcome, Error> {
+    fn parse(&self, response: &Response) -> Result<DeleteOutcome, Error> {
         match found(expect(response, &[202])) {
             Ok(Some(())) => Ok(DeleteOutcome::Deleted),
             Ok(None) => Ok(DeleteOutcome::NotFound),
@@ -761,7 +769,7 @@ pub enum CopyOutcome {
 
 impl Operation for CopyBlob {
     type Output = CopyOutcome;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         let mut source = blob_url(account, &self.source_container, &self.source_blob, "");
         if let Credential::Sas(token) = account.credential() {
             source = format!("{source}?{}", token.query());
@@ -782,7 +790,7 @@ impl Operation for CopyBlob {
         }
         r.finish()
     }
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<CopyOutcome, Error> {
+    fn parse(&self, response: &Response) -> Result<CopyOutcome, Error> {
         match write_outcome(response, &[202, 201], &self.condition)? {
             WriteOutcome::Refused(r) => Ok(CopyOutcome::Refused(r)),
             WriteOutcome::Written(w) => {
@@ -897,7 +905,7 @@ pub enum LeaseOutcome {
 
 impl Operation for Lease {
     type Output = LeaseOutcome;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         let r = request(
             Method::PUT,
             blob_url(account, &self.container, &self.blob, "?comp=lease"),
@@ -932,7 +940,7 @@ impl Operation for Lease {
         .finish()
     }
 
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<LeaseOutcome, Error> {
+    fn parse(&self, response: &Response) -> Result<LeaseOutcome, Error> {
         let ok: &[u16] = match self.action {
             LeaseAction::Acquire { .. } => &[201],
             LeaseAction::Break { .. } => &[202],
@@ -1029,7 +1037,7 @@ fn query_value(s: &str) -> String {
 
 impl Operation for ListBlobs {
     type Output = ListBlobsPage;
-    fn request(&self, account: &Account) -> Result<Request<Vec<u8>>, Error> {
+    fn request(&self, account: &Account) -> Result<Request, Error> {
         let container = self
             .container
             .as_ref()
@@ -1058,7 +1066,7 @@ impl Operation for ListBlobs {
         .finish()
     }
 
-    fn parse(&self, response: &Response<Vec<u8>>) -> Result<ListBlobsPage, Error> {
+    fn parse(&self, response: &Response) -> Result<ListBlobsPage, Error> {
         expect(response, &[200])?;
         parse_list_blobs(response.body())
             .map_err(|detail| Error::unexpected(response.status(), detail))

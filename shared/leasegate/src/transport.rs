@@ -5,25 +5,18 @@
 use std::cell::Cell;
 use std::future::Future;
 
-use http::{Request, Response};
-
+use crate::message::{Request, Response};
 use crate::TransportError;
 
 /// Exchanges one HTTP request for its response. Any status is a response; only a failure to
 /// exchange (connection refused, timeout, broken stream) is an error.
 pub trait Transport {
     /// Sends `request` and returns the whole response.
-    fn send(
-        &self,
-        request: Request<Vec<u8>>,
-    ) -> impl Future<Output = Result<Response<Vec<u8>>, TransportError>>;
+    fn send(&self, request: Request) -> impl Future<Output = Result<Response, TransportError>>;
 }
 
 impl<T: Transport + ?Sized> Transport for &T {
-    fn send(
-        &self,
-        request: Request<Vec<u8>>,
-    ) -> impl Future<Output = Result<Response<Vec<u8>>, TransportError>> {
+    fn send(&self, request: Request) -> impl Future<Output = Result<Response, TransportError>> {
         (**self).send(request)
     }
 }
@@ -52,7 +45,7 @@ impl<T> Counting<T> {
 }
 
 impl<T: Transport> Transport for Counting<T> {
-    async fn send(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, TransportError> {
+    async fn send(&self, request: Request) -> Result<Response, TransportError> {
         self.sent.set(self.sent.get() + 1);
         self.inner.send(request).await
     }

@@ -62,6 +62,7 @@ pub mod record;
 use std::time::{Duration, SystemTime};
 
 use crate::error::ErrorClass;
+use crate::message::StatusCode;
 use crate::names::{BlobName, ContainerName, LockName};
 use crate::ops::{
     build, server_date, BlobKind, BlobProperties, Condition, CreateContainer, GetProperties, Lease,
@@ -222,7 +223,7 @@ impl Snapshot {
     fn from_properties(props: BlobProperties, server_date: SystemTime) -> Result<Self, Error> {
         let etag = props
             .etag
-            .ok_or_else(|| Error::unexpected(http::StatusCode::OK, "the lock blob has no ETag"))?;
+            .ok_or_else(|| Error::unexpected(StatusCode::OK, "the lock blob has no ETag"))?;
         let claim = Claim::read(&props.metadata)?;
         let highest_token = claim.token.max(props.sequence_number.unwrap_or(0));
         let sequence = props.sequence_number.unwrap_or(0);
@@ -659,7 +660,7 @@ impl<T: Transport> Locks<T> {
             match self.execute(&op, now).await {
                 Ok((WriteOutcome::Written(w), date)) => {
                     let etag = w.etag.ok_or_else(|| {
-                        Error::unexpected(http::StatusCode::CREATED, "the new blob has no ETag")
+                        Error::unexpected(StatusCode::CREATED, "the new blob has no ETag")
                     })?;
                     return Ok(Some(Snapshot {
                         etag,
@@ -711,14 +712,14 @@ fn is_missing(e: &Error) -> bool {
 
 fn no_date() -> Error {
     Error::unexpected(
-        http::StatusCode::OK,
+        StatusCode::OK,
         "storage sent no Date header; lease expiry is judged by the server's clock",
     )
 }
 
 fn gave_up(what: &str) -> Error {
     Error::unexpected(
-        http::StatusCode::CONFLICT,
+        StatusCode::CONFLICT,
         format!("could not {what}: the lock blob kept changing under us"),
     )
 }
@@ -729,7 +730,7 @@ fn gave_up(what: &str) -> Error {
 fn checked_date(date: SystemTime) -> Result<SystemTime, Error> {
     if unix_secs(date) > claim::MAX_SECS - MAX_WINDOW_SECS - 1 {
         return Err(Error::unexpected(
-            http::StatusCode::OK,
+            StatusCode::OK,
             "storage's Date header is out of range (after the year 9000)",
         ));
     }

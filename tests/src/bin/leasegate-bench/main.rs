@@ -242,17 +242,16 @@ fn http_request(
 }
 
 /// A signed storage request, as it goes on the wire.
-fn wire(request: &http::Request<Vec<u8>>) -> Vec<u8> {
-    let uri = request.uri();
+fn wire(request: &leasegate::Request) -> Vec<u8> {
     let mut out = format!(
         "{} {} HTTP/1.1\r\nhost: {}\r\n",
         request.method(),
-        uri.path_and_query().map_or("/", |p| p.as_str()),
-        uri.authority().map_or("", |a| a.as_str())
+        request.path_and_query(),
+        request.authority().unwrap_or("")
     )
     .into_bytes();
-    for (name, value) in request.headers() {
-        out.extend_from_slice(name.as_str().as_bytes());
+    for (name, value) in request.headers().iter() {
+        out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
