@@ -174,9 +174,10 @@ pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
         None => {
             let name = var(vars, "storage_account")
                 .ok_or_else(|| ConfigError("variable storage_account is not set".into()))?;
-            let host_style = origin
-                .split_once("://")
-                .is_some_and(|(_, host)| host.starts_with(&format!("{name}.")));
+            let host = origin
+                .find(':')
+                .and_then(|i| origin[i..].strip_prefix("://"));
+            let host_style = host.is_some_and(|host| host.starts_with(&format!("{name}.")));
             let url = if host_style {
                 origin.clone()
             } else {

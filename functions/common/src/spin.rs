@@ -223,8 +223,12 @@ async fn exchange(request: Request, max_body: usize) -> Result<Response, Transpo
         )
     })?);
     let mut declared = None;
+    // A value that is not UTF-8 is left out: the parsers read none such (the `http` crate's
+    // `to_str` refused them too).
     for (name, value) in response.headers().entries() {
-        let value = String::from_utf8_lossy(&value);
+        let Ok(value) = String::from_utf8(value) else {
+            continue;
+        };
         if name.eq_ignore_ascii_case("content-length") {
             declared = value.trim().parse::<u64>().ok();
         }
@@ -417,10 +421,11 @@ pub async fn read_request(request: IncomingRequest, limit: usize) -> Result<Requ
         method,
         request.path_with_query().unwrap_or_else(|| "/".into()),
     );
+    // A value that is not UTF-8 is left out, as if not sent: no handler reads such a value.
     for (name, value) in request.headers().entries() {
-        parsed
-            .headers_mut()
-            .append(&name, String::from_utf8_lossy(&value));
+        if let Ok(value) = String::from_utf8(value) {
+            parsed.headers_mut().append(&name, value);
+        }
     }
     let declared = request
         .headers()

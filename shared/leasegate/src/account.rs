@@ -49,7 +49,7 @@ impl SasToken {
     /// Takes a SAS token, with or without a leading `?`.
     pub fn try_new(token: &str) -> Result<Self, Error> {
         let token = token.trim().trim_start_matches('?');
-        if token.is_empty() || !token.contains("sig=") {
+        if !token.split('&').any(|p| p.starts_with("sig=")) {
             return Err(Error::ConnectionString(
                 "SharedAccessSignature has no sig= parameter".into(),
             ));
@@ -102,8 +102,7 @@ impl BlobEndpoint {
     /// Parses an endpoint URL (`scheme://host[:port][/account]`). A query or fragment is refused.
     pub fn try_new(url: &str) -> Result<Self, Error> {
         let url = url.trim();
-        let (scheme, rest) = url
-            .split_once("://")
+        let (scheme, rest) = crate::message::split_scheme(url)
             .filter(|(s, _)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric()))
             .ok_or_else(|| Error::Endpoint("no scheme (http:// or https://)".into()))?;
         let scheme = scheme.to_ascii_lowercase();
@@ -454,6 +453,10 @@ mod tests {
             !dbg.contains("c2VjcmV0a2V5") && !dbg.contains("115, 101, 99"),
             "{dbg}"
         );
+        for bad in ["", "?", "sv=1", "sv=1&xsig=abc", "sv=1&sig=a b"] {
+            assert!(SasToken::try_new(bad).is_err(), "{bad}");
+        }
+        assert!(SasToken::try_new("sig=abc&sv=1").is_ok());
         let sas = SasToken::try_new("?sv=1&sig=topsecret").unwrap();
         assert_eq!(format!("{sas:?}"), "SasToken(<redacted>)");
     }

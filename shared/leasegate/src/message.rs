@@ -138,12 +138,12 @@ impl Request {
 
     /// The scheme of an absolute URL (`http`, `https`).
     pub fn scheme(&self) -> Option<&str> {
-        self.uri.split_once("://").map(|(s, _)| s)
+        split_scheme(&self.uri).map(|(s, _)| s)
     }
 
     /// The authority of an absolute URL (`host[:port]`).
     pub fn authority(&self) -> Option<&str> {
-        let (_, rest) = self.uri.split_once("://")?;
+        let (_, rest) = split_scheme(&self.uri)?;
         Some(&rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())])
     }
 
@@ -195,10 +195,23 @@ impl Request {
 /// `uri` without `scheme://authority`, and without a fragment.
 fn path_and_query(uri: &str) -> &str {
     let uri = uri.split_once('#').map_or(uri, |(u, _)| u);
-    match uri.split_once("://") {
+    match split_scheme(uri) {
         Some((_, rest)) => rest.find(['/', '?']).map_or("", |i| &rest[i..]),
         None => uri,
     }
+}
+
+/// `scheme://rest` as `(scheme, rest)`. (The scheme ends at the first `:`; searching for a
+/// `char` keeps the standard library's substring search out of the components.)
+pub(crate) fn split_scheme(uri: &str) -> Option<(&str, &str)> {
+    let colon = uri.find(':')?;
+    let scheme = &uri[..colon];
+    let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    let rest = uri[colon..].strip_prefix("://").filter(|_| valid)?;
+    Some((scheme, rest))
 }
 
 /// A response: status, headers, body.
@@ -303,8 +316,8 @@ mod tests {
             (r.path(), r.query(), r.path_and_query().as_str()),
             ("/", None, "/")
         );
-        let r = Request::new(Method::POST, "/api/gate/k?holder=x#frag");
-        assert_eq!((r.path(), r.query()), ("/api/gate/k", Some("holder=x")));
+        let r = Request::new(Method::POST, "/api/gate/k?holder=x://y#frag");
+        assert_eq!((r.path(), r.query()), ("/api/gate/k", Some("holder=x://y")));
         assert_eq!((r.scheme(), r.authority()), (None, None));
     }
 

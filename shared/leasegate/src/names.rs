@@ -41,7 +41,10 @@ impl ContainerName {
         {
             return Err(bad("only lowercase letters, digits and '-' are allowed"));
         }
-        if name.starts_with('-') || name.ends_with('-') || name.contains("--") {
+        if name.starts_with('-')
+            || name.ends_with('-')
+            || name.as_bytes().windows(2).any(|w| w == b"--")
+        {
             return Err(bad("'-' must stand between letters or digits"));
         }
         Ok(ContainerName(name.to_string()))

@@ -144,10 +144,14 @@ pub fn canonicalized_resource(request: &Request, account_name: &str) -> String {
             continue;
         }
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let name = percent_decode_str(name)
-            .decode_utf8_lossy()
-            .to_ascii_lowercase();
-        let value = percent_decode_str(value).decode_utf8_lossy().into_owned();
+        // The core writes UTF-8 only; anything else is signed as sent.
+        let decode = |s: &str| {
+            percent_decode_str(s)
+                .decode_utf8()
+                .map_or(s.to_string(), Into::into)
+        };
+        let name = decode(name).to_ascii_lowercase();
+        let value = decode(value);
         match params.iter_mut().find(|(n, _)| *n == name) {
             Some((_, values)) => values.push(value),
             None => params.push((name, vec![value])),

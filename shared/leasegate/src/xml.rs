@@ -66,7 +66,7 @@ pub(crate) fn parse(text: &str) -> Result<Element, &'static str> {
         } else if r.eat("<!--") {
             r.skip_past("-->")?;
         } else if r.eat("<![CDATA[") {
-            let end = r.rest().find("]]>").ok_or("unterminated CDATA")?;
+            let end = find(r.rest(), "]]>").ok_or("unterminated CDATA")?;
             let raw = &r.rest()[..end];
             r.i += end + 3;
             push_text(
@@ -186,7 +186,7 @@ impl<'a> Reader<'a> {
     }
 
     fn skip_past(&mut self, token: &str) -> Result<(), &'static str> {
-        let at = self.rest().find(token).ok_or("unterminated markup")?;
+        let at = find(self.rest(), token).ok_or("unterminated markup")?;
         self.i += at + token.len();
         Ok(())
     }
@@ -235,6 +235,17 @@ impl<'a> Reader<'a> {
             self.skip_past(quote)?;
         }
     }
+}
+
+/// Where `needle` starts in `hay`: a plain scan (the standard library's substring search is
+/// 2 KB in a component, and these documents are small).
+fn find(hay: &str, needle: &str) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    hay.as_bytes()
+        .windows(needle.len())
+        .position(|w| w == needle.as_bytes())
 }
 
 #[cfg(test)]
