@@ -107,11 +107,16 @@ impl Manifest {
                             "azure_functions = { default = \"off\" }",
                             "azure_functions = { default = \"on\" }",
                         );
-                        let path = root().join(format!(
-                            "target/leasegate-azure-spin-{}.toml",
+                        // One file whatever the test process (the text is always the same),
+                        // written beside and renamed into place so that processes running at
+                        // once never read half of it.
+                        let path = root().join("target/leasegate-azure-spin.toml");
+                        let part = root().join(format!(
+                            "target/leasegate-azure-spin.toml.{}",
                             std::process::id()
                         ));
-                        std::fs::write(&path, text).expect("write the Azure manifest");
+                        std::fs::write(&part, text).expect("write the Azure manifest");
+                        std::fs::rename(&part, &path).expect("move the Azure manifest in place");
                         path
                     })
                     .clone()
