@@ -458,7 +458,9 @@ async fn notify<T: Transport>(
         "timestamp": reading.timestamp,
         "message": format!(
             "device {} reported {} °C, at or above the threshold of {} °C",
-            reading.device_id, reading.temperature, settings.threshold
+            reading.device_id,
+            web::number(reading.temperature),
+            web::number(settings.threshold)
         ),
         "fencingToken": held.fencing_token,
         "windowEndsAt": held.expires_at.map(rfc3339),
