@@ -23,9 +23,9 @@ use leasegate::lease::{Acquire, LockStatus, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
-use serde_json::json;
 
 use crate::config::{self, ConfigError, Storage, Variables};
+use crate::json;
 use crate::web::{self, rfc3339};
 use crate::{auth, elapsed_ms, log_line, Context};
 

@@ -22,11 +22,12 @@ use leasegate::lease::{Acquire, LockStatus, Locks, Term};
 use leasegate::ops::Metadata;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};
 use crate::jobs::check_job_name;
+use crate::json;
 use crate::timer::{self, Source};
 use crate::web::{self, rfc3339};
 use crate::{auth, elapsed_ms, log_line, Context};

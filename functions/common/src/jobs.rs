@@ -34,10 +34,11 @@ use leasegate::ops::{
 use leasegate::{BlobName, Counting, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};
+use crate::json;
 use crate::timer::{self, Source, Tick};
 use crate::web::{self, rfc3339};
 use crate::{auth, elapsed_ms, log_line, Context};

@@ -18,6 +18,7 @@ pub mod config;
 pub mod gate;
 pub mod init;
 pub mod jobs;
+pub mod json;
 pub mod leader;
 pub mod spin;
 pub mod telemetry;
@@ -50,6 +51,10 @@ pub struct Context<'a, T> {
 
 /// A pause: see [`Context::sleep`].
 pub type Pause = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// What [`json!`] expands to.
+#[doc(hidden)]
+pub use serde_json as __json;
 
 /// What the export macros expand to in the component crates.
 #[doc(hidden)]

@@ -25,10 +25,11 @@ use futures::StreamExt;
 use leasegate::lease::{Acquire, Acquired, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};
+use crate::json;
 use crate::web::{self, rfc3339};
 use crate::{auth, cache, elapsed_ms, log_line, Context};
 

@@ -13,9 +13,10 @@
 use std::time::{Duration, SystemTime};
 
 use leasegate::{Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::config::{self, ConfigError, Variables};
+use crate::json;
 use crate::web;
 
 /// Where a tick came from.

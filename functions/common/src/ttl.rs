@@ -41,10 +41,11 @@ use leasegate::ops::{
 use leasegate::{BlobName, ContainerName, Counting, LeaseState, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::config::{self, ConfigError, Storage, Variables};
 use crate::jobs::execute_creating_container;
+use crate::json;
 use crate::timer::{self, Source};
 use crate::web::{self, rfc3339};
 use crate::{auth, elapsed_ms, log_line, Context};

@@ -1,7 +1,7 @@
 //! JSON answers and request checks shared by the HTTP functions.
 
+use crate::json;
 use leasegate::{Request, Response, StatusCode};
-use serde_json::json;
 
 /// A JSON answer.
 pub fn json(status: StatusCode, body: &serde_json::Value) -> Response {
