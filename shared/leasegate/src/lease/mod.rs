@@ -59,15 +59,18 @@ mod claim;
 pub mod native;
 pub mod record;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use crate::error::ErrorClass;
-use crate::message::StatusCode;
+use crate::message::{Request, Response, StatusCode};
 use crate::names::{BlobName, ContainerName, LockName};
 use crate::ops::{
-    build, server_date, BlobKind, BlobProperties, Condition, CreateContainer, GetProperties, Lease,
+    server_date, BlobKind, BlobProperties, Condition, CreateContainer, GetProperties, Lease,
     LeaseAction, Metadata, Operation, PutBlob, SetMetadata, WriteOutcome,
 };
+use crate::signing::authorize;
 use crate::types::{unix_secs, ETag, LeaseDuration, LeaseId, LeaseState};
 use crate::{Account, Error, Transport};
 
@@ -419,10 +422,23 @@ impl<T: Transport> Locks<T> {
         op: &O,
         now: SystemTime,
     ) -> Result<(O::Output, Option<SystemTime>), Error> {
-        let request = build(op, &self.account, now)?;
-        let response = self.transport.send(request).await?;
-        let date = server_date(&response);
-        Ok((op.parse(&response)?, date))
+        let response = self.round_trip(op.request(&self.account), now).await?;
+        Ok((op.parse(&response)?, server_date(&response)))
+    }
+
+    /// What [`Locks::execute`] does whatever the operation: signs and sends. Kept apart (and
+    /// behind a pointer) so the sending state machine exists once in a component rather than
+    /// once per operation type.
+    fn round_trip(
+        &self,
+        request: Result<Request, Error>,
+        now: SystemTime,
+    ) -> Pin<Box<dyn Future<Output = Result<Response, Error>> + '_>> {
+        Box::pin(async move {
+            let mut request = request?;
+            authorize(&mut request, &self.account, now)?;
+            Ok(self.transport.send(request).await?)
+        })
     }
 
     /// Takes `lock` for `term` with `lease_id`, or extends it if `lease_id` already holds it
