@@ -21,7 +21,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Variables};
@@ -86,13 +85,6 @@ impl Mode {
     }
 }
 
-/// What an entry holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    /// Held until then (Unix milliseconds, the instance's clock, the margin taken off).
-    pub until: u64,
-}
-
 /// The entry's key: a digest of the blob service's origin, the account, the container and the
 /// lock blob's path, so that apps sharing a store do not meet, and every key has the same short
 /// length.
@@ -119,12 +111,19 @@ fn millis(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// An entry is `{"until": T}`: held until T (Unix milliseconds, the instance's clock, the margin
+/// taken off).
+///
 /// The time left on a live entry under `key`. `None` for a miss, an expired or unreadable
 /// entry, or a store that fails.
 pub fn held(cache: &dyn Cache, key: &str, now: SystemTime) -> Option<Duration> {
     let raw = cache.get(key).ok()??;
-    let entry: Entry = serde_json::from_slice(&raw).ok()?;
-    let left = Duration::from_millis(entry.until.checked_sub(millis(now))?);
+    let value = crate::json::from_slice(&raw).ok()?;
+    let until = crate::json::Fields::of(&value)
+        .ok()?
+        .opt_u64("until")
+        .ok()??;
+    let left = Duration::from_millis(until.checked_sub(millis(now))?);
     (!left.is_zero() && left <= LONGEST).then_some(left)
 }
 
@@ -135,12 +134,9 @@ pub fn remember(cache: &dyn Cache, key: &str, now: SystemTime, left: Duration) {
         return;
     };
     let left = left.min(LONGEST);
-    let entry = Entry {
-        until: millis(now).saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
-    };
-    if let Ok(value) = serde_json::to_vec(&entry) {
-        let _ = cache.set(key, &value);
-    }
+    let until = millis(now).saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+    let value = crate::json!({ "until": until }).to_string();
+    let _ = cache.set(key, value.as_bytes());
 }
 
 /// How old another holder's tenure must be before its gate counts as kept. Its age is

@@ -18,11 +18,11 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::json::Value;
 use leasegate::lease::{Acquire, LockStatus, Locks, Term};
 use leasegate::ops::Metadata;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};

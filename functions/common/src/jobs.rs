@@ -33,12 +33,11 @@ use leasegate::ops::{
 };
 use leasegate::{BlobName, Counting, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};
 use crate::json;
+use crate::json::{Fields, ToJson, Value};
 use crate::timer::{self, Source, Tick};
 use crate::web::{self, rfc3339};
 use crate::{auth, elapsed_ms, log_line, Context};
@@ -185,8 +184,7 @@ impl Settings {
 }
 
 /// One entry of the reservation log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// The occurrence (RFC 3339).
     pub occurrence: String,
@@ -199,23 +197,19 @@ pub struct Entry {
     /// `running`, `succeeded`, `failed`, `skipped_overlap`.
     pub status: String,
     /// The run's fencing token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
     /// `cron`, `azure` or `http`.
     pub trigger: String,
     /// Azure's `IsPastDue`.
-    #[serde(default)]
     pub past_due: bool,
     /// When the run ended, by the storage server's clock.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
     /// Why it failed or was skipped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
 /// The reservation log blob.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Log {
     /// The job.
     pub job: String,
@@ -223,8 +217,79 @@ pub struct Log {
     pub entries: Vec<Entry>,
     /// Reservations of occurrences before this one (Unix seconds) may have been deleted: a
     /// tick for them is refused, whatever retention its deployment has.
-    #[serde(default, rename = "cleanedBefore")]
     pub cleaned_before: u64,
+}
+
+/// The JSON of an entry (camelCase keys; absent options left out).
+impl ToJson for Entry {
+    fn to_json(&self) -> Value {
+        let mut v = json!({
+            "occurrence": self.occurrence,
+            "occurrenceUnix": self.occurrence_unix,
+            "instance": self.instance,
+            "reservedAt": self.reserved_at,
+            "status": self.status,
+        });
+        if let Some(t) = self.fencing_token {
+            v["fencingToken"] = json!(t);
+        }
+        v["trigger"] = json!(self.trigger);
+        v["pastDue"] = json!(self.past_due);
+        if let Some(t) = &self.finished_at {
+            v["finishedAt"] = json!(t);
+        }
+        if let Some(r) = &self.reason {
+            v["reason"] = json!(r);
+        }
+        v
+    }
+}
+
+impl Entry {
+    /// Reads an entry as [`ToJson`] writes it.
+    pub fn from_json(value: &Value) -> Result<Entry, String> {
+        let f = Fields::of(value)?;
+        Ok(Entry {
+            occurrence: f.string("occurrence")?,
+            occurrence_unix: f
+                .opt_u64("occurrenceUnix")?
+                .ok_or("occurrenceUnix is missing")?,
+            instance: f.string("instance")?,
+            reserved_at: f.string("reservedAt")?,
+            status: f.string("status")?,
+            fencing_token: f.opt_u64("fencingToken")?,
+            trigger: f.string("trigger")?,
+            past_due: f.bool_or_false("pastDue")?,
+            finished_at: f.opt_string("finishedAt")?,
+            reason: f.opt_string("reason")?,
+        })
+    }
+}
+
+impl ToJson for Log {
+    fn to_json(&self) -> Value {
+        json!({
+            "job": self.job,
+            "entries": self.entries,
+            "cleanedBefore": self.cleaned_before,
+        })
+    }
+}
+
+impl Log {
+    /// Reads a log as [`ToJson`] writes it.
+    pub fn from_json(value: &Value) -> Result<Log, String> {
+        let f = Fields::of(value)?;
+        Ok(Log {
+            job: f.string("job")?,
+            entries: f
+                .array("entries")?
+                .iter()
+                .map(Entry::from_json)
+                .collect::<Result<_, _>>()?,
+            cleaned_before: f.u64_or_zero("cleanedBefore")?,
+        })
+    }
 }
 
 /// What a tick came to.
@@ -560,7 +625,8 @@ pub async fn read_log<T: Transport>(
             date,
         )),
         Some(content) => {
-            let log: Log = serde_json::from_slice(&content.body).map_err(|_| {
+            let log = json::from_slice(&content.body).map_err(|e| e.to_string());
+            let log = log.and_then(|v| Log::from_json(&v)).map_err(|_| {
                 leasegate::Error::CorruptLock(format!(
                     "the reservation log of job {} is not valid JSON",
                     settings.job
@@ -596,7 +662,7 @@ async fn change_log<T: Transport, R>(
             }
         }
         log.entries.truncate(LOG_ENTRIES);
-        let body = serde_json::to_vec_pretty(&log).unwrap_or_default();
+        let body = json::to_pretty(&log.to_json()).into_bytes();
         let condition = match etag {
             Some(e) => Condition::IfMatch(e),
             None => Condition::IfNotExists,
@@ -980,10 +1046,10 @@ fn tick_time(request: &Request) -> Result<Option<SystemTime>, String> {
     if request.body().len() > MAX_BODY_BYTES {
         return Err(format!("the body may be at most {MAX_BODY_BYTES} bytes"));
     }
-    let v: Value = serde_json::from_slice(request.body())
-        .map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let v =
+        json::from_slice(request.body()).map_err(|e| format!("the body is not valid JSON: {e}"))?;
     let obj = v.as_object().ok_or("the body must be a JSON object")?;
-    if let Some(k) = obj.keys().find(|k| k.as_str() != "at") {
+    if let Some((k, _)) = obj.iter().find(|(k, _)| k.as_str() != "at") {
         let shown: String = k.chars().take(32).collect();
         return Err(format!("unknown field '{shown}' (use at)"));
     }

@@ -15,10 +15,10 @@
 
 use std::time::{Instant, SystemTime};
 
+use crate::json::Value;
 use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
 use leasegate::{Counting, LeaseDuration, LeaseId, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};

@@ -52,10 +52,6 @@ pub struct Context<'a, T> {
 /// A pause: see [`Context::sleep`].
 pub type Pause = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
 
-/// What [`json!`] expands to.
-#[doc(hidden)]
-pub use serde_json as __json;
-
 /// What the export macros expand to in the component crates.
 #[doc(hidden)]
 pub mod __private {
@@ -65,7 +61,7 @@ pub mod __private {
 }
 
 /// Writes one JSON log line to stdout. Callers put no secret in it.
-pub fn log_line(fields: serde_json::Value) {
+pub fn log_line(fields: crate::json::Value) {
     println!("{fields}");
 }
 

@@ -21,11 +21,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::json::Value;
 use futures::StreamExt;
 use leasegate::lease::{Acquire, Acquired, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};
@@ -145,7 +145,7 @@ pub fn parse_reading(value: &Value) -> Result<Reading, String> {
 
 /// The readings of a body: one object or an array of them. `Err` is the 4xx answer.
 pub fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Response> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
+    let value: Value = crate::json::from_slice(body).map_err(|e| {
         web::error(
             StatusCode::BAD_REQUEST,
             "invalid_json",
@@ -724,7 +724,7 @@ mod tests {
             .with_body(body.to_string().into_bytes());
         let response = pollster::block_on(handle(&ctx, request));
         assert_eq!(response.status(), 503);
-        let answer: Value = serde_json::from_slice(response.body()).unwrap();
+        let answer: Value = crate::json::from_slice(response.body()).unwrap();
         assert_eq!(answer["error"], "storage_unavailable");
         assert_eq!(answer["storageErrorCode"], "InternalError");
         assert_eq!(answer["decisions"][0]["decision"], "notified", "{answer}");

@@ -12,8 +12,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::json::Value;
 use leasegate::{Response, StatusCode};
-use serde_json::Value;
 
 use crate::config::{self, ConfigError, Variables};
 use crate::json;
@@ -140,7 +140,7 @@ fn parse_any_time(s: &str) -> Option<SystemTime> {
 /// or `Last`, else `fallback` (the instance's clock); `IsPastDue` may be missing, a boolean or
 /// a string; `ScheduleStatus` may be null. `Err` says what is wrong with the body.
 pub fn parse_azure_timer(body: &[u8], fallback: SystemTime) -> Result<Tick, String> {
-    let value: Value = serde_json::from_slice(body)
+    let value: Value = crate::json::from_slice(body)
         .map_err(|e| format!("the invocation body is not JSON: {e}"))?;
     if !value.is_object() {
         return Err("the invocation body must be a JSON object".into());
@@ -157,7 +157,7 @@ pub fn parse_azure_timer(body: &[u8], fallback: SystemTime) -> Result<Tick, Stri
     // The timer binding's value may also arrive as a JSON string holding the object.
     let timer = match timer {
         // Read as bytes: one JSON reader in the component (`from_str` would be a second).
-        Value::String(s) => serde_json::from_slice(s.as_bytes()).unwrap_or(Value::Null),
+        Value::String(s) => crate::json::from_slice(s.as_bytes()).unwrap_or(Value::Null),
         other => other,
     };
     let past_due = match timer.get("IsPastDue") {

@@ -31,6 +31,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::json::Value;
 use futures::StreamExt;
 use leasegate::lease::{Acquire, Locks, Term};
 use leasegate::ops::{
@@ -40,12 +41,11 @@ use leasegate::ops::{
 };
 use leasegate::{BlobName, ContainerName, Counting, LeaseState, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::config::{self, ConfigError, Storage, Variables};
 use crate::jobs::execute_creating_container;
 use crate::json;
+use crate::json::{Fields, ToJson};
 use crate::timer::{self, Source};
 use crate::web::{self, rfc3339};
 use crate::{auth, elapsed_ms, log_line, Context};
@@ -72,8 +72,7 @@ const COPY_POLL: Duration = Duration::from_millis(250);
 const COPY_WAIT: Duration = Duration::from_secs(5);
 
 /// What a sweep entry sweeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// Blobs marked with a time-to-live.
     Ttl,
@@ -82,12 +81,11 @@ pub enum Kind {
 }
 
 /// One swept container (and prefix) in the state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// The container.
     pub container: String,
     /// The prefix swept (empty: all).
-    #[serde(default)]
     pub prefix: String,
     /// What it sweeps.
     pub kind: Kind,
@@ -95,39 +93,29 @@ pub struct Entry {
     /// was claimed this pass).
     pub status: String,
     /// Where the next page starts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marker: Option<String>,
     /// No longer configured: skipped, its progress kept.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub off: bool,
 }
 
 /// The sweep state blob.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct State {
     /// The swept containers, in order.
     pub containers: Vec<Entry>,
     /// Passes completed.
-    #[serde(default)]
     pub passes: u64,
     /// When the last pass completed (server clock).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_pass_completed_at: Option<String>,
     /// Blobs deleted (moved ones included) since the state began.
-    #[serde(default)]
     pub purged: u64,
     /// Of those, moved to a dead-blob container.
-    #[serde(default)]
     pub moved: u64,
     /// Lock blobs removed.
-    #[serde(default)]
     pub locks_removed: u64,
     /// Pages claimed.
-    #[serde(default)]
     pub pages: u64,
     /// The ticks of the last minutes (see [`TickEntry`]).
-    #[serde(default)]
     pub ticks: Vec<TickEntry>,
 }
 
@@ -253,8 +241,7 @@ impl Settings {
 }
 
 /// What one tick did.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Report {
     /// Pages claimed and processed.
     pub pages: u64,
@@ -295,17 +282,13 @@ struct Claimed {
 }
 
 /// Counters kept in the state.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counters {
     /// Blobs deleted (moved ones included).
-    #[serde(default)]
     pub purged: u64,
     /// Of those, moved to a dead-blob container.
-    #[serde(default)]
     pub moved: u64,
     /// Lock blobs removed.
-    #[serde(default)]
     pub locks_removed: u64,
 }
 
@@ -343,8 +326,7 @@ impl Counters {
 /// claimed, and the pass does not end; `credited` is what it has added to the state's counters
 /// so far. A tick leaves it inactive when it is done; entries of other ticks are dropped once
 /// older than [`Settings::tick_bound`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TickEntry {
     /// The tick's random id.
     pub id: String,
@@ -355,8 +337,152 @@ pub struct TickEntry {
     /// Whether it may still be processing a page.
     pub active: bool,
     /// What it has added to the counters.
-    #[serde(flatten)]
     pub credited: Counters,
+}
+
+// The state blob's JSON: camelCase keys, absent options and `off: false` left out; readers
+// take missing counters as 0.
+
+impl ToJson for Kind {
+    fn to_json(&self) -> Value {
+        json!(match self {
+            Kind::Ttl => "ttl",
+            Kind::Locks => "locks",
+        })
+    }
+}
+
+impl ToJson for Entry {
+    fn to_json(&self) -> Value {
+        let mut v = json!({
+            "container": self.container,
+            "prefix": self.prefix,
+            "kind": self.kind,
+            "status": self.status,
+        });
+        if let Some(m) = &self.marker {
+            v["marker"] = json!(m);
+        }
+        if self.off {
+            v["off"] = json!(true);
+        }
+        v
+    }
+}
+
+impl Entry {
+    fn from_json(value: &Value) -> Result<Entry, String> {
+        let f = Fields::of(value)?;
+        Ok(Entry {
+            container: f.string("container")?,
+            prefix: f.opt_string("prefix")?.unwrap_or_default(),
+            kind: match f.string("kind")?.as_str() {
+                "ttl" => Kind::Ttl,
+                "locks" => Kind::Locks,
+                _ => return Err("kind must be ttl or locks".into()),
+            },
+            status: f.string("status")?,
+            marker: f.opt_string("marker")?,
+            off: f.bool_or_false("off")?,
+        })
+    }
+}
+
+impl ToJson for State {
+    fn to_json(&self) -> Value {
+        let mut v = json!({ "containers": self.containers, "passes": self.passes });
+        if let Some(t) = &self.last_pass_completed_at {
+            v["lastPassCompletedAt"] = json!(t);
+        }
+        v["purged"] = json!(self.purged);
+        v["moved"] = json!(self.moved);
+        v["locksRemoved"] = json!(self.locks_removed);
+        v["pages"] = json!(self.pages);
+        v["ticks"] = json!(self.ticks);
+        v
+    }
+}
+
+impl State {
+    fn from_json(value: &Value) -> Result<State, String> {
+        let f = Fields::of(value)?;
+        if !f.has("containers") {
+            return Err("containers is missing".into());
+        }
+        let list = |key| -> Result<&[Value], String> { f.array(key) };
+        Ok(State {
+            containers: list("containers")?
+                .iter()
+                .map(Entry::from_json)
+                .collect::<Result<_, _>>()?,
+            passes: f.u64_or_zero("passes")?,
+            last_pass_completed_at: f.opt_string("lastPassCompletedAt")?,
+            purged: f.u64_or_zero("purged")?,
+            moved: f.u64_or_zero("moved")?,
+            locks_removed: f.u64_or_zero("locksRemoved")?,
+            pages: f.u64_or_zero("pages")?,
+            ticks: list("ticks")?
+                .iter()
+                .map(TickEntry::from_json)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+impl ToJson for Report {
+    fn to_json(&self) -> Value {
+        let mut skipped = json!({});
+        for (reason, n) in &self.skipped {
+            skipped[reason.as_str()] = json!(n);
+        }
+        json!({
+            "pages": self.pages,
+            "scanned": self.scanned,
+            "unmarked": self.unmarked,
+            "notExpired": self.not_expired,
+            "deleted": self.deleted,
+            "moved": self.moved,
+            "locksRemoved": self.locks_removed,
+            "skipped": skipped,
+            "errors": self.errors,
+            "passCompleted": self.pass_completed,
+            "stopped": self.stopped,
+        })
+    }
+}
+
+impl ToJson for TickEntry {
+    fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "instance": self.instance,
+            "since": self.since,
+            "active": self.active,
+            "purged": self.credited.purged,
+            "moved": self.credited.moved,
+            "locksRemoved": self.credited.locks_removed,
+        })
+    }
+}
+
+impl TickEntry {
+    fn from_json(value: &Value) -> Result<TickEntry, String> {
+        let f = Fields::of(value)?;
+        Ok(TickEntry {
+            id: f.string("id")?,
+            instance: f.string("instance")?,
+            since: f.string("since")?,
+            active: match f.bool_or_false("active")? {
+                _ if !f.has("active") => return Err("active is missing".into()),
+                a => a,
+            },
+            credited: Counters {
+                purged: f.u64_or_zero("purged")?,
+                moved: f.u64_or_zero("moved")?,
+                locks_removed: f.u64_or_zero("locksRemoved")?,
+            },
+        })
+    }
 }
 
 /// One tick's bookkeeping.
@@ -490,7 +616,8 @@ async fn read_state<S: Transport>(
     match blob {
         None => Ok((State::default(), None, date)),
         Some(b) => {
-            let state: State = serde_json::from_slice(&b.body).map_err(|_| {
+            let state = json::from_slice(&b.body).map_err(|e| e.to_string());
+            let state = state.and_then(|v| State::from_json(&v)).map_err(|_| {
                 leasegate::Error::CorruptLock(format!(
                     "the sweep state {STATE_BLOB} is not valid JSON (delete it to start over)"
                 ))
@@ -507,7 +634,7 @@ async fn write_state<S: Transport>(
     etag: Option<leasegate::ETag>,
     now: SystemTime,
 ) -> Result<bool, leasegate::Error> {
-    let body = serde_json::to_vec_pretty(state).unwrap_or_default();
+    let body = json::to_pretty(&state.to_json()).into_bytes();
     let put = PutBlob::block(
         settings.storage.container.clone(),
         settings.state_blob(),
@@ -1217,25 +1344,29 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
     timer::azure_answer(status, v, vec![summary])
 }
 
-/// The body of a marking request.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+/// The body of a marking request: `expiresAt` or `ttlSeconds`, and `deadBlobContainer`
+/// (`Some(None)` for an explicit `null`, `None` when missing); no other field.
+#[derive(Debug)]
 struct Marking {
-    #[serde(default)]
     expires_at: Option<String>,
-    #[serde(default)]
     ttl_seconds: Option<u64>,
-    #[serde(default, with = "double_option")]
     dead_blob_container: Option<Option<String>>,
 }
 
-/// `Some(None)` for an explicit `null`, `None` for a missing field.
-mod double_option {
-    use serde::{Deserialize, Deserializer};
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<Option<String>>, D::Error> {
-        Ok(Some(Option::deserialize(d)?))
+impl Marking {
+    fn from_json(value: &Value) -> Result<Marking, String> {
+        let f = Fields::of(value)?;
+        f.only(&["expiresAt", "ttlSeconds", "deadBlobContainer"])?;
+        let dead = "deadBlobContainer";
+        Ok(Marking {
+            expires_at: f.opt_string("expiresAt")?,
+            ttl_seconds: f.opt_u64("ttlSeconds")?,
+            dead_blob_container: if f.has(dead) {
+                Some(f.opt_string(dead)?)
+            } else {
+                None
+            },
+        })
     }
 }
 
@@ -1273,7 +1404,8 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
     if let Err(r) = web::require_json(request) {
         return r;
     }
-    let marking: Marking = match serde_json::from_slice(request.body()) {
+    let marking = json::from_slice(request.body()).map_err(|e| e.to_string());
+    let marking = match marking.and_then(|v| Marking::from_json(&v)) {
         Ok(m) => m,
         Err(e) => return bad("invalid_body", format!("the body is not a marking: {e}")),
     };

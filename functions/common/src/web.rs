@@ -4,7 +4,7 @@ use crate::json;
 use leasegate::{Request, Response, StatusCode};
 
 /// A JSON answer.
-pub fn json(status: StatusCode, body: &serde_json::Value) -> Response {
+pub fn json(status: StatusCode, body: &crate::json::Value) -> Response {
     Response::new(status)
         .with_header("content-type", "application/json")
         .with_body(body.to_string().into_bytes())
@@ -82,18 +82,16 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
 }
 
 /// Writes a finite number the shortest way that reads back the same (`31.5`, `30`), with the
-/// JSON writer's formatter rather than the standard library's float formatting, which would
+/// JSON writer's formatter (zmij) rather than the standard library's float formatting, which would
 /// add ~14 KB to a component for one log message.
 pub fn number(x: f64) -> String {
-    match serde_json::Number::from_f64(x) {
-        Some(n) => {
-            let s = n.to_string();
-            match s.strip_suffix(".0") {
-                Some(whole) => whole.to_owned(),
-                None => s,
-            }
-        }
-        None => "NaN".to_owned(),
+    if !x.is_finite() {
+        return "NaN".to_owned();
+    }
+    let s = zmij::Buffer::new().format_finite(x).to_owned();
+    match s.strip_suffix(".0") {
+        Some(whole) => whole.to_owned(),
+        None => s,
     }
 }
 
