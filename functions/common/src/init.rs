@@ -26,7 +26,7 @@ use leasegate::{Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};
-use crate::jobs::check_job_name;
+use crate::jobs::check_name;
 use crate::json;
 use crate::timer::{self, Source};
 use crate::web::{self, rfc3339};
@@ -61,12 +61,7 @@ impl Settings {
     pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
         let instance_id = timer::instance_id(vars)?;
         let name = config::var(vars, "init_name").unwrap_or_else(|| "example-init".into());
-        check_job_name(&name).map_err(|e| {
-            ConfigError(format!(
-                "variable init_name: {}",
-                e.replace("job name", "name")
-            ))
-        })?;
+        check_name(&name, "name").map_err(|e| ConfigError(format!("variable init_name: {e}")))?;
         let whole = |var: &str, default: f64, range: std::ops::RangeInclusive<i64>| {
             let v = config::number(vars, var, default, range)?;
             if v.fract() != 0.0 {
@@ -445,12 +440,8 @@ async fn api<T: Transport>(
     name: &str,
     started: Instant,
 ) -> Response {
-    if let Err(m) = check_job_name(name) {
-        return web::error(
-            StatusCode::BAD_REQUEST,
-            "invalid_name",
-            m.replace("job name", "name"),
-        );
+    if let Err(m) = check_name(name, "name") {
+        return web::error(StatusCode::BAD_REQUEST, "invalid_name", m);
     }
     let method = request.method().clone();
     if method != leasegate::Method::POST

@@ -91,6 +91,11 @@ pub struct Settings {
 /// A job name: 1 to 63 lowercase letters, digits, `-`, `_` or `.`, starting with a letter or
 /// digit (it appears in blob names, URLs and Azure Functions function names).
 pub fn check_job_name(name: &str) -> Result<(), String> {
+    check_name(name, "job name")
+}
+
+/// [`check_job_name`] for other names (`noun`: what the message calls it).
+pub fn check_name(name: &str, noun: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= MAX_JOB_NAME
         && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
@@ -101,7 +106,7 @@ pub fn check_job_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "a job name is 1 to {MAX_JOB_NAME} lowercase letters, digits, '-', '_' or '.', \
+            "a {noun} is 1 to {MAX_JOB_NAME} lowercase letters, digits, '-', '_' or '.', \
              starting with a letter or digit"
         ))
     }

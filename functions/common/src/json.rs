@@ -268,7 +268,7 @@ impl Value {
         }
         let mut at = self;
         for token in pointer.strip_prefix('/')?.split('/') {
-            let token = token.replace("~1", "/").replace("~0", "~");
+            let token = unescape_pointer(token);
             at = match at {
                 Value::Object(m) => m.get(&token)?,
                 Value::Array(a) => a.get(token.parse::<usize>().ok()?)?,
@@ -297,6 +297,26 @@ equal_to!(
     i64 => |o| Value::Number(Number::from(*o)),
     bool => |o| Value::Bool(*o)
 );
+
+/// A JSON pointer's token: `~1` is `/`, `~0` is `~`.
+fn unescape_pointer(token: &str) -> String {
+    let mut out = String::with_capacity(token.len());
+    let mut chars = token.chars();
+    while let Some(c) = chars.next() {
+        match (c, chars.clone().next()) {
+            ('~', Some('1')) => {
+                out.push('/');
+                chars.next();
+            }
+            ('~', Some('0')) => {
+                out.push('~');
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
 
 /// `value["key"]`: the key's value, `null` when this is no object or lacks the key.
 impl std::ops::Index<&str> for Value {
@@ -1214,7 +1234,8 @@ mod tests {
         assert_eq!(not_object.to_string(), r#"{"k":true}"#);
         assert_eq!(v["missing"], Value::Null);
         assert_eq!(v.pointer("/b"), Some(&crate::json!(4)));
-        let nested = from_slice(br#"{"Data":{"timer":{"a/b":[10,11]}}}"#).unwrap();
+        let nested = from_slice(br#"{"Data":{"timer":{"a/b":[10,11],"~1":1}}}"#).unwrap();
+        assert_eq!(nested.pointer("/Data/timer/~01"), Some(&crate::json!(1)));
         assert_eq!(
             nested.pointer("/Data/timer/a~1b/1"),
             Some(&crate::json!(11))

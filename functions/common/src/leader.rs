@@ -22,7 +22,7 @@ use leasegate::{Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Storage, Variables};
-use crate::jobs::check_job_name;
+use crate::jobs::check_name;
 use crate::json;
 use crate::timer::{self, Source, Tick};
 use crate::web::{self, rfc3339};
@@ -54,12 +54,8 @@ impl Settings {
     pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
         let instance_id = timer::instance_id(vars)?;
         let group = config::var(vars, "leader_group").unwrap_or_else(|| "example-group".into());
-        check_job_name(&group).map_err(|e| {
-            ConfigError(format!(
-                "variable leader_group: {}",
-                e.replace("job name", "group name")
-            ))
-        })?;
+        check_name(&group, "group name")
+            .map_err(|e| ConfigError(format!("variable leader_group: {e}")))?;
         let secs = config::number(vars, "leader_lease_seconds", 30.0, 15..=60)?;
         if secs.fract() != 0.0 {
             return Err(ConfigError(
