@@ -804,7 +804,10 @@ impl<'a> Fields<'a> {
     /// Refuses keys other than `known`.
     pub fn only(&self, known: &[&str]) -> Result<(), String> {
         match self.0.iter().find(|(k, _)| !known.contains(&k.as_str())) {
-            Some((k, _)) => Err(format!("unknown field `{k}`, expected one of {known:?}")),
+            Some((k, _)) => Err(format!(
+                "unknown field `{k}`, expected one of {}",
+                known.join(", ")
+            )),
             None => Ok(()),
         }
     }
