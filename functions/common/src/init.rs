@@ -485,6 +485,8 @@ async fn state_answer<T: Transport>(
     name: &str,
 ) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
+    // Counted like the other paths: one instance of the lease code per component.
+    let transport = Counting::new(&transport);
     let locks = settings.storage.locks(&transport, PREFIX);
     let info = match LockName::try_new(name) {
         Ok(lock) => locks.inspect(&lock, ctx.now).await,
@@ -525,6 +527,8 @@ async fn state_answer<T: Transport>(
 /// (409) while a run holds the lock.
 async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &str) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
+    // Counted like the other paths: one instance of the lease code per component.
+    let transport = Counting::new(&transport);
     let locks = settings.storage.locks(&transport, PREFIX);
     let result = async {
         let lock = LockName::try_new(name)?;

@@ -16,7 +16,7 @@
 use std::time::{Instant, SystemTime};
 
 use crate::json::Value;
-use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
+use leasegate::lease::{Acquire, LockStatus, Release, Term};
 use leasegate::{Counting, LeaseDuration, LeaseId, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
@@ -374,6 +374,8 @@ fn query_instance(query: Option<&str>) -> Result<Option<String>, String> {
 /// lease (one HEAD).
 async fn status_answer<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
+    // Counted like the other paths: one instance of the lease code per component.
+    let transport = Counting::new(&transport);
     let locks = settings.storage.locks(&transport, PREFIX);
     let info = match settings.lock() {
         Ok(lock) => locks.inspect(&lock, ctx.now).await,
@@ -410,7 +412,9 @@ async fn status_answer<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) 
 /// `DELETE /api/leader`: the serving instance steps down if it leads (hands over at once).
 async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
-    let locks: Locks<&T> = settings.storage.locks(&transport, PREFIX);
+    // Counted like the other paths: one instance of the lease code per component.
+    let transport = Counting::new(&transport);
+    let locks = settings.storage.locks(&transport, PREFIX);
     let released = match settings.lock() {
         Ok(lock) => {
             let id =

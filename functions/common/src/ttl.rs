@@ -1286,6 +1286,8 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
         };
         if method == leasegate::Method::GET {
             let transport = (ctx.connect)(settings.storage.timeout);
+            // Counted like the other paths: one instance of the lease code per component.
+            let transport = Counting::new(&transport);
             let locks = settings.storage.locks(&transport, "sweeper/");
             return match read_state(&locks, &settings, ctx.now).await {
                 Ok((state, _, _)) => web::json(StatusCode::OK, &json!(state)),
@@ -1475,6 +1477,8 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
         );
     }
     let transport = (ctx.connect)(settings.storage.timeout);
+    // Counted like the other paths: one instance of the lease code per component.
+    let transport = Counting::new(&transport);
     let locks = settings.storage.locks(&transport, "sweeper/");
     for _ in 0..4 {
         let head = GetProperties {
