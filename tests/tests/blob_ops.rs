@@ -484,7 +484,10 @@ fn copy_then_delete_with_conditions() {
         CopyOutcome::Started { .. }
     ));
     let moved = props(&account, &dead, &blob("elsewhere"));
-    assert_eq!(moved.metadata["sourceuri"], "http://x/y");
+    assert_eq!(
+        moved.metadata.get("sourceuri").unwrap().as_str(),
+        "http://x/y"
+    );
     assert_eq!(moved.copy_status.as_deref(), Some("success"));
 
     // Delete only the version we listed; a leased blob needs its lease id.

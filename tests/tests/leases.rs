@@ -90,9 +90,15 @@ fn acquire_creates_missing_container_and_blob() {
     let props = props.expect("lock blob exists");
     assert_eq!(props.lease_state, Some(LeaseState::Leased));
     assert_eq!(props.blob_type.as_deref(), Some("PageBlob"));
-    assert_eq!(props.metadata["leasegate_token"], token.to_string());
-    assert_eq!(props.metadata["leasegate_holder"], a.lease_id.to_string());
-    assert_eq!(props.metadata["leasegate_term"], "15");
+    assert_eq!(
+        props.metadata.get("leasegate_token").unwrap().as_str(),
+        token.to_string()
+    );
+    assert_eq!(
+        props.metadata.get("leasegate_holder").unwrap().as_str(),
+        a.lease_id.to_string()
+    );
+    assert_eq!(props.metadata.get("leasegate_term").unwrap().as_str(), "15");
 }
 
 #[test]

@@ -6,7 +6,6 @@
 //! failed, lease held) are values; everything else is an [`Error`] classified by
 //! `x-ms-error-code` ([`ErrorClass`]).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use crate::account::{Account, Credential};
@@ -85,8 +84,95 @@ pub enum Condition {
     IfMatch(ETag),
 }
 
-/// Metadata: names (C# identifiers, compared case-insensitively by storage) to ASCII values.
-pub type Metadata = BTreeMap<String, String>;
+/// Metadata: names (C# identifiers, compared case-insensitively by storage) to ASCII values,
+/// kept sorted by name (a blob has a handful; a sorted list is a fraction of a B-tree's code in
+/// a component).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metadata(Vec<(String, String)>);
+
+impl Metadata {
+    /// No metadata.
+    pub fn new() -> Metadata {
+        Metadata(Vec::new())
+    }
+
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_str().cmp(name))
+    }
+
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Option<&String> {
+        self.find(name).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Sets `name`; returns the value it replaced.
+    pub fn insert(&mut self, name: String, value: String) -> Option<String> {
+        match self.find(&name) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Err(i) => {
+                self.0.insert(i, (name, value));
+                None
+            }
+        }
+    }
+
+    /// Takes `name` out.
+    pub fn remove(&mut self, name: &str) -> Option<String> {
+        self.find(name).ok().map(|i| self.0.remove(i).1)
+    }
+
+    /// Whether `name` is set.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.find(name).is_ok()
+    }
+
+    /// Names and values, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    /// The names, sorted.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    /// How many names.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'a> IntoIterator for &'a Metadata {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, String)>,
+        fn(&'a (String, String)) -> (&'a String, &'a String),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
+impl FromIterator<(String, String)> for Metadata {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Metadata {
+        let mut m = Metadata::new();
+        for (k, v) in pairs {
+            m.insert(k, v);
+        }
+        m
+    }
+}
+
+impl<const N: usize> From<[(String, String); N]> for Metadata {
+    fn from(pairs: [(String, String); N]) -> Metadata {
+        pairs.into_iter().collect()
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Shared request and response helpers.
@@ -1126,6 +1212,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn metadata_is_a_sorted_map() {
+        let mut m: Metadata = [("b".to_string(), "2".to_string())].into();
+        assert_eq!(m.insert("c".into(), "3".into()), None);
+        assert_eq!(m.insert("a".into(), "1".into()), None);
+        assert_eq!(m.insert("b".into(), "two".into()), Some("2".into()));
+        assert_eq!(
+            m.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["a", "b", "c"]
+        );
+        assert_eq!(m.get("b").map(String::as_str), Some("two"));
+        assert_eq!(m.get("c").map(String::as_str), Some("3"));
+        assert!(m.contains_key("a") && !m.contains_key("d"));
+        assert_eq!(m.remove("a"), Some("1".into()));
+        assert_eq!(m.remove("a"), None);
+        assert_eq!(m.len(), 2);
+        let pairs: Vec<_> = (&m).into_iter().collect();
+        assert_eq!(
+            pairs,
+            [
+                (&"b".to_string(), &"two".to_string()),
+                (&"c".into(), &"3".into())
+            ]
+        );
+        let collected: Metadata = [("z", "1"), ("y", "2"), ("z", "3")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(collected.iter().count(), 2);
+        assert_eq!(collected.get("z").map(String::as_str), Some("3"));
+        assert!(Metadata::new().is_empty());
+    }
+
+    #[test]
     fn list_xml_is_parsed() {
         let xml = "\u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?>\
 <EnumerationResults ServiceEndpoint=\"http://127.0.0.1:10000/devstoreaccount1\" ContainerName=\"c\">\
@@ -1144,8 +1263,18 @@ mod tests {
         assert_eq!(a.properties.etag, Some(ETag::new("0x8DB1")));
         assert_eq!(a.properties.lease_state, Some(LeaseState::Leased));
         assert_eq!(a.properties.content_length, Some(3));
-        assert_eq!(a.properties.metadata["timetolive"], "2026-11-21T14:00:00Z");
-        assert_eq!(a.properties.metadata["deadblobcontainer"], "dead");
+        assert_eq!(
+            a.properties.metadata.get("timetolive").unwrap().as_str(),
+            "2026-11-21T14:00:00Z"
+        );
+        assert_eq!(
+            a.properties
+                .metadata
+                .get("deadblobcontainer")
+                .unwrap()
+                .as_str(),
+            "dead"
+        );
         assert_eq!(page.blobs[1].name, "ttl/b & c");
         assert_eq!(page.blobs[1].properties.etag, Some(ETag::new("0x8DB2")));
     }

@@ -223,13 +223,13 @@ mod tests {
         };
         let mut m = meta(&[("progress", "done")]);
         claim.write(&mut m);
-        assert_eq!(m["progress"], "done");
-        assert_eq!(m[META_TERM], "30");
+        assert_eq!(m.get("progress").unwrap().as_str(), "done");
+        assert_eq!(m.get(META_TERM).unwrap().as_str(), "30");
         assert_eq!(Claim::read(&m).unwrap(), claim);
-        assert_eq!(m[META_LABEL], "node-a");
+        assert_eq!(m.get(META_LABEL).unwrap().as_str(), "node-a");
         let released = claim.released();
         released.write(&mut m);
-        assert_eq!(m[META_HOLDER], "");
+        assert_eq!(m.get(META_HOLDER).unwrap().as_str(), "");
         assert_eq!(Claim::read(&m).unwrap().token, claim.token);
     }
 
