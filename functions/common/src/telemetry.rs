@@ -18,7 +18,6 @@
 //! 503 so that clients retry, and a retry never repeats an alert: a device already notified is
 //! throttled by its gate for the rest of its window.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::json::Value;
@@ -226,23 +225,27 @@ pub struct HotDevice<'r> {
     pub reading: &'r Reading,
 }
 
-/// The hot devices of a batch, each once, with its hottest reading.
+/// The hot devices of a batch, each once (in the order they first appear), with its hottest
+/// reading. A list searched linearly rather than a map: a batch has at most [`MAX_READINGS`]
+/// readings, and a map's code would be a few KB more of each component.
 pub fn hot_devices(readings: &[Result<Reading, String>], threshold: f64) -> Vec<HotDevice<'_>> {
-    let mut hottest: BTreeMap<&str, HotDevice> = BTreeMap::new();
+    let mut hottest: Vec<HotDevice> = Vec::new();
     for (index, r) in readings.iter().enumerate() {
         if let Ok(reading) = r {
-            let best = hottest
-                .entry(&reading.device_id)
-                .or_insert(HotDevice { index, reading });
-            if reading.temperature > best.reading.temperature {
-                *best = HotDevice { index, reading };
+            let seen = hottest
+                .iter_mut()
+                .find(|d| d.reading.device_id == reading.device_id);
+            match seen {
+                Some(best) if reading.temperature > best.reading.temperature => {
+                    *best = HotDevice { index, reading };
+                }
+                Some(_) => {}
+                None => hottest.push(HotDevice { index, reading }),
             }
         }
     }
+    hottest.retain(|d| d.reading.temperature >= threshold);
     hottest
-        .into_values()
-        .filter(|d| d.reading.temperature >= threshold)
-        .collect()
 }
 
 /// What became of one hot device. Every outcome that took a gate says what became of it.
@@ -493,11 +496,8 @@ async fn notify<T: Transport>(
 /// outcome (`coveredBy`). 503 when any device's storage failed, else 200.
 pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
     let window_secs = parsed.settings.window.as_secs();
-    // Inserted one by one: collecting into a map would sort (more code in a component).
-    let mut by_device: BTreeMap<&str, &Gated> = BTreeMap::new();
-    for g in gated {
-        by_device.insert(g.device.reading.device_id.as_str(), g);
-    }
+    // Each device is gated once (see `hot_devices`): its entry, found by a linear search.
+    let by_device = |id: &str| gated.iter().find(|g| g.device.reading.device_id == id);
     let decisions: Vec<Value> = parsed
         .readings
         .iter()
@@ -510,7 +510,7 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
                     json!({ "decision": "below_threshold" }),
                     0,
                 ),
-                Ok(r) => match by_device.get(r.device_id.as_str()) {
+                Ok(r) => match by_device(&r.device_id) {
                     None => (
                         r.device_id.as_str(),
                         json!({ "decision": "below_threshold" }),
