@@ -286,58 +286,67 @@ pub fn describe(
     let mut retry = None;
     let status = match state {
         Ok(State::Done { ran, token }) => {
-            v["state"] = json!("done");
-            v["ran"] = json!(ran);
+            v.set("state", json!("done"));
+            v.set("ran", json!(ran));
             if let Some(t) = token {
-                v["fencingToken"] = json!(t);
+                v.set("fencingToken", json!(t));
             }
             StatusCode::OK
         }
         Ok(State::Running { by, retry_after }) => {
-            v["state"] = json!("running");
-            v["runningOn"] = json!(by);
+            v.set("state", json!("running"));
+            v.set("runningOn", json!(by));
             let secs = retry_after.map_or(1, |d| d.as_secs().max(1));
-            v["retryAfterSeconds"] = json!(secs);
+            v.set("retryAfterSeconds", json!(secs));
             retry = Some(secs);
             StatusCode::ACCEPTED
         }
         Ok(State::Failed { reason, token }) => {
-            v["state"] = json!("failed");
-            v["fencingToken"] = json!(token);
-            v["error"] = json!("init_failed");
-            v["message"] = json!(format!(
-                "{reason}; not marked done: the next call runs it again"
-            ));
+            v.set("state", json!("failed"));
+            v.set("fencingToken", json!(token));
+            v.set("error", json!("init_failed"));
+            v.set(
+                "message",
+                json!(format!(
+                    "{reason}; not marked done: the next call runs it again"
+                )),
+            );
             StatusCode::BAD_GATEWAY
         }
         Ok(State::LostLock { token }) => {
-            v["state"] = json!("unknown");
-            v["fencingToken"] = json!(token);
-            v["error"] = json!("lease_lost");
-            v["message"] = json!(
+            v.set("state", json!("unknown"));
+            v.set("fencingToken", json!(token));
+            v.set("error", json!("lease_lost"));
+            v.set("message", json!(
                 "the initialization answered, but this call's lease ran out before it could be marked done; another caller may run it again"
-            );
+            ));
             StatusCode::CONFLICT
         }
         Ok(State::MarkFailed { token, error }) => {
-            v["state"] = json!("unknown");
-            v["ran"] = json!(true);
-            v["fencingToken"] = json!(token);
-            v["error"] = json!("mark_failed");
-            v["message"] = json!(format!(
+            v.set("state", json!("unknown"));
+            v.set("ran", json!(true));
+            v.set("fencingToken", json!(token));
+            v.set("error", json!("mark_failed"));
+            v.set("message", json!(format!(
                 "the initialization ran (it answered 2xx) but marking it done failed ({error}): GET tells whether the mark landed; if not, the next call runs it again with a larger fencing token"
-            ));
+            )));
             retry = Some(1);
             StatusCode::SERVICE_UNAVAILABLE
         }
         Err(e) => {
-            v["state"] = json!("unknown");
-            v["error"] = json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
-                "lock_unusable"
-            } else {
-                "storage_unavailable"
-            });
-            v["message"] = json!(format!("lease storage failed, nothing was run: {e}"));
+            v.set("state", json!("unknown"));
+            v.set(
+                "error",
+                json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
+                    "lock_unusable"
+                } else {
+                    "storage_unavailable"
+                }),
+            );
+            v.set(
+                "message",
+                json!(format!("lease storage failed, nothing was run: {e}")),
+            );
             retry = Some(1);
             StatusCode::SERVICE_UNAVAILABLE
         }
@@ -347,7 +356,7 @@ pub fn describe(
 
 fn log_call(v: &Value) {
     let mut line = v.clone();
-    line["fn"] = json!("init-once");
+    line.set("fn", json!("init-once"));
     log_line(line);
 }
 
@@ -496,12 +505,15 @@ async fn state_answer<T: Transport>(
         Ok(info) => {
             let mut v = json!({ "name": name });
             if is_done(&info.marks) {
-                v["state"] = json!("done");
-                v["doneBy"] = json!(info.marks.get("done_by"));
-                v["doneToken"] = json!(info
-                    .marks
-                    .get("done_token")
-                    .and_then(|t| t.parse::<u64>().ok()));
+                v.set("state", json!("done"));
+                v.set("doneBy", json!(info.marks.get("done_by")));
+                v.set(
+                    "doneToken",
+                    json!(info
+                        .marks
+                        .get("done_token")
+                        .and_then(|t| t.parse::<u64>().ok())),
+                );
             } else if let LockStatus::Held {
                 label,
                 since,
@@ -509,14 +521,14 @@ async fn state_answer<T: Transport>(
                 ..
             } = &info.status
             {
-                v["state"] = json!("running");
-                v["runningOn"] = json!(label);
-                v["since"] = json!(since.map(rfc3339));
-                v["expiresAt"] = json!(expires_at.map(rfc3339));
+                v.set("state", json!("running"));
+                v.set("runningOn", json!(label));
+                v.set("since", json!(since.map(rfc3339)));
+                v.set("expiresAt", json!(expires_at.map(rfc3339)));
             } else {
-                v["state"] = json!("pending");
+                v.set("state", json!("pending"));
             }
-            v["fencingToken"] = json!(info.fencing_token);
+            v.set("fencingToken", json!(info.fencing_token));
             web::json(StatusCode::OK, &v)
         }
         Err(e) => web::storage_unavailable(&e),

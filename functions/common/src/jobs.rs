@@ -236,15 +236,15 @@ impl ToJson for Entry {
             "status": self.status,
         });
         if let Some(t) = self.fencing_token {
-            v["fencingToken"] = json!(t);
+            v.set("fencingToken", json!(t));
         }
-        v["trigger"] = json!(self.trigger);
-        v["pastDue"] = json!(self.past_due);
+        v.set("trigger", json!(self.trigger));
+        v.set("pastDue", json!(self.past_due));
         if let Some(t) = &self.finished_at {
-            v["finishedAt"] = json!(t);
+            v.set("finishedAt", json!(t));
         }
         if let Some(r) = &self.reason {
-            v["reason"] = json!(r);
+            v.set("reason", json!(r));
         }
         v
     }
@@ -842,55 +842,64 @@ pub fn describe(
     });
     let status = match &outcome.decision {
         Ok(d) => {
-            v["decision"] = json!(d.name());
+            v.set("decision", json!(d.name()));
             match d {
                 Decision::Ran { entry } | Decision::Overlapped { entry } => {
-                    v["entry"] = json!(entry);
+                    v.set("entry", json!(entry));
                     StatusCode::OK
                 }
                 Decision::JobFailed { entry } => {
-                    v["entry"] = json!(entry);
-                    v["error"] = json!("job_failed");
-                    v["message"] = json!(format!(
-                        "{}; it is not retried: the next occurrence runs normally",
-                        entry.reason.clone().unwrap_or_default()
-                    ));
+                    v.set("entry", json!(entry));
+                    v.set("error", json!("job_failed"));
+                    v.set(
+                        "message",
+                        json!(format!(
+                            "{}; it is not retried: the next occurrence runs normally",
+                            entry.reason.clone().unwrap_or_default()
+                        )),
+                    );
                     StatusCode::BAD_GATEWAY
                 }
                 Decision::Skipped {
                     reserved_by,
                     reason,
                 } => {
-                    v["reservedBy"] = json!(reserved_by);
-                    v["reason"] = json!(reason);
+                    v.set("reservedBy", json!(reserved_by));
+                    v.set("reason", json!(reason));
                     StatusCode::OK
                 }
                 Decision::TooEarly { early } => {
-                    v["error"] = json!("occurrence_too_early");
-                    v["message"] = json!(format!(
+                    v.set("error", json!("occurrence_too_early"));
+                    v.set("message", json!(format!(
                         "the occurrence is more than {} s ahead of the storage server's clock (job_early_seconds): is this instance's clock ahead?",
                         early.as_secs()
-                    ));
+                    )));
                     StatusCode::CONFLICT
                 }
                 Decision::TooOld { retention } => {
-                    v["error"] = json!("occurrence_too_old");
-                    v["message"] = json!(format!(
+                    v.set("error", json!("occurrence_too_old"));
+                    v.set("message", json!(format!(
                         "the occurrence is more than {} s old (job_retention_seconds): it may have run, so it is not run",
                         retention.as_secs()
-                    ));
+                    )));
                     StatusCode::CONFLICT
                 }
             }
         }
         Err(e) => {
-            v["decision"] = json!("storage_unavailable");
-            v["error"] = json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
-                "lock_unusable"
-            } else {
-                "storage_unavailable"
-            });
-            v["message"] = json!(format!("lease storage failed, the job did not run: {e}"));
+            v.set("decision", json!("storage_unavailable"));
+            v.set(
+                "error",
+                json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
+                    "lock_unusable"
+                } else {
+                    "storage_unavailable"
+                }),
+            );
+            v.set(
+                "message",
+                json!(format!("lease storage failed, the job did not run: {e}")),
+            );
             StatusCode::SERVICE_UNAVAILABLE
         }
     };
@@ -899,7 +908,7 @@ pub fn describe(
 
 fn log_tick(v: &Value) {
     let mut line = v.clone();
-    line["fn"] = json!("scheduled-job");
+    line.set("fn", json!("scheduled-job"));
     if let Some(obj) = line.as_object_mut() {
         obj.remove("entry");
     }

@@ -251,6 +251,17 @@ impl Value {
         }
     }
 
+    /// Sets `key` (as `value["key"] = v` does, without the indexing operator's caller location:
+    /// a 16-byte record and its argument at every assignment).
+    pub fn set(&mut self, key: &str, value: Value) {
+        if !matches!(self, Value::Object(_)) {
+            *self = Value::Object(Map::new());
+        }
+        if let Value::Object(m) = self {
+            m.insert(key.to_owned(), value);
+        }
+    }
+
     /// Whether this is an object.
     pub fn is_object(&self) -> bool {
         matches!(self, Value::Object(_))

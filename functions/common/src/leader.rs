@@ -127,51 +127,57 @@ pub async fn tick<T: Transport>(
     let status = match outcome {
         Ok(Acquire::Acquired(held)) => {
             let term = held.fencing_token.unwrap_or(0);
-            v["role"] = json!("leader");
-            v["term"] = json!(term);
-            v["since"] = json!(rfc3339(held.since));
-            v["expiresAt"] = json!(held.expires_at.map(rfc3339));
-            v["tookOver"] = json!(!held.extended);
+            v.set("role", json!("leader"));
+            v.set("term", json!(term));
+            v.set("since", json!(rfc3339(held.since)));
+            v.set("expiresAt", json!(held.expires_at.map(rfc3339)));
+            v.set("tookOver", json!(!held.extended));
             let key = heartbeat_key(&settings.group, term, held.server_date);
-            v["idempotencyKey"] = json!(key);
+            v.set("idempotencyKey", json!(key));
             match heartbeat(&transport, settings, term, &held, &key).await {
                 Ok(()) => {
-                    v["heartbeat"] = json!("delivered");
+                    v.set("heartbeat", json!("delivered"));
                     StatusCode::OK
                 }
                 Err(reason) => {
-                    v["heartbeat"] = json!("failed");
-                    v["error"] = json!("heartbeat_failed");
-                    v["message"] = json!(reason);
+                    v.set("heartbeat", json!("failed"));
+                    v.set("error", json!("heartbeat_failed"));
+                    v.set("message", json!(reason));
                     StatusCode::BAD_GATEWAY
                 }
             }
         }
         Ok(Acquire::Busy { holder, .. }) => {
-            v["role"] = json!("follower");
+            v.set("role", json!("follower"));
             if let Some(h) = holder {
-                v["leader"] = json!(h.label);
-                v["term"] = json!(h.token);
-                v["since"] = json!(h.since.map(rfc3339));
-                v["expiresAt"] = json!(h.expires_at.map(rfc3339));
+                v.set("leader", json!(h.label));
+                v.set("term", json!(h.token));
+                v.set("since", json!(h.since.map(rfc3339)));
+                v.set("expiresAt", json!(h.expires_at.map(rfc3339)));
             }
             StatusCode::OK
         }
         Err(e) => {
-            v["role"] = json!("unknown");
-            v["error"] = json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
-                "lock_unusable"
-            } else {
-                "storage_unavailable"
-            });
-            v["message"] = json!(format!(
-                "lease storage failed; this instance does not act as leader: {e}"
-            ));
+            v.set("role", json!("unknown"));
+            v.set(
+                "error",
+                json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
+                    "lock_unusable"
+                } else {
+                    "storage_unavailable"
+                }),
+            );
+            v.set(
+                "message",
+                json!(format!(
+                    "lease storage failed; this instance does not act as leader: {e}"
+                )),
+            );
             StatusCode::SERVICE_UNAVAILABLE
         }
     };
-    v["storageRoundTrips"] = json!(counting.sent());
-    v["durationMs"] = json!(elapsed_ms(started));
+    v.set("storageRoundTrips", json!(counting.sent()));
+    v.set("durationMs", json!(elapsed_ms(started)));
     (status, v)
 }
 
@@ -210,7 +216,7 @@ async fn heartbeat<T: Transport>(
 
 fn log_tick(v: &Value) {
     let mut line = v.clone();
-    line["fn"] = json!("leader");
+    line.set("fn", json!("leader"));
     log_line(line);
 }
 
@@ -391,18 +397,18 @@ async fn status_answer<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) 
                     label,
                     ..
                 } => {
-                    v["state"] = json!("led");
-                    v["leader"] = json!(label);
-                    v["since"] = json!(since.map(rfc3339));
-                    v["expiresAt"] = json!(expires_at.map(rfc3339));
-                    v["term"] = json!(info.fencing_token);
+                    v.set("state", json!("led"));
+                    v.set("leader", json!(label));
+                    v.set("since", json!(since.map(rfc3339)));
+                    v.set("expiresAt", json!(expires_at.map(rfc3339)));
+                    v.set("term", json!(info.fencing_token));
                 }
                 LockStatus::Available => {
-                    v["state"] = json!("vacant");
-                    v["lastTerm"] = json!(info.fencing_token);
+                    v.set("state", json!("vacant"));
+                    v.set("lastTerm", json!(info.fencing_token));
                 }
             }
-            v["serverTime"] = json!(info.server_date.map(rfc3339));
+            v.set("serverTime", json!(info.server_date.map(rfc3339)));
             web::json(StatusCode::OK, &v)
         }
         Err(e) => web::storage_unavailable(&e),

@@ -531,7 +531,7 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
                                 json!({ "decision": "throttled", "retryAfterSeconds": window_secs })
                             }
                         };
-                        d["coveredBy"] = json!(g.device.index);
+                        d.set("coveredBy", json!(g.device.index));
                         (r.device_id.as_str(), d, 0)
                     }
                 },
@@ -542,10 +542,10 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
                 trips,
                 started,
             );
-            d["index"] = json!(i);
+            d.set("index", json!(i));
             if let Ok(r) = r {
-                d["deviceId"] = json!(r.device_id);
-                d["temperature"] = json!(r.temperature);
+                d.set("deviceId", json!(r.device_id));
+                d.set("temperature", json!(r.temperature));
             }
             d
         })
@@ -565,17 +565,20 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
     let Some(first) = failed.first() else {
         return web::json(StatusCode::OK, &body);
     };
-    body["error"] = json!("storage_unavailable");
-    body["message"] = json!(format!(
-        "lease storage failed for {} of {} devices ({first}); nothing was sent for them. \
+    body.set("error", json!("storage_unavailable"));
+    body.set(
+        "message",
+        json!(format!(
+            "lease storage failed for {} of {} devices ({first}); nothing was sent for them. \
          Retrying the whole batch is safe: devices already notified are throttled for the \
          rest of their window",
-        failed.len(),
-        gated.len()
-    ));
+            failed.len(),
+            gated.len()
+        )),
+    );
     if let leasegate::Error::Storage(s) = first {
-        body["storageStatus"] = json!(s.status.as_u16());
-        body["storageErrorCode"] = json!(s.code);
+        body.set("storageStatus", json!(s.status.as_u16()));
+        body.set("storageErrorCode", json!(s.code));
     }
     let mut r = web::json(StatusCode::SERVICE_UNAVAILABLE, &body);
     r.headers_mut().insert("retry-after", "1");
@@ -600,7 +603,7 @@ fn decision(outcome: &Outcome, window_secs: u64) -> Value {
                 "retryAfterSeconds": retry_after.map_or(window_secs, |d| d.as_secs().max(1)),
             });
             if *cached {
-                d["cached"] = json!(true);
+                d.set("cached", json!(true));
             }
             d
         }

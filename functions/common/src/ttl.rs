@@ -361,10 +361,10 @@ impl ToJson for Entry {
             "status": self.status,
         });
         if let Some(m) = &self.marker {
-            v["marker"] = json!(m);
+            v.set("marker", json!(m));
         }
         if self.off {
-            v["off"] = json!(true);
+            v.set("off", json!(true));
         }
         v
     }
@@ -392,13 +392,13 @@ impl ToJson for State {
     fn to_json(&self) -> Value {
         let mut v = json!({ "containers": self.containers, "passes": self.passes });
         if let Some(t) = &self.last_pass_completed_at {
-            v["lastPassCompletedAt"] = json!(t);
+            v.set("lastPassCompletedAt", json!(t));
         }
-        v["purged"] = json!(self.purged);
-        v["moved"] = json!(self.moved);
-        v["locksRemoved"] = json!(self.locks_removed);
-        v["pages"] = json!(self.pages);
-        v["ticks"] = json!(self.ticks);
+        v.set("purged", json!(self.purged));
+        v.set("moved", json!(self.moved));
+        v.set("locksRemoved", json!(self.locks_removed));
+        v.set("pages", json!(self.pages));
+        v.set("ticks", json!(self.ticks));
         v
     }
 }
@@ -433,7 +433,7 @@ impl ToJson for Report {
     fn to_json(&self) -> Value {
         let mut skipped = json!({});
         for (reason, n) in &self.skipped {
-            skipped[reason.as_str()] = json!(n);
+            skipped.set(reason.as_str(), json!(n));
         }
         json!({
             "pages": self.pages,
@@ -1181,19 +1181,25 @@ fn describe(
     started: Instant,
 ) -> (StatusCode, Value) {
     let mut v = json!(report);
-    v["instance"] = json!(settings.instance_id);
-    v["trigger"] = json!(source.as_str());
-    v["storageRoundTrips"] = json!(round_trips);
-    v["durationMs"] = json!(elapsed_ms(started));
+    v.set("instance", json!(settings.instance_id));
+    v.set("trigger", json!(source.as_str()));
+    v.set("storageRoundTrips", json!(round_trips));
+    v.set("durationMs", json!(elapsed_ms(started)));
     match failure {
         None => (StatusCode::OK, v),
         Some(e) => {
-            v["error"] = json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
-                "state_unusable"
-            } else {
-                "storage_unavailable"
-            });
-            v["message"] = json!(format!("the sweep state could not be used: {e}"));
+            v.set(
+                "error",
+                json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
+                    "state_unusable"
+                } else {
+                    "storage_unavailable"
+                }),
+            );
+            v.set(
+                "message",
+                json!(format!("the sweep state could not be used: {e}")),
+            );
             (StatusCode::SERVICE_UNAVAILABLE, v)
         }
     }
@@ -1201,7 +1207,7 @@ fn describe(
 
 fn log_tick(v: &Value) {
     let mut line = v.clone();
-    line["fn"] = json!("ttl-sweeper");
+    line.set("fn", json!("ttl-sweeper"));
     log_line(line);
 }
 

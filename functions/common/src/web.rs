@@ -12,10 +12,12 @@ pub fn json(status: StatusCode, body: &crate::json::Value) -> Response {
 
 /// A JSON error: `{"error": code, "message": message}`. The message must hold no secret.
 pub fn error(status: StatusCode, code: &str, message: impl std::fmt::Display) -> Response {
-    json(
-        status,
-        &json!({ "error": code, "message": message.to_string() }),
-    )
+    error_text(status, code, message.to_string())
+}
+
+/// [`error`] once its message is text (the part not repeated per message type).
+fn error_text(status: StatusCode, code: &str, message: String) -> Response {
+    json(status, &json!({ "error": code, "message": message }))
 }
 
 /// 405 with the methods that are allowed.
@@ -109,8 +111,8 @@ pub fn storage_unavailable(e: &leasegate::Error) -> Response {
         }),
     };
     if let leasegate::Error::Storage(s) = e {
-        body["storageStatus"] = json!(s.status.as_u16());
-        body["storageErrorCode"] = json!(s.code);
+        body.set("storageStatus", json!(s.status.as_u16()));
+        body.set("storageErrorCode", json!(s.code));
     }
     let mut r = json(StatusCode::SERVICE_UNAVAILABLE, &body);
     r.headers_mut().insert("retry-after", "1");
