@@ -189,44 +189,36 @@ async fn run<T, S: Transport, A: Transport>(
             })
         }
     };
-    if is_done(&held.marks) {
+    let token = held.fencing_token.unwrap_or(0);
+    let state = if is_done(&held.marks) {
         // Done between the read and the grant.
-        let _ = locks.release(&lock, id, ctx.now).await;
-        return Ok(State::Done {
+        State::Done {
             ran: false,
             token: None,
-        });
-    }
-    let token = held.fencing_token.unwrap_or(0);
-    if let Err(reason) = post(action, settings, name, token).await {
-        let _ = locks.release(&lock, id, ctx.now).await;
-        return Ok(State::Failed { reason, token });
-    }
-    let mut marks = Metadata::new();
-    marks.insert("progress".into(), DONE.into());
-    marks.insert("done_by".into(), settings.instance_id.clone());
-    marks.insert("done_token".into(), token.to_string());
-    let marked = locks.set_marks(&lock, id, &marks, ctx.now).await;
-    // Let the lock go whatever the mark's fate: an unmarked run is run again by the next
-    // caller, not held up until the lease runs out.
-    let _ = locks.release(&lock, id, ctx.now).await;
-    let marked = match marked {
-        Ok(m) => m,
-        Err(e) => {
-            return Ok(State::MarkFailed {
+        }
+    } else if let Err(reason) = post(action, settings, name, token).await {
+        State::Failed { reason, token }
+    } else {
+        let mut marks = Metadata::new();
+        marks.insert("progress".into(), DONE.into());
+        marks.insert("done_by".into(), settings.instance_id.clone());
+        marks.insert("done_token".into(), token.to_string());
+        match locks.set_marks(&lock, id, &marks, ctx.now).await {
+            Ok(true) => State::Done {
+                ran: true,
+                token: Some(token),
+            },
+            Ok(false) => State::LostLock { token },
+            Err(e) => State::MarkFailed {
                 token,
                 error: e.to_string(),
-            })
+            },
         }
     };
-    Ok(if marked {
-        State::Done {
-            ran: true,
-            token: Some(token),
-        }
-    } else {
-        State::LostLock { token }
-    })
+    // Let the lock go whatever came of it: an unmarked run is run again by the next caller,
+    // not held up until the lease runs out.
+    let _ = locks.release(&lock, id, ctx.now).await;
+    Ok(state)
 }
 
 fn is_done(marks: &Metadata) -> bool {
@@ -556,9 +548,10 @@ async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &s
                 for k in ["progress", "done_by", "done_token"] {
                     marks.insert(k.to_string(), String::new());
                 }
-                let cleared = locks.set_marks(&lock, id, &marks, ctx.now).await?;
+                let cleared = locks.set_marks(&lock, id, &marks, ctx.now).await;
+                // Released even when clearing failed: the lock is not left taken.
                 let _ = locks.release(&lock, id, ctx.now).await;
-                Ok(Ok(cleared))
+                Ok(Ok(cleared?))
             }
         }
     }
