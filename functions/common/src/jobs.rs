@@ -287,11 +287,7 @@ impl Log {
         let f = Fields::of(value)?;
         Ok(Log {
             job: f.string("job")?,
-            entries: f
-                .array("entries")?
-                .iter()
-                .map(Entry::from_json)
-                .collect::<Result<_, _>>()?,
+            entries: f.list("entries", Entry::from_json)?,
             cleaned_before: f.u64_or_zero("cleanedBefore")?,
         })
     }

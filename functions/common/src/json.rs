@@ -873,6 +873,20 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// An array field (empty when missing), each element read by `read`.
+    pub fn list<T>(
+        &self,
+        key: &str,
+        read: fn(&Value) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        let items = self.array(key)?;
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(read(item)?);
+        }
+        Ok(out)
+    }
+
     /// Whether the field is there, `null` included.
     pub fn has(&self, key: &str) -> bool {
         self.0.contains_key(key)

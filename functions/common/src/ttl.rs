@@ -28,7 +28,6 @@
 //! free for longer than that (not leased, no live claim, no marks, not written since) is
 //! deleted with `If-Match`; tokens stay increasing (a re-created lock blob starts above).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::json::Value;
@@ -235,8 +234,8 @@ impl Settings {
         self.budget + self.budget.max(Duration::from_secs(5))
     }
 
-    fn state_blob(&self) -> BlobName {
-        BlobName::try_new(STATE_BLOB).expect("a valid blob name")
+    fn state_blob(&self) -> Result<BlobName, leasegate::Error> {
+        BlobName::try_new(STATE_BLOB)
     }
 }
 
@@ -258,7 +257,7 @@ pub struct Report {
     /// Lock blobs removed.
     pub locks_removed: u64,
     /// Blobs left alone, by reason.
-    pub skipped: BTreeMap<String, u64>,
+    pub skipped: Vec<(String, u64)>,
     /// Requests that failed (the blob is left as it was; a later pass retries it).
     pub errors: u64,
     /// Whether this tick completed a pass.
@@ -269,7 +268,15 @@ pub struct Report {
 
 impl Report {
     fn skip(&mut self, reason: &str) {
-        *self.skipped.entry(reason.to_string()).or_default() += 1;
+        self.skip_n(reason, 1);
+    }
+
+    /// Counts `n` blobs left alone for `reason` (a handful of reasons: a list, not a map).
+    fn skip_n(&mut self, reason: &str, n: u64) {
+        match self.skipped.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, count)) => *count += n,
+            None => self.skipped.push((reason.to_string(), n)),
+        }
     }
 }
 
@@ -409,22 +416,15 @@ impl State {
         if !f.has("containers") {
             return Err("containers is missing".into());
         }
-        let list = |key| -> Result<&[Value], String> { f.array(key) };
         Ok(State {
-            containers: list("containers")?
-                .iter()
-                .map(Entry::from_json)
-                .collect::<Result<_, _>>()?,
+            containers: f.list("containers", Entry::from_json)?,
             passes: f.u64_or_zero("passes")?,
             last_pass_completed_at: f.opt_string("lastPassCompletedAt")?,
             purged: f.u64_or_zero("purged")?,
             moved: f.u64_or_zero("moved")?,
             locks_removed: f.u64_or_zero("locksRemoved")?,
             pages: f.u64_or_zero("pages")?,
-            ticks: list("ticks")?
-                .iter()
-                .map(TickEntry::from_json)
-                .collect::<Result<_, _>>()?,
+            ticks: f.list("ticks", TickEntry::from_json)?,
         })
     }
 }
@@ -433,7 +433,7 @@ impl ToJson for Report {
     fn to_json(&self) -> Value {
         let mut skipped = json!({});
         for (reason, n) in &self.skipped {
-            skipped.set(reason.as_str(), json!(n));
+            skipped.set(reason, json!(n));
         }
         json!({
             "pages": self.pages,
@@ -577,7 +577,7 @@ fn merge(mut into: Report, page: &Report) -> Report {
     into.locks_removed += page.locks_removed;
     into.errors += page.errors;
     for (k, v) in &page.skipped {
-        *into.skipped.entry(k.clone()).or_default() += v;
+        into.skip_n(k, *v);
     }
     into
 }
@@ -607,7 +607,7 @@ async fn read_state<S: Transport>(
         .execute(
             &GetBlob {
                 container: settings.storage.container.clone(),
-                blob: settings.state_blob(),
+                blob: settings.state_blob()?,
             },
             now,
         )
@@ -637,7 +637,7 @@ async fn write_state<S: Transport>(
     let body = json::to_pretty(&state.to_json()).into_bytes();
     let put = PutBlob::block(
         settings.storage.container.clone(),
-        settings.state_blob(),
+        settings.state_blob()?,
         body,
     )
     .with_content_type("application/json")

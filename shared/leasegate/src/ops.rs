@@ -311,16 +311,12 @@ fn expect(response: &Response, ok: &[u16]) -> Result<(), Error> {
     if ok.contains(&response.status().as_u16()) {
         Ok(())
     } else if response.status().is_success() {
-        Err(Error::unexpected(
-            response.status(),
-            format!(
-                "expected status {}",
-                ok.iter()
-                    .map(u16::to_string)
-                    .collect::<Vec<_>>()
-                    .join(" or ")
-            ),
-        ))
+        let mut expected = String::from("expected status");
+        for (i, code) in ok.iter().enumerate() {
+            expected.push_str(if i == 0 { " " } else { " or " });
+            expected.push_str(&code.to_string());
+        }
+        Err(Error::unexpected(response.status(), expected))
     } else {
         Err(Error::Storage(storage_error(response)))
     }
