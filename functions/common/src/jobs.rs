@@ -434,18 +434,46 @@ async fn run_tick<T, S: Transport, J: Transport>(
     };
     // 2. Occurrences too far from the storage server's clock are refused, every time: the
     // reservation this tick made is taken back.
-    if unix(server_now).saturating_sub(settings.retention.as_secs()) > occurrence {
-        take_back(created).await;
-        return Ok(Decision::TooOld {
+    let decision = if unix(server_now).saturating_sub(settings.retention.as_secs()) > occurrence {
+        Ok(Decision::TooOld {
             retention: settings.retention,
-        });
-    }
-    if occurrence > unix(server_now).saturating_add(settings.early.as_secs()) {
-        take_back(created).await;
-        return Ok(Decision::TooEarly {
+        })
+    } else if occurrence > unix(server_now).saturating_add(settings.early.as_secs()) {
+        Ok(Decision::TooEarly {
             early: settings.early,
-        });
+        })
+    } else {
+        run_reserved(
+            ctx,
+            &locks,
+            job,
+            settings,
+            tick,
+            occurrence,
+            reserved_at,
+            resuming,
+        )
+        .await
+    };
+    // Every refusal for the occurrence's time takes back the reservation this tick made.
+    if let Ok(Decision::TooOld { .. } | Decision::TooEarly { .. }) = decision {
+        take_back(created).await;
     }
+    decision
+}
+
+/// Steps 3 to 6 of [`run_tick`], once the occurrence is reserved and in range.
+#[allow(clippy::too_many_arguments)]
+async fn run_reserved<T, S: Transport, J: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<&S>,
+    job: &J,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+    reserved_at: SystemTime,
+    resuming: bool,
+) -> Result<Decision, leasegate::Error> {
     let mut entry = Entry {
         occurrence: rfc3339(at(occurrence)),
         occurrence_unix: occurrence,
@@ -487,9 +515,8 @@ async fn run_tick<T, S: Transport, J: Transport>(
             entry.status = "skipped_overlap".into();
             entry.reason = Some("the previous run still holds the job's lease".into());
             if let Ok(Err(LogRefusal::TooOld)) =
-                append(&locks, settings, &entry, false, ctx.now).await
+                append(locks, settings, &entry, false, ctx.now).await
             {
-                take_back(created).await;
                 return Ok(Decision::TooOld {
                     retention: settings.retention,
                 });
@@ -500,42 +527,36 @@ async fn run_tick<T, S: Transport, J: Transport>(
     entry.fencing_token = held.fencing_token;
     // 4. Log the reservation before running, so a run that never ends still shows; the log
     // refuses an occurrence below its clean-up watermark, and (resuming) one it knows.
-    let logged = append(&locks, settings, &entry, resuming, ctx.now).await;
-    let refused = match logged {
-        Ok(Ok(())) => None,
-        Ok(Err(LogRefusal::TooOld)) => {
-            take_back(created).await;
-            Some(Decision::TooOld {
-                retention: settings.retention,
-            })
+    let ran = match append(locks, settings, &entry, resuming, ctx.now).await {
+        Ok(Ok(())) => {
+            // 5. Run.
+            let result = call_job(job, settings, &entry).await;
+            // 6. Log the result (and raise the clean-up watermark), release, clean up below it.
+            let (status, reason) = match &result {
+                Ok(()) => ("succeeded", None),
+                Err(reason) => ("failed", Some(reason.clone())),
+            };
+            entry.status = status.into();
+            entry.reason = reason;
+            Ok((result, update(locks, settings, &entry, ctx.now).await))
         }
-        Ok(Err(LogRefusal::Known)) => Some(Decision::Skipped {
+        Ok(Err(LogRefusal::TooOld)) => Err(Ok(Decision::TooOld {
+            retention: settings.retention,
+        })),
+        Ok(Err(LogRefusal::Known)) => Err(Ok(Decision::Skipped {
             reserved_by: Some(settings.instance_id.clone()),
             reason: "this instance reserved and ran it on an earlier tick".into(),
-        }),
-        Err(e) => {
-            let _ = lease_locks.release(&lock_name, lease_id, ctx.now).await;
-            return Err(e);
-        }
+        })),
+        Err(e) => Err(Err(e)),
     };
-    if let Some(decision) = refused {
-        let _ = lease_locks.release(&lock_name, lease_id, ctx.now).await;
-        return Ok(decision);
-    }
-    // 5. Run.
-    let result = call_job(job, settings, &entry).await;
-    // 6. Log the result (and raise the clean-up watermark), release, clean up below it.
-    let (status, reason) = match &result {
-        Ok(()) => ("succeeded", None),
-        Err(reason) => ("failed", Some(reason.clone())),
-    };
-    entry.status = status.into();
-    entry.reason = reason;
-    let finished = update(&locks, settings, &entry, ctx.now).await;
     let _ = lease_locks.release(&lock_name, lease_id, ctx.now).await;
+    let (result, finished) = match ran {
+        Ok(ran) => ran,
+        Err(decision) => return decision,
+    };
     if let Ok((end, cleaned_before)) = &finished {
         entry.finished_at = Some(rfc3339(*end));
-        let _ = clean_up(&locks, settings, *cleaned_before, ctx.now).await;
+        let _ = clean_up(locks, settings, *cleaned_before, ctx.now).await;
     }
     Ok(match result {
         Ok(()) => Decision::Ran { entry },
