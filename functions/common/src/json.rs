@@ -972,6 +972,17 @@ pub fn object() -> Map {
     Map::new()
 }
 
+/// An object of the macro's key/value pairs (taken out of the slice): one call per object
+/// rather than an insertion per field in every `json!`.
+#[doc(hidden)]
+pub fn object_of(pairs: &mut [(&str, Value)]) -> Value {
+    let mut m = Map(Vec::with_capacity(pairs.len()));
+    for (k, v) in pairs {
+        m.insert((*k).to_owned(), std::mem::take(v));
+    }
+    Value::Object(m)
+}
+
 /// Builds a [`Value`](crate::json::Value) from serde_json's macro syntax; see the [module docs](crate::json).
 #[macro_export]
 macro_rules! json {
@@ -981,28 +992,22 @@ macro_rules! json {
         $crate::json::Value::Array($crate::json!(@array [] $($tt)+))
     };
     ({}) => { $crate::json::Value::Object($crate::json::object()) };
-    ({ $($tt:tt)+ }) => {{
-        let mut object = $crate::json::object();
-        $crate::json!(@object object $($tt)+);
-        $crate::json::Value::Object(object)
-    }};
+    ({ $($tt:tt)+ }) => {
+        $crate::json::object_of(&mut $crate::json!(@pairs [] $($tt)+))
+    };
 
-    (@object $o:ident) => {};
-    (@object $o:ident $k:literal : null $(, $($rest:tt)*)?) => {
-        $o.insert(::std::string::String::from($k), $crate::json::Value::Null);
-        $crate::json!(@object $o $($($rest)*)?);
+    (@pairs [$($p:expr,)*]) => { [$($p,)*] };
+    (@pairs [$($p:expr,)*] $k:literal : null $(, $($rest:tt)*)?) => {
+        $crate::json!(@pairs [$($p,)* ($k, $crate::json::Value::Null),] $($($rest)*)?)
     };
-    (@object $o:ident $k:literal : [ $($v:tt)* ] $(, $($rest:tt)*)?) => {
-        $o.insert(::std::string::String::from($k), $crate::json!([ $($v)* ]));
-        $crate::json!(@object $o $($($rest)*)?);
+    (@pairs [$($p:expr,)*] $k:literal : [ $($v:tt)* ] $(, $($rest:tt)*)?) => {
+        $crate::json!(@pairs [$($p,)* ($k, $crate::json!([ $($v)* ])),] $($($rest)*)?)
     };
-    (@object $o:ident $k:literal : { $($v:tt)* } $(, $($rest:tt)*)?) => {
-        $o.insert(::std::string::String::from($k), $crate::json!({ $($v)* }));
-        $crate::json!(@object $o $($($rest)*)?);
+    (@pairs [$($p:expr,)*] $k:literal : { $($v:tt)* } $(, $($rest:tt)*)?) => {
+        $crate::json!(@pairs [$($p,)* ($k, $crate::json!({ $($v)* })),] $($($rest)*)?)
     };
-    (@object $o:ident $k:literal : $v:expr $(, $($rest:tt)*)?) => {
-        $o.insert(::std::string::String::from($k), $crate::json!($v));
-        $crate::json!(@object $o $($($rest)*)?);
+    (@pairs [$($p:expr,)*] $k:literal : $v:expr $(, $($rest:tt)*)?) => {
+        $crate::json!(@pairs [$($p,)* ($k, $crate::json!($v)),] $($($rest)*)?)
     };
 
     (@array [$($e:expr,)*]) => { ::std::vec![$($e,)*] };
