@@ -6,11 +6,12 @@
 //! * [`Value`]: `null`, booleans, numbers, strings, arrays and objects. An object keeps its keys
 //!   in insertion order (a second insert of a key replaces its value in place); two objects are
 //!   equal when they hold the same keys and values, in any order.
-//! * [`from_slice`]: RFC 8259 JSON in UTF-8, nesting at most [`MAX_DEPTH`] deep; errors say what
-//!   was expected and where (line and column). Integers read exactly (`u64`, or `i64` when
-//!   negative); other numbers as `f64`, exactly when they have at most 15 significant digits and
-//!   a decimal exponent within 22 (Clinger's fast path), otherwise to within a few units in the
-//!   last place.
+//! * [`from_slice`]: RFC 8259 JSON in UTF-8, nesting at most [`MAX_DEPTH`] deep, objects of at
+//!   most [`MAX_KEYS`] keys; errors say what was expected and where (line and column). Integers
+//!   read exactly (`u64`, or `i64` when negative); other numbers as `f64`, exactly when they have
+//!   at most 15 significant digits and a decimal exponent within 22 (Clinger's fast path),
+//!   otherwise to within a few units in the last place (numbers within a few units of `f64::MAX`
+//!   may be refused as out of range).
 //! * `Display` writes compact JSON, [`to_pretty`] indents by two spaces; numbers are written as
 //!   serde_json writes them (`f64` the shortest way that reads back the same).
 //! * [`json!`](crate::json!) takes serde_json's macro syntax; each leaf is converted by
@@ -20,6 +21,13 @@ use std::fmt::{self, Write as _};
 
 /// How deep arrays and objects may nest in what [`from_slice`] reads (serde_json's limit).
 pub const MAX_DEPTH: usize = 128;
+
+/// How many keys an object may have in what [`from_slice`] reads. Each key is checked against
+/// the ones before it (a repeated key replaces the value, as in serde_json), so the limit keeps
+/// a hostile body from costing quadratic time; records and requests have a few dozen at most.
+pub const MAX_KEYS: usize = 1000;
+// The reader's message names the limit.
+const _: () = assert!(MAX_KEYS == 1000);
 
 /// A JSON value.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -572,6 +580,9 @@ impl Reader<'_> {
                             if self.peek() != Some(b'"') {
                                 return Err(self.error("expected a string key"));
                             }
+                            if object.len() == MAX_KEYS {
+                                return Err(self.error("an object has more than 1000 keys"));
+                            }
                             let key = self.string()?;
                             if !self.eat(b':') {
                                 return Err(self.error("expected `:`"));
@@ -721,7 +732,9 @@ impl Reader<'_> {
                 return Err(self.error("invalid number"));
             }
             for &d in digits {
-                exponent = (exponent * 10 + i64::from(d - b'0')).min(100_000);
+                // Capped far beyond any digit run a body can hold (which the scale below offsets
+                // against it), and far from overflowing.
+                exponent = (exponent * 10 + i64::from(d - b'0')).min(1 << 40);
             }
             if minus {
                 exponent = -exponent;
@@ -1029,7 +1042,7 @@ macro_rules! json {
 
 #[cfg(test)]
 mod tests {
-    use super::{from_slice, to_pretty, Value, MAX_DEPTH};
+    use super::{from_slice, to_pretty, Value, MAX_DEPTH, MAX_KEYS};
     use serde_json::json as serde_json;
 
     /// Ours, read back by serde_json.
@@ -1219,6 +1232,29 @@ mod tests {
         assert_eq!(e.to_string(), "expected `:` at line 3 column 7");
         let e = from_slice(b"[1, 2").unwrap_err();
         assert_eq!(e.to_string(), "expected `,` or `]` at line 1 column 6");
+    }
+
+    #[test]
+    fn many_keys_cannot_make_reading_quadratic() {
+        // 1 MiB of distinct keys would be ~10^10 key comparisons with a duplicate check per
+        // key: refused at the limit instead, quickly.
+        let keys: Vec<String> = (0..95_000).map(|i| format!("\"k{i:05}\":0")).collect();
+        let body = format!("{{{}}}", keys.join(","));
+        let started = std::time::Instant::now();
+        let e = from_slice(body.as_bytes()).unwrap_err();
+        assert!(e.to_string().starts_with("an object has more than"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let at_limit: Vec<String> = (0..MAX_KEYS).map(|i| format!("\"k{i}\":{i}")).collect();
+        let v = from_slice(format!("{{{}}}", at_limit.join(",")).as_bytes()).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), MAX_KEYS);
+    }
+
+    #[test]
+    fn long_digit_runs_scale_by_their_exponent() {
+        let one = format!("1{}e-200000", "0".repeat(200_000));
+        assert_eq!(from_slice(one.as_bytes()).unwrap().as_f64(), Some(1.0));
+        let tenth = format!("0.{}1e200000", "0".repeat(199_999));
+        assert_eq!(from_slice(tenth.as_bytes()).unwrap().as_f64(), Some(1.0));
     }
 
     #[test]
