@@ -115,16 +115,18 @@ fn sixteen_concurrent_callers_run_it_once() {
         .parse()
         .unwrap();
     // (Two more when the winner was also the first to use the container: its create of the
-    // lock blob was refused, then it created the container.)
+    // lock blob was refused, then it created the container; one more when it created the lock
+    // blob: a new blob holds no claim, the winner writes its claim under the lease.)
     let record = apps[winner].record_of(ran[0]);
     let made_container = record
         .outbound
         .iter()
         .any(|o| o.authority == apps[winner].storage && !o.path.contains("/init/"));
-    assert_eq!(
-        record.outbound_to(&apps[winner].storage),
-        if made_container { 10 } else { 8 },
-        "{:?}",
+    let base = if made_container { 10 } else { 8 };
+    let trips = record.outbound_to(&apps[winner].storage);
+    assert!(
+        trips == base || trips == base + 1,
+        "{trips}: {:?}",
         record.outbound
     );
 }

@@ -718,6 +718,95 @@ fn refused_callers_see_the_holders_label() {
     assert!(bad.is_err());
 }
 
+/// A creator that loses the lease to another caller is never named as the holder. The first
+/// caller creates the lock blob, but another can take the lease at the new blob before it
+/// does; until the winner's claim is written, a reader must not see the creator's name on a
+/// leased blob (it was shown, with the creator's token, as the leader).
+#[test]
+fn a_creator_that_lost_the_lease_is_never_named_as_holder() {
+    let c = unique_container("creator");
+    let l = locks(&c);
+    // The container exists already: the creator's first requests are its HEAD and its create.
+    held(acquire(&l, &lock("warm"), 30, random_id()));
+    let name = lock("first-use");
+    // A creates the blob, then its lease acquire reaches storage 2 s late.
+    let a = {
+        let (c, name) = (c.clone(), name.clone());
+        std::thread::spawn(move || {
+            let f = faulty(
+                &c,
+                first("lease acquire", Step::Delay(Duration::from_secs(2))),
+            );
+            block_on(f.acquire_as(&name, term(30), random_id(), "node-a", SystemTime::now()))
+                .unwrap()
+        })
+    };
+    let blob = l.blob_name(&name).unwrap();
+    let created = || {
+        let props = GetProperties {
+            container: c.clone(),
+            blob: blob.clone(),
+        };
+        block_on(l.execute(&props, SystemTime::now()))
+            .unwrap()
+            .0
+            .is_some()
+    };
+    wait_for("A's create", Duration::from_secs(5), || {
+        created().then_some(())
+    });
+    // B takes the lease at A's new blob; its claim reaches storage 2 s late.
+    let b = {
+        let (c, name) = (c.clone(), name.clone());
+        std::thread::spawn(move || {
+            let f = faulty(
+                &c,
+                first("PUT metadata", Step::Delay(Duration::from_secs(2))),
+            );
+            block_on(f.acquire_as(&name, term(30), random_id(), "node-b", SystemTime::now()))
+                .unwrap()
+        })
+    };
+    let leased = || {
+        let props = GetProperties {
+            container: c.clone(),
+            blob: blob.clone(),
+        };
+        let (p, _) = block_on(l.execute(&props, SystemTime::now())).unwrap();
+        p.is_some_and(|p| p.lease_state.is_some_and(leasegate::LeaseState::is_held))
+    };
+    wait_for("B's grant", Duration::from_secs(5), || {
+        leased().then_some(())
+    });
+    // In B's window between its grant and its claim, nobody is named: not A.
+    match acquire(&l, &name, 30, random_id()) {
+        Acquire::Busy { holder, .. } => assert!(
+            holder.as_ref().is_none_or(|h| h.label == "node-b"),
+            "{holder:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    match block_on(l.inspect(&name, SystemTime::now()))
+        .unwrap()
+        .status
+    {
+        LockStatus::Held { label, .. } => assert_ne!(label, "node-a"),
+        LockStatus::Available => {}
+    }
+    let b = held(b.join().unwrap());
+    assert!(matches!(a.join().unwrap(), Acquire::Busy { .. }));
+    // Once B's claim is there, B is named, with B's token.
+    match acquire(&l, &name, 30, random_id()) {
+        Acquire::Busy {
+            holder: Some(h), ..
+        } => {
+            assert_eq!(h.label, "node-b");
+            assert_eq!(h.token, token(&b));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Marks (metadata beside the claim, such as `progress=done`): only the holder sets them, only
 /// while it holds the lock; they survive other holders' claims; an acquisition reports them as
 /// they were at its grant.

@@ -41,7 +41,7 @@
 //! | busy: someone else holds it (either term) | **1** (HEAD) | **1** (HEAD) |
 //! | acquired by a new holder | 3: HEAD, acquire, claim | 2: HEAD, compare-and-swap |
 //! | extended by its holder (token kept) | 3: HEAD, acquire, claim (its new expiry) | 2: HEAD, compare-and-swap |
-//! | first use of a lock | HEAD, create, acquire (+2 to create the container) | HEAD, create |
+//! | first use of a lock | HEAD, create, acquire, claim (+2 to create the container) | HEAD, create |
 //! | release | 2: HEAD, release | 2: HEAD, compare-and-swap |
 //!
 //! What the requests buy: the HEAD lets the two terms share one lock and tells a refused

@@ -44,29 +44,29 @@ pub(super) async fn acquire<T: Transport>(
                 (snap, tenure, true)
             }
             Read::Missing(date) => {
-                // First use: create the blob with the claim already in it (it counts only once
-                // the lease is held), then acquire at the new blob's ETag.
-                let claim = Claim {
-                    holder: Some(id),
+                // First use: create the blob with the first token in it (so that tokens never
+                // go back, whoever wins) but no holder, then acquire at the new blob's ETag and
+                // write the claim under the lease. Another caller can take the lease at the new
+                // blob first: until the winner's claim is there, a reader must not see the
+                // creator named on a leased blob.
+                let pending = Claim {
+                    holder: None,
                     kind: Kind::Native(duration),
                     since: unix_secs(date),
-                    expires: expiry(date, duration),
+                    expires: 0,
                     token: first_token(date)?,
-                    label: label.to_string(),
+                    label: String::new(),
                 };
-                match locks.create(blob, claim.clone(), now).await? {
+                match locks.create(blob, pending.clone(), now).await? {
                     Some(created) => {
-                        // The token is the create's: when it landed in a later second than
-                        // the read (a slow create), it is made again from the create's Date,
-                        // under the lease.
-                        let token = first_token(created.server_date)?;
-                        let stale = token > claim.token;
+                        // The token is the create's when it landed in a later second than the
+                        // read (a slow create).
                         let tenure = Tenure {
-                            token: if stale { token } else { claim.token },
-                            since: claim.since,
+                            token: first_token(created.server_date)?.max(pending.token),
+                            since: pending.since,
                             extended: false,
                         };
-                        (created, tenure, stale)
+                        (created, tenure, true)
                     }
                     None => continue,
                 }
