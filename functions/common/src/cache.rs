@@ -98,11 +98,7 @@ pub fn key(origin: &str, account: &str, container: &str, path: &str) -> String {
         .chain_update([0])
         .chain_update(path.as_bytes())
         .finalize();
-    format!("leasegate:held:{}", hex(&digest[..16]))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    format!("leasegate:held:{}", crate::web::hex(&digest[..16]))
 }
 
 fn millis(t: SystemTime) -> u64 {

@@ -90,7 +90,7 @@ pub fn idempotency_key(name: &str, token: u64) -> String {
         .chain_update(name.as_bytes())
         .chain_update(format!("\0{token}").as_bytes())
         .finalize();
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    crate::web::hex(&digest[..16])
 }
 
 /// What a call came to.

@@ -618,7 +618,7 @@ pub fn idempotency_key(job: &str, occurrence: u64) -> String {
         .chain_update(b"\0")
         .chain_update(occurrence.to_string().as_bytes())
         .finalize();
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    crate::web::hex(&digest[..16])
 }
 
 /// Reads the log: its content, its ETag (`None`: no log yet) and the server's `Date`.

@@ -280,6 +280,15 @@ impl Value {
         matches!(self, Value::Null)
     }
 
+    /// The value at a path of object keys (`&["Data", "timer"]`).
+    pub fn at(&self, path: &[&str]) -> Option<&Value> {
+        let mut at = self;
+        for key in path {
+            at = at.get(key)?;
+        }
+        Some(at)
+    }
+
     /// The value at a JSON pointer (RFC 6901: `/Data/timer`, `~1` for `/`, `~0` for `~`).
     pub fn pointer(&self, pointer: &str) -> Option<&Value> {
         if pointer.is_empty() {
@@ -689,20 +698,22 @@ impl Reader<'_> {
         Ok(code)
     }
 
-    fn digits(&mut self) -> &[u8] {
+    /// Moves past a run of digits; returns where it began.
+    fn skip_digits(&mut self) -> usize {
         let start = self.at;
         while matches!(self.peek(), Some(b'0'..=b'9')) {
             self.at += 1;
         }
-        &self.input[start..self.at]
+        start
     }
 
     fn number(&mut self) -> Result<Number, Error> {
+        let input = self.input;
         let negative = self.peek() == Some(b'-');
         if negative {
             self.at += 1;
         }
-        let whole = self.digits().to_vec();
+        let whole = &input[self.skip_digits()..self.at];
         if whole.is_empty() {
             return Err(self.error("invalid number"));
         }
@@ -710,30 +721,29 @@ impl Reader<'_> {
             self.at -= whole.len() - 1;
             return Err(self.error("invalid number"));
         }
-        let mut fraction = Vec::new();
+        let mut fraction: &[u8] = &[];
         if self.peek() == Some(b'.') {
             self.at += 1;
-            fraction = self.digits().to_vec();
+            fraction = &input[self.skip_digits()..self.at];
             if fraction.is_empty() {
                 return Err(self.error("invalid number"));
             }
         }
         let mut exponent: i64 = 0;
-        let mut has_exponent = false;
-        if matches!(self.peek(), Some(b'e' | b'E')) {
-            has_exponent = true;
+        let has_exponent = matches!(self.peek(), Some(b'e' | b'E'));
+        if has_exponent {
             self.at += 1;
             let minus = self.peek() == Some(b'-');
             if matches!(self.peek(), Some(b'-' | b'+')) {
                 self.at += 1;
             }
-            let digits = self.digits();
+            let digits = &input[self.skip_digits()..self.at];
             if digits.is_empty() {
                 return Err(self.error("invalid number"));
             }
             for &d in digits {
-                // Capped far beyond any digit run a body can hold (which the scale below offsets
-                // against it), and far from overflowing.
+                // Capped far beyond any digit run a body can hold (which the scale below
+                // offsets against it), and far from overflowing.
                 exponent = (exponent * 10 + i64::from(d - b'0')).min(1 << 40);
             }
             if minus {
@@ -755,54 +765,40 @@ impl Reader<'_> {
                 return Ok(Number(N::Signed((n as i64).wrapping_neg())));
             }
         }
-        // Significant digits (leading zeros dropped) and the power of ten they are scaled by.
-        let digits: Vec<u8> = whole.iter().chain(&fraction).copied().collect();
-        let first = digits
-            .iter()
-            .position(|&d| d != b'0')
-            .unwrap_or(digits.len());
-        let last = digits
-            .iter()
-            .rposition(|&d| d != b'0')
-            .map_or(first, |i| i + 1);
-        let mut scale = exponent - fraction.len() as i64 + (digits.len() - last) as i64;
-        let significant = &digits[first..last];
+        // At most 19 significant digits make the mantissa; further whole digits raise the
+        // scale, further fraction digits are dropped.
         let mut mantissa: u64 = 0;
-        for (i, &d) in significant.iter().enumerate() {
-            if i == 19 {
-                scale += (significant.len() - 19) as i64;
-                break;
+        let mut kept = 0;
+        let mut scale = exponent;
+        for (i, &d) in whole.iter().chain(fraction).enumerate() {
+            let in_fraction = i >= whole.len();
+            if kept < 19 {
+                mantissa = mantissa * 10 + u64::from(d - b'0');
+                if mantissa != 0 {
+                    kept += 1;
+                }
+                if in_fraction {
+                    scale -= 1;
+                }
+            } else if !in_fraction {
+                scale += 1;
             }
-            mantissa = mantissa * 10 + u64::from(d - b'0');
         }
-        let m = mantissa as f64;
-        let value = if mantissa < 1 << 53 && (-22..=22).contains(&scale) {
-            // Clinger's fast path: both exact, one correctly rounded operation.
-            let power = 10f64.powi(scale.unsigned_abs() as i32);
-            if scale < 0 {
-                m / power
+        // Scaled by exact powers of ten, at most 10^22 a step. One step (a mantissa below 2^53,
+        // a scale within 22: up to 15 significant digits) is Clinger's fast path, correctly
+        // rounded; more steps round each, within a few units in the last place.
+        let mut value = mantissa as f64;
+        let mut left = scale.clamp(-800, 800);
+        while left != 0 && value != 0.0 && value.is_finite() {
+            let step = left.clamp(-22, 22);
+            let power = 10f64.powi(step.unsigned_abs() as i32);
+            value = if step < 0 {
+                value / power
             } else {
-                m * power
-            }
-        } else if mantissa == 0 {
-            0.0
-        } else {
-            // More than 15 digits or a far exponent: scaled by exact powers of ten (at most
-            // 10^22 a step), each step rounded, so within a few units in the last place.
-            let mut value = m;
-            let mut left = scale.clamp(-700, 700);
-            while left != 0 && value != 0.0 && value.is_finite() {
-                let step = left.clamp(-22, 22);
-                let power = 10f64.powi(step.unsigned_abs() as i32);
-                value = if step < 0 {
-                    value / power
-                } else {
-                    value * power
-                };
-                left -= step;
-            }
-            value
-        };
+                value * power
+            };
+            left -= step;
+        }
         let value = if negative { -value } else { value };
         Number::from_f64(value).ok_or_else(|| self.error("number out of range"))
     }
@@ -1310,5 +1306,8 @@ mod tests {
             Some(&crate::json!(11))
         );
         assert_eq!(nested.pointer("/Data/none"), None);
+        assert_eq!(nested.at(&["Data", "timer", "~1"]), Some(&crate::json!(1)));
+        assert_eq!(nested.at(&["Data", "none"]), None);
+        assert_eq!(nested.at(&[]), Some(&nested));
     }
 }

@@ -90,7 +90,7 @@ pub fn heartbeat_key(group: &str, term: u64, at: SystemTime) -> String {
         .chain_update(group.as_bytes())
         .chain_update(format!("\0{term}\0{secs}").as_bytes())
         .finalize();
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    crate::web::hex(&digest[..16])
 }
 
 /// One tick: the answer's status (2xx: settled) and its JSON.

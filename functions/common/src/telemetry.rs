@@ -444,7 +444,7 @@ pub fn idempotency_key(device_id: &str, lease_id: LeaseId) -> String {
         .chain_update(b"\0")
         .chain_update(lease_id.to_string().as_bytes())
         .finalize();
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    crate::web::hex(&digest[..16])
 }
 
 /// Step 3: posts the notification (with `Idempotency-Key`); `Err` says why it is not

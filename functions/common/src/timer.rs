@@ -146,7 +146,7 @@ pub fn parse_azure_timer(body: &[u8], fallback: SystemTime) -> Result<Tick, Stri
         return Err("the invocation body must be a JSON object".into());
     }
     let timer = value
-        .pointer("/Data/timer")
+        .at(&["Data", "timer"])
         .or_else(|| {
             value
                 .get("Data")
@@ -167,24 +167,22 @@ pub fn parse_azure_timer(body: &[u8], fallback: SystemTime) -> Result<Tick, Stri
         Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => false,
         Some(_) => return Err("IsPastDue must be true or false".into()),
     };
-    let time_at = |pointer: &str| -> Result<Option<SystemTime>, String> {
-        match value.pointer(pointer).or_else(|| timer.pointer(pointer)) {
+    let time_at = |path: &[&str]| -> Result<Option<SystemTime>, String> {
+        let name = || path.join("/");
+        match value.at(path).or_else(|| timer.at(path)) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
             Some(Value::String(s)) => parse_time(s)
                 .map(Some)
-                .ok_or_else(|| format!("{} is not a time", pointer.trim_start_matches('/'))),
-            Some(_) => Err(format!(
-                "{} must be a string",
-                pointer.trim_start_matches('/')
-            )),
+                .ok_or_else(|| format!("{} is not a time", name())),
+            Some(_) => Err(format!("{} must be a string", name())),
         }
     };
-    let at = match time_at("/Metadata/sys/UtcNow")? {
+    let at = match time_at(&["Metadata", "sys", "UtcNow"])? {
         Some(t) => t,
-        None => match time_at("/ScheduleStatus/Next")? {
+        None => match time_at(&["ScheduleStatus", "Next"])? {
             Some(t) => t,
-            None => time_at("/ScheduleStatus/Last")?.unwrap_or(fallback),
+            None => time_at(&["ScheduleStatus", "Last"])?.unwrap_or(fallback),
         },
     };
     Ok(Tick {

@@ -83,6 +83,18 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
     humantime::format_rfc3339_seconds(t.min(last)).to_string()
 }
 
+/// Lowercase hexadecimal of `bytes` (digests in keys and ids), without the formatting
+/// machinery's padding per byte.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
+}
+
 /// Writes a finite number the shortest way that reads back the same (`31.5`, `30`), with the
 /// JSON writer's formatter (zmij) rather than the standard library's float formatting, which would
 /// add ~14 KB to a component for one log message.
@@ -122,6 +134,12 @@ pub fn storage_unavailable(e: &leasegate::Error) -> Response {
 #[cfg(test)]
 mod tests {
     use super::number;
+
+    #[test]
+    fn hex_is_lowercase_two_digits_a_byte() {
+        assert_eq!(super::hex(&[0, 9, 10, 255, 0x5a]), "00090aff5a");
+        assert_eq!(super::hex(&[]), "");
+    }
 
     #[test]
     fn numbers_read_back_the_same() {
