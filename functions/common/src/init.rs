@@ -360,7 +360,7 @@ pub async fn handle_cron<T: Transport>(
 ) -> Result<(), String> {
     let started = Instant::now();
     let settings = Settings::load(ctx.variables).map_err(|e| {
-        log_line(json!({"fn": "init-once", "error": "not_configured", "message": e.to_string()}));
+        log_line(json!({"fn": "init-once", "error": "not_configured", "message": format!("{e}")}));
         e.to_string()
     })?;
     let name = settings.name.clone();
@@ -385,7 +385,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// invocation for `init_name`, served only by that deployment).
 pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
-    let path = request.path().to_string();
+    let path = request.path();
     if let Some(rest) = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
         (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
     }) {
@@ -405,7 +405,7 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
         Err(e) => {
             return timer::azure_answer(
                 StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "not_configured", "message": e.to_string()}),
+                json!({"error": "not_configured", "message": format!("{e}")}),
                 vec![format!("init-once: {e}")],
             )
         }

@@ -938,7 +938,7 @@ pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> 
     let started = Instant::now();
     let settings = Settings::load(ctx.variables).map_err(|e| {
         log_line(
-            json!({"fn": "scheduled-job", "error": "not_configured", "message": e.to_string()}),
+            json!({"fn": "scheduled-job", "error": "not_configured", "message": format!("{e}")}),
         );
         e.to_string()
     })?;
@@ -977,7 +977,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 ///   handler's channel, served only by the Azure Functions manifest).
 pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
-    let path = request.path().to_string();
+    let path = request.path();
     let rest = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
         (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
     });
@@ -1106,7 +1106,7 @@ async fn azure<T: Transport>(
         Err(e) => {
             return timer::azure_answer(
                 StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "not_configured", "message": e.to_string()}),
+                json!({"error": "not_configured", "message": format!("{e}")}),
                 vec![format!("scheduled-job: {e}")],
             )
         }

@@ -1015,6 +1015,9 @@ macro_rules! json {
     (@pairs [$($p:expr,)*] $k:literal : { $($v:tt)* } $(, $($rest:tt)*)?) => {
         $crate::json!(@pairs [$($p,)* ($k, $crate::json!({ $($v)* })),] $($($rest)*)?)
     };
+    (@pairs [$($p:expr,)*] $k:literal : format!($($f:tt)*) $(, $($rest:tt)*)?) => {
+        $crate::json!(@pairs [$($p,)* ($k, $crate::json!(format!($($f)*))),] $($($rest)*)?)
+    };
     (@pairs [$($p:expr,)*] $k:literal : $v:expr $(, $($rest:tt)*)?) => {
         $crate::json!(@pairs [$($p,)* ($k, $crate::json!($v)),] $($($rest)*)?)
     };
@@ -1033,6 +1036,8 @@ macro_rules! json {
         $crate::json!(@array [$($e,)* $crate::json!($v),] $($($rest)*)?)
     };
 
+    // A formatted string is moved in, not copied.
+    (format!($($f:tt)*)) => { $crate::json::Value::String(::std::format!($($f)*)) };
     ($other:expr) => { $crate::json::ToJson::to_json(&$other) };
 }
 
@@ -1089,6 +1094,7 @@ mod tests {
         assert_eq!(theirs(&crate::json!("s")), serde_json!("s"));
         assert_eq!(theirs(&crate::json!([])), serde_json!([]));
         assert_eq!(crate::json!({"only": 1})["only"], 1u64);
+        assert_eq!(crate::json!(format!("{}-{}", 5, "x")), "5-x");
     }
 
     #[test]

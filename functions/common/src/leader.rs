@@ -225,7 +225,7 @@ fn log_tick(v: &Value) {
 pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> Result<(), String> {
     let started = Instant::now();
     let settings = Settings::load(ctx.variables).map_err(|e| {
-        log_line(json!({"fn": "leader", "error": "not_configured", "message": e.to_string()}));
+        log_line(json!({"fn": "leader", "error": "not_configured", "message": format!("{e}")}));
         e.to_string()
     })?;
     let _ = timestamp; // every tick is the same question: who leads now?
@@ -328,7 +328,7 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
         Err(e) => {
             return timer::azure_answer(
                 StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "not_configured", "message": e.to_string()}),
+                json!({"error": "not_configured", "message": format!("{e}")}),
                 vec![format!("leader: {e}")],
             )
         }

@@ -1218,7 +1218,9 @@ pub async fn handle_cron<T: Transport>(
 ) -> Result<(), String> {
     let started = Instant::now();
     let settings = Settings::load(ctx.variables).map_err(|e| {
-        log_line(json!({"fn": "ttl-sweeper", "error": "not_configured", "message": e.to_string()}));
+        log_line(
+            json!({"fn": "ttl-sweeper", "error": "not_configured", "message": format!("{e}")}),
+        );
         e.to_string()
     })?;
     let (report, failure, trips) = sweep(ctx, &settings, started).await;
@@ -1253,7 +1255,7 @@ pub const SWEEPER_ROUTE: &str = "/api/sweeper";
 /// `POST /{FunctionName}` (any other path: an Azure Functions timer invocation).
 pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
-    let path = request.path().to_string();
+    let path = request.path();
     let api = path.starts_with(TTL_ROUTE)
         || path.trim_end_matches('/') == TTL_ROUTE.trim_end_matches('/')
         || path.trim_end_matches('/') == SWEEPER_ROUTE
@@ -1323,7 +1325,7 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
         Err(e) => {
             return timer::azure_answer(
                 StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "not_configured", "message": e.to_string()}),
+                json!({"error": "not_configured", "message": format!("{e}")}),
                 vec![format!("ttl-sweeper: {e}")],
             )
         }

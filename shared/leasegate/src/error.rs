@@ -181,7 +181,7 @@ pub enum Error {
     #[error("unusable lock blob: {0}")]
     CorruptLock(String),
     /// Storage answered something this crate cannot read.
-    #[error("unexpected response ({status}): {detail}")]
+    #[error("unexpected response ({}): {detail}", status.as_u16())]
     UnexpectedResponse {
         /// The status of the response.
         status: StatusCode,
