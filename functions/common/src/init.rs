@@ -327,14 +327,7 @@ pub fn describe(
         }
         Err(e) => {
             v.set("state", json!("unknown"));
-            v.set(
-                "error",
-                json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
-                    "lock_unusable"
-                } else {
-                    "storage_unavailable"
-                }),
-            );
+            v.set("error", json!(web::storage_error_code(e)));
             v.set(
                 "message",
                 json!(format!("lease storage failed, nothing was run: {e}")),

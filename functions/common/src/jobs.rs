@@ -905,14 +905,7 @@ pub fn describe(
         }
         Err(e) => {
             v.set("decision", json!("storage_unavailable"));
-            v.set(
-                "error",
-                json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
-                    "lock_unusable"
-                } else {
-                    "storage_unavailable"
-                }),
-            );
+            v.set("error", json!(web::storage_error_code(e)));
             v.set(
                 "message",
                 json!(format!("lease storage failed, the job did not run: {e}")),

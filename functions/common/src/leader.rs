@@ -159,14 +159,7 @@ pub async fn tick<T: Transport>(
         }
         Err(e) => {
             v.set("role", json!("unknown"));
-            v.set(
-                "error",
-                json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
-                    "lock_unusable"
-                } else {
-                    "storage_unavailable"
-                }),
-            );
+            v.set("error", json!(web::storage_error_code(&e)));
             v.set(
                 "message",
                 json!(format!(

@@ -109,6 +109,15 @@ pub fn number(x: f64) -> String {
     }
 }
 
+/// The error code of an answer for a storage failure: `lock_unusable` when the lock blob's
+/// claim cannot be used (an operator must act), else `storage_unavailable`.
+pub fn storage_error_code(e: &leasegate::Error) -> &'static str {
+    match e {
+        leasegate::Error::CorruptLock(_) => "lock_unusable",
+        _ => "storage_unavailable",
+    }
+}
+
 /// The 503 for a storage failure: what storage said (status and error code), never a secret.
 /// A lock blob whose claim cannot be used is `lock_unusable`, naming the field.
 pub fn storage_unavailable(e: &leasegate::Error) -> Response {
