@@ -52,7 +52,8 @@ start_azurite() {
   # Azurite's stdin is a pipe held by this script: when the script ends, however it ends, the
   # pipe closes and tests/azurite/run.js stops Azurite.
   exec 9> >(exec node tests/azurite/run.js --blobHost 127.0.0.1 --blobPort 10000 \
-    --location .leasegate/azurite --skipApiVersionCheck --loose > .leasegate/azurite.log 2>&1)
+    --location .leasegate/azurite --skipApiVersionCheck --loose --disableTelemetry \
+    > .leasegate/azurite.log 2>&1)
   AZURITE_PID=$!
   for _ in $(seq 1 100); do
     port_open 10000 && return

@@ -1,5 +1,6 @@
 //! The Spin app under test: its release `.wasm` components (built once per test process),
-//! served by the wasmtime host from the real `spin.toml`, against the shared Azurite, with a
+//! served by the real `spin up` from the project's own `spin.toml` (or the cron manifest under
+//! the real cron plugin), against the shared Azurite through a fault-injecting proxy, with a
 //! webhook sink for notifications.
 
 use std::collections::HashMap;
@@ -9,9 +10,10 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use leasegate::ContainerName;
-use leasegate_host::{Host, HostConfig};
 
+use crate::proxy::{Proxy, Seen};
 use crate::sink::Sink;
+use crate::spin::{Spin, SpinConfig};
 use crate::{unique_container, Azurite};
 
 /// The workspace root.
@@ -78,7 +80,8 @@ pub const TIMER_AUTH: (&str, &str) = ("authorization", "Bearer test-timer-token-
 pub enum Manifest {
     /// `spin.toml`: the HTTP app.
     Http,
-    /// `spin-cron.toml`: the timer functions on Spin's cron trigger.
+    /// `spin-cron.toml`: the timer functions on Spin's cron trigger (the real plugin), with
+    /// the schedules of [`Setup::cron`] when it names any.
     Cron,
     /// The Azure Functions deployment's manifest: `spin.toml` plus
     /// `deploy/azure-functions/timer-routes.toml`, as `assemble.py` makes it.
@@ -125,37 +128,79 @@ impl Manifest {
     }
 }
 
+/// `spin-cron.toml` with only the triggers of `schedules` (component, six-field expression with
+/// seconds), written into `dir`: the shipped schedules run every minute or five, too slow for a
+/// test, and a manifest cannot template them.
+pub fn cron_manifest(dir: &Path, schedules: &[(&str, &str)]) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("spin-cron.toml")).expect("read spin-cron.toml");
+    let mut doc: toml::Table = text.parse().expect("spin-cron.toml parses");
+    let triggers: Vec<toml::Value> = schedules
+        .iter()
+        .map(|(component, expr)| {
+            let mut t = toml::Table::new();
+            t.insert("component".into(), (*component).into());
+            t.insert("cron_expression".into(), (*expr).into());
+            toml::Value::Table(t)
+        })
+        .collect();
+    let trigger = doc
+        .get_mut("trigger")
+        .and_then(|t| t.as_table_mut())
+        .expect("spin-cron.toml has triggers");
+    trigger.insert("cron".into(), toml::Value::Array(triggers));
+    // Component sources are relative to the manifest: make them absolute.
+    if let Some(components) = doc.get_mut("component").and_then(|c| c.as_table_mut()) {
+        for (_, c) in components.iter_mut() {
+            if let Some(source) = c.get_mut("source") {
+                if let Some(s) = source.as_str() {
+                    *source = root().join(s).display().to_string().into();
+                }
+            }
+        }
+    }
+    let path = dir.join("spin-cron.toml");
+    std::fs::write(&path, toml::to_string(&doc).expect("manifest")).expect("write the manifest");
+    path
+}
+
 /// How to start a test app beyond its variables.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Setup {
     /// The manifest.
     pub manifest: Manifest,
-    /// The guests' wall clock is this far ahead of real time (negative: behind).
+    /// The clock of `spin up` (and so of the components) is this far ahead of real time
+    /// (negative: behind), through `faketime`.
     pub clock_offset_ms: i64,
     /// Share this container (several deployments of one app) instead of a fresh one.
     pub container: Option<ContainerName>,
+    /// For [`Manifest::Cron`]: run only these triggers, on these schedules (component,
+    /// six-field cron expression); empty: the manifest's own.
+    pub cron: Vec<(&'static str, &'static str)>,
+    /// A runtime config file's text for `spin up --runtime-config-file`.
+    pub runtime_config: Option<String>,
 }
 
-impl Default for Setup {
+impl Default for Manifest {
     fn default() -> Self {
-        Setup {
-            manifest: Manifest::Http,
-            clock_offset_ms: 0,
-            container: None,
-        }
+        Manifest::Http
     }
 }
 
-/// The app, served on a free loopback port.
+/// The app under the real `spin up`, with a recording, fault-injecting proxy in front of
+/// storage and another in front of the webhook sink.
 pub struct App {
-    /// The host serving the components.
-    pub host: Host,
-    /// Where notifications go.
+    /// The `spin up` serving the components.
+    pub spin: Spin,
+    /// Where notifications, job runs, heartbeats and initializations go.
     pub sink: Sink,
     /// This app's own container (so tests do not see each other's gates).
     pub container: ContainerName,
-    /// The storage origin's authority (`127.0.0.1:port`), for counting and faults.
-    pub storage: String,
+    /// The proxy between the app and Azurite: storage requests are counted and faulted here.
+    pub storage: Proxy,
+    /// The proxy between the app and the sink (`notify_origin`, `job_origin`, ...).
+    pub webhook: Proxy,
+    /// The app's variables.
+    pub variables: HashMap<String, String>,
 }
 
 impl App {
@@ -168,77 +213,92 @@ impl App {
     pub fn start_with(tag: &str, overrides: &[(&str, &str)], setup: Setup) -> App {
         build_components();
         let azurite = Azurite::shared();
+        let storage = Proxy::start(&format!("127.0.0.1:{}", azurite.port()));
         let sink = Sink::start();
+        let webhook = Proxy::start(&sink.authority());
         let container = setup.container.unwrap_or_else(|| unique_container(tag));
         let mut variables: HashMap<String, String> = HashMap::from([
-            (
-                "storage_origin".into(),
-                format!("http://127.0.0.1:{}", azurite.port()),
-            ),
+            ("storage_origin".into(), storage.origin()),
             ("container".into(), container.as_str().to_string()),
-            ("notify_origin".into(), sink.origin()),
+            ("notify_origin".into(), webhook.origin()),
             ("gate_token".into(), GATE_TOKEN.into()),
             ("telemetry_token".into(), TELEMETRY_TOKEN.into()),
             ("lease_id_secret".into(), LEASE_ID_SECRET.into()),
             ("timer_token".into(), TIMER_TOKEN.into()),
             ("instance_id".into(), "test-instance".into()),
-            ("job_origin".into(), sink.origin()),
-            ("leader_origin".into(), sink.origin()),
-            ("init_origin".into(), sink.origin()),
+            ("job_origin".into(), webhook.origin()),
+            ("leader_origin".into(), webhook.origin()),
+            ("init_origin".into(), webhook.origin()),
             ("storage_timeout_ms".into(), "3000".into()),
         ]);
         for (k, v) in overrides {
             variables.insert(k.to_string(), v.to_string());
         }
-        let host = Host::start(HostConfig {
-            manifest: setup.manifest.path(),
-            variables,
-            listen: "127.0.0.1:0".parse().expect("address"),
-            echo: std::env::var_os("LEASEGATE_HOST_ECHO").is_some(),
+        let http = setup.manifest != Manifest::Cron;
+        let scratch = crate::spin::scratch_dir("manifest");
+        let manifest = if setup.manifest == Manifest::Cron && !setup.cron.is_empty() {
+            cron_manifest(&scratch, &setup.cron)
+        } else {
+            setup.manifest.path()
+        };
+        let mut sorted: Vec<(String, String)> = variables.clone().into_iter().collect();
+        sorted.sort();
+        let spin = Spin::start(&SpinConfig {
+            manifest,
+            variables: sorted,
+            http,
             clock_offset_ms: setup.clock_offset_ms,
-            cron: false,
-        })
-        .expect("start the wasm host");
+            runtime_config: setup.runtime_config,
+        });
         App {
-            host,
+            spin,
             sink,
             container,
-            storage: format!("127.0.0.1:{}", azurite.port()),
+            storage,
+            webhook,
+            variables,
         }
     }
 
     /// `http://127.0.0.1:{port}{path}`.
     pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.host.url())
+        format!("{}{path}", self.spin.url())
     }
 
-    /// The host's record of the request that gave `response`.
-    pub fn record_of(&self, response: &Answer) -> leasegate_host::RequestRecord {
-        self.host
-            .record(response.request_id, Duration::from_secs(30))
-            .expect("the host recorded the request")
+    /// Runs `f` (one decision at a time) and returns what it gave and the storage requests
+    /// made meanwhile.
+    pub fn counted<T>(&self, f: impl FnOnce() -> T) -> (T, Vec<Seen>) {
+        self.storage.during(f)
     }
-}
 
-/// Every answer the app gave must have left in one write: its body written and finished before
-/// the response was set (see `leasegate_host`'s `response` module). Checked when the app goes
-/// away, for every test.
-impl Drop for App {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            return;
-        }
-        let split: Vec<String> = self
-            .host
-            .records()
-            .iter()
-            .filter(|r| r.complete_at_set == Some(false))
-            .map(|r| format!("{} {} -> {} ({})", r.method, r.path, r.status, r.component))
+    /// The storage requests made while `f` ran.
+    pub fn storage_requests<T>(&self, f: impl FnOnce() -> T) -> (T, usize) {
+        let (out, seen) = self.storage.during(f);
+        (out, seen.len())
+    }
+
+    /// Lines the components logged (and Spin's own output).
+    pub fn log_lines(&self) -> Vec<String> {
+        self.spin.log_lines()
+    }
+
+    /// The components' JSON log lines.
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.spin.json_lines()
+    }
+
+    /// Panics if a component trapped or panicked (Spin's stderr and the log files say so).
+    pub fn assert_no_trap(&self) {
+        let traps: Vec<String> = self
+            .log_lines()
+            .into_iter()
+            .filter(|l| {
+                l.contains("panicked")
+                    || l.contains("wasm trap")
+                    || l.contains("error while executing")
+            })
             .collect();
-        assert!(
-            split.is_empty(),
-            "responses set before their body was finished (head and body in two TCP segments: a delayed-ACK stall under Spin): {split:?}"
-        );
+        assert!(traps.is_empty(), "a component trapped: {traps:#?}");
     }
 }
 
@@ -253,8 +313,6 @@ pub struct Answer {
     pub json: serde_json::Value,
     /// The raw body.
     pub text: String,
-    /// The host's id of the request (`leasegate-host-request-id`).
-    pub request_id: u64,
 }
 
 /// Sends one request to the app.
@@ -279,10 +337,6 @@ pub fn call(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> A
     let text = response.into_body().read_to_string().unwrap_or_default();
     Answer {
         status,
-        request_id: headers
-            .get("leasegate-host-request-id")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
         json: serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
         headers,
         text,
@@ -335,8 +389,8 @@ pub fn bad(
 }
 
 /// Sends every case: each gets its status and a JSON error (`error`, or an Azure answer's
-/// `ReturnValue.error`) holding none of `secrets`; afterwards no request of the app was
-/// answered 5xx and no log line holds a secret.
+/// `ReturnValue.error`) holding none of `secrets`; afterwards no component trapped and no log
+/// line holds a secret.
 pub fn expect_clear_errors(app: &App, cases: &[BadCase], secrets: &[&str]) {
     for c in cases {
         let a = call(c.method, &app.url(&c.path), &c.headers, &c.body);
@@ -350,13 +404,10 @@ pub fn expect_clear_errors(app: &App, cases: &[BadCase], secrets: &[&str]) {
             assert!(!a.text.contains(s), "{} {}: {}", c.method, c.path, a.text);
         }
     }
-    assert!(app.host.wait_idle(Duration::from_secs(30)));
-    for r in app.host.records() {
-        assert!(r.status < 500, "{} {} -> {}", r.method, r.path, r.status);
-        for line in &r.output {
-            for s in secrets {
-                assert!(!line.contains(s), "{line}");
-            }
+    app.assert_no_trap();
+    for line in app.log_lines() {
+        for s in secrets {
+            assert!(!line.contains(s), "a log line holds a secret: {line}");
         }
     }
 }

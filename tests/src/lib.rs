@@ -17,7 +17,9 @@ use leasegate::{Account, ContainerName};
 
 pub mod app;
 pub mod keepalive;
+pub mod proxy;
 pub mod sink;
+pub mod spin;
 pub mod stub;
 
 /// A running Azurite blob service.
@@ -49,7 +51,13 @@ impl Azurite {
                 .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
                 .arg("--location")
                 .arg(&dir)
-                .args(["--silent", "--skipApiVersionCheck", "--loose"])
+                // --disableTelemetry: Azurite otherwise sends usage data to an outside service.
+                .args([
+                    "--silent",
+                    "--skipApiVersionCheck",
+                    "--loose",
+                    "--disableTelemetry",
+                ])
                 .env("LEASEGATE_AZURITE_TMP", &dir)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
@@ -127,7 +135,8 @@ impl Drop for Azurite {
     }
 }
 
-fn free_port() -> u16 {
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -1,14 +1,15 @@
-//! What a component's size costs: for each folder of components (`--components DIR`, the
-//! release build by default), the time to compile each one, the time the host takes to start
-//! serving all six (it compiles them all first, as `spin up` does), each component's first
-//! answer after that (its first instance), and its steady per-answer time on a keep-alive
-//! connection. The answers are 401s (no token sent), so no storage request is in the figures:
-//! only what the component's size can change (compiling, instantiating, running it).
+//! What a component's size costs under the real Spin: for each folder of components
+//! (`--components DIR`, the release build by default), the time `spin up` takes to serve all
+//! six from a cold start (`--disable-cache`: every component compiled) and from a warm one
+//! (Spin's compilation cache, its default), each component's first answer after that (its
+//! first instance), and its steady per-answer time on a keep-alive connection. The answers are
+//! 401s (no token sent), so no storage request is in the figures: only what the component's
+//! size can change (compiling, instantiating, running it).
 
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leasegate_host::{Host, HostConfig};
 use leasegate_tests::app::root;
 use leasegate_tests::keepalive::KeepAlive;
 
@@ -29,7 +30,6 @@ const ANSWERS: usize = 300;
 pub struct Figures {
     pub name: &'static str,
     pub bytes: u64,
-    pub compile: Duration,
     pub first: Duration,
     pub steady: Duration,
 }
@@ -37,7 +37,10 @@ pub struct Figures {
 /// One folder's figures.
 pub struct Folder {
     pub dir: PathBuf,
-    pub start: Duration,
+    /// `spin up` to its first accepted connection, compiling every component.
+    pub cold: Duration,
+    /// The same from Spin's compilation cache.
+    pub cached: Duration,
     pub components: Vec<Figures>,
 }
 
@@ -78,35 +81,62 @@ fn answer(client: &mut KeepAlive, method: &str, path: &str) -> Result<Duration, 
     Ok(reply.took)
 }
 
-/// Measures one folder.
-pub fn measure(dir: &Path) -> Result<Folder, String> {
-    // Compile times, each on its own fresh copy (the host keeps what it compiled by path).
-    let mut compile = Vec::new();
-    for (name, _, _) in COMPONENTS {
-        let mut times = Vec::new();
-        for _ in 0..3 {
-            let copy = fresh_copy(dir)?;
-            let started = Instant::now();
-            leasegate_host::inspect(&copy.join(format!("{name}.wasm")))
-                .map_err(|e| format!("{name}: {e:#}"))?;
-            times.push(started.elapsed());
-            let _ = std::fs::remove_dir_all(&copy);
-        }
-        compile.push(median(times));
+/// `spin up` of the copy's manifest on a free port; the child and its address once it accepts
+/// connections, and how long that took.
+fn spin_up(copy: &Path, cache: bool) -> Result<(Child, String, Duration), String> {
+    let addr = format!("127.0.0.1:{}", leasegate_tests::free_port());
+    let mut cmd = Command::new("spin");
+    cmd.arg("up")
+        .arg("--from")
+        .arg(copy.join("spin.toml"))
+        .args(["--listen", &addr])
+        .arg("--state-dir")
+        .arg(copy.join("state"))
+        .arg("--log-dir")
+        .arg(copy.join("logs"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if !cache {
+        cmd.arg("--disable-cache");
     }
-    let copy = fresh_copy(dir)?;
-    let mut config = HostConfig::new(copy.join("spin.toml"));
     for token in ["telemetry_token", "gate_token", "timer_token"] {
-        config
-            .variables
-            .insert(token.into(), "bench-coldstart".into());
+        cmd.args(["--variable", &format!("{token}=bench-coldstart")]);
     }
     let started = Instant::now();
-    let host = Host::start(config).map_err(|e| format!("{}: {e:#}", dir.display()))?;
-    let start = started.elapsed();
-    let addr = host.addr().to_string();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("spin up: {e} ({})", leasegate_tests::spin::INSTALL_HINT))?;
+    while started.elapsed() < Duration::from_secs(180) {
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            return Ok((child, addr, started.elapsed()));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("spin up exited: {status}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err("spin up did not serve within 180 s".into())
+}
+
+fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Measures one folder.
+pub fn measure(dir: &Path) -> Result<Folder, String> {
+    let copy = fresh_copy(dir)?;
+    let (child, _, cold) = spin_up(&copy, false)?;
+    stop(child);
+    // The first cached start fills the cache; the second is what a restart costs.
+    let (child, _, _) = spin_up(&copy, true)?;
+    stop(child);
+    let (child, addr, cached) = spin_up(&copy, true)?;
     let mut components = Vec::new();
-    for ((name, method, path), compile) in COMPONENTS.into_iter().zip(compile) {
+    for (name, method, path) in COMPONENTS {
         let mut client = KeepAlive::connect(&addr).map_err(|e| format!("{addr}: {e}"))?;
         let first = answer(&mut client, method, path)?;
         let mut steady = Vec::with_capacity(ANSWERS);
@@ -119,16 +149,16 @@ pub fn measure(dir: &Path) -> Result<Folder, String> {
         components.push(Figures {
             name,
             bytes,
-            compile,
             first,
             steady: median(steady),
         });
     }
-    drop(host);
+    stop(child);
     let _ = std::fs::remove_dir_all(&copy);
     Ok(Folder {
         dir: dir.to_path_buf(),
-        start,
+        cold,
+        cached,
         components,
     })
 }
@@ -136,13 +166,11 @@ pub fn measure(dir: &Path) -> Result<Folder, String> {
 /// Prints the folders' figures, one table.
 pub fn print(folders: &[Folder]) {
     println!(
-        "\ncomponent size and cost (401 answers, no storage request; compile: median of 3; \
-         steady: median of {ANSWERS} on one keep-alive connection)\n"
+        "\ncomponent size and cost under spin up (401 answers, no storage request; steady: median \
+         of {ANSWERS} on one keep-alive connection)\n"
     );
-    println!(
-        "| components | component | bytes | compile ms | first answer ms | steady answer ms |"
-    );
-    println!("|---|---|---|---|---|---|");
+    println!("| components | component | bytes | first answer ms | steady answer ms |");
+    println!("|---|---|---|---|---|");
     for folder in folders {
         let dir = folder
             .dir
@@ -152,18 +180,18 @@ pub fn print(folders: &[Folder]) {
             .to_string();
         for f in &folder.components {
             println!(
-                "| {dir} | {} | {} | {:.1} | {:.2} | {:.3} |",
+                "| {dir} | {} | {} | {:.2} | {:.3} |",
                 f.name,
                 f.bytes,
-                f.compile.as_secs_f64() * 1e3,
                 f.first.as_secs_f64() * 1e3,
                 f.steady.as_secs_f64() * 1e3,
             );
         }
         println!(
-            "| {dir} | host start, all six compiled | {} | {:.1} | | |",
+            "| {dir} | spin up, all six: cold (--disable-cache) {:.0} ms, cached {:.0} ms | {} | | |",
+            folder.cold.as_secs_f64() * 1e3,
+            folder.cached.as_secs_f64() * 1e3,
             folder.components.iter().map(|f| f.bytes).sum::<u64>(),
-            folder.start.as_secs_f64() * 1e3,
         );
     }
 }

@@ -23,7 +23,6 @@
 mod coldstart;
 mod load;
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -462,19 +461,10 @@ fn sdk(
     rows
 }
 
-/// Storage requests per decision, from the host's records of `ids`.
-fn storage_per_decision(app: &App, ids: &[u64]) -> Option<f64> {
-    app.host.wait_idle(Duration::from_secs(30));
-    let wanted: HashSet<u64> = ids.iter().copied().collect();
-    let (n, sum) = app
-        .host
-        .records()
-        .iter()
-        .filter(|r| wanted.contains(&r.id))
-        .fold((0usize, 0usize), |(n, s), r| {
-            (n + 1, s + r.outbound_to(&app.storage))
-        });
-    (n > 0).then(|| sum as f64 / n as f64)
+/// Storage requests per decision: what the proxy in front of storage counted during a row,
+/// over the answers the row got.
+fn storage_per_decision(requests: usize, answers: usize) -> Option<f64> {
+    (answers > 0).then(|| requests as f64 / answers as f64)
 }
 
 struct Tokens {
@@ -576,8 +566,12 @@ fn app_row(
         Storage::Counted(None),
         bench.options.concurrency.len(),
     );
-    let ids = bench.run_row(&mut row, app.host.addr(), request, &expect);
-    row.storage = Storage::Counted(storage_per_decision(app, &ids));
+    let before = app.storage.count();
+    let ids = bench.run_row(&mut row, app.spin.addr(), request, &expect);
+    row.storage = Storage::Counted(storage_per_decision(
+        app.storage.count() - before,
+        ids.len(),
+    ));
     row
 }
 
@@ -593,7 +587,7 @@ fn throttled_expect() -> Expect {
 fn app_rows(bench: &mut Bench, tokens: &Tokens, kv_declared: bool) -> (Row, Vec<Row>, App) {
     let n = bench.max_connections();
     let app = start_app(tokens, kv_declared.then_some("off"));
-    let host = app.host.addr().to_string();
+    let host = app.spin.addr().to_string();
     hold_devices(&app, tokens, n);
     let throttled_name = if kv_declared {
         "app: telemetry throttled, kv_cache=off"
@@ -681,7 +675,7 @@ fn kv_row(bench: &mut Bench, tokens: &Tokens) -> (Row, Option<App>) {
         }
     };
     hold_devices(&app, tokens, bench.max_connections());
-    let request = telemetry_request(&app.host.addr().to_string(), &tokens.telemetry, 36.0);
+    let request = telemetry_request(&app.spin.addr().to_string(), &tokens.telemetry, 36.0);
     let mut row = app_row(bench, &app, name, &request, throttled_expect());
     row.reference = Some(409);
     (row, Some(app))

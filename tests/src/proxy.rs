@@ -1,0 +1,517 @@
+//! A recording, fault-injecting HTTP/1.1 proxy between the app under `spin up` and one
+//! upstream (Azurite, or the webhook sink). The app is pointed at it through its Spin
+//! variables (`storage_origin`, `notify_origin`, ...), so every outbound request crosses it,
+//! and faults enter where they happen in production: on the network.
+//!
+//! It counts and records every request (method, path and query with any SAS signature
+//! redacted, how it was authorized, its `x-ms-*` headers), and applies the newest matching
+//! [`Fault`]: refuse (read the request, then reset the connection: storage never saw it), answer
+//! a status, delay, forward and then drop the answer (the "lost answer": storage acted, the
+//! caller cannot know), or forward and break the answer's body.
+//!
+//! Spin pools outbound connections, so a fault reaches connections that are already open too:
+//! every fault acts per request, never per connection. Each client connection is served by
+//! its own thread over its own upstream connection; every read has a timeout and every loop a
+//! bound, and dropping the proxy stops it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// What the proxy does to a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Read the request, forward nothing, reset the connection: to the caller a refused or
+    /// broken connection; the upstream never sees the request.
+    Refuse,
+    /// Answer this status without forwarding (503 carries `x-ms-error-code: ServerBusy`; every
+    /// answer has a `Date`).
+    Status(u16),
+    /// Wait this long, then forward.
+    Delay(Duration),
+    /// Forward, read the whole answer, then reset the connection instead of passing it on: the
+    /// upstream acted, the caller cannot know.
+    LoseAnswer,
+    /// Forward, pass the answer's head and the first half of its body (at least one byte is
+    /// held back), then reset the connection.
+    BreakBody,
+}
+
+/// One request that reached the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// Method.
+    pub method: String,
+    /// Path and query, with any `sig=` value replaced by `REDACTED`.
+    pub target: String,
+    /// How it was authorized (never the credential): `SharedKey`, `Bearer`, `SAS` (a `sig=` in
+    /// the query) or `none`.
+    pub auth: &'static str,
+    /// Its `x-ms-*` headers (names lowercased), in the order sent.
+    pub ms_headers: Vec<(String, String)>,
+    /// When it arrived.
+    pub at: SystemTime,
+    /// The fault applied to it, if any.
+    pub fault: Option<Fault>,
+}
+
+impl Seen {
+    /// The path without the query.
+    pub fn path(&self) -> &str {
+        self.target.split('?').next().unwrap_or("")
+    }
+
+    /// The value of an `x-ms-*` header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.ms_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `lease acquire` for a lease request, else `METHOD comp` (`HEAD`, `PUT metadata`).
+    pub fn describe(&self) -> String {
+        if let Some(action) = self.header("x-ms-lease-action") {
+            return format!("lease {action}");
+        }
+        let comp = self
+            .target
+            .split_once('?')
+            .map(|(_, q)| q)
+            .unwrap_or("")
+            .split('&')
+            .find_map(|p| p.strip_prefix("comp="))
+            .unwrap_or("");
+        format!("{} {comp}", self.method).trim().to_string()
+    }
+}
+
+/// How long one connection is served at most, and one read or write may wait.
+const CONNECTION_LIMIT: Duration = Duration::from_secs(300);
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest head and body the proxy reads.
+const MAX_HEAD: usize = 64 << 10;
+const MAX_BODY: usize = 64 << 20;
+/// Connections served at once at most; more are closed unanswered.
+const MAX_CONNECTIONS: usize = 256;
+
+type Rules = Vec<(Option<String>, Fault)>;
+
+struct Shared {
+    upstream: SocketAddr,
+    seen: Mutex<Vec<Seen>>,
+    rules: Mutex<Rules>,
+    open: Mutex<usize>,
+    stop: AtomicBool,
+}
+
+/// The proxy. Dropping it stops accepting and ends every connection it serves.
+pub struct Proxy {
+    port: u16,
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Starts a proxy on a free loopback port in front of `upstream` (`127.0.0.1:port`).
+    pub fn start(upstream: &str) -> Proxy {
+        let upstream: SocketAddr = upstream.parse().expect("upstream is host:port");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        listener.set_nonblocking(true).expect("non-blocking accept");
+        let port = listener.local_addr().expect("proxy address").port();
+        let shared = Arc::new(Shared {
+            upstream,
+            seen: Mutex::new(Vec::new()),
+            rules: Mutex::new(Vec::new()),
+            open: Mutex::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::spawn(move || accept_loop(&listener, &shared))
+        };
+        Proxy {
+            port,
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:{port}`: what the app is given as the upstream's origin.
+    pub fn origin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:{port}`.
+    pub fn authority(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Applies `fault` to every request from now on (`None`: clears every fault, those set
+    /// with [`Proxy::fault_on`] too).
+    pub fn set_fault(&self, fault: Option<Fault>) {
+        let mut rules = self.shared.rules.lock().expect("rules");
+        rules.clear();
+        if let Some(f) = fault {
+            rules.push((None, f));
+        }
+    }
+
+    /// Applies `fault` to the requests whose `METHOD target` (`PUT /devstoreaccount1/c/b?comp=lease`)
+    /// contains `part`. Earlier faults stay; the newest matching one wins.
+    pub fn fault_on(&self, part: &str, fault: Fault) {
+        self.shared
+            .rules
+            .lock()
+            .expect("rules")
+            .insert(0, (Some(part.to_string()), fault));
+    }
+
+    /// Every request seen so far, in arrival order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.shared.seen.lock().expect("seen").clone()
+    }
+
+    /// How many requests have arrived so far.
+    pub fn count(&self) -> usize {
+        self.shared.seen.lock().expect("seen").len()
+    }
+
+    /// The requests that arrived while `f` ran (use with one decision at a time).
+    pub fn during<T>(&self, f: impl FnOnce() -> T) -> (T, Vec<Seen>) {
+        let before = self.count();
+        let out = f();
+        let seen = self.seen();
+        (out, seen[before.min(seen.len())..].to_vec())
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                {
+                    let mut open = shared.open.lock().expect("open");
+                    if *open >= MAX_CONNECTIONS {
+                        continue;
+                    }
+                    *open += 1;
+                }
+                let shared = shared.clone();
+                std::thread::spawn(move || {
+                    serve(stream, &shared);
+                    *shared.open.lock().expect("open") -= 1;
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// One HTTP message read off a connection: its head and body, raw.
+struct Message {
+    head: Vec<u8>,
+    body: Vec<u8>,
+    /// The first line (request line or status line).
+    start: String,
+    headers: Vec<(String, String)>,
+}
+
+impl Message {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut out = self.head.clone();
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+fn serve(client: TcpStream, shared: &Shared) {
+    let started = Instant::now();
+    let _ = client.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = client.set_write_timeout(Some(IO_TIMEOUT));
+    let _ = client.set_nodelay(true);
+    let mut reader = BufReader::new(match client.try_clone() {
+        Ok(c) => c,
+        Err(_) => return,
+    });
+    let mut writer = client;
+    let mut upstream: Option<BufReader<TcpStream>> = None;
+    while started.elapsed() < CONNECTION_LIMIT && !shared.stop.load(Ordering::Relaxed) {
+        let request = match read_message(&mut reader, None) {
+            Some(r) => r,
+            None => return,
+        };
+        let mut parts = request.start.split(' ');
+        let method = parts.next().unwrap_or("").to_string();
+        let target = parts.next().unwrap_or("").to_string();
+        let fault = {
+            let line = format!("{method} {target}");
+            shared
+                .rules
+                .lock()
+                .expect("rules")
+                .iter()
+                .find(|(part, _)| part.as_ref().is_none_or(|p| line.contains(p.as_str())))
+                .map(|(_, f)| f.clone())
+        };
+        shared.seen.lock().expect("seen").push(Seen {
+            auth: auth_kind(&request, &target),
+            target: redact(&target),
+            ms_headers: request
+                .headers
+                .iter()
+                .filter(|(k, _)| k.to_ascii_lowercase().starts_with("x-ms-"))
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                .collect(),
+            method: method.clone(),
+            at: SystemTime::now(),
+            fault: fault.clone(),
+        });
+        match fault {
+            Some(Fault::Refuse) => return reset(writer),
+            Some(Fault::Status(status)) => {
+                let code = if status == 503 {
+                    "x-ms-error-code: ServerBusy\r\n"
+                } else {
+                    ""
+                };
+                let answer = format!(
+                    "HTTP/1.1 {status} Fault\r\nDate: {}\r\n{code}Content-Length: 0\r\n\r\n",
+                    httpdate::fmt_http_date(SystemTime::now())
+                );
+                if writer.write_all(answer.as_bytes()).is_err() {
+                    return;
+                }
+                continue;
+            }
+            Some(Fault::Delay(d)) => std::thread::sleep(d),
+            _ => {}
+        }
+        // Forward, over this connection's own upstream connection.
+        let answer = match forward(shared, &mut upstream, &request, &method) {
+            Some(a) => a,
+            None => return reset(writer),
+        };
+        match fault {
+            Some(Fault::LoseAnswer) => return reset(writer),
+            Some(Fault::BreakBody) => {
+                let _ = writer.write_all(&answer.head);
+                let keep = answer.body.len().saturating_sub(1) / 2;
+                let _ = writer.write_all(&answer.body[..keep]);
+                let _ = writer.flush();
+                return reset(writer);
+            }
+            _ => {}
+        }
+        if writer.write_all(&answer.bytes()).is_err() {
+            return;
+        }
+        let close = |m: &Message| {
+            m.header("connection")
+                .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+        };
+        if close(&request) || close(&answer) {
+            let _ = writer.shutdown(Shutdown::Write);
+            return;
+        }
+    }
+}
+
+/// Sends `request` upstream (opening the connection if needed, once more if a kept one was
+/// closed) and reads the whole answer.
+fn forward(
+    shared: &Shared,
+    upstream: &mut Option<BufReader<TcpStream>>,
+    request: &Message,
+    method: &str,
+) -> Option<Message> {
+    for _ in 0..2 {
+        if upstream.is_none() {
+            let s = TcpStream::connect_timeout(&shared.upstream, Duration::from_secs(10)).ok()?;
+            let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+            let _ = s.set_write_timeout(Some(IO_TIMEOUT));
+            let _ = s.set_nodelay(true);
+            *upstream = Some(BufReader::new(s));
+        }
+        let conn = upstream.as_mut().expect("just opened");
+        if conn.get_mut().write_all(&request.bytes()).is_ok() {
+            if let Some(answer) = read_message(conn, Some(method)) {
+                return Some(answer);
+            }
+        }
+        // A kept connection the upstream had closed: try once more on a new one.
+        *upstream = None;
+    }
+    None
+}
+
+/// Resets the connection (RST, not FIN): the peer sees a broken connection.
+fn reset(stream: TcpStream) {
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+    drop(stream);
+}
+
+/// Reads one message: a request (`request_method` `None`) or the answer to a request made
+/// with `request_method`. `None` when the connection ended or the message was malformed.
+fn read_message(
+    reader: &mut BufReader<TcpStream>,
+    request_method: Option<&str>,
+) -> Option<Message> {
+    let mut head = Vec::new();
+    loop {
+        let before = head.len();
+        let n = reader
+            .by_ref()
+            .take((MAX_HEAD - head.len()) as u64)
+            .read_until(b'\n', &mut head)
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        let line = &head[before..];
+        if line == b"\r\n" || line == b"\n" {
+            if before == 0 {
+                // A stray empty line before a message.
+                head.clear();
+                continue;
+            }
+            break;
+        }
+        if head.len() >= MAX_HEAD {
+            return None;
+        }
+    }
+    let text = String::from_utf8_lossy(&head).to_string();
+    let mut lines = text.lines();
+    let start = lines.next()?.to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut message = Message {
+        head,
+        body: Vec::new(),
+        start,
+        headers,
+    };
+    let status: Option<u16> =
+        request_method.and_then(|_| message.start.split(' ').nth(1).and_then(|s| s.parse().ok()));
+    let no_body = match (request_method, status) {
+        (Some(m), Some(s)) => {
+            m.eq_ignore_ascii_case("HEAD") || s == 204 || s == 304 || (100..200).contains(&s)
+        }
+        _ => false,
+    };
+    if no_body {
+        return Some(message);
+    }
+    let chunked = message
+        .header("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    if chunked {
+        // Kept raw (sizes, extensions, trailers) and passed on as it came.
+        loop {
+            let mut size_line = Vec::new();
+            reader
+                .by_ref()
+                .take(4096)
+                .read_until(b'\n', &mut size_line)
+                .ok()?;
+            if size_line.is_empty() {
+                return None;
+            }
+            message.body.extend_from_slice(&size_line);
+            let size_text = String::from_utf8_lossy(&size_line);
+            let size =
+                usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).ok()?;
+            if message.body.len() + size > MAX_BODY {
+                return None;
+            }
+            if size == 0 {
+                // Trailers up to the empty line.
+                loop {
+                    let mut t = Vec::new();
+                    reader.by_ref().take(4096).read_until(b'\n', &mut t).ok()?;
+                    if t.is_empty() {
+                        return None;
+                    }
+                    message.body.extend_from_slice(&t);
+                    if t == b"\r\n" || t == b"\n" {
+                        return Some(message);
+                    }
+                }
+            }
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).ok()?;
+            message.body.extend_from_slice(&chunk);
+        }
+    }
+    match message.header("content-length") {
+        Some(n) => {
+            let n: usize = n.parse().ok()?;
+            if n > MAX_BODY {
+                return None;
+            }
+            message.body = vec![0; n];
+            reader.read_exact(&mut message.body).ok()?;
+        }
+        None if status.is_some() => {
+            // An answer without a length runs to the end of the connection.
+            reader
+                .by_ref()
+                .take(MAX_BODY as u64)
+                .read_to_end(&mut message.body)
+                .ok()?;
+        }
+        None => {}
+    }
+    Some(message)
+}
+
+fn auth_kind(request: &Message, target: &str) -> &'static str {
+    match request.header("authorization") {
+        Some(v) if v.starts_with("SharedKey ") => "SharedKey",
+        Some(v) if v.starts_with("Bearer ") => "Bearer",
+        Some(_) => "other",
+        None if target.contains("sig=") => "SAS",
+        None => "none",
+    }
+}
+
+fn redact(target: &str) -> String {
+    let Some((path, query)) = target.split_once('?') else {
+        return target.to_string();
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|p| {
+            if p.starts_with("sig=") {
+                "sig=REDACTED".to_string()
+            } else {
+                p.to_string()
+            }
+        })
+        .collect();
+    format!("{path}?{}", query.join("&"))
+}

@@ -1,0 +1,320 @@
+//! The real Spin CLI as the tests' runtime: `spin up` of a manifest on a free loopback port,
+//! each instance with its own state and log folders (instances from one manifest would share
+//! `.spin/sqlite_key_value.db` otherwise), optionally under `faketime` (a clock ahead of or
+//! behind real time; the cron plugin, a child of `spin`, inherits it).
+//!
+//! Spin runs inside a small `bash` watchdog that is its process group's leader and reads this
+//! process's pipe: when the test process ends, however it ends, the pipe closes and the
+//! watchdog stops Spin and everything Spin started (the cron plugin). Dropping a [`Spin`]
+//! does the same at once.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The Spin version the tests are written for (`spin --version` starts with it).
+pub const SPIN_VERSION: &str = "4.";
+/// The cron trigger plugin version verified here.
+pub const CRON_PLUGIN_VERSION: &str = "0.5.0";
+
+/// How to install Spin when it is missing.
+pub const INSTALL_HINT: &str = "the Spin CLI is needed to run the components: run `scripts/dev.sh setup` (it installs Spin and the trigger-cron plugin from ../shared/tools when that folder is there), or install Spin 4.x (https://spinframework.dev) and `spin plugins install trigger-cron --version 0.5.0`";
+
+/// Checks once that `spin` (and, when `cron` is set, the trigger-cron plugin) is installed;
+/// panics with [`INSTALL_HINT`] otherwise.
+pub fn require_spin(cron: bool) {
+    static SPIN: Mutex<Option<Result<(), String>>> = Mutex::new(None);
+    let mut checked = SPIN.lock().unwrap_or_else(|e| e.into_inner());
+    let result = checked.get_or_insert_with(|| {
+        let version = Command::new("spin")
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("`spin --version` failed ({e}): {INSTALL_HINT}"))?;
+        let text = String::from_utf8_lossy(&version.stdout).to_string();
+        if !version.status.success() || !text.starts_with(&format!("spin {SPIN_VERSION}")) {
+            return Err(format!(
+                "`spin --version` says {text:?}, wanted Spin {SPIN_VERSION}x: {INSTALL_HINT}"
+            ));
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    if cron {
+        let plugins = Command::new("spin")
+            .args(["plugins", "list", "--installed"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        assert!(
+            plugins.lines().any(|l| l.starts_with("trigger-cron")),
+            "the trigger-cron plugin is not installed: {INSTALL_HINT}"
+        );
+    }
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct SpinConfig {
+    /// The manifest (`spin up --from`).
+    pub manifest: PathBuf,
+    /// Application variables (`--variable k=v`).
+    pub variables: Vec<(String, String)>,
+    /// Serve HTTP (a manifest with HTTP triggers); `false` for a cron-only manifest.
+    pub http: bool,
+    /// The clock is this far ahead of real time (negative: behind), through `faketime`.
+    pub clock_offset_ms: i64,
+    /// A runtime config file's text (`--runtime-config-file`).
+    pub runtime_config: Option<String>,
+}
+
+/// A running `spin up`.
+pub struct Spin {
+    child: Mutex<Child>,
+    /// The watchdog stops Spin when this closes.
+    stdin: Mutex<Option<ChildStdin>>,
+    addr: Option<SocketAddr>,
+    dir: PathBuf,
+}
+
+impl Spin {
+    /// Starts `spin up` and waits until it serves (or, without HTTP, until it runs); panics
+    /// with Spin's own output if it cannot start.
+    pub fn start(config: &SpinConfig) -> Spin {
+        require_spin(!config.http);
+        if faketime_missing(config) {
+            panic!("`faketime` is not installed: apt-get install -y faketime (scripts/dev.sh setup does)");
+        }
+        let mut last = String::new();
+        for attempt in 0..4 {
+            let dir = scratch_dir("spin");
+            let addr = config
+                .http
+                .then(|| SocketAddr::from(([127, 0, 0, 1], crate::free_port())));
+            let mut args: Vec<String> = vec![
+                "up".into(),
+                "--from".into(),
+                config.manifest.display().to_string(),
+                "--state-dir".into(),
+                dir.join("state").display().to_string(),
+                "--log-dir".into(),
+                dir.join("logs").display().to_string(),
+            ];
+            if let Some(addr) = addr {
+                args.extend(["--listen".into(), addr.to_string()]);
+            }
+            if let Some(rc) = &config.runtime_config {
+                let path = dir.join("runtime-config.toml");
+                std::fs::write(&path, rc).expect("write the runtime config");
+                args.extend(["--runtime-config-file".into(), path.display().to_string()]);
+            }
+            for (k, v) in &config.variables {
+                args.extend(["--variable".into(), format!("{k}={v}")]);
+            }
+            let mut program = vec!["spin".to_string()];
+            if config.clock_offset_ms != 0 {
+                let ms = config.clock_offset_ms;
+                let sign = if ms < 0 { '-' } else { '+' };
+                let abs = ms.unsigned_abs();
+                program = vec![
+                    "faketime".into(),
+                    "-f".into(),
+                    format!("{sign}{}.{:03}s", abs / 1000, abs % 1000),
+                    "spin".into(),
+                ];
+            }
+            let out = std::fs::File::create(dir.join("spin.out")).expect("spin.out");
+            let err = std::fs::File::create(dir.join("spin.err")).expect("spin.err");
+            // The watchdog: Spin in the background, and when our pipe closes (or Spin ends),
+            // TERM to the whole process group, then KILL whatever is left.
+            let script = r#"trap '' TERM
+"$@" </dev/null &
+pid=$!
+{ cat >/dev/null; kill -TERM "$pid" 2>/dev/null; sleep 5; kill -KILL 0; } &
+wait "$pid"
+kill -TERM 0 2>/dev/null
+sleep 1
+kill -KILL 0"#;
+            let mut child = Command::new("bash")
+                .arg("-c")
+                .arg(script)
+                .arg("leasegate-spin-watchdog")
+                .args(&program)
+                .args(&args)
+                .process_group(0)
+                .stdin(Stdio::piped())
+                .stdout(out)
+                .stderr(err)
+                .spawn()
+                .expect("start bash");
+            let stdin = child.stdin.take();
+            let spin = Spin {
+                child: Mutex::new(child),
+                stdin: Mutex::new(stdin),
+                addr,
+                dir,
+            };
+            match spin.wait_ready(Duration::from_secs(120)) {
+                Ok(()) => return spin,
+                Err(e) => {
+                    last = e;
+                    // A port taken between choosing it and Spin binding it: try another.
+                    if !last.contains("in use") || attempt == 3 {
+                        break;
+                    }
+                }
+            }
+        }
+        panic!("spin up did not start: {last}");
+    }
+
+    fn wait_ready(&self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let exited = self
+                .child
+                .lock()
+                .map(|mut c| c.try_wait().ok().flatten().is_some())
+                .unwrap_or(true);
+            if exited {
+                return Err(format!(
+                    "it exited.\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout(),
+                    self.stderr()
+                ));
+            }
+            let ready = match self.addr {
+                Some(addr) => TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok(),
+                // A cron-only app: running once Spin has set up its log folder.
+                None => self.dir.join("logs").exists(),
+            };
+            if ready {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "not ready within {limit:?}.\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout(),
+                    self.stderr()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `127.0.0.1:{port}`; panics for a cron-only app.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr.expect("this app serves no HTTP")
+    }
+
+    /// `http://127.0.0.1:{port}`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// Whether `spin up` is still running.
+    pub fn running(&self) -> bool {
+        self.child
+            .lock()
+            .map(|mut c| c.try_wait().ok().flatten().is_none())
+            .unwrap_or(false)
+    }
+
+    /// Spin's own stdout (its routes, its messages).
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.dir.join("spin.out")).unwrap_or_default()
+    }
+
+    /// Spin's own stderr (errors, traps: "panicked at", "wasm trap").
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("spin.err")).unwrap_or_default()
+    }
+
+    /// Every line the components wrote to stdout and stderr so far (the files of
+    /// `--log-dir`), then Spin's own output.
+    pub fn log_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(self.dir.join("logs")) {
+            let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            files.sort();
+            for f in files {
+                let text = std::fs::read_to_string(&f).unwrap_or_default();
+                lines.extend(text.lines().map(str::to_string));
+            }
+        }
+        lines.extend(self.stdout().lines().map(str::to_string));
+        lines.extend(self.stderr().lines().map(str::to_string));
+        lines
+    }
+
+    /// The components' JSON log lines (those that parse), in file order.
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.log_lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v.is_object())
+            .collect()
+    }
+
+    /// This instance's own folder (state, logs, Spin's output).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Stops Spin (and the cron plugin) now and waits for it.
+    pub fn stop(&self) {
+        if let Ok(mut stdin) = self.stdin.lock() {
+            if let Some(mut s) = stdin.take() {
+                let _ = s.flush();
+            }
+        }
+        if let Ok(mut child) = self.child.lock() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Spin {
+    fn drop(&mut self) {
+        self.stop();
+        if std::env::var_os("LEASEGATE_KEEP_SPIN_DIRS").is_none() && !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn faketime_missing(config: &SpinConfig) -> bool {
+    config.clock_offset_ms != 0
+        && Command::new("faketime")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_err()
+}
+
+/// A new folder under the system's temp folder, unique to this process and call.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("leasegate-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch folder");
+    dir
+}
