@@ -1,4 +1,4 @@
-//! The HTTP functions, as `.wasm` in the wasmtime host, against storage answers that are odd
+//! The HTTP functions, as `.wasm` under the real `spin up`, against storage answers that are odd
 //! (Azurite behind a forwarding proxy that alters them: a broken or hostile server, or a man in
 //! the middle on `http`), and against term switches whose steps fail (found by review).
 
@@ -6,8 +6,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
-use leasegate_host::Fault;
 use leasegate_tests::app::{call, post_telemetry, Answer, App};
+use leasegate_tests::proxy::Fault;
 use leasegate_tests::Azurite;
 use serde_json::json;
 
@@ -105,7 +105,7 @@ fn start_proxy(date: &'static str) -> u16 {
 /// A lease acquire answered with `Date: Fri, 31 Dec 9999
 /// 23:59:59 GMT` makes `Acquired::expires_at` fall in year 10000 (`native::acquire`:
 /// `granted + d`), and `web::rfc3339` (humantime `format_rfc3339_seconds(..).to_string()`)
-/// panics on it: the gate component traps (the host answers 500) instead of a JSON answer.
+/// panics on it: the gate component traps (Spin answers 500) instead of a JSON answer.
 #[test]
 fn the_gate_survives_a_far_future_storage_date() {
     let proxy = start_proxy("Fri, 31 Dec 9999 23:59:59 GMT");
@@ -186,10 +186,9 @@ fn delete_frees_a_gate_after_a_window_change() {
     let key = "switched";
     let a = gate(&app, "POST", &format!("{key}?window=30&holder=h"), &[AUTH]);
     assert_eq!(a.status, 200, "{}", a.text);
-    app.host
-        .set_request_fault(&app.storage, "comp=lease", Fault::Status(503));
+    app.storage.fault_on("comp=lease", Fault::Status(503));
     let moved = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &[AUTH]);
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     assert_eq!(moved.status, 200, "{}", moved.text);
     let lease_id = moved.json["leaseId"].as_str().unwrap().to_string();
     let del = gate(
@@ -222,10 +221,9 @@ fn a_lost_window_change_is_settled_by_the_holder() {
     let key = "lost-switch";
     let a = gate(&app, "POST", &format!("{key}?window=15&holder=h"), &[AUTH]);
     assert_eq!(a.status, 200, "{}", a.text);
-    app.host
-        .set_request_fault(&app.storage, "comp=metadata", Fault::LoseAnswer);
+    app.storage.fault_on("comp=metadata", Fault::LoseAnswer);
     let moved = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &[AUTH]);
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     assert_eq!(moved.status, 503, "{}", moved.text);
     let other = gate(
         &app,
@@ -270,10 +268,9 @@ fn a_failed_extension_keeps_the_holders_gate() {
     let key = "leader";
     let a = gate(&app, "POST", &format!("{key}?window=300&holder=h"), &[AUTH]);
     assert_eq!(a.status, 200, "{}", a.text);
-    app.host
-        .set_request_fault(&app.storage, "comp=metadata", Fault::LoseAnswer);
+    app.storage.fault_on("comp=metadata", Fault::LoseAnswer);
     let ext = gate(&app, "POST", &format!("{key}?window=300&holder=h"), &[AUTH]);
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     assert_eq!(ext.status, 503, "{}", ext.text);
     let other = gate(
         &app,
