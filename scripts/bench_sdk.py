@@ -84,11 +84,12 @@ def run_cell(conn, container, blobs, lease_id, expected, concurrency, warmup, se
     for t in threads:
         t.join()
     latencies = sorted(x for r in results for x in r[0])
-    p50, p99 = percentile(latencies, 500), percentile(latencies, 990)
+    p50, p90, p99 = (percentile(latencies, k) for k in (500, 900, 990))
     return {
         "decisions": len(latencies),
         "seconds": seconds,
         "p50_ms": None if p50 is None else p50 * 1000,
+        "p90_ms": None if p90 is None else p90 * 1000,
         "p99_ms": None if p99 is None else p99 * 1000,
         "unexpected": sum(r[1] for r in results),
         "samples": [s for r in results for s in r[2]][:SAMPLES],

@@ -1,17 +1,56 @@
 #!/usr/bin/env bash
 # leasegate's entry point on a fresh machine: installs what the project needs, then
-#   scripts/dev.sh run     serves the Spin app on 127.0.0.1:3000 (spin up if installed, else the
-#                          project's wasmtime host) with a local Azurite and a webhook sink
-#   scripts/dev.sh test    runs every test (unit, signing vectors, Azurite, the .wasm components)
+#   scripts/dev.sh run     serves the Spin app on 127.0.0.1:3000 with `spin up` (and the timer
+#                          functions on the cron trigger) with a local Azurite and a webhook sink
+#   scripts/dev.sh test    runs every test (unit, signing vectors, Azurite, the .wasm components
+#                          under the real `spin up`)
 #   scripts/dev.sh demo    starts a local Azurite and takes and shows a lease with the CLI
 #   scripts/dev.sh bench   one table: decisions/s and latency of storage alone, the Azure SDK for
 #                          Python and the app, at concurrency 1, 4 and 16 (its own Azurite)
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite
-#                          and Binaryen)
+#                          and Binaryen, Spin and its cron plugin, faketime)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# The Spin CLI and cron trigger plugin this project is tested with. Spin 4.x runs the
+# components (spin-sdk 5.2, WASI 0.2); the plugin 0.5.0 is the one verified here (0.6.x has the
+# same interface and is expected to run, unverified).
+SPIN_MAJOR=4
+CRON_PLUGIN_VERSION=0.5.0
+# Where the Spin build for machines without network access to Spin's releases is kept.
+SPIN_TOOLS=../shared/tools
+
+install_spin() {
+  if spin --version 2>/dev/null | grep -q "^spin $SPIN_MAJOR\." \
+     && spin plugins list --installed 2>/dev/null | grep -q "^trigger-cron $CRON_PLUGIN_VERSION"; then
+    return
+  fi
+  if [ -f "$SPIN_TOOLS/install.sh" ]; then
+    say "installing Spin and the trigger-cron plugin from $SPIN_TOOLS"
+    bash "$SPIN_TOOLS/install.sh" >&2
+  else
+    cat >&2 <<TXT
+Spin $SPIN_MAJOR.x and its trigger-cron plugin $CRON_PLUGIN_VERSION are needed (the tests run every
+component under the real \`spin up\`). Install them the usual way, then run this again:
+  curl -fsSL https://spinframework.dev/downloads/install.sh | bash && sudo mv spin /usr/local/bin/
+  spin plugins update && spin plugins install trigger-cron --version $CRON_PLUGIN_VERSION
+TXT
+    exit 1
+  fi
+}
+
+install_faketime() {
+  command -v faketime >/dev/null 2>&1 && return
+  say "installing faketime (the tests run spin up with its clock ahead or behind)"
+  if [ "$(id -u)" = 0 ]; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; } >&2
+  else
+    echo "faketime is missing: sudo apt-get install faketime (or your system's package)" >&2
+    exit 1
+  fi
+}
 
 setup() {
   local toolchain
@@ -37,6 +76,8 @@ setup() {
     say "installing Binaryen's wasm-opt (pinned in scripts/wasm-opt/package-lock.json; the wasm32-wasip2 linker runs it)"
     npm ci --prefix scripts/wasm-opt --no-audit --no-fund --loglevel=error
   fi
+  install_spin
+  install_faketime
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -140,21 +181,10 @@ initialization's one POST to /init; the sweeper sweeps container 'scratch' (and 
 blobs) every 5 minutes.
 
 TXT
-  if command -v spin >/dev/null 2>&1; then
-    if spin plugins list 2>/dev/null | grep -q '^trigger-cron'; then
-      say "running the timer functions with spin up -f spin-cron.toml"
-      spin up -f spin-cron.toml "${vars[@]}" &
-    else
-      say "the trigger-cron plugin is not installed: no cron ticks (spin plugins install trigger-cron)"
-    fi
-    say "serving with spin up (Ctrl-C to stop)"
-    spin up --listen 127.0.0.1:3000 "${vars[@]}" &
-  else
-    say "Spin is not installed: serving with the project's wasmtime host (Ctrl-C to stop)"
-    cargo build --locked -p leasegate-host
-    target/debug/leasegate-host --manifest spin-cron.toml --cron --listen 127.0.0.1:3002 "${vars[@]}" &
-    target/debug/leasegate-host --manifest spin.toml --listen 127.0.0.1:3000 "${vars[@]}" &
-  fi
+  say "running the timer functions with spin up -f spin-cron.toml (the trigger-cron plugin)"
+  spin up -f spin-cron.toml --state-dir .spin/timers "${vars[@]}" &
+  say "serving with spin up (Ctrl-C to stop)"
+  spin up --listen 127.0.0.1:3000 "${vars[@]}" &
   # Waiting (rather than running in the foreground) lets a signal reach the traps at once.
   wait "$!"
 }
