@@ -76,9 +76,10 @@ pub const TIMER_TOKEN: &str = "test-timer-token-3b8d";
 pub const TIMER_AUTH: (&str, &str) = ("authorization", "Bearer test-timer-token-3b8d");
 
 /// Which manifest a test app is served from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Manifest {
     /// `spin.toml`: the HTTP app.
+    #[default]
     Http,
     /// `spin-cron.toml`: the timer functions on Spin's cron trigger (the real plugin), with
     /// the schedules of [`Setup::cron`] when it names any.
@@ -178,12 +179,6 @@ pub struct Setup {
     pub cron: Vec<(&'static str, &'static str)>,
     /// A runtime config file's text for `spin up --runtime-config-file`.
     pub runtime_config: Option<String>,
-}
-
-impl Default for Manifest {
-    fn default() -> Self {
-        Manifest::Http
-    }
 }
 
 /// The app under the real `spin up`, with a recording, fault-injecting proxy in front of
