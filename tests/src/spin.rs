@@ -131,11 +131,14 @@ impl Spin {
             let out = std::fs::File::create(dir.join("spin.out")).expect("spin.out");
             let err = std::fs::File::create(dir.join("spin.err")).expect("spin.err");
             // The watchdog: Spin in the background, and when our pipe closes (or Spin ends),
-            // TERM to the whole process group, then KILL whatever is left.
+            // TERM to the whole process group, then KILL whatever is left. The pipe is read
+            // through fd 3: a background job of a non-interactive shell gets /dev/null as its
+            // stdin, so a plain `cat` would see EOF at once and stop Spin 5 s after its start.
             let script = r#"trap '' TERM
-"$@" </dev/null &
+exec 3<&0
+"$@" </dev/null 3<&- &
 pid=$!
-{ cat >/dev/null; kill -TERM "$pid" 2>/dev/null; sleep 5; kill -KILL 0; } &
+{ cat <&3 >/dev/null; kill -TERM "$pid" 2>/dev/null; sleep 5; kill -KILL 0; } &
 wait "$pid"
 kill -TERM 0 2>/dev/null
 sleep 1

@@ -1,8 +1,8 @@
-//! ttl-sweeper edge cases, as the release `.wasm` in the wasmtime host, against Azurite: moves
-//! that would overwrite another blob in the dead-blob container, a dead-blob container that is
-//! the app's own container, marking input that storage cannot take, a new pass that starts
-//! while a worker still moves the previous pass's blobs, counters after a lost answer, and the
-//! prefixes that must never be swept.
+//! ttl-sweeper edge cases, as the release `.wasm` served by the real `spin up`, against Azurite:
+//! moves that would overwrite another blob in the dead-blob container, a dead-blob container that
+//! is the app's own container, marking input that storage cannot take, a new pass that starts while
+//! a worker still moves the previous pass's blobs, counters after a lost answer, and the prefixes
+//! that must never be swept.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 use leasegate::lease::Locks;
 use leasegate::ops::{CreateContainer, GetBlob, ListBlobs, Metadata, PutBlob};
 use leasegate::{BlobName, ContainerName};
-use leasegate_host::Fault;
 use leasegate_native::{block_on, NativeTransport};
 use leasegate_tests::app::{call, Answer, App, Setup, TIMER_AUTH};
+use leasegate_tests::proxy::Fault;
 use leasegate_tests::{unique_container, wait_for, Azurite};
 use serde_json::{json, Value};
 
@@ -314,8 +314,7 @@ fn a_new_pass_does_not_move_a_blob_a_worker_is_still_moving() {
     ];
     let a = sweeper("ttlpassa", c.as_str(), &extra, None);
     let b = sweeper("ttlpassb", c.as_str(), &extra, Some(a.container.clone()));
-    a.host.set_request_fault(
-        &a.storage,
+    a.storage.fault_on(
         &format!("DELETE /devstoreaccount1/{}/x", c.as_str()),
         Fault::Delay(Duration::from_secs(5)),
     );
@@ -340,14 +339,15 @@ fn a_new_pass_does_not_move_a_blob_a_worker_is_still_moving() {
         (h.join().unwrap(), b_answers)
     });
     assert_eq!(a_answer.status, 200, "{}", a_answer.text);
-    for app in [&a, &b] {
-        assert!(app.host.wait_idle(Duration::from_secs(30)));
+    for (i, x) in b_answers.iter().enumerate() {
+        assert_eq!(x.status, 200, "B's tick {i}: {}", x.text);
     }
+    // Every request both workers' proxies saw (every tick has answered: none is under way).
+    let copy_path = format!("/devstoreaccount1/{}/x", dead.as_str());
     let copies: usize = [&a, &b]
         .iter()
-        .flat_map(|app| app.host.records())
-        .flat_map(|r| r.outbound)
-        .filter(|o| o.method == "PUT" && o.path == format!("/devstoreaccount1/{}/x", dead.as_str()))
+        .flat_map(|app| app.storage.seen())
+        .filter(|o| o.method == "PUT" && o.path() == copy_path)
         .count();
     let b_moved: u64 = b_answers
         .iter()
@@ -379,8 +379,7 @@ fn counters_are_recorded_once_when_a_state_answer_is_lost() {
         &[("ttl_page_size", "1"), ("storage_timeout_ms", "10000")],
         None,
     );
-    app.host.set_request_fault(
-        &app.storage,
+    app.storage.fault_on(
         &format!("DELETE /devstoreaccount1/{}/b-0", c.as_str()),
         Fault::Delay(Duration::from_secs(3)),
     );
@@ -392,8 +391,7 @@ fn counters_are_recorded_once_when_a_state_answer_is_lost() {
             || (state(&app).json["pages"].as_u64().unwrap_or(0) >= 1).then_some(()),
         );
         // From now on, the state's writes land but their answers are lost.
-        app.host.set_request_fault(
-            &app.storage,
+        app.storage.fault_on(
             &format!(
                 "PUT /devstoreaccount1/{}/sweeper/state.json",
                 app.container.as_str()
@@ -402,7 +400,7 @@ fn counters_are_recorded_once_when_a_state_answer_is_lost() {
         );
         h.join().unwrap()
     });
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     let deleted = 2 - names(&c).len() as u64;
     assert_eq!(deleted, 1, "{}", answer.text);
     let st = state(&app).json;

@@ -1,5 +1,5 @@
-//! ttl-sweeper, as the release `.wasm` in the wasmtime host, against Azurite: 2,000 blobs over
-//! 2 containers swept by 4 workers at once, each expired blob deleted or moved exactly once;
+//! ttl-sweeper, as the release `.wasm` served by the real `spin up`, against Azurite: 2,000 blobs
+//! over 2 containers swept by 4 workers at once, each expired blob deleted or moved exactly once;
 //! blobs changed after listing, leased blobs and bad metadata left alone; the marking API; the
 //! app's own lock blobs; blobs swept per second with 1 and 4 workers.
 
@@ -11,9 +11,9 @@ use leasegate::ops::{
     CreateContainer, GetBlob, GetProperties, Lease, LeaseAction, ListBlobs, Metadata, PutBlob,
 };
 use leasegate::{BlobName, ContainerName, LeaseDuration, LeaseId, LockName};
-use leasegate_host::Fault;
 use leasegate_native::{block_on, NativeTransport};
 use leasegate_tests::app::{bad, call, expect_clear_errors, Answer, App, TIMER_AUTH, TIMER_TOKEN};
+use leasegate_tests::proxy::Fault;
 use leasegate_tests::{unique_container, wait_for, Azurite};
 use serde_json::{json, Value};
 
@@ -310,8 +310,7 @@ fn changed_leased_and_badly_marked_blobs_are_left_alone() {
     // The deletes of two blobs are held up 4 s: in that time, after the listing (the state
     // shows the page claimed), one is rewritten and the other re-marked.
     for name in ["rewritten", "remarked"] {
-        app.host.set_request_fault(
-            &app.storage,
+        app.storage.fault_on(
             &format!("DELETE /devstoreaccount1/{}/{name}", c.as_str()),
             Fault::Delay(Duration::from_secs(4)),
         );
@@ -651,21 +650,14 @@ fn sweep_speed_with_one_and_four_workers() {
         }
         let (totals, took) = sweep_until_pass(&apps);
         assert_eq!(totals["deleted"], 600, "{totals:?}");
-        let storage_requests: usize = apps
-            .iter()
-            .flat_map(|a| a.host.records())
-            .map(|r| r.outbound_to(&a_storage(&apps)))
-            .sum();
+        // Every request each worker's proxy saw (each worker has its own).
+        let storage_requests: usize = apps.iter().map(|a| a.storage.count()).sum();
         println!(
             "sweep, {workers} worker(s): 600 expired blobs in {took:?}: {:.0} blobs/s, {:.2} storage requests per blob",
             600.0 / took.as_secs_f64(),
             storage_requests as f64 / 600.0
         );
     }
-}
-
-fn a_storage(apps: &[App]) -> String {
-    apps[0].storage.clone()
 }
 
 /// Storage faults never lose a blob: a failed copy leaves the source; a delete that fails after
@@ -695,7 +687,7 @@ fn storage_faults_leave_blobs_in_place_and_the_next_pass_finishes() {
     let movers: BTreeSet<String> = (0..20).step_by(2).map(|i| format!("f-{i:02}")).collect();
 
     // 1. Storage refuses: the tick fails with a clear 503 and nothing is touched.
-    app.host.set_fault(&app.storage, Some(Fault::Refuse));
+    app.storage.set_fault(Some(Fault::Refuse));
     let a = tick(&app);
     assert_eq!(a.status, 503, "{}", a.text);
     assert_eq!(a.json["error"], "storage_unavailable", "{}", a.text);
@@ -704,12 +696,11 @@ fn storage_faults_leave_blobs_in_place_and_the_next_pass_finishes() {
         "{}",
         a.text
     );
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     assert_eq!(names(&c).len(), 20);
 
     // 2. Every copy fails (503): the moving blobs stay, the others are deleted.
-    app.host.set_request_fault(
-        &app.storage,
+    app.storage.fault_on(
         &format!("PUT /devstoreaccount1/{}/", dead.as_str()),
         Fault::Status(503),
     );
@@ -720,12 +711,11 @@ fn storage_faults_leave_blobs_in_place_and_the_next_pass_finishes() {
     assert_eq!(a.json["errors"], 10, "{}", a.text);
     assert_eq!(names(&c), movers);
     assert!(names(&dead).is_empty());
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
 
     // 3. The copies succeed but every delete fails (a crash between copy and delete): each
     //    blob is now in both places, never in neither.
-    app.host.set_request_fault(
-        &app.storage,
+    app.storage.fault_on(
         &format!("DELETE /devstoreaccount1/{}/", c.as_str()),
         Fault::Refuse,
     );
@@ -735,7 +725,7 @@ fn storage_faults_leave_blobs_in_place_and_the_next_pass_finishes() {
     assert_eq!(a.json["moved"], 0, "{}", a.text);
     assert_eq!(names(&c), movers);
     assert_eq!(names(&dead), movers);
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
 
     // 4. Storage is back: the next pass moves them (the duplicates are overwritten by the same
     //    content) and deletes the sources.
@@ -787,8 +777,7 @@ fn a_slow_page_is_cut_at_the_work_deadline_and_the_next_pass_finishes_it() {
         None,
     );
     // Each delete takes 3 s: two are begun before the deadline (5.1 s), two are not.
-    app.host.set_request_fault(
-        &app.storage,
+    app.storage.fault_on(
         &format!("DELETE /devstoreaccount1/{}/", c.as_str()),
         Fault::Delay(Duration::from_secs(3)),
     );
@@ -800,7 +789,7 @@ fn a_slow_page_is_cut_at_the_work_deadline_and_the_next_pass_finishes_it() {
         "{}",
         a.text
     );
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     // The next tick completes that pass; the one after sweeps the rest.
     let (mut deleted, mut ticks) = (0, 0);
     while deleted < 2 && ticks < 3 {
