@@ -196,6 +196,17 @@ pub struct App {
     pub webhook: Proxy,
     /// The app's variables.
     pub variables: HashMap<String, String>,
+    /// The folder of a generated manifest, removed with the app.
+    manifest_dir: Option<PathBuf>,
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        self.spin.stop();
+        if let Some(dir) = &self.manifest_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 impl App {
@@ -230,16 +241,18 @@ impl App {
             variables.insert(k.to_string(), v.to_string());
         }
         let http = setup.manifest != Manifest::Cron;
-        let scratch = crate::spin::scratch_dir("manifest");
         let manifest = if setup.manifest == Manifest::Cron && !setup.cron.is_empty() {
-            cron_manifest(&scratch, &setup.cron)
+            // Written beside the instance's state and logs, and removed with them.
+            let dir = crate::spin::scratch_dir("manifest");
+            let path = cron_manifest(&dir, &setup.cron);
+            (path, Some(dir))
         } else {
-            setup.manifest.path()
+            (setup.manifest.path(), None)
         };
         let mut sorted: Vec<(String, String)> = variables.clone().into_iter().collect();
         sorted.sort();
         let spin = Spin::start(&SpinConfig {
-            manifest,
+            manifest: manifest.0,
             variables: sorted,
             http,
             clock_offset_ms: setup.clock_offset_ms,
@@ -252,6 +265,7 @@ impl App {
             storage,
             webhook,
             variables,
+            manifest_dir: manifest.1,
         }
     }
 

@@ -239,8 +239,8 @@ kill -KILL 0"#;
     }
 
     /// Every line the components wrote to stdout and stderr so far (the files of
-    /// `--log-dir`), then Spin's own output.
-    pub fn log_lines(&self) -> Vec<String> {
+    /// `--log-dir`), in file order.
+    pub fn component_lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
         if let Ok(entries) = std::fs::read_dir(self.dir.join("logs")) {
             let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
@@ -250,14 +250,22 @@ kill -KILL 0"#;
                 lines.extend(text.lines().map(str::to_string));
             }
         }
+        lines
+    }
+
+    /// The components' lines, then Spin's own output (where traps and the cron plugin's
+    /// errors show; Spin also repeats the components' output there, so a line may appear
+    /// twice): what to search for a secret or a trap.
+    pub fn log_lines(&self) -> Vec<String> {
+        let mut lines = self.component_lines();
         lines.extend(self.stdout().lines().map(str::to_string));
         lines.extend(self.stderr().lines().map(str::to_string));
         lines
     }
 
-    /// The components' JSON log lines (those that parse), in file order.
+    /// The components' JSON log lines (those that parse), in file order, each once.
     pub fn json_lines(&self) -> Vec<serde_json::Value> {
-        self.log_lines()
+        self.component_lines()
             .iter()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|v| v.is_object())
