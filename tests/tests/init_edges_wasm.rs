@@ -1,10 +1,10 @@
-//! init-once edge cases, as the release `.wasm` in the wasmtime host, against Azurite: what a
-//! caller is told when storage fails after the initialization ran.
+//! init-once edge cases, as the release `.wasm` served by the real `spin up`, against Azurite:
+//! what a caller is told when storage fails after the initialization ran.
 
 use std::time::Duration;
 
-use leasegate_host::Fault;
 use leasegate_tests::app::{call, Answer, App, TIMER_AUTH};
+use leasegate_tests::proxy::Fault;
 use leasegate_tests::sink::Behaviour;
 use leasegate_tests::wait_for;
 use serde_json::Value;
@@ -44,11 +44,10 @@ fn a_run_whose_mark_answer_is_lost_is_not_reported_as_not_run() {
             || (!runs(&app).is_empty()).then_some(()),
         );
         // The mark (a Set Metadata) lands, its answer is lost.
-        app.host
-            .set_request_fault(&app.storage, "comp=metadata", Fault::LoseAnswer);
+        app.storage.fault_on("comp=metadata", Fault::LoseAnswer);
         h.join().unwrap()
     });
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     let runs = runs(&app);
     assert_eq!(runs.len(), 1);
     let state = call("GET", &app.url("/api/init/seed"), &[TIMER_AUTH], b"");

@@ -1,13 +1,14 @@
-//! init-once, as the release `.wasm` in the wasmtime host, against Azurite: 16 concurrent
-//! callers run the initialization once; a dead initializer is replaced with a larger token and
-//! the work is marked done once; failures are never marked done; reset; timers; bad input.
+//! init-once, as the release `.wasm` served by the real `spin up`, against Azurite: 16
+//! concurrent callers run the initialization once; a dead initializer is replaced with a larger
+//! token and the work is marked done once; failures are never marked done; reset; timers (Azure
+//! and the real cron plugin); bad input.
 
 use std::time::Duration;
 
-use leasegate_host::Fault;
 use leasegate_tests::app::{
     bad, call, expect_clear_errors, Answer, App, Manifest, Setup, TIMER_AUTH, TIMER_TOKEN,
 };
+use leasegate_tests::proxy::{Fault, Seen};
 use leasegate_tests::sink::Behaviour;
 use leasegate_tests::wait_for;
 use serde_json::{json, Value};
@@ -51,39 +52,62 @@ fn runs(apps: &[&App]) -> Vec<Value> {
         .collect()
 }
 
-/// 16 concurrent callers on 4 deployments: the initialization runs exactly once; the others
-/// answer 202 `running` with Retry-After while it runs, and every caller then sees `done`.
+/// 16 concurrent callers, each on its own deployment (one `spin up` each, one container): the
+/// initialization runs exactly once; the others answer 202 `running` with Retry-After while it
+/// runs, and every caller then sees `done`. Each deployment has its own storage proxy, so the
+/// winner's proxy counts exactly the storage requests of the winning call.
 #[test]
 fn sixteen_concurrent_callers_run_it_once() {
-    let first = start("init16", "node-0", &[], azure());
-    let container = first.container.clone();
-    let mut apps = vec![first];
-    for i in 1..4 {
-        apps.push(start(
-            "init16",
-            &format!("node-{i}"),
-            &[],
-            Setup {
-                container: Some(container.clone()),
-                ..azure()
-            },
-        ));
-    }
-    for a in &apps {
-        a.sink
-            .behave(Behaviour::Late(Duration::from_millis(1500), 204));
-    }
-    let answers: Vec<Answer> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..16)
+    const CALLERS: usize = 16;
+    let container = leasegate_tests::unique_container("init16");
+    let apps: Vec<App> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CALLERS)
             .map(|i| {
-                let app = &apps[i % 4];
-                s.spawn(move || post(app, "seed"))
+                let container = container.clone();
+                s.spawn(move || {
+                    start(
+                        "init16",
+                        &format!("node-{i}"),
+                        &[],
+                        Setup {
+                            container: Some(container),
+                            ..azure()
+                        },
+                    )
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let ran: Vec<&Answer> = answers.iter().filter(|a| a.json["ran"] == true).collect();
+    for a in &apps {
+        a.sink
+            .behave(Behaviour::Late(Duration::from_millis(1500), 204));
+    }
+    let before: Vec<usize> = apps.iter().map(|a| a.storage.count()).collect();
+    let answers: Vec<Answer> = std::thread::scope(|s| {
+        let handles: Vec<_> = apps
+            .iter()
+            .map(|app| s.spawn(move || post(app, "seed")))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // What reached each deployment's proxy during the calls: its one caller's requests.
+    let during: Vec<Vec<Seen>> = apps
+        .iter()
+        .zip(&before)
+        .map(|(a, &n)| a.storage.seen()[n..].to_vec())
+        .collect();
+    let ran: Vec<usize> = (0..CALLERS)
+        .filter(|&i| answers[i].json["ran"] == true)
+        .collect();
     assert_eq!(ran.len(), 1, "{answers:?}");
+    let winner = ran[0];
+    assert_eq!(
+        answers[winner].json["instance"],
+        format!("node-{winner}"),
+        "{}",
+        answers[winner].text
+    );
     for a in &answers {
         match a.status {
             200 => assert_eq!(a.json["state"], "done", "{}", a.text),
@@ -102,32 +126,29 @@ fn sixteen_concurrent_callers_run_it_once() {
             let s = state(a, "seed");
             (s.json["state"] == "done").then_some(s)
         });
-        assert_eq!(s.json["doneToken"], ran[0].json["fencingToken"]);
-        let again = post(a, "seed");
+        assert_eq!(s.json["doneToken"], answers[winner].json["fencingToken"]);
+        let (again, trips) = a.storage_requests(|| post(a, "seed"));
         assert_eq!(again.status, 200);
         assert_eq!(again.json["ran"], false);
-        assert_eq!(a.record_of(&again).outbound_to(&a.storage), 1);
+        assert_eq!(trips, 1, "{}", again.text);
     }
     assert_eq!(runs(&all).len(), 1);
     // The winner's storage requests: the read, the acquire's three, the mark's two, the
     // release's two.
-    let winner: usize = ran[0].json["instance"].as_str().unwrap()[5..]
-        .parse()
-        .unwrap();
     // (Two more when the winner was also the first to use the container: its create of the
     // lock blob was refused, then it created the container; one more when it created the lock
     // blob: a new blob holds no claim, the winner writes its claim under the lease.)
-    let record = apps[winner].record_of(ran[0]);
-    let made_container = record
-        .outbound
-        .iter()
-        .any(|o| o.authority == apps[winner].storage && !o.path.contains("/init/"));
+    let record = &during[winner];
+    let made_container = record.iter().any(|o| !o.path().contains("/init/"));
     let base = if made_container { 10 } else { 8 };
-    let trips = record.outbound_to(&apps[winner].storage);
+    let trips = record.len();
+    let described: Vec<String> = record
+        .iter()
+        .map(|o| format!("{} {}", o.describe(), o.path()))
+        .collect();
     assert!(
         trips == base || trips == base + 1,
-        "{trips}: {:?}",
-        record.outbound
+        "{trips}: {described:#?}"
     );
 }
 
@@ -202,19 +223,33 @@ fn never_done_without_a_successful_run() {
     assert_eq!(failed.status, 502, "{}", failed.text);
     assert_eq!(failed.json["error"], "init_failed");
     assert_eq!(state(&app, "seed").json["state"], "pending");
+    // The run succeeds but its mark cannot be written (storage answers 503): not done. The
+    // fault is set once the initialization has been called: the acquire's claim is a Set
+    // Metadata too, and must land for the run to start.
+    app.sink
+        .behave(Behaviour::Late(Duration::from_millis(1500), 204));
+    let before = runs(&[&app]).len();
+    let unmarked = std::thread::scope(|s| {
+        let h = s.spawn(|| post(&app, "seed"));
+        wait_for(
+            "the initialization to be called",
+            Duration::from_secs(10),
+            || (runs(&[&app]).len() > before).then_some(()),
+        );
+        app.storage.fault_on("comp=metadata", Fault::Status(503));
+        h.join().unwrap()
+    });
+    app.storage.set_fault(None);
     app.sink.answer(204);
-    // The run succeeds but its mark cannot be written (storage answers 503): not done.
-    app.host
-        .set_request_fault(&app.storage, "comp=metadata", Fault::Status(503));
-    let unmarked = post(&app, "seed");
-    app.host.set_fault(&app.storage, None);
     assert_eq!(unmarked.status, 503, "{}", unmarked.text);
+    assert_eq!(unmarked.json["error"], "mark_failed", "{}", unmarked.text);
+    assert_eq!(unmarked.json["ran"], true, "{}", unmarked.text);
     assert_ne!(state(&app, "seed").json["state"], "done");
     // Storage refused: nothing runs.
     let before = runs(&[&app]).len();
-    app.host.set_fault(&app.storage, Some(Fault::Refuse));
+    app.storage.set_fault(Some(Fault::Refuse));
     let refused = post(&app, "other");
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     assert_eq!(refused.status, 503, "{}", refused.text);
     assert_eq!(runs(&[&app]).len(), before);
     // Once storage answers, the next call runs it and marks it done.
@@ -247,19 +282,96 @@ fn reset_and_timers() {
     assert_eq!(az.status, 200, "{}", az.text);
     assert_eq!(az.json["ReturnValue"]["ran"], true);
     assert_eq!(runs(&[&app]).len(), 2);
-    // Cron: done already, runs nothing.
+    // Cron (the real plugin, every 2 s, on another deployment): done already, runs nothing.
     let cron = start(
         "initcron",
         "node-c",
-        &[("init_name", "boot"), ("container", app.container.as_str())],
+        &[("init_name", "boot")],
         Setup {
             manifest: Manifest::Cron,
+            cron: vec![("init-once", "*/2 * * * * *")],
+            container: Some(app.container.clone()),
             ..Setup::default()
         },
     );
-    let fired = cron.host.fire_cron("init-once", 1_800_000_030).unwrap();
-    assert!(fired.result.is_ok(), "{:?}", fired.result);
+    let ticks = wait_for("two cron calls", Duration::from_secs(60), || {
+        let t = cron_calls(&cron);
+        (t.len() >= 2).then_some(t)
+    });
+    for t in &ticks {
+        assert_eq!(t["name"], "boot", "{t}");
+        assert_eq!(t["state"], "done", "{t}");
+        assert_eq!(t["ran"], false, "{t}");
+    }
     assert_eq!(runs(&[&app, &cron]).len(), 2);
+    // Reset again: the next cron call runs it, once.
+    let reset = wait_for("the reset", Duration::from_secs(20), || {
+        let r = call("DELETE", &app.url("/api/init/boot"), &[TIMER_AUTH], b"");
+        (r.status != 409).then_some(r)
+    });
+    assert_eq!(reset.status, 200, "{}", reset.text);
+    let run = wait_for(
+        "the cron trigger to run it after the reset",
+        Duration::from_secs(60),
+        || runs(&[&cron]).first().cloned(),
+    );
+    assert_eq!(run["name"], "boot", "{run}");
+    assert_eq!(run["instance"], "node-c", "{run}");
+    let done = wait_for("done by the cron call", Duration::from_secs(20), || {
+        let s = state(&app, "boot");
+        (s.json["state"] == "done").then_some(s)
+    });
+    assert_eq!(done.json["doneBy"], "node-c", "{}", done.text);
+    assert_eq!(done.json["doneToken"], run["fencingToken"], "{}", done.text);
+    // The cron call that ran it logged so; later cron calls find it done.
+    let seen = wait_for("the cron call's log line", Duration::from_secs(20), || {
+        cron_calls(&cron)
+            .iter()
+            .position(|t| t["ran"] == true)
+            .map(|i| i + 1)
+    });
+    assert_eq!(
+        cron_calls(&cron)[seen - 1]["fencingToken"],
+        run["fencingToken"]
+    );
+    let later = wait_for("two more cron calls", Duration::from_secs(60), || {
+        let t = cron_calls(&cron);
+        (t.len() >= seen + 2).then_some(t)
+    });
+    assert!(
+        later[seen..]
+            .iter()
+            .all(|t| t["state"] == "done" && t["ran"] == false),
+        "{:?}",
+        &later[seen..]
+    );
+    assert_eq!(runs(&[&app, &cron]).len(), 3);
+    cron.assert_no_trap();
+}
+
+/// The init-once calls `app` logged that came from the cron trigger.
+fn cron_calls(app: &App) -> Vec<Value> {
+    component_json(app, "init-once")
+        .into_iter()
+        .filter(|l| l["fn"] == "init-once" && l["trigger"] == "cron")
+        .collect()
+}
+
+/// The JSON lines `component` wrote to its stdout, in order and each once: read from its own
+/// file in Spin's `--log-dir` (Spin, and the cron plugin, also echo component output into their
+/// own output, which `App::json_lines` reads too).
+fn component_json(app: &App, component: &str) -> Vec<Value> {
+    let path = app
+        .spin
+        .dir()
+        .join("logs")
+        .join(format!("{component}_stdout.txt"));
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(Value::is_object)
+        .collect()
 }
 
 /// Bad input to every route: clear 4xx, no secret in answers or logs.

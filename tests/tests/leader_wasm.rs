@@ -1,14 +1,15 @@
-//! leader, as the release `.wasm` in the wasmtime host, against Azurite: one leader per term
-//! among instances ticking concurrently, failover within one lease length when the leader
-//! stops, step-down, storage faults, bad input.
+//! leader, as the release `.wasm` served by the real `spin up`, against Azurite: one leader per
+//! term among instances ticking concurrently, failover within one lease length when the leader
+//! stops, step-down, storage faults, bad input, and the leader on the real cron plugin.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use leasegate_host::Fault;
 use leasegate_tests::app::{
     bad, call, expect_clear_errors, Answer, App, Manifest, Setup, TIMER_AUTH, TIMER_TOKEN,
 };
+use leasegate_tests::proxy::Fault;
+use leasegate_tests::wait_for;
 use serde_json::{json, Value};
 
 const LEASE: u64 = 15;
@@ -175,7 +176,8 @@ fn status_and_step_down() {
     let led = tick(&a);
     assert_eq!(led.json["role"], "leader", "{}", led.text);
     let term = led.json["term"].as_u64().unwrap();
-    let status = call("GET", &b.url("/api/leader"), &[TIMER_AUTH], b"");
+    let (status, status_trips) =
+        b.storage_requests(|| call("GET", &b.url("/api/leader"), &[TIMER_AUTH], b""));
     assert_eq!(status.json["state"], "led", "{}", status.text);
     assert_eq!(status.json["leader"], "node-a");
     assert_eq!(status.json["term"], term);
@@ -188,7 +190,7 @@ fn status_and_step_down() {
         "{left:?}"
     );
     // GET took nothing: the leader still extends with the same term.
-    assert_eq!(b.record_of(&status).outbound_to(&b.storage), 1);
+    assert_eq!(status_trips, 1, "GET /api/leader is one HEAD");
     assert_eq!(tick(&a).json["term"], term);
     // A step-down sent to another deployment.
     let wrong = call(
@@ -214,10 +216,12 @@ fn status_and_step_down() {
     assert!(next.json["term"].as_u64().unwrap() > term);
     assert_eq!(tick(&a).json["role"], "follower");
     // Requests per tick: leader 3 (HEAD, acquire, claim), follower 1.
-    let l = tick(&b);
-    let f = tick(&a);
-    assert_eq!(b.record_of(&l).outbound_to(&b.storage), 3);
-    assert_eq!(a.record_of(&f).outbound_to(&a.storage), 1);
+    let (l, leader_trips) = b.storage_requests(|| tick(&b));
+    let (f, follower_trips) = a.storage_requests(|| tick(&a));
+    assert_eq!(l.json["role"], "leader", "{}", l.text);
+    assert_eq!(f.json["role"], "follower", "{}", f.text);
+    assert_eq!(leader_trips, 3, "{}", l.text);
+    assert_eq!(follower_trips, 1, "{}", f.text);
 }
 
 /// While storage fails, nobody claims leadership and no heartbeat goes out; a failing
@@ -230,13 +234,13 @@ fn no_leader_while_storage_fails() {
         Fault::Status(503),
         Fault::Delay(Duration::from_secs(4)),
     ] {
-        app.host.set_fault(&app.storage, Some(fault.clone()));
+        app.storage.set_fault(Some(fault.clone()));
         let a = tick(&app);
         assert_eq!(a.status, 503, "{fault:?}: {}", a.text);
         assert_eq!(a.json["role"], "unknown");
         assert_eq!(a.json["error"], "storage_unavailable");
     }
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     assert!(heartbeats(std::slice::from_ref(&app)).is_empty());
     app.sink.answer(500);
     let a = tick(&app);
@@ -290,4 +294,124 @@ fn bad_input_to_the_leader_routes() {
     );
     assert_eq!(az.status, 200, "{}", az.text);
     assert_eq!(az.json["ReturnValue"]["role"], "leader");
+}
+
+/// The heartbeats `app`'s sink received.
+fn beats_of(app: &App) -> Vec<Value> {
+    heartbeats(std::slice::from_ref(app))
+}
+
+/// The leader ticks `app` logged that came from the cron trigger.
+fn cron_ticks(app: &App) -> Vec<Value> {
+    component_json(app, "leader")
+        .into_iter()
+        .filter(|l| l["fn"] == "leader" && l["trigger"] == "cron")
+        .collect()
+}
+
+/// The JSON lines `component` wrote to its stdout, in order and each once: read from its own
+/// file in Spin's `--log-dir` (Spin, and the cron plugin, also echo component output into their
+/// own output, which `App::json_lines` reads too).
+fn component_json(app: &App, component: &str) -> Vec<Value> {
+    let path = app
+        .spin
+        .dir()
+        .join("logs")
+        .join(format!("{component}_stdout.txt"));
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(Value::is_object)
+        .collect()
+}
+
+/// The leader function under the real cron plugin: two cron-only deployments sharing one
+/// container, each ticking every 2 s. Over at least 8 s of ticking, exactly one of them sends
+/// heartbeats (at least 2, all with one term and its own name), while the other's ticks report
+/// follower and name it.
+#[test]
+fn the_cron_plugin_elects_one_leader() {
+    let start_cron = |instance: &str, container: Option<leasegate::ContainerName>| {
+        App::start_with(
+            "leadercron",
+            &[("instance_id", instance), ("leader_lease_seconds", "15")],
+            Setup {
+                manifest: Manifest::Cron,
+                cron: vec![("leader", "*/2 * * * * *")],
+                container,
+                ..Default::default()
+            },
+        )
+    };
+    let a = start_cron("cron-a", None);
+    let b = start_cron("cron-b", Some(a.container.clone()));
+    let apps = [a, b];
+    let names = ["cron-a", "cron-b"];
+    // Both deployments tick on the plugin's schedule.
+    wait_for(
+        "both deployments to log a cron tick",
+        Duration::from_secs(60),
+        || {
+            apps.iter()
+                .all(|app| !cron_ticks(app).is_empty())
+                .then_some(())
+        },
+    );
+    // Then at least 8 s of ticks, and enough of them to judge: two heartbeats in all, and two
+    // ticks logged by each deployment.
+    let watched = Instant::now();
+    let counts = wait_for(
+        "8 s of cron ticks with two heartbeats",
+        Duration::from_secs(90),
+        || {
+            let counts: Vec<usize> = apps.iter().map(|a| beats_of(a).len()).collect();
+            let ticked = apps.iter().all(|a| cron_ticks(a).len() >= 2);
+            (watched.elapsed() >= Duration::from_secs(8)
+                && ticked
+                && counts.iter().sum::<usize>() >= 2)
+                .then_some(counts)
+        },
+    );
+    let senders: Vec<usize> = (0..2).filter(|&i| counts[i] > 0).collect();
+    assert_eq!(
+        senders.len(),
+        1,
+        "heartbeats per instance {counts:?}: exactly one instance leads"
+    );
+    let leader = senders[0];
+    let follower = 1 - leader;
+    assert!(counts[leader] >= 2, "{counts:?}");
+    let beats = beats_of(&apps[leader]);
+    let term = &beats[0]["term"];
+    assert!(term.as_u64().is_some(), "{}", beats[0]);
+    for b in &beats {
+        assert_eq!(b["leader"], names[leader], "{b}");
+        assert_eq!(
+            &b["term"], term,
+            "one term while the leader keeps ticking: {b}"
+        );
+    }
+    // The leader's ticks all led; the follower's all followed, naming the leader.
+    for t in cron_ticks(&apps[leader]) {
+        assert_eq!(t["role"], "leader", "{t}");
+        assert_eq!(t["heartbeat"], "delivered", "{t}");
+    }
+    assert!(
+        beats_of(&apps[follower]).is_empty(),
+        "the follower sent heartbeats: {:?}",
+        beats_of(&apps[follower])
+    );
+    let follower_ticks = cron_ticks(&apps[follower]);
+    for t in &follower_ticks {
+        assert_eq!(t["role"], "follower", "{t}");
+        assert_eq!(t["instance"], names[follower], "{t}");
+    }
+    assert!(
+        follower_ticks.iter().any(|t| t["leader"] == names[leader]),
+        "{follower_ticks:?}"
+    );
+    for app in &apps {
+        app.assert_no_trap();
+    }
 }
