@@ -104,7 +104,31 @@ struct Shared {
     seen: Mutex<Vec<Seen>>,
     rules: Mutex<Rules>,
     open: Mutex<usize>,
+    /// Requests read and not yet answered (or reset), and the most at once since the last
+    /// [`Proxy::reset_peak`].
+    flight: Mutex<(usize, usize)>,
     stop: AtomicBool,
+}
+
+/// One request in flight at the proxy, from when it was read until its answer was passed on
+/// (or its connection reset).
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn start(shared: &'a Shared) -> InFlight<'a> {
+        let mut f = shared.flight.lock().expect("flight");
+        f.0 += 1;
+        f.1 = f.1.max(f.0);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut f) = self.0.flight.lock() {
+            f.0 = f.0.saturating_sub(1);
+        }
+    }
 }
 
 /// The proxy. Dropping it stops accepting and ends every connection it serves.
@@ -126,6 +150,7 @@ impl Proxy {
             seen: Mutex::new(Vec::new()),
             rules: Mutex::new(Vec::new()),
             open: Mutex::new(0),
+            flight: Mutex::new((0, 0)),
             stop: AtomicBool::new(false),
         });
         let thread = {
@@ -177,6 +202,18 @@ impl Proxy {
     /// How many requests have arrived so far.
     pub fn count(&self) -> usize {
         self.shared.seen.lock().expect("seen").len()
+    }
+
+    /// The most requests that were in flight at the proxy at once (read, their answer not yet
+    /// passed on) since it started or since the last [`Proxy::reset_peak`].
+    pub fn peak_in_flight(&self) -> usize {
+        self.shared.flight.lock().expect("flight").1
+    }
+
+    /// Starts [`Proxy::peak_in_flight`] afresh, from the requests in flight now.
+    pub fn reset_peak(&self) {
+        let mut f = self.shared.flight.lock().expect("flight");
+        f.1 = f.0;
     }
 
     /// The requests that arrived while `f` ran (use with one decision at a time).
@@ -288,6 +325,8 @@ fn serve(client: TcpStream, shared: &Shared) {
             at: SystemTime::now(),
             fault: fault.clone(),
         });
+        // In flight until the end of this round (answered, reset or given up).
+        let _in_flight = InFlight::start(shared);
         match fault {
             Some(Fault::Refuse) => return reset(writer),
             Some(Fault::Status(status)) => {

@@ -1,20 +1,39 @@
-//! The gate cache in Spin's key-value store (`kv_cache`), as the release `.wasm` in the wasmtime
-//! host (whose `default` store behaves as Spin's), against Azurite: throttles with no storage
-//! request, never a suppression storage would not make, entries cleared before a gate goes
-//! back, a failing store falling back to storage (and costing no alert), another deployment's gate
-//! cached only once its holder is done, and the gate API never cached.
+//! The gate cache in Spin's key-value store (`kv_cache`), as the release `.wasm` served by the
+//! real `spin up` (each app its own SQLite `default` store), against Azurite behind a counting
+//! proxy: throttles with no storage request, never a suppression storage would not make,
+//! entries cleared before a gate goes back, a failing store (one Spin cannot open) falling
+//! back to storage and costing no alert, another deployment's gate cached only once its
+//! holder is done, and the gate API never cached. The store is not inspected: an entry shows as
+//! a throttle answered `"cached": true` with no storage request, its absence as an answer that
+//! asked storage (or alerted).
 
 use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{LockStatus, Locks};
 use leasegate::LockName;
-use leasegate_host::Fault;
 use leasegate_native::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, Answer, App, Setup};
 use leasegate_tests::{wait_for, Azurite};
 use serde_json::{json, Value};
 
+#[path = "support/door.rs"]
+mod door;
+use door::Door;
+
 const GATE_AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
+
+/// A runtime config whose `default` store cannot be opened: a SQLite store whose file is a
+/// folder. Spin starts with it and fails every open of the store at once. (A Redis store on a
+/// port nobody listens on is no failing store under Spin 4.1: the first key-value call waits
+/// for it, and the request was still unanswered after 5 minutes.)
+fn failing_store(dir: &std::path::Path) -> String {
+    let folder = dir.join("store-is-a-folder.db");
+    std::fs::create_dir_all(&folder).expect("create the folder");
+    format!(
+        "[key_value_store.default]\ntype = \"spin\"\npath = \"{}\"\n",
+        folder.display()
+    )
+}
 
 fn reading(device: &str, temperature: f64) -> Value {
     json!({ "deviceId": device, "temperature": temperature })
@@ -40,8 +59,25 @@ fn held_until(app: &App, prefix: &str, name: &str) -> Option<SystemTime> {
     }
 }
 
-fn storage_requests(app: &App, answer: &Answer) -> usize {
-    app.record_of(answer).outbound_to(&app.storage)
+/// One reading of `device`, and the storage requests it cost.
+fn post(app: &App, device: &str, temperature: f64) -> (Answer, usize) {
+    app.storage_requests(|| post_telemetry(app, &reading(device, temperature)))
+}
+
+/// `answer` is a throttle storage was asked for (no cache entry stood for it).
+fn asked_storage(answer: &Answer, requests: usize) {
+    let d = decision(answer);
+    assert_eq!(d["decision"], "throttled", "{}", answer.text);
+    assert!(d["cached"].is_null(), "{}", answer.text);
+    assert_eq!(requests, 1, "{}", answer.text);
+}
+
+/// `answer` is a throttle told by the cache: no storage request.
+fn from_cache(answer: &Answer, requests: usize) {
+    let d = decision(answer);
+    assert_eq!(d["decision"], "throttled", "{}", answer.text);
+    assert_eq!(d["cached"], true, "{}", answer.text);
+    assert_eq!(requests, 0, "{}", answer.text);
 }
 
 /// A device that alerted is throttled from the cache: no storage request, and storage agrees
@@ -50,26 +86,21 @@ fn storage_requests(app: &App, answer: &Answer) -> usize {
 #[test]
 fn a_throttle_known_from_the_cache_needs_no_storage_request() {
     let app = App::start("kvon", &[("alert_window_seconds", "60")]);
-    let first = post_telemetry(&app, &reading("kv-1", 40.0));
+    let (first, first_requests) = post(&app, "kv-1", 40.0);
     assert_eq!(decision(&first)["decision"], "notified", "{}", first.text);
     // First use of the app's container: HEAD 404, create refused (no container), create the
     // container, create the lock blob, acquire its lease (and write the claim again when the
     // create landed in a later second than the HEAD).
-    let first_requests = storage_requests(&app, &first);
     assert!((5..=6).contains(&first_requests), "{first_requests}");
     let mut took = Vec::new();
     for _ in 0..20 {
         let started = Instant::now();
-        let again = post_telemetry(&app, &reading("kv-1", 41.0));
+        let (again, requests) = post(&app, "kv-1", 41.0);
         took.push(started.elapsed());
-        let d = decision(&again);
-        assert_eq!(d["decision"], "throttled", "{}", again.text);
-        assert_eq!(d["cached"], true, "{}", again.text);
-        assert_eq!(storage_requests(&app, &again), 0);
-        assert_eq!(app.record_of(&again).key_value, ["open", "get"]);
+        from_cache(&again, requests);
         // Storage would throttle it as long.
         let until = held_until(&app, "alerts/", "kv-1").expect("storage holds the gate");
-        let said = Duration::from_secs(d["retryAfterSeconds"].as_u64().unwrap());
+        let said = Duration::from_secs(decision(&again)["retryAfterSeconds"].as_u64().unwrap());
         assert!(SystemTime::now() + said <= until + Duration::from_secs(1));
     }
     took.sort();
@@ -81,81 +112,161 @@ fn a_throttle_known_from_the_cache_needs_no_storage_request() {
     let batch: Vec<Value> = (0..30)
         .map(|i| reading(&format!("kvb-{i}"), 35.0))
         .collect();
-    let cold = post_telemetry(&app, &json!(batch));
+    let (cold, cold_requests) = app.storage_requests(|| post_telemetry(&app, &json!(batch)));
     // 3 per new device (HEAD 404, create with the claim, acquire), 4 when the create lands in
     // a later second than the HEAD (the claim's token is made again from the create's Date).
-    let cold_requests = storage_requests(&app, &cold);
     assert!(
         (90..=120).contains(&cold_requests),
         "{cold_requests}: {}",
         cold.text
     );
-    let warm = post_telemetry(&app, &json!(batch));
-    assert!(warm.json["decisions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|d| d["decision"] == "throttled" && d["cached"] == true));
-    assert_eq!(storage_requests(&app, &warm), 0);
+    let (warm, warm_requests) = app.storage_requests(|| post_telemetry(&app, &json!(batch)));
+    assert!(
+        warm.json["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["decision"] == "throttled" && d["cached"] == true),
+        "{}",
+        warm.text
+    );
+    assert_eq!(warm_requests, 0);
     assert_eq!(app.sink.delivered().len(), 31);
+    app.assert_no_trap();
 }
 
-/// `kv_cache = off`: every throttle asks storage, and the store is not touched.
+/// `kv_cache = off`: every throttle asks storage, and the store is not touched. The app shares
+/// its `default` store (one SQLite file) and its storage origin (so the cache keys) with apps
+/// whose cache is on: an entry it wrote would be read by them, which would then answer from
+/// the cache.
 #[test]
 fn with_the_cache_off_every_throttle_asks_storage() {
-    let app = App::start(
-        "kvoff",
-        &[("alert_window_seconds", "60"), ("kv_cache", "off")],
+    let dir = leasegate_tests::spin::scratch_dir("kvshared");
+    let shared_store = format!(
+        "[key_value_store.default]\ntype = \"spin\"\npath = \"{}\"\n",
+        dir.join("shared.db").display()
     );
-    post_telemetry(&app, &reading("kv-off", 40.0));
-    let again = post_telemetry(&app, &reading("kv-off", 40.0));
-    assert_eq!(decision(&again)["decision"], "throttled");
-    assert!(decision(&again)["cached"].is_null());
-    assert_eq!(storage_requests(&app, &again), 1);
-    assert!(app.record_of(&again).key_value.is_empty());
-    assert!(app.host.kv().snapshot().is_empty());
+    let on = App::start_with(
+        "kvoff-on",
+        &[("alert_window_seconds", "60")],
+        Setup {
+            runtime_config: Some(shared_store.clone()),
+            ..Setup::default()
+        },
+    );
+    let origin = on.storage.origin();
+    let off = App::start_with(
+        "kvoff",
+        &[
+            ("alert_window_seconds", "60"),
+            ("kv_cache", "off"),
+            ("storage_origin", &origin),
+        ],
+        Setup {
+            container: Some(on.container.clone()),
+            runtime_config: Some(shared_store.clone()),
+            ..Setup::default()
+        },
+    );
+    // (`off` sends its requests through `on`'s proxy: its counts are taken there.)
+    let (first, _) = post(&off, "kv-off", 40.0);
+    assert_eq!(decision(&first)["decision"], "notified", "{}", first.text);
+    for _ in 0..3 {
+        let (again, requests) =
+            on.storage_requests(|| post_telemetry(&off, &reading("kv-off", 40.0)));
+        asked_storage(&again, requests);
+    }
+    // The app with the cache on finds no entry for the gate `off` holds (a young tenure of
+    // another deployment, which it does not cache itself).
+    let (seen, requests) = post(&on, "kv-off", 40.0);
+    asked_storage(&seen, requests);
+    // The store is shared: an entry `on` writes for its own alert is read by a third app with
+    // the cache on (answered from the cache, no storage request), while `off` still asks.
+    let peer = App::start_with(
+        "kvoff-peer",
+        &[("alert_window_seconds", "60"), ("storage_origin", &origin)],
+        Setup {
+            container: Some(on.container.clone()),
+            runtime_config: Some(shared_store),
+            ..Setup::default()
+        },
+    );
+    let (own, _) = post(&on, "kv-on", 40.0);
+    assert_eq!(decision(&own)["decision"], "notified", "{}", own.text);
+    let (cached, requests) = on.storage_requests(|| post_telemetry(&peer, &reading("kv-on", 40.0)));
+    from_cache(&cached, requests);
+    let (asked, requests) = on.storage_requests(|| post_telemetry(&off, &reading("kv-on", 40.0)));
+    asked_storage(&asked, requests);
+    let alerts: usize = [&on, &off, &peer]
+        .iter()
+        .map(|a| a.sink.delivered().len())
+        .sum();
+    assert_eq!(alerts, 2);
+
     let bad = App::start("kvbad", &[("kv_cache", "sometimes")]);
     let a = post_telemetry(&bad, &reading("x", 40.0));
     assert_eq!(a.status, 503, "{}", a.text);
     assert!(a.text.contains("kv_cache"), "{}", a.text);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A notification that certainly did not arrive gives the gate back, and leaves no entry: the
-/// next reading alerts.
+/// A notification that certainly did not arrive (the webhook's port refuses connections) gives
+/// the gate back, and leaves no entry: the next reading alerts, and only then is the device
+/// throttled from the cache.
 #[test]
 fn a_failed_notification_leaves_no_entry_behind() {
-    let app = App::start("kvnotify", &[("alert_window_seconds", "60")]);
-    app.host
-        .set_fault(&app.sink.authority(), Some(Fault::Refuse));
+    let door = Door::closed();
+    let app = App::start(
+        "kvnotify",
+        &[
+            ("alert_window_seconds", "60"),
+            ("notify_origin", &door.origin()),
+        ],
+    );
     let refused = post_telemetry(&app, &reading("kv-n", 44.0));
     let d = decision(&refused);
     assert_eq!(d["decision"], "notify_failed", "{d}");
+    assert_eq!(d["delivery"], "not_delivered", "{d}");
     assert_eq!(d["gateReleased"], true, "{d}");
-    assert!(app.host.kv().snapshot().is_empty());
     assert_eq!(held_until(&app, "alerts/", "kv-n"), None);
-    app.host.set_fault(&app.sink.authority(), None);
-    let back = post_telemetry(&app, &reading("kv-n", 45.0));
+    door.open(&app.webhook.authority());
+    let (back, requests) = post(&app, "kv-n", 45.0);
     assert_eq!(decision(&back)["decision"], "notified", "{}", back.text);
-    assert_eq!(app.host.kv().snapshot().len(), 1);
+    assert!(requests >= 2, "{requests}: not from the cache");
+    let (again, requests) = post(&app, "kv-n", 45.0);
+    from_cache(&again, requests);
+    assert_eq!(app.sink.for_device("kv-n").len(), 1);
 }
 
-/// A store that fails: decisions fall back to storage (nothing suppressed from the cache), and
-/// a failed notification still gives its gate back (the store costs requests, never alerts).
+/// A store that fails (Spin cannot open it): decisions fall back to storage (nothing
+/// suppressed from the cache), and a failed notification still gives its gate back (the store
+/// costs requests, never alerts). The failing app shares its container with a healthy one.
 #[test]
 fn a_failing_store_falls_back_to_storage_and_costs_no_alert() {
-    let app = App::start("kvfail", &[("alert_window_seconds", "60")]);
-    let first = post_telemetry(&app, &reading("kv-f", 40.0));
-    assert_eq!(decision(&first)["decision"], "notified");
-    app.host.kv().set_failing(true);
-    let again = post_telemetry(&app, &reading("kv-f", 40.0));
-    assert_eq!(decision(&again)["decision"], "throttled", "{}", again.text);
-    assert!(decision(&again)["cached"].is_null());
-    assert_eq!(storage_requests(&app, &again), 1);
+    let healthy = App::start("kvfail-ok", &[("alert_window_seconds", "60")]);
+    let dir = leasegate_tests::spin::scratch_dir("kvfail");
+    let door = Door::closed();
+    let failing = App::start_with(
+        "kvfail",
+        &[
+            ("alert_window_seconds", "60"),
+            ("notify_origin", &door.origin()),
+        ],
+        Setup {
+            container: Some(healthy.container.clone()),
+            runtime_config: Some(failing_store(&dir)),
+            ..Setup::default()
+        },
+    );
+    let (first, _) = post(&healthy, "kv-f", 40.0);
+    assert_eq!(decision(&first)["decision"], "notified", "{}", first.text);
+    for _ in 0..2 {
+        let (again, requests) = post(&failing, "kv-f", 40.0);
+        asked_storage(&again, requests);
+    }
     // The webhook is unreachable and the store cannot be cleared: the gate goes back anyway
     // (this invocation wrote no entry for it), and the next reading alerts.
-    app.host
-        .set_fault(&app.sink.authority(), Some(Fault::Refuse));
-    let refused = post_telemetry(&app, &reading("kv-g", 44.0));
+    let refused = post_telemetry(&failing, &reading("kv-g", 44.0));
     let d = decision(&refused);
     assert_eq!(d["decision"], "notify_failed", "{d}");
     assert_eq!(d["gateReleased"], true, "{d}");
@@ -163,16 +274,25 @@ fn a_failing_store_falls_back_to_storage_and_costs_no_alert() {
         d["reason"].as_str().unwrap().contains("key-value store"),
         "{d}"
     );
-    assert_eq!(held_until(&app, "alerts/", "kv-g"), None);
-    app.host.set_fault(&app.sink.authority(), None);
-    let later = post_telemetry(&app, &reading("kv-g", 44.0));
+    assert_eq!(held_until(&failing, "alerts/", "kv-g"), None);
+    door.open(&failing.webhook.authority());
+    let (later, _) = post(&failing, "kv-g", 44.0);
     assert_eq!(decision(&later)["decision"], "notified", "{}", later.text);
-    app.host.kv().set_failing(false);
-    let after = post_telemetry(&app, &reading("kv-f", 40.0));
-    assert_eq!(decision(&after)["decision"], "throttled", "{}", after.text);
-    // An unreadable entry is not believed either.
-    let key = app.host.kv().snapshot().into_keys().next().unwrap();
-    assert!(key.starts_with("leasegate:held:"), "{key}");
+    // Its own gate is not remembered either: storage is asked.
+    let (after, requests) = post(&failing, "kv-g", 44.0);
+    asked_storage(&after, requests);
+    // The healthy app's cache is untouched by its neighbour's failures.
+    let (cached, requests) = post(&healthy, "kv-f", 40.0);
+    from_cache(&cached, requests);
+    assert_eq!(healthy.sink.for_device("kv-f").len(), 1);
+    assert_eq!(failing.sink.for_device("kv-g").len(), 1);
+    assert_eq!(
+        healthy.sink.delivered().len() + failing.sink.delivered().len(),
+        2
+    );
+    healthy.assert_no_trap();
+    failing.assert_no_trap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Another deployment's gate is cached only once its tenure is old enough that its holder is
@@ -196,22 +316,22 @@ fn another_deployments_gate_is_cached_once_settled() {
     let won = post_telemetry(&a, &reading("kv-s", 40.0));
     assert_eq!(decision(&won)["decision"], "notified");
     let won_at = Instant::now();
-    let seen = post_telemetry(&b, &reading("kv-s", 40.0));
-    assert_eq!(decision(&seen)["decision"], "throttled");
-    assert_eq!(storage_requests(&b, &seen), 1);
-    if won_at.elapsed() < Duration::from_secs(7) {
-        assert!(
-            b.host.kv().snapshot().is_empty(),
-            "cached a tenure younger than the settle time"
-        );
-    }
+    let (seen, requests) = post(&b, "kv-s", 40.0);
+    asked_storage(&seen, requests);
     let cached_at = wait_for(
         "B to cache A's settled gate",
         Duration::from_secs(30),
         || {
-            let t = post_telemetry(&b, &reading("kv-s", 40.0));
-            assert_eq!(decision(&t)["decision"], "throttled");
-            (decision(&t)["cached"] == true).then(Instant::now)
+            let (t, requests) = post(&b, "kv-s", 40.0);
+            assert_eq!(decision(&t)["decision"], "throttled", "{}", t.text);
+            if decision(&t)["cached"] == true {
+                from_cache(&t, requests);
+                Some(Instant::now())
+            } else {
+                // Until then, no entry: storage is asked.
+                asked_storage(&t, requests);
+                None
+            }
         },
     );
     // (Storage dates the tenure to the whole second: up to 1 s earlier than `won_at`.)
@@ -220,8 +340,8 @@ fn another_deployments_gate_is_cached_once_settled() {
 }
 
 /// The gate API never caches (its holders give gates back at will, and the store has no
-/// compare-and-swap): a busy gate is one storage request, the store is untouched, and a holder
-/// that shortens its gate to 1 s frees it for others as soon as storage does.
+/// compare-and-swap): a busy gate is one storage request every time, and a holder that
+/// shortens its gate to 1 s frees it for others as soon as storage does.
 #[test]
 fn the_gate_api_always_asks_storage() {
     let gate = |app: &App, method: &str, path: &str| {
@@ -235,11 +355,12 @@ fn the_gate_api_always_asks_storage() {
     let app = App::start("kvgate", &[]);
     let a = gate(&app, "POST", "g1?window=3600&holder=alpha");
     assert_eq!(a.status, 200, "{}", a.text);
-    let b = gate(&app, "POST", "g1?window=30&holder=beta");
-    assert_eq!(b.status, 429, "{}", b.text);
-    assert!(b.json["cached"].is_null(), "{}", b.text);
-    assert_eq!(storage_requests(&app, &b), 1);
-    assert!(app.record_of(&b).key_value.is_empty());
+    for _ in 0..3 {
+        let (b, requests) = app.storage_requests(|| gate(&app, "POST", "g1?window=30&holder=beta"));
+        assert_eq!(b.status, 429, "{}", b.text);
+        assert!(b.json["cached"].is_null(), "{}", b.text);
+        assert_eq!(requests, 1);
+    }
     // alpha shortens its gate to 1 s: beta gets it once storage lets it go.
     let short = gate(&app, "POST", "g1?window=1&holder=alpha");
     assert_eq!(short.status, 200, "{}", short.text);
@@ -247,5 +368,4 @@ fn the_gate_api_always_asks_storage() {
     wait_for("beta to take the gate", Duration::from_secs(15), || {
         (gate(&app, "POST", "g1?window=30&holder=beta").status == 200).then_some(())
     });
-    assert!(app.host.kv().snapshot().is_empty());
 }

@@ -1,16 +1,21 @@
-//! device-alerts, as the release `.wasm` served by the wasmtime host from `spin.toml`, against
-//! a real Azurite, with notifications counted at a webhook sink.
+//! device-alerts, as the release `.wasm` served by the real `spin up` from `spin.toml`, against
+//! a real Azurite behind a counting, fault-injecting proxy, with notifications counted at a
+//! webhook sink (behind a proxy of its own).
 
 use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{Locks, Term};
 use leasegate::{LeaseId, LockName};
-use leasegate_host::Fault;
 use leasegate_native::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, App, TELEMETRY_AUTH};
+use leasegate_tests::proxy::Fault;
 use leasegate_tests::sink::Behaviour;
 use leasegate_tests::{wait_for, Azurite};
 use serde_json::{json, Value};
+
+#[path = "support/door.rs"]
+mod door;
+use door::Door;
 
 fn reading(device: &str, temperature: f64) -> Value {
     json!({ "deviceId": device, "temperature": temperature })
@@ -18,6 +23,13 @@ fn reading(device: &str, temperature: f64) -> Value {
 
 fn decision(answer: &leasegate_tests::app::Answer, i: usize) -> &Value {
     &answer.json["decisions"][i]
+}
+
+/// Runs `f` (one decision at a time on `app`) and returns what it gave and how many requests
+/// reached storage and the webhook meanwhile.
+fn costs<T>(app: &App, f: impl FnOnce() -> T) -> (T, usize, usize) {
+    let ((out, storage), webhook) = app.webhook.during(|| app.counted(f));
+    (out, storage.len(), webhook.len())
 }
 
 #[test]
@@ -55,9 +67,9 @@ fn one_notification_per_device_per_short_window() {
     assert_eq!(n["fencingToken"], decision(&third, 0)["fencingToken"]);
     assert_eq!(n["windowEndsAt"], decision(&third, 0)["windowEndsAt"]);
     // Below the threshold: no gate, no storage request.
-    let cool = post_telemetry(&app, &reading("dev-1", 12.0));
+    let (cool, storage, webhook) = costs(&app, || post_telemetry(&app, &reading("dev-1", 12.0)));
     assert_eq!(decision(&cool, 0)["decision"], "below_threshold");
-    assert_eq!(app.record_of(&cool).outbound.len(), 0);
+    assert_eq!((storage, webhook), (0, 0));
 }
 
 #[test]
@@ -147,20 +159,14 @@ fn batch_of_100_readings_over_50_devices() {
 
     // Hot path, busy: the same batch again is one storage request per hot device gate.
     let started = Instant::now();
-    let busy = post_telemetry(&app, &json!(batch));
+    let (busy, seen) = app.counted(|| post_telemetry(&app, &json!(batch)));
     let busy_time = started.elapsed();
     assert!(busy.json["decisions"]
         .as_array()
         .unwrap()
         .iter()
         .all(|d| d["decision"] == "throttled"));
-    let record = app.record_of(&busy);
-    assert_eq!(
-        record.outbound_to(&app.storage),
-        50,
-        "{:?}",
-        record.outbound
-    );
+    assert_eq!(seen.len(), 50, "{seen:?}");
     assert_eq!(app.sink.delivered().len(), 50);
 
     // Hot path, winning: free the 50 gates (the lock blobs stay), then gate again.
@@ -175,7 +181,7 @@ fn batch_of_100_readings_over_50_devices() {
         block_on(locks.break_lock(&lock, 0, SystemTime::now())).unwrap();
     }
     let started = Instant::now();
-    let win = post_telemetry(&app, &json!(batch));
+    let (win, storage, webhook) = costs(&app, || post_telemetry(&app, &json!(batch)));
     let win_time = started.elapsed();
     let notified = win.json["decisions"]
         .as_array()
@@ -184,16 +190,10 @@ fn batch_of_100_readings_over_50_devices() {
         .filter(|d| d["decision"] == "notified")
         .count();
     assert_eq!(notified, 50, "{}", win.text);
-    let record = app.record_of(&win);
     // HEAD + acquire + the claim with the fencing token: three storage requests per winning
     // gate (the HEAD is what lets gates of different windows share a device's lock).
-    assert_eq!(
-        record.outbound_to(&app.storage),
-        150,
-        "{:?}",
-        record.outbound
-    );
-    assert_eq!(record.outbound_to(&app.sink.authority()), 50);
+    assert_eq!(storage, 150);
+    assert_eq!(webhook, 50);
 
     // One reading on the hot path, for comparison.
     let single_start = Instant::now();
@@ -232,7 +232,7 @@ fn without_fencing_notifications_carry_no_token() {
         let lock = LockName::try_new(&format!("plain-{i}")).unwrap();
         block_on(locks.break_lock(&lock, 0, SystemTime::now())).unwrap();
     }
-    let warm = post_telemetry(&app, &json!(devices));
+    let (warm, storage) = app.storage_requests(|| post_telemetry(&app, &json!(devices)));
     let decisions = warm.json["decisions"].as_array().unwrap();
     assert!(
         decisions
@@ -242,7 +242,7 @@ fn without_fencing_notifications_carry_no_token() {
         warm.text
     );
     // The gate still takes its claim (HEAD + acquire + claim): only the token is left out.
-    assert_eq!(app.record_of(&warm).outbound_to(&app.storage), 30);
+    assert_eq!(storage, 30);
     assert!(app
         .sink
         .delivered()
@@ -253,15 +253,15 @@ fn without_fencing_notifications_carry_no_token() {
 #[test]
 fn devices_of_a_batch_are_gated_concurrently() {
     // Storage answers after 300 ms: gated one after another, ten devices would never have more
-    // than one request in flight.
+    // than one request in flight. Counted at the storage proxy (the only caller of this app).
     let app = App::start("inflight", &[("alert_window_seconds", "60")]);
-    app.host
-        .set_fault(&app.storage, Some(Fault::Delay(Duration::from_millis(300))));
+    app.storage
+        .set_fault(Some(Fault::Delay(Duration::from_millis(300))));
     let devices: Vec<Value> = (0..10).map(|i| reading(&format!("c-{i}"), 40.0)).collect();
+    app.storage.reset_peak();
     let a = post_telemetry(&app, &json!(devices));
     assert_eq!(a.status, 200, "{}", a.text);
-    let record = app.record_of(&a);
-    assert_eq!(record.max_in_flight, 10, "{record:?}");
+    assert_eq!(app.storage.peak_in_flight(), 10);
     assert!(a.json["decisions"]
         .as_array()
         .unwrap()
@@ -306,12 +306,18 @@ fn sixty_four_concurrent_requests_for_one_device() {
         .filter(|a| decision(a, 0)["decision"] == "throttled")
         .count();
     assert_eq!((notified, throttled), (1, 63));
-    assert!(app.host.wait_idle(Duration::from_secs(30)));
+    // Every answer is in, so every notification was sent (or not) before it.
     assert_eq!(app.sink.for_device("herd-1").len(), 1);
+    assert_eq!(app.sink.received().len(), 1);
 }
 
-/// A webhook that may have acted (it answered 5xx, answered after the timeout, or closed the
-/// connection after reading) keeps the gate: the next reading of the window sends nothing.
+/// A webhook that may have acted (it answered 5xx, answered after the timeout, or its answer
+/// was lost) keeps the gate: the next reading of the window sends nothing.
+///
+/// The lost answer is the webhook proxy's `LoseAnswer` (the sink got the notification and
+/// answered; the connection to the app was reset), not the sink's `Behaviour::Reset`: when the
+/// sink closes a connection without answering, the proxy sends the request again on a new
+/// one, and the sink would count two.
 #[test]
 fn a_webhook_that_may_have_acted_keeps_the_gate() {
     let app = App::start(
@@ -322,17 +328,30 @@ fn a_webhook_that_may_have_acted_keeps_the_gate() {
         ],
     );
     let cases = [
-        ("dev-500", Behaviour::Answer(500), "webhook answered 500"),
+        (
+            "dev-500",
+            Behaviour::Answer(500),
+            None,
+            "webhook answered 500",
+        ),
         (
             "dev-late",
             Behaviour::Late(Duration::from_millis(2500), 204),
+            None,
             "webhook did not confirm",
         ),
-        ("dev-reset", Behaviour::Reset, "webhook did not confirm"),
+        (
+            "dev-lost",
+            Behaviour::Answer(204),
+            Some(Fault::LoseAnswer),
+            "webhook did not confirm",
+        ),
     ];
-    for (device, behaviour, reason) in cases {
+    for (device, behaviour, fault, reason) in cases {
         app.sink.behave(behaviour);
+        app.webhook.set_fault(fault);
         let failed = post_telemetry(&app, &reading(device, 44.0));
+        app.webhook.set_fault(None);
         assert_eq!(failed.status, 200, "{device}: {}", failed.text);
         let d = decision(&failed, 0);
         assert_eq!(d["decision"], "notify_failed", "{device}: {d}");
@@ -370,12 +389,18 @@ fn a_webhook_that_may_have_acted_keeps_the_gate() {
 }
 
 /// A webhook that cannot be reached got nothing: the gate is given back and the next reading
-/// alerts.
+/// alerts. (Unreachable: its port refuses connections; the proxy's `Fault::Refuse` reads the
+/// request first, so to the app that webhook may have acted.)
 #[test]
 fn an_unreachable_webhook_gives_the_gate_back() {
-    let app = App::start("notifyrefused", &[("alert_window_seconds", "60")]);
-    app.host
-        .set_fault(&app.sink.authority(), Some(Fault::Refuse));
+    let door = Door::closed();
+    let app = App::start(
+        "notifyrefused",
+        &[
+            ("alert_window_seconds", "60"),
+            ("notify_origin", &door.origin()),
+        ],
+    );
     let refused = post_telemetry(&app, &reading("dev-g", 44.0));
     assert_eq!(refused.status, 200, "{}", refused.text);
     let d = decision(&refused, 0);
@@ -383,7 +408,8 @@ fn an_unreachable_webhook_gives_the_gate_back() {
     assert_eq!(d["delivery"], "not_delivered", "{d}");
     assert_eq!(d["gateReleased"], true);
     assert_eq!(d["reason"], "webhook unreachable: ConnectionRefused");
-    app.host.set_fault(&app.sink.authority(), None);
+    assert_eq!(app.webhook.count(), 0);
+    door.open(&app.webhook.authority());
     let back = post_telemetry(&app, &reading("dev-g", 45.0));
     assert_eq!(decision(&back, 0)["decision"], "notified", "{}", back.text);
     assert_eq!(app.sink.for_device("dev-g").len(), 1);
@@ -424,8 +450,7 @@ fn notifications_carry_an_idempotency_key_per_window() {
 #[test]
 fn one_devices_storage_failure_does_not_hold_back_the_others() {
     let app = App::start("partial", &[("alert_window_seconds", "60")]);
-    app.host
-        .set_request_fault(&app.storage, "/alerts/sick", Fault::Status(503));
+    app.storage.fault_on("/alerts/sick", Fault::Status(503));
     let batch = json!([
         reading("healthy", 50.0),
         reading("sick", 51.0),
@@ -459,7 +484,7 @@ fn one_devices_storage_failure_does_not_hold_back_the_others() {
         retry.text
     );
     assert_eq!(decision(&retry, 1)["decision"], "storage_unavailable");
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     let healed = post_telemetry(&app, &batch);
     assert_eq!(healed.status, 200, "{}", healed.text);
     assert_eq!(decision(&healed, 0)["decision"], "throttled");
@@ -475,9 +500,10 @@ fn a_batch_keeps_a_bounded_number_of_requests_in_flight() {
         "bounded",
         &[("alert_window_seconds", "60"), ("max_in_flight", "8")],
     );
-    app.host
-        .set_fault(&app.storage, Some(Fault::Delay(Duration::from_millis(50))));
+    app.storage
+        .set_fault(Some(Fault::Delay(Duration::from_millis(50))));
     let devices: Vec<Value> = (0..40).map(|i| reading(&format!("b-{i}"), 40.0)).collect();
+    app.storage.reset_peak();
     let a = post_telemetry(&app, &json!(devices));
     assert_eq!(a.status, 200, "{}", a.text);
     assert!(a.json["decisions"]
@@ -485,12 +511,9 @@ fn a_batch_keeps_a_bounded_number_of_requests_in_flight() {
         .unwrap()
         .iter()
         .all(|d| d["decision"] == "notified"));
-    let record = app.record_of(&a);
-    assert!(
-        (2..=8).contains(&record.max_in_flight),
-        "{}",
-        record.max_in_flight
-    );
+    // Counted at the storage proxy (the only caller of this app).
+    let peak = app.storage.peak_in_flight();
+    assert!((2..=8).contains(&peak), "{peak}");
 }
 
 /// A rolling change of `alert_window_seconds` (60 to 90): old and new deployments gate the
@@ -530,8 +553,7 @@ fn a_rolling_window_change_still_sends_one_alert() {
             .filter(|a| decision(a, 0)["decision"] == "notified")
             .count();
         assert_eq!(notified, 1, "round {round}");
-        assert!(old.host.wait_idle(Duration::from_secs(30)));
-        assert!(new.host.wait_idle(Duration::from_secs(30)));
+        // Every answer is in, so every notification was sent (or not) before it.
         assert_eq!(
             old.sink.for_device(&device).len() + new.sink.for_device(&device).len(),
             1,
@@ -556,15 +578,17 @@ fn storage_faults_answer_503_and_notify_nobody() {
         ("forbidden", Fault::Status(403)),
     ];
     for (name, fault) in faults {
-        app.host.set_fault(&app.storage, Some(fault));
+        app.storage.set_fault(Some(fault));
         let started = Instant::now();
-        let a = post_telemetry(
-            &app,
-            &json!([
-                reading(&format!("f-{name}"), 60.0),
-                reading("f-other", 61.0)
-            ]),
-        );
+        let (a, webhook) = app.webhook.during(|| {
+            post_telemetry(
+                &app,
+                &json!([
+                    reading(&format!("f-{name}"), 60.0),
+                    reading("f-other", 61.0)
+                ]),
+            )
+        });
         assert_eq!(a.status, 503, "{name}: {}", a.text);
         assert_eq!(a.json["error"], "storage_unavailable", "{name}: {}", a.text);
         assert!(a.json["message"]
@@ -582,15 +606,11 @@ fn storage_faults_answer_503_and_notify_nobody() {
             "{name}: {:?}",
             started.elapsed()
         );
-        assert_eq!(
-            app.record_of(&a).outbound_to(&app.sink.authority()),
-            0,
-            "{name}"
-        );
+        assert_eq!(webhook.len(), 0, "{name}");
     }
     assert_eq!(app.sink.received().len(), 0);
     // Recovery: the next request works, and the devices alert (no gate was left taken).
-    app.host.set_fault(&app.storage, None);
+    app.storage.set_fault(None);
     let ok = post_telemetry(
         &app,
         &json!([reading("f-refused", 60.0), reading("f-other", 61.0)]),
@@ -630,32 +650,74 @@ fn a_device_held_elsewhere_is_throttled_while_others_alert() {
 #[test]
 fn log_lines_are_json_and_hold_no_secret() {
     let app = App::start("logs", &[("alert_window_seconds", "60")]);
-    let a = post_telemetry(
-        &app,
-        &json!([
-            reading("log-1", 40.0),
-            reading("log-2", 10.0),
-            json!({"deviceId": 3})
-        ]),
-    );
+    let (a, storage) = app.storage_requests(|| {
+        post_telemetry(
+            &app,
+            &json!([
+                reading("log-1", 40.0),
+                reading("log-2", 10.0),
+                json!({"deviceId": 3})
+            ]),
+        )
+    });
     assert_eq!(a.status, 200);
-    let record = app.record_of(&a);
-    let lines: Vec<Value> = record
-        .output
+    // The component's own output files (Spin's `--log-dir`): every line is JSON.
+    let output = wait_for(
+        "the component's three log lines",
+        Duration::from_secs(10),
+        || {
+            let lines = component_output(&app, "device-alerts");
+            (lines.len() >= 3).then_some(lines)
+        },
+    );
+    let lines: Vec<Value> = output
         .iter()
         .map(|l| serde_json::from_str(l).expect("a JSON log line"))
         .collect();
-    assert_eq!(lines.len(), 3, "{:?}", record.output);
+    assert_eq!(lines.len(), 3, "{output:?}");
     let hot = lines.iter().find(|l| l["deviceId"] == "log-1").unwrap();
     assert_eq!(hot["decision"], "notified");
-    assert_eq!(hot["storageRoundTrips"], record.outbound_to(&app.storage));
+    assert_eq!(hot["storageRoundTrips"], storage);
     assert!(hot["durationMs"].is_u64());
     assert!(lines.iter().any(|l| l["decision"] == "below_threshold"));
     assert!(lines.iter().any(|l| l["decision"] == "invalid"));
-    for line in &record.output {
-        assert!(!line.contains(leasegate::account::DEV_ACCOUNT_KEY));
-        assert!(!line.contains("SharedKey"));
+    for line in app.log_lines() {
+        assert!(
+            !line.contains(leasegate::account::DEV_ACCOUNT_KEY),
+            "{line}"
+        );
+        assert!(!line.contains("SharedKey"), "{line}");
     }
+    app.assert_no_trap();
+}
+
+/// The lines `component` wrote to stdout and stderr (the files Spin keeps for it in its
+/// `--log-dir`), without Spin's own output.
+fn component_output(app: &App, component: &str) -> Vec<String> {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(app.spin.dir().join("logs"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(component))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// A device whose gate was granted but whose next step failed (the claim with its fencing
@@ -691,10 +753,9 @@ fn a_failure_after_the_gate_was_granted_does_not_throttle_the_retry() {
             .break_lock(&lock, 0, SystemTime::now()),
         )
         .unwrap();
-        app.host
-            .set_request_fault(&app.storage, part, fault.clone());
+        app.storage.fault_on(part, fault.clone());
         let failed = post_telemetry(&app, &reading(&device, 40.0));
-        app.host.set_fault(&app.storage, None);
+        app.storage.set_fault(None);
         assert_eq!(failed.status, 503, "{part} {fault:?}: {}", failed.text);
         assert_eq!(
             app.sink.for_device(&device).len(),
