@@ -377,16 +377,18 @@ fn serve(client: TcpStream, shared: &Shared) {
     }
 }
 
-/// Sends `request` upstream (opening the connection if needed, once more if a kept one was
-/// closed) and reads the whole answer.
+/// Sends `request` upstream (opening the connection if needed) and reads the whole answer.
+/// Only a kept connection that the upstream had closed meanwhile is tried once more on a new
+/// one; a fresh connection that fails is a failure (the upstream may have acted).
 fn forward(
     shared: &Shared,
     upstream: &mut Option<BufReader<TcpStream>>,
     request: &Message,
     method: &str,
 ) -> Option<Message> {
-    for _ in 0..2 {
-        if upstream.is_none() {
+    loop {
+        let kept = upstream.is_some();
+        if !kept {
             let s = TcpStream::connect_timeout(&shared.upstream, Duration::from_secs(10)).ok()?;
             let _ = s.set_read_timeout(Some(IO_TIMEOUT));
             let _ = s.set_write_timeout(Some(IO_TIMEOUT));
@@ -399,10 +401,11 @@ fn forward(
                 return Some(answer);
             }
         }
-        // A kept connection the upstream had closed: try once more on a new one.
         *upstream = None;
+        if !kept {
+            return None;
+        }
     }
-    None
 }
 
 /// Resets the connection (RST, not FIN): the peer sees a broken connection.
