@@ -325,10 +325,14 @@ fn serve(client: TcpStream, shared: &Shared) {
             at: SystemTime::now(),
             fault: fault.clone(),
         });
-        // In flight until the end of this round (answered, reset or given up).
-        let _in_flight = InFlight::start(shared);
+        // In flight until its answer is ready to go back (or the connection is given up): the
+        // count drops before the caller can see the answer and send its next request.
+        let in_flight = InFlight::start(shared);
         match fault {
-            Some(Fault::Refuse) => return reset(writer),
+            Some(Fault::Refuse) => {
+                drop(in_flight);
+                return reset(writer);
+            }
             Some(Fault::Status(status)) => {
                 let code = if status == 503 {
                     "x-ms-error-code: ServerBusy\r\n"
@@ -339,6 +343,7 @@ fn serve(client: TcpStream, shared: &Shared) {
                     "HTTP/1.1 {status} Fault\r\nDate: {}\r\n{code}Content-Length: 0\r\n\r\n",
                     httpdate::fmt_http_date(SystemTime::now())
                 );
+                drop(in_flight);
                 if writer.write_all(answer.as_bytes()).is_err() {
                     return;
                 }
@@ -348,9 +353,10 @@ fn serve(client: TcpStream, shared: &Shared) {
             _ => {}
         }
         // Forward, over this connection's own upstream connection.
-        let answer = match forward(shared, &mut upstream, &request, &method) {
-            Some(a) => a,
-            None => return reset(writer),
+        let answer = forward(shared, &mut upstream, &request, &method);
+        drop(in_flight);
+        let Some(answer) = answer else {
+            return reset(writer);
         };
         match fault {
             Some(Fault::LoseAnswer) => return reset(writer),
