@@ -8,8 +8,10 @@ The output folder is what `func azure functionapp publish <app> --custom` (or a 
 uploads: host.json, one folder per function with its function.json, launch.sh, the components
 (components/*.wasm, built here in release for wasm32-wasip2), spin.toml (the project's manifest
 plus the timer routes of timer-routes.toml, with the component paths rewritten) and the Spin
-binary you supply (Linux x86_64, the one the Functions host runs; the script cannot download
-it). Every function.json is checked against the manifest's routes: an HTTP trigger's route must
+binary you supply (Linux x86_64, the one the Functions host runs, Spin 3.0 or later; the script
+cannot download it, and refuses a binary that is not an x86_64 ELF executable). launch.sh is
+host.json's defaultExecutablePath, the one file Core Tools' zip marks executable: it copies
+`spin` to a writable folder, marks it executable and starts it. Every function.json is checked against the manifest's routes: an HTTP trigger's route must
 reach a Spin route below /api, a timer trigger's function name must be a Spin route
 (POST /{FunctionName}), its schedule six NCRONTAB fields. --check-only checks without building.
 """
@@ -100,6 +102,40 @@ def check(manifest: dict, folder_root: Path = HERE) -> list[str]:
     return problems
 
 
+# ELF header fields (the System V ABI's gABI, "ELF Header"): e_ident[EI_CLASS] at 4,
+# e_ident[EI_DATA] at 5, e_machine at 18, e_phoff at 32, e_phentsize at 54, e_phnum at 56 (64-bit).
+ELFCLASS64 = 2
+ELFDATA2LSB = 1
+EM_X86_64 = 62
+PT_INTERP = 3
+MACHINES = {3: "x86 (32-bit)", 40: "ARM (32-bit)", 62: "x86_64", 183: "aarch64 (arm64)", 243: "RISC-V"}
+
+
+def check_spin_binary(data: bytes) -> tuple[str | None, bool]:
+    """(what is wrong with it for the Functions host, or None; whether it is linked dynamically).
+
+    The Functions host's Linux workers are x86_64: a binary for another machine, or not an ELF
+    executable at all, would fail only at start, in Azure, as a worker that restarts in a loop.
+    """
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        return "not a Linux (ELF) binary; give the Spin CLI for Linux x86_64", False
+    if data[4] != ELFCLASS64 or data[5] != ELFDATA2LSB:
+        return "not a 64-bit little-endian ELF binary; give the Spin CLI for Linux x86_64", False
+    machine = int.from_bytes(data[18:20], "little")
+    if machine != EM_X86_64:
+        name = MACHINES.get(machine, f"machine {machine}")
+        return f"built for {name}, not x86_64; give the Spin CLI for Linux x86_64", False
+    phoff = int.from_bytes(data[32:40], "little")
+    phentsize = int.from_bytes(data[54:56], "little")
+    phnum = int.from_bytes(data[56:58], "little")
+    dynamic = any(
+        int.from_bytes(data[phoff + i * phentsize: phoff + i * phentsize + 4], "little") == PT_INTERP
+        for i in range(phnum)
+        if phoff + (i + 1) * phentsize <= len(data)
+    )
+    return None, dynamic
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spin", type=Path, help="the Spin CLI binary for Linux x86_64 to ship")
@@ -122,9 +158,14 @@ def main() -> int:
     if args.spin is None or not args.spin.is_file():
         print("assemble: --spin must name the Spin CLI binary for Linux x86_64", file=sys.stderr)
         return 2
-    if args.spin.read_bytes()[:4] != b"\x7fELF":
-        print("assemble: --spin is not a Linux (ELF) binary", file=sys.stderr)
+    problem, dynamic = check_spin_binary(args.spin.read_bytes())
+    if problem:
+        print(f"assemble: --spin {args.spin}: {problem}", file=sys.stderr)
         return 2
+    if dynamic:
+        print(f"assemble: warning: {args.spin} is linked dynamically: it runs only where the image's "
+              "glibc is as new as the one it was built against; Spin's static Linux x86_64 build "
+              "(spin-vX.Y.Z-static-linux-amd64) does not depend on it", file=sys.stderr)
 
     print("building the components (wasm32-wasip2, release)")
     packages = sorted({c["build"]["command"].split(" -p ")[-1] for c in manifest["component"].values()})

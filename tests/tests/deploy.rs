@@ -4,8 +4,10 @@
 //! catch a broken one).
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use leasegate_tests::app::root;
 
@@ -98,4 +100,235 @@ fn every_function_json_reaches_a_route() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Azure Functions: the assembled folder, zipped as Core Tools zips it, starts.
+
+/// A process group started by a test (the launcher execs `spin`), stopped when dropped.
+struct Started(std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs a Python program with arguments; panics with its output when it fails.
+fn python(program: &str, args: &[&Path]) -> String {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("run python3");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "python failed: {text}");
+    text
+}
+
+/// Zips `folder` into `zip` as Azure Functions Core Tools does for `func azure functionapp
+/// publish --custom` (src/Cli/func/Helpers/ZipHelper.cs, `CreateZip`): one entry per file, no
+/// directory entries, made by Unix, external attributes `0o100777 << 16` for host.json's
+/// `defaultExecutablePath` and `0o100666 << 16` for every other file.
+const CORE_TOOLS_ZIP: &str = r#"
+import json, sys, zipfile
+from pathlib import Path
+folder, target = Path(sys.argv[1]), sys.argv[2]
+exe = json.loads((folder / "host.json").read_text())["customHandler"]["description"]["defaultExecutablePath"]
+with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = f.relative_to(folder).as_posix()
+        info = zipfile.ZipInfo(name)
+        info.create_system = 3
+        info.compress_type = zipfile.ZIP_DEFLATED
+        info.external_attr = (0o100777 if name == exe else 0o100666) << 16
+        z.writestr(info, f.read_bytes())
+"#;
+
+/// Unzips as the platform does, applying each entry's Unix mode from its external attributes.
+const UNZIP_WITH_MODES: &str = r#"
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for info in z.infolist():
+        path = z.extract(info, sys.argv[2])
+        os.chmod(path, (info.external_attr >> 16) & 0o777)
+"#;
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+}
+
+/// Fake ELF headers (64 bytes, and program headers where given) for assemble.py's check.
+fn elf_header(class: u8, machine: u16) -> Vec<u8> {
+    let mut h = vec![0u8; 64];
+    h[..4].copy_from_slice(b"\x7fELF");
+    h[4] = class;
+    h[5] = 1; // little-endian
+    h[6] = 1;
+    h[16] = 2; // ET_EXEC
+    h[18..20].copy_from_slice(&machine.to_le_bytes());
+    h
+}
+
+#[test]
+fn assemble_refuses_a_spin_binary_the_functions_host_cannot_run() {
+    let dir = leasegate_tests::spin::scratch_dir("af-elf");
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "aarch64",
+            elf_header(2, 183),
+            "built for aarch64 (arm64), not x86_64",
+        ),
+        ("riscv", elf_header(2, 243), "built for RISC-V, not x86_64"),
+        ("elf32", elf_header(1, 3), "not a 64-bit little-endian ELF"),
+        (
+            "script",
+            b"#!/bin/sh\nexec spin \"$@\"\n".to_vec(),
+            "not a Linux (ELF) binary",
+        ),
+    ];
+    for (name, bytes, expected) in cases {
+        let file = dir.join(name);
+        std::fs::write(&file, bytes).unwrap();
+        let out = dir.join(format!("out-{name}"));
+        let (ok, text) = assemble(&[
+            "--spin",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!ok, "{name}: accepted: {text}");
+        assert!(text.contains(expected), "{name}: {text}");
+        assert!(!out.exists(), "{name}: assembled anyway");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_azure_package_zipped_as_core_tools_does_starts() {
+    use leasegate_tests::app::{build_components, call, GATE_TOKEN, LEASE_ID_SECRET};
+    leasegate_tests::spin::require_spin(false);
+    build_components();
+    let spin = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v spin"])
+            .output()
+            .expect("find spin")
+            .stdout,
+    )
+    .unwrap();
+    let spin = spin.trim();
+    let dir = leasegate_tests::spin::scratch_dir("af-zip");
+    let dist = dir.join("dist");
+    let (ok, text) = assemble(&["--spin", spin, "--out", dist.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    assert!(dist.join("spin").is_file() && dist.join("launch.sh").is_file());
+
+    let zip = dir.join("app.zip");
+    python(CORE_TOOLS_ZIP, &[&dist, &zip]);
+    let site = dir.join("wwwroot");
+    python(UNZIP_WITH_MODES, &[&zip, &site]);
+    // What Azure unpacks: only the launcher is executable; spin is not.
+    assert_eq!(mode(&site.join("launch.sh")), 0o777);
+    assert_eq!(mode(&site.join("spin")), 0o666, "spin arrived executable");
+    assert_eq!(mode(&site.join("host.json")), 0o666);
+
+    let azurite = leasegate_tests::Azurite::shared();
+    let container = leasegate_tests::unique_container("afzip");
+    let sink = leasegate_tests::sink::Sink::start();
+    let port = leasegate_tests::free_port();
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // The Functions host's environment: the port, the instance, app settings as SPIN_VARIABLE_*,
+    // a managed identity's endpoint; nothing else of this process's environment.
+    let child = Command::new(site.join("launch.sh"))
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("TMPDIR", &tmp)
+        .env("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string())
+        .env(
+            "WEBSITE_INSTANCE_ID",
+            "8f1c2d3e4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d",
+        )
+        .env("SPIN_VARIABLE_INSTANCE_ID", "westeurope")
+        .env("SPIN_VARIABLE_GATE_TOKEN", GATE_TOKEN)
+        .env("SPIN_VARIABLE_LEASE_ID_SECRET", LEASE_ID_SECRET)
+        .env(
+            "SPIN_VARIABLE_STORAGE_ORIGIN",
+            format!("http://127.0.0.1:{}", azurite.port()),
+        )
+        .env("SPIN_VARIABLE_CONTAINER", container.as_str())
+        .env("SPIN_VARIABLE_LEADER_ORIGIN", sink.origin())
+        .env("IDENTITY_ENDPOINT", "http://127.0.0.1:41234/msi/token")
+        .env("IDENTITY_HEADER", "not-a-real-header")
+        .current_dir(&dir)
+        .process_group(0)
+        .stdout(std::fs::File::create(dir.join("launch.out")).unwrap())
+        .stderr(std::fs::File::create(dir.join("launch.err")).unwrap())
+        .spawn()
+        .expect("start launch.sh");
+    let mut started = Started(child);
+    let output = || {
+        std::fs::read_to_string(dir.join("launch.out")).unwrap_or_default()
+            + &std::fs::read_to_string(dir.join("launch.err")).unwrap_or_default()
+    };
+
+    // The Functions host waits for the handler to answer on its port (~30-60 s at most).
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let root_answer = loop {
+        if let Ok(Some(status)) = started.0.try_wait() {
+            panic!("the launcher exited ({status}):\n{}", output());
+        }
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break call("GET", &format!("{base}/"), &[], b"");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no answer on the port within 60 s:\n{}",
+            output()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(root_answer.status, 404, "GET /: {}", root_answer.text);
+    // spin ran from the writable copy the launcher made executable.
+    assert_eq!(mode(&tmp.join("leasegate-spin/bin/spin")), 0o755);
+
+    // An HTTP route: the gate refuses a call without its bearer token.
+    let gate = call("POST", &format!("{base}/api/gate/k"), &[], b"");
+    assert_eq!(gate.status, 401, "{}", gate.text);
+    // A timer invocation on the Functions host's channel; the instance is this instance's own
+    // identity: the deployment's name and the start of WEBSITE_INSTANCE_ID.
+    let timer = call(
+        "POST",
+        &format!("{base}/leader"),
+        &[("content-type", "application/json")],
+        br#"{"Data":{"timer":{"IsPastDue":false}},"Metadata":{"sys":{"UtcNow":"2026-11-22T06:00:00Z"}}}"#,
+    );
+    assert_eq!(timer.status, 200, "{}\n{}", timer.text, output());
+    assert_eq!(
+        timer.json["ReturnValue"]["role"], "leader",
+        "{}",
+        timer.text
+    );
+    assert_eq!(
+        timer.json["ReturnValue"]["instance"], "westeurope.8f1c2d3e4a5b",
+        "{}",
+        timer.text
+    );
+    drop(started);
+    let _ = std::fs::remove_dir_all(&dir);
 }
