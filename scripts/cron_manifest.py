@@ -20,13 +20,17 @@ HEADER = '''spin_manifest_version = 2
 
 # The timer functions on Spin's cron trigger. Spin refuses a manifest that names a trigger
 # whose plugin is missing, so this app is apart from spin.toml (the HTTP app, which runs on any
-# Spin). Install the plugin once, then run both apps side by side:
+# Spin). Install the plugin once (the version pinned here is the one verified), then run both
+# apps side by side, each instance with its own instance_id and --state-dir:
 #
-#   spin plugins update && spin plugins install trigger-cron
-#   spin up -f spin-cron.toml --variable instance_id=node-a --variable timer_token=...
+#   spin plugins update && spin plugins install trigger-cron --version 0.5.0
+#   spin up -f spin-cron.toml --state-dir .spin/timers --variable instance_id=node-a --variable timer_token=...
 #
-# (or the canary build: spin plugins install --url
-#  https://github.com/spinframework/spin-trigger-cron/releases/download/canary/trigger-cron.json)
+# The plugin's source: https://github.com/spinframework/spin-trigger-plugins (crates/trigger-cron;
+# it moved there from spin-trigger-cron). 0.5.0 runs these components (their synchronous
+# fermyon:spin-cron@2.0.0 export); 0.6.x has the same interface (spin:cron@3.0.0) and is
+# expected to run them, unverified here. SpinKube's shim runs no cron trigger: there the timer
+# functions are ticked over HTTP (deploy/spinkube/ticker.yaml), and this manifest is not used.
 #
 # Generated from spin.toml by scripts/cron_manifest.py: components and variables are the same
 # (tests/tests/deploy.rs keeps them equal).
