@@ -87,7 +87,7 @@ def tick(address, port, path, at, token, timeout):
         f"http://{host}:{port}{path}", data=body, method="POST",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
     started = time.monotonic()
-    record = {"event": "tick", "path": path, "address": address, "at": at}
+    record = {"event": "tick", "path": path, "address": address, "port": port, "at": at}
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             record["status"] = answer.status
