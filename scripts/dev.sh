@@ -78,6 +78,10 @@ setup() {
   fi
   install_spin
   install_faketime
+  if ! python3 -c 'import yaml' 2>/dev/null; then
+    say "installing PyYAML (tests/tests/deploy.rs parses the SpinKube manifests with it)"
+    python3 -m pip install --quiet --disable-pip-version-check pyyaml
+  fi
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -1,7 +1,14 @@
-//! The deployment files stay true to the app: the cron manifest defines its components and
-//! variables exactly as spin.toml does, and every Azure Functions `function.json` reaches a
-//! route of the manifest the Functions host runs (checked by `assemble.py`, which must also
-//! catch a broken one).
+//! The deployment files stay true to the app and start where they are meant to run:
+//!
+//! * the cron manifest defines its components and variables exactly as spin.toml does, and
+//!   every instruction that installs its plugin pins the verified version;
+//! * every Azure Functions `function.json` reaches a route of the manifest the Functions host
+//!   runs (checked by `assemble.py`, which must also catch a broken one), `assemble.py` refuses
+//!   a Spin binary the host cannot run, and the assembled folder, zipped as Core Tools zips it,
+//!   starts under its launcher with the real Spin;
+//! * the SpinKube manifests parse, name only what the shim runs, give each pod its own identity
+//!   and tick the timers in time; the shipped ticker, against two `spin up` instances, ticks
+//!   both, one leads, and each job occurrence runs once.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
@@ -722,5 +729,70 @@ fn the_ticker_ticks_every_pod_and_each_occurrence_runs_once() {
     );
     for app in &apps {
         app.assert_no_trap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cron plugin: one version, pinned wherever it is installed, and the one installed here.
+
+#[test]
+fn every_cron_plugin_instruction_pins_the_verified_version() {
+    use leasegate_tests::spin::CRON_PLUGIN_VERSION;
+    let dev = std::fs::read_to_string(root().join("scripts/dev.sh")).unwrap();
+    assert!(dev.contains(&format!("CRON_PLUGIN_VERSION={CRON_PLUGIN_VERSION}\n")));
+    let mut files = vec![
+        root().join("README.md"),
+        root().join("spin-cron.toml"),
+        root().join("scripts/cron_manifest.py"),
+        root().join("scripts/dev.sh"),
+    ];
+    for dir in ["docs", "deploy/spinkube", "deploy/azure-functions"] {
+        for entry in std::fs::read_dir(root().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                files.push(path);
+            }
+        }
+    }
+    let mut found = 0;
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for line in text
+            .lines()
+            .filter(|l| l.contains("plugins install trigger-cron"))
+        {
+            found += 1;
+            let pinned = line.contains(&format!("--version {CRON_PLUGIN_VERSION}"))
+                || line.contains("--version $CRON_PLUGIN_VERSION");
+            assert!(pinned, "{}: not pinned: {line}", path.display());
+        }
+        // The plugin's repository moved; the old canary URL is gone.
+        assert!(
+            !text.contains("spinframework/spin-trigger-cron"),
+            "{}",
+            path.display()
+        );
+    }
+    assert!(found >= 3, "{found} install instructions");
+    let docs = std::fs::read_to_string(root().join("docs/deployment.md")).unwrap();
+    assert!(docs.contains(&format!(
+        "`trigger-cron` **{CRON_PLUGIN_VERSION}** is verified"
+    )));
+    assert!(docs.contains("0.6.x") && docs.contains("spin:cron@3.0.0"));
+
+    // The plugin the tests run under is that version.
+    if let Ok(out) = Command::new("spin")
+        .args(["plugins", "list", "--installed"])
+        .output()
+    {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let installed = text
+            .lines()
+            .find(|l| l.starts_with("trigger-cron "))
+            .unwrap_or_else(|| panic!("trigger-cron is not installed: {text}"));
+        assert!(
+            installed.starts_with(&format!("trigger-cron {CRON_PLUGIN_VERSION} ")),
+            "{installed}"
+        );
     }
 }
