@@ -62,7 +62,10 @@ impl std::fmt::Display for ContainerName {
     }
 }
 
-/// A blob name: 1 to 1024 characters, no control characters, no empty, `.` or `..` segment.
+/// A blob name: 1 to 1024 characters, no control characters, no `.` or `..` segment (a URL
+/// cannot carry those reliably: clients and servers resolve them). Everything else storage
+/// accepts is a name here, `a//b`, `dir/` and `a\b` included: each segment is percent-encoded
+/// on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlobName(String);
 
@@ -76,14 +79,11 @@ impl BlobName {
         if name.is_empty() || name.chars().count() > 1024 {
             return Err(bad("must be 1 to 1024 characters"));
         }
-        if name.chars().any(char::is_control) || name.contains('\\') {
-            return Err(bad("control characters and '\\' are not allowed"));
+        if name.chars().any(char::is_control) {
+            return Err(bad("control characters are not allowed"));
         }
-        if name
-            .split('/')
-            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
-        {
-            return Err(bad("empty, '.' and '..' path segments are not allowed"));
+        if name.split('/').any(|seg| seg == "." || seg == "..") {
+            return Err(bad("'.' and '..' path segments are not allowed"));
         }
         Ok(BlobName(name.to_string()))
     }
@@ -232,6 +232,22 @@ mod tests {
         }
         LockName::try_new(&"x".repeat(MAX_LOCK_NAME_BYTES)).unwrap();
         LockName::try_new("a..b/c.d").unwrap();
+    }
+
+    #[test]
+    fn blob_names_take_what_storage_takes_but_dot_segments() {
+        for (ok, path) in [
+            ("a//b", "a//b"),
+            ("dir/", "dir/"),
+            ("a\\b", "a%5Cb"),
+            ("/lead", "/lead"),
+            ("a..b/.c", "a..b/.c"),
+        ] {
+            assert_eq!(BlobName::try_new(ok).unwrap().url_path(), path, "{ok}");
+        }
+        for bad in ["", ".", "..", "a/./b", "a/../b", "x/..", "a\nb"] {
+            assert!(BlobName::try_new(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -247,9 +247,13 @@ impl RequestParts {
                     "metadata name '{name}' must be a C# identifier"
                 )));
             }
-            if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            // Sent as it is (a tab or a run of spaces inside included): what a header can carry.
+            if !value
+                .bytes()
+                .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+            {
                 return Err(Error::InvalidArgument(format!(
-                    "metadata value of '{name}' must be printable ASCII"
+                    "metadata value of '{name}' must be printable ASCII (tabs allowed)"
                 )));
             }
             self = self.header(&format!("x-ms-meta-{name}"), value)?;
@@ -539,6 +543,8 @@ pub struct BlobProperties {
     pub copy_status: Option<String>,
     /// `x-ms-copy-id` of the last copy into this blob.
     pub copy_id: Option<String>,
+    /// `x-ms-copy-source` of the last copy into this blob (the source URL it was copied from).
+    pub copy_source: Option<String>,
     /// Metadata (names lowercased).
     pub metadata: Metadata,
     /// The storage server's `Date` when this was read (not set for listings).
@@ -565,6 +571,7 @@ impl BlobProperties {
                 .and_then(|s| s.parse().ok()),
             copy_status: header_str(response, "x-ms-copy-status").map(str::to_string),
             copy_id: header_str(response, "x-ms-copy-id").map(str::to_string),
+            copy_source: header_str(response, "x-ms-copy-source").map(str::to_string),
             metadata,
             server_date: server_date(response),
         }
@@ -772,6 +779,26 @@ impl Operation for DeleteBlob {
             },
             Err(e) => Err(e),
         }
+    }
+}
+
+/// [Delete Blob](https://learn.microsoft.com/rest/api/storageservices/delete-blob) with
+/// `x-ms-delete-snapshots: include`: the blob and its snapshots (a blob with snapshots refuses a
+/// plain delete with 409 `SnapshotsPresent`). The condition and lease apply to the base blob.
+#[derive(Debug, Clone)]
+pub struct DeleteBlobAndSnapshots(pub DeleteBlob);
+
+impl Operation for DeleteBlobAndSnapshots {
+    type Output = DeleteOutcome;
+    fn request(&self, account: &Account) -> Result<Request, Error> {
+        let mut request = self.0.request(account)?;
+        request
+            .headers_mut()
+            .append("x-ms-delete-snapshots", "include");
+        Ok(request)
+    }
+    fn parse(&self, response: &Response) -> Result<DeleteOutcome, Error> {
+        self.0.parse(response)
     }
 }
 

@@ -108,16 +108,18 @@ pub fn string_to_sign(request: &Request, account_name: &str) -> String {
     out
 }
 
-/// Every `x-ms-*` header as `name:value\n`, names lowercased and sorted, values trimmed with
-/// runs of whitespace folded to one space.
+/// Every `x-ms-*` header as `name:value\n`, names lowercased and sorted, values trimmed at
+/// their ends and otherwise signed as sent: a tab or a run of spaces inside a value stays (the
+/// spec's "linear whitespace" is header folding, which HTTP/1.1 no longer has; Azure's SDKs
+/// and Azurite sign `v  w` as is).
 pub fn canonicalized_headers(request: &Request) -> String {
     let mut pairs: Vec<(String, String)> = request
         .headers()
         .iter()
         .filter(|(name, _)| name.starts_with("x-ms-"))
         .map(|(name, value)| {
-            let folded = value.split_whitespace().collect::<Vec<_>>().join(" ");
-            (name.to_string(), folded)
+            let trimmed = value.trim_matches(|c| c == ' ' || c == '\t');
+            (name.to_string(), trimmed.to_string())
         })
         .collect();
     sort_small(&mut pairs);
@@ -327,11 +329,13 @@ mod tests {
     }
 
     #[test]
-    fn headers_are_lowercased_sorted_and_folded() {
+    fn headers_are_lowercased_sorted_and_trimmed_at_their_ends_only() {
         assert_eq!(
             canonicalized_headers(&req("http://h/c")),
-            "x-ms-date:Sat, 21 Nov 2026 14:00:00 GMT\nx-ms-meta-foo:a b\nx-ms-version:2021-12-02\n"
+            "x-ms-date:Sat, 21 Nov 2026 14:00:00 GMT\nx-ms-meta-foo:a   b\nx-ms-version:2021-12-02\n"
         );
+        let tab = req("http://h/c").with_header("x-ms-meta-t", "\tx\ty ");
+        assert!(canonicalized_headers(&tab).contains("x-ms-meta-t:x\ty\n"));
     }
 
     #[test]
