@@ -458,6 +458,27 @@ fn write_items<'a>(
     out.push(close);
 }
 
+/// Format (Cf) and separator (Zl, Zp) characters of the Basic Multilingual Plane that change
+/// how the text around them is shown: bidirectional controls, zero-width characters, line and
+/// paragraph separators, the byte-order mark.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{600}'..='\u{605}'
+            | '\u{61c}'
+            | '\u{6dd}'
+            | '\u{70f}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
+}
+
 fn write_str(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
@@ -469,7 +490,10 @@ fn write_str(out: &mut String, s: &str) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            c if c < ' ' => {
+            // Control characters, and the format and separator characters that reorder or
+            // break text where it is shown (U+202E, U+2028, ...): text from users (blob names)
+            // reaches answers and log lines escaped.
+            c if c.is_control() || invisible(c) => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),
@@ -1095,6 +1119,15 @@ mod tests {
         assert_eq!(theirs(&crate::json!([])), serde_json!([]));
         assert_eq!(crate::json!({"only": 1})["only"], 1u64);
         assert_eq!(crate::json!(format!("{}-{}", 5, "x")), "5-x");
+    }
+
+    #[test]
+    fn text_that_reorders_or_breaks_lines_is_escaped() {
+        let v = crate::json!("a\u{202e}b\u{2028}c\u{7f}d\u{85}e\u{feff}f caf\u{e9}");
+        assert_eq!(
+            v.to_string(),
+            "\"a\\u202eb\\u2028c\\u007fd\\u0085e\\ufefff caf\u{e9}\""
+        );
     }
 
     #[test]

@@ -35,8 +35,8 @@ use futures::StreamExt;
 use leasegate::lease::{Acquire, Locks, Term};
 use leasegate::ops::{
     public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, CreateContainer,
-    DeleteBlob, DeleteOutcome, GetBlob, GetProperties, ListBlobs, ListBlobsPage, PutBlob, Refusal,
-    SetMetadata, WriteOutcome,
+    DeleteBlob, DeleteBlobAndSnapshots, DeleteOutcome, GetBlob, GetProperties, ListBlobs,
+    ListBlobsPage, PutBlob, Refusal, SetMetadata, WriteOutcome,
 };
 use leasegate::{BlobName, ContainerName, Counting, LeaseState, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
@@ -53,10 +53,6 @@ use crate::{auth, elapsed_ms, log_line, Context};
 pub const TIME_TO_LIVE: &str = "timetolive";
 /// Metadata name of the dead-blob container.
 pub const DEAD_BLOB_CONTAINER: &str = "deadblobcontainer";
-/// Metadata name a moved blob gets: where it came from.
-pub const SOURCE_URI: &str = "sourceuri";
-/// Metadata name a moved blob gets: the version of the source it copies (its ETag).
-pub const SOURCE_ETAG: &str = "sourceetag";
 /// The sweep state blob.
 pub const STATE_BLOB: &str = "sweeper/state.json";
 /// The longest time-to-live the marking API accepts (10 years).
@@ -69,6 +65,15 @@ const CLAIM_PAUSE: Duration = Duration::from_millis(40);
 const COPY_POLL: Duration = Duration::from_millis(250);
 /// How long a pending copy is waited for before the source is left alone.
 const COPY_WAIT: Duration = Duration::from_secs(5);
+/// The storage requests one expired blob can make at most, each bounded by the storage
+/// timeout: copy, create the dead-blob container, copy again (3); HEAD of a taken name (1);
+/// the same for the second name (3); the last poll of a pending copy or the HEAD of a taken
+/// name (1); the delete (1). A pending copy adds [`COPY_WAIT`] and one [`COPY_POLL`].
+const BLOB_REQUESTS: u32 = 9;
+/// The most unusable names the state remembers (each reported once).
+const MAX_UNUSABLE: usize = 100;
+/// The variable that allows dead-blob containers.
+const DEAD_CONTAINERS_VAR: &str = "ttl_dead_containers";
 
 /// What a sweep entry sweeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +121,9 @@ pub struct State {
     pub pages: u64,
     /// The ticks of the last minutes (see [`TickEntry`]).
     pub ticks: Vec<TickEntry>,
+    /// Marked blobs whose names cannot be swept, as (container, name, the pass that last
+    /// listed them): reported once, forgotten when a pass no longer lists them.
+    pub unusable: Vec<(String, String, u64)>,
 }
 
 /// The sweeper's settings.
@@ -135,6 +143,17 @@ pub struct Settings {
     pub lock_retention: Option<Duration>,
     /// A new pass starts no sooner than this after the last one ended.
     pub pass_interval: Duration,
+    /// The containers blobs may be moved to (`ttl_dead_containers`).
+    pub dead_containers: DeadContainers,
+}
+
+/// Where `DeadBlobContainer` may send a blob (`ttl_dead_containers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadContainers {
+    /// These containers only (none: blobs asking to be moved are left alone).
+    Only(Vec<ContainerName>),
+    /// `*`: any container but the app's own and the swept ones.
+    Any,
 }
 
 /// Parses `container`, `container/` or `container/prefix/` (a dead-blob container, a swept
@@ -211,6 +230,32 @@ impl Settings {
         }
         let pass_interval =
             config::number(vars, "ttl_pass_interval_seconds", 60.0, 0..=31_536_000)?;
+        let dead_containers = match config::var(vars, DEAD_CONTAINERS_VAR)
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("*") => DeadContainers::Any,
+            list => {
+                let mut allowed = Vec::new();
+                for c in list
+                    .unwrap_or("")
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                {
+                    let c = ContainerName::try_new(c).map_err(|e| {
+                        ConfigError(format!("variable {DEAD_CONTAINERS_VAR}: {e} (container names, comma-separated, or *)"))
+                    })?;
+                    if c == storage.container {
+                        return Err(ConfigError(format!(
+                            "variable {DEAD_CONTAINERS_VAR}: {c} is the app's own container (it holds the locks and the sweep state)"
+                        )));
+                    }
+                    allowed.push(c);
+                }
+                DeadContainers::Only(allowed)
+            }
+        };
         Ok(Settings {
             storage,
             instance_id,
@@ -219,13 +264,43 @@ impl Settings {
             budget: Duration::from_millis(budget_ms as u64),
             lock_retention,
             pass_interval: Duration::from_secs(pass_interval as u64),
+            dead_containers,
         })
     }
 
-    /// The longest a tick can take: its budget, then the page it was processing (a copy's
-    /// wait and a few storage requests). A tick's entry older than this is no longer active.
+    /// Why a blob may not be moved to `container`/`prefix`, if it may not.
+    pub fn dead_refusal(&self, container: &ContainerName, prefix: &str) -> Option<&'static str> {
+        if *container == self.storage.container {
+            return Some("DeadBlobContainer is the app's own container");
+        }
+        let allowed = match &self.dead_containers {
+            DeadContainers::Any => true,
+            DeadContainers::Only(list) => list.contains(container),
+        };
+        if !allowed {
+            return Some("DeadBlobContainer is not allowed (ttl_dead_containers)");
+        }
+        // A moved blob keeps its metadata (TimeToLive included): moved into a swept place, it
+        // would be moved again on every pass.
+        let swept = self.targets.iter().any(|(k, c, p)| {
+            *k == Kind::Ttl
+                && c == container
+                && (prefix.starts_with(p.as_str()) || p.starts_with(prefix))
+        });
+        swept.then_some("DeadBlobContainer is a swept container and prefix")
+    }
+
+    /// The longest one expired blob's work can take once begun: [`BLOB_REQUESTS`] storage
+    /// timeouts, and a pending copy's wait and last pause.
+    pub fn blob_worst_case(&self) -> Duration {
+        BLOB_REQUESTS * self.storage.timeout + COPY_WAIT + COPY_POLL
+    }
+
+    /// The longest a tick can take: blobs are begun until [`Settings::work_deadline`], and one
+    /// begun then ends within [`Settings::blob_worst_case`] (10 s more for clocks and the last
+    /// write). A tick's entry older than this is no longer active.
     pub fn tick_bound(&self) -> Duration {
-        self.work_deadline() + COPY_WAIT + 4 * self.storage.timeout + Duration::from_secs(10)
+        self.work_deadline() + self.blob_worst_case() + Duration::from_secs(10)
     }
 
     /// Pages are claimed until the budget is spent; the blobs of the last page are begun until
@@ -264,6 +339,27 @@ pub struct Report {
     pub pass_completed: bool,
     /// Why the tick stopped: `budget`, `pass complete`, `state busy`.
     pub stopped: String,
+    /// Swept containers whose listing failed for good this pass (a 403, a 400): skipped until
+    /// the next pass, the others swept.
+    pub containers_skipped: Vec<SkippedContainer>,
+    /// Marked blobs whose names cannot be swept (a `.` or `..` segment), each reported once
+    /// (the state remembers them): (container, name).
+    pub unusable_names: Vec<(String, String)>,
+}
+
+/// A swept container skipped for this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedContainer {
+    /// The container.
+    pub container: String,
+    /// The prefix swept.
+    pub prefix: String,
+    /// Storage's status, when storage answered.
+    pub status: Option<u16>,
+    /// Storage's error code, when it sent one.
+    pub code: Option<String>,
+    /// What failed.
+    pub message: String,
 }
 
 impl Report {
@@ -406,6 +502,14 @@ impl ToJson for State {
         v.set("locksRemoved", json!(self.locks_removed));
         v.set("pages", json!(self.pages));
         v.set("ticks", json!(self.ticks));
+        if !self.unusable.is_empty() {
+            let list: Vec<Value> = self
+                .unusable
+                .iter()
+                .map(|(c, n, p)| json!({"container": c, "name": n, "pass": p}))
+                .collect();
+            v.set("unusable", json!(list));
+        }
         v
     }
 }
@@ -425,6 +529,18 @@ impl State {
             locks_removed: f.u64_or_zero("locksRemoved")?,
             pages: f.u64_or_zero("pages")?,
             ticks: f.list("ticks", TickEntry::from_json)?,
+            unusable: if f.has("unusable") {
+                f.list("unusable", |u| {
+                    let u = Fields::of(u)?;
+                    Ok((
+                        u.string("container")?,
+                        u.string("name")?,
+                        u.u64_or_zero("pass")?,
+                    ))
+                })?
+            } else {
+                Vec::new()
+            },
         })
     }
 }
@@ -435,7 +551,7 @@ impl ToJson for Report {
         for (reason, n) in &self.skipped {
             skipped.set(reason, json!(n));
         }
-        json!({
+        let mut v = json!({
             "pages": self.pages,
             "scanned": self.scanned,
             "unmarked": self.unmarked,
@@ -447,7 +563,32 @@ impl ToJson for Report {
             "errors": self.errors,
             "passCompleted": self.pass_completed,
             "stopped": self.stopped,
-        })
+        });
+        if !self.containers_skipped.is_empty() {
+            let list: Vec<Value> = self
+                .containers_skipped
+                .iter()
+                .map(|c| {
+                    json!({
+                        "container": c.container,
+                        "prefix": c.prefix,
+                        "storageStatus": c.status,
+                        "storageErrorCode": c.code,
+                        "message": c.message,
+                    })
+                })
+                .collect();
+            v.set("containersSkipped", json!(list));
+        }
+        if !self.unusable_names.is_empty() {
+            let list: Vec<Value> = self
+                .unusable_names
+                .iter()
+                .map(|(c, n)| json!({"container": c, "name": n}))
+                .collect();
+            v.set("unusableNames", json!(list));
+        }
+        v
     }
 }
 
@@ -494,6 +635,10 @@ struct Tick {
     pending: Counters,
     /// The state may show this tick active.
     maybe_active: bool,
+    /// Containers skipped by this tick's claims (see [`Report::containers_skipped`]).
+    containers_skipped: Vec<SkippedContainer>,
+    /// Unusable names this tick's claims found first.
+    unusable_names: Vec<(String, String)>,
 }
 
 /// One tick: claim and process pages until the budget is spent or the pass completes. The
@@ -511,6 +656,8 @@ pub async fn sweep<T: Transport>(
         credited: Counters::default(),
         pending: Counters::default(),
         maybe_active: false,
+        containers_skipped: Vec::new(),
+        unusable_names: Vec::new(),
     };
     let mut report = Report::default();
     let mut failure = None;
@@ -565,6 +712,8 @@ pub async fn sweep<T: Transport>(
             }
         }
     }
+    report.containers_skipped = std::mem::take(&mut tick.containers_skipped);
+    report.unusable_names = std::mem::take(&mut tick.unusable_names);
     (report, failure, counting.sent())
 }
 
@@ -747,39 +896,77 @@ async fn claim_held<S: Transport>(
         credited,
     };
     let mut page = None;
+    let mut skipped = Vec::new();
+    let mut unusable_new = Vec::new();
     let outcome = if !page_wanted {
         Claim::Done
     } else if resting(&state, settings, server_now) {
         Claim::Resting
-    } else if let Some(index) = state
-        .containers
-        .iter()
-        .position(|e| !e.off && (e.status == "init" || e.status == "current"))
-    {
-        let listed = list_page(locks, settings, &state.containers[index], now).await?;
-        let e = &mut state.containers[index];
-        e.marker = listed.page.next_marker.clone();
-        e.status = if e.marker.is_some() {
-            "current"
-        } else {
-            "last"
-        }
-        .into();
-        state.pages += 1;
-        entry.active = true;
-        page = Some(listed);
-        Claim::Busy
-    } else if others_active {
-        Claim::Finishing
     } else {
-        // Every page of the pass is claimed and processed: it is complete.
-        for e in &mut state.containers {
-            e.status = "init".into();
-            e.marker = None;
+        let mut found = None;
+        while let Some(index) = state
+            .containers
+            .iter()
+            .position(|e| !e.off && (e.status == "init" || e.status == "current"))
+        {
+            match list_page(locks, settings, &state.containers[index], now).await {
+                Ok(listed) => {
+                    found = Some((index, listed));
+                    break;
+                }
+                // A listing storage refuses for good (a SAS without list rights there, a bad
+                // request) would stop every pass here: the container is skipped until the next
+                // pass, and reported.
+                Err(e) if refuses_for_good(&e) => {
+                    let entry = &mut state.containers[index];
+                    let (status, code) = match &e {
+                        leasegate::Error::Storage(s) => (Some(s.status.as_u16()), s.code.clone()),
+                        _ => (None, None),
+                    };
+                    skipped.push(SkippedContainer {
+                        container: entry.container.clone(),
+                        prefix: entry.prefix.clone(),
+                        status,
+                        code,
+                        message: format!("listing failed: {e}"),
+                    });
+                    entry.status = "last".into();
+                    entry.marker = None;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        state.passes += 1;
-        state.last_pass_completed_at = Some(rfc3339(server_now));
-        Claim::PassComplete
+        if let Some((index, listed)) = found {
+            if listed.kind == Kind::Ttl {
+                remember_unusable(&mut state, &listed, &mut unusable_new);
+            }
+            let e = &mut state.containers[index];
+            e.marker = listed.page.next_marker.clone();
+            e.status = if e.marker.is_some() {
+                "current"
+            } else {
+                "last"
+            }
+            .into();
+            state.pages += 1;
+            entry.active = true;
+            page = Some(listed);
+            Claim::Busy
+        } else if others_active {
+            Claim::Finishing
+        } else {
+            // Every page of the pass is claimed and processed: it is complete.
+            for e in &mut state.containers {
+                e.status = "init".into();
+                e.marker = None;
+            }
+            // Unusable names this pass did not list again are gone (or renamed).
+            let this_pass = state.passes;
+            state.unusable.retain(|u| u.2 == this_pass);
+            state.passes += 1;
+            state.last_pass_completed_at = Some(rfc3339(server_now));
+            Claim::PassComplete
+        }
     };
     let active = entry.active;
     state.ticks.push(entry);
@@ -793,7 +980,51 @@ async fn claim_held<S: Transport>(
     tick.credited = credited;
     tick.pending = Counters::default();
     tick.maybe_active = active;
+    tick.containers_skipped.extend(skipped);
+    tick.unusable_names.extend(unusable_new);
     Ok(page.map_or(outcome, Claim::Page))
+}
+
+/// Whether a listing error will not go away by asking again this pass: storage refused the
+/// request (4xx but a timeout or throttling), or the request could not be built.
+fn refuses_for_good(e: &leasegate::Error) -> bool {
+    match e {
+        leasegate::Error::Storage(s) => {
+            s.status.is_client_error() && !matches!(s.status.as_u16(), 408 | 429)
+        }
+        leasegate::Error::InvalidName { .. } | leasegate::Error::InvalidArgument(_) => true,
+        _ => false,
+    }
+}
+
+/// Records the page's marked blobs whose names cannot be swept (a `.` or `..` segment, a
+/// control character) in the state, and puts those it did not know into `new`: each is
+/// reported once, not on every pass.
+fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<(String, String)>) {
+    let pass = state.passes;
+    for item in &listed.page.blobs {
+        if !item.properties.metadata.contains_key(TIME_TO_LIVE)
+            || BlobName::try_new(&item.name).is_ok()
+        {
+            continue;
+        }
+        let container = listed.container.as_str();
+        match state
+            .unusable
+            .iter_mut()
+            .find(|u| u.0 == container && u.1 == item.name)
+        {
+            Some(known) => known.2 = pass,
+            None => {
+                if state.unusable.len() < MAX_UNUSABLE {
+                    state
+                        .unusable
+                        .push((container.to_string(), item.name.clone(), pass));
+                }
+                new.push((container.to_string(), item.name.clone()));
+            }
+        }
+    }
 }
 
 /// Whether a new pass must wait: the last one ended less than `ttl_pass_interval_seconds` ago
@@ -874,6 +1105,8 @@ async fn process<T, S: Transport>(
             }
             Outcome::LockRemoved => report.locks_removed += 1,
             Outcome::Skipped(reason) => report.skip(reason),
+            // Reported once, by the claim that first listed it.
+            Outcome::Unusable => {}
             Outcome::Error => report.errors += 1,
         }
     }
@@ -888,6 +1121,8 @@ enum Outcome {
     Moved,
     LockRemoved,
     Skipped(&'static str),
+    /// A name that cannot be swept (see [`remember_unusable`]).
+    Unusable,
     Error,
 }
 
@@ -923,15 +1158,20 @@ async fn sweep_blob<T, S: Transport>(
         return Outcome::Skipped("leased");
     }
     let Ok(source) = BlobName::try_new(&item.name) else {
-        return Outcome::Skipped("the name is not usable");
+        return Outcome::Unusable;
     };
     let Some(etag) = props.etag.clone() else {
         return Outcome::Skipped("listed without an ETag");
     };
     let container = &claimed.container;
     if let Some((dead_container, prefix)) = &dead {
-        if *dead_container == settings.storage.container {
-            return Outcome::Skipped("DeadBlobContainer is the app's own container");
+        // The owner asked for a move: a move that is not allowed leaves the blob where it is.
+        if let Some(reason) = settings.dead_refusal(dead_container, prefix) {
+            return Outcome::Skipped(reason);
+        }
+        // The copy keeps the source's metadata: never carry a claim of this app's elsewhere.
+        if props.metadata.keys().any(|k| k.starts_with("leasegate_")) {
+            return Outcome::Skipped("the blob carries leasegate claim metadata (never moved)");
         }
         if let Err(reason) = move_blob(
             ctx,
@@ -948,12 +1188,13 @@ async fn sweep_blob<T, S: Transport>(
             return reason;
         }
     }
-    let delete = DeleteBlob {
+    // With its snapshots (a plain delete of a blob with snapshots is refused, every pass).
+    let delete = DeleteBlobAndSnapshots(DeleteBlob {
         container: container.clone(),
         blob: source,
         lease_id: None,
         condition: Condition::IfMatch(etag),
-    };
+    });
     match locks.execute(&delete, ctx.now).await {
         Ok((DeleteOutcome::Deleted, _)) => {
             if dead.is_some() {
@@ -971,9 +1212,11 @@ async fn sweep_blob<T, S: Transport>(
 
 /// Copies the listed version of `item` to its dead-blob container, never over another blob:
 /// to `{prefix}{name}`, or, when that name is taken by another blob, `{prefix}{name}.{etag}`.
-/// A destination that already holds this very version (`SourceUri` and `SourceEtag` match: an
-/// earlier move that did not get to delete the source) counts as copied. `Err` is the outcome
-/// of a blob that must stay where it is.
+/// The copy sends no metadata, so storage keeps the source's exactly (names' case and values).
+/// A destination that already holds this version (copied from this source, successfully, and
+/// written in a later second than the listed version: an earlier move that did not get to
+/// delete the source) counts as copied. `Err` is the outcome of a blob that must stay where it
+/// is.
 #[allow(clippy::too_many_arguments)]
 async fn move_blob<T, S: Transport>(
     ctx: &Context<'_, T>,
@@ -989,10 +1232,12 @@ async fn move_blob<T, S: Transport>(
         BlobName::try_new(&item.name).map_err(|_| Outcome::Skipped("the name is not usable"))?;
     let source_uri = public_blob_url(&settings.storage.account, &claimed.container, &source);
     let version = etag.as_str().trim_matches('"').to_string();
-    let mut metadata = item.properties.metadata.clone();
-    metadata.remove(TIME_TO_LIVE);
-    metadata.insert(SOURCE_URI.into(), source_uri.clone());
-    metadata.insert(SOURCE_ETAG.into(), version.clone());
+    let secs = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .ok()
+    };
+    let listed_at = item.properties.last_modified.map(secs);
     for name in [
         format!("{prefix}{}", item.name),
         format!("{prefix}{}.{version}", item.name),
@@ -1002,7 +1247,7 @@ async fn move_blob<T, S: Transport>(
         let copy = CopyBlob {
             condition: Condition::IfNotExists,
             source_etag: Some(etag.clone()),
-            metadata: Some(metadata.clone()),
+            metadata: None,
             ..CopyBlob::new(
                 claimed.container.clone(),
                 source.clone(),
@@ -1039,9 +1284,13 @@ async fn move_blob<T, S: Transport>(
                 };
                 match locks.execute(&head, ctx.now).await {
                     Ok((Some(p), _))
-                        if p.metadata.get(SOURCE_URI) == Some(&source_uri)
-                            && p.metadata.get(SOURCE_ETAG) == Some(&version)
-                            && p.copy_status.as_deref() == Some("success") =>
+                        if p.copy_status.as_deref() == Some("success")
+                            && p.copy_source.as_deref().and_then(|s| s.split('?').next())
+                                == Some(source_uri.as_str())
+                            && matches!(
+                                (p.last_modified.map(secs), listed_at),
+                                (Some(Some(copied)), Some(Some(listed))) if copied > listed
+                            ) =>
                     {
                         return Ok(())
                     }
@@ -1453,7 +1702,7 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
             );
         }
         match parse_location(d) {
-            Ok((c, _)) => dead = Some(c),
+            Ok(location) => dead = Some(location),
             Err(e) => {
                 return bad(
                     "invalid_body",
@@ -1468,11 +1717,17 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
         Ok(s) => s,
         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
     };
-    if dead.as_ref() == Some(&settings.storage.container) {
-        return bad(
-            "invalid_body",
-            "deadBlobContainer cannot be the app's own container (it holds the locks and the sweep state)".into(),
-        );
+    if let Some((c, prefix)) = &dead {
+        if let Some(reason) = settings.dead_refusal(c, prefix) {
+            let message = if *c == settings.storage.container {
+                "deadBlobContainer cannot be the app's own container (it holds the locks and the sweep state)".to_string()
+            } else if reason.contains(DEAD_CONTAINERS_VAR) {
+                format!("deadBlobContainer {c} is not allowed: blobs are moved only into the containers named by {DEAD_CONTAINERS_VAR}")
+            } else {
+                format!("deadBlobContainer {c}/{prefix} is swept (ttl_containers): a moved blob would be moved again")
+            };
+            return bad("invalid_body", message);
+        }
     }
     let swept = settings.targets.iter().any(|(k, c, p)| {
         *k == Kind::Ttl && *c == container && blob.as_str().starts_with(p.as_str())
@@ -1550,6 +1805,27 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
                     "leased",
                     "the blob is leased: mark it while it is free",
                 )
+            }
+            // The other metadata goes back exactly as storage gave it; a value that cannot (not
+            // a header value) or that storage now refuses is the blob's problem, not storage's.
+            Err(leasegate::Error::InvalidArgument(m)) => return web::error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "metadata_unwritable",
+                format!(
+                    "the blob's metadata cannot be written back as it is, nothing was changed: {m}"
+                ),
+            ),
+            Err(leasegate::Error::Storage(e)) if e.status == StatusCode::BAD_REQUEST => {
+                let names: Vec<&str> = metadata.iter().map(|(k, _)| k.as_str()).collect();
+                return web::error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "metadata_unwritable",
+                    format!(
+                        "storage refused the blob's metadata as it is (400 {}), nothing was changed; names: {}",
+                        e.code.as_deref().unwrap_or("without a code"),
+                        names.join(", ")
+                    ),
+                );
             }
             Err(e) => return web::storage_unavailable(&e),
         }
@@ -1646,11 +1922,71 @@ mod tests {
         let s = settings(&[("ttl_lock_retention_seconds", "60")]).unwrap();
         let prefixes: Vec<&str> = s.targets.iter().map(|t| t.2.as_str()).collect();
         assert_eq!(prefixes, ["alerts/", "gates/"]);
-        // A tick's work ends within its bound: twice the budget (or 5 s more), a copy's wait
-        // and a few storage timeouts.
+        // Blobs are begun until twice the budget (or 5 s more).
         let s = settings(&[("ttl_containers", "xxx"), ("ttl_time_budget_ms", "1000")]).unwrap();
         assert_eq!(s.work_deadline(), Duration::from_secs(6));
-        assert!(s.tick_bound() >= s.work_deadline() + COPY_WAIT + 4 * s.storage.timeout);
+    }
+
+    /// Correctness #9: one blob begun at the work deadline can make `BLOB_REQUESTS` storage
+    /// requests (copy, create, copy; HEAD; copy, create, copy; last poll or HEAD; delete), each
+    /// up to the storage timeout, plus a pending copy's wait: the tick bound covers it for
+    /// every allowed `storage_timeout_ms`, so no pass ends while a straggler still moves a blob.
+    #[test]
+    fn the_tick_bound_covers_a_blobs_worst_case() {
+        for ms in ["100", "5000", "10000", "12000", "30000", "60000"] {
+            let s = settings(&[
+                ("ttl_containers", "xxx"),
+                ("ttl_time_budget_ms", "100"),
+                ("storage_timeout_ms", ms),
+            ])
+            .unwrap();
+            let t = s.storage.timeout;
+            let worst = 9 * t + COPY_WAIT + COPY_POLL;
+            assert!(
+                s.tick_bound() >= s.work_deadline() + worst,
+                "storage_timeout_ms {ms}: bound {:?} < {:?}",
+                s.tick_bound(),
+                s.work_deadline() + worst
+            );
+        }
+    }
+
+    #[test]
+    fn dead_containers_are_allowed_by_name_or_star() {
+        let none = settings(&[("ttl_containers", "xxx/logs/")]).unwrap();
+        let dead = ContainerName::try_new("dead").unwrap();
+        let own = ContainerName::try_new("leasegate").unwrap();
+        let swept = ContainerName::try_new("xxx").unwrap();
+        assert!(none
+            .dead_refusal(&dead, "")
+            .unwrap()
+            .contains("ttl_dead_containers"));
+        let listed = settings(&[
+            ("ttl_containers", "xxx/logs/"),
+            ("ttl_dead_containers", "dead, other"),
+        ])
+        .unwrap();
+        assert_eq!(listed.dead_refusal(&dead, "a/"), None);
+        assert!(listed.dead_refusal(&swept, "dead/").is_some());
+        let star = settings(&[
+            ("ttl_containers", "xxx/logs/"),
+            ("ttl_dead_containers", "*"),
+        ])
+        .unwrap();
+        assert_eq!(star.dead_refusal(&dead, ""), None);
+        assert_eq!(
+            star.dead_refusal(&swept, "dead/"),
+            None,
+            "another prefix of a swept container"
+        );
+        assert!(star.dead_refusal(&swept, "logs/old/").is_some());
+        assert!(star.dead_refusal(&swept, "").is_some());
+        assert!(star.dead_refusal(&own, "").is_some());
+        for bad in ["leasegate", "Bad_Name"] {
+            let e =
+                settings(&[("ttl_containers", "xxx"), ("ttl_dead_containers", bad)]).unwrap_err();
+            assert!(e.to_string().contains("ttl_dead_containers"), "{e}");
+        }
     }
 
     #[test]
