@@ -106,7 +106,13 @@ fn sweeper(
     extra: &[(&str, &str)],
     app_container: Option<ContainerName>,
 ) -> App {
-    let mut vars = vec![("instance_id", tag), ("ttl_containers", containers)];
+    // Moves into any dead-blob container but the app's own and the swept ones (the
+    // allow-list itself is tested in ttl_fixes_wasm.rs); `extra` may narrow it.
+    let mut vars = vec![
+        ("instance_id", tag),
+        ("ttl_containers", containers),
+        ("ttl_dead_containers", "*"),
+    ];
     vars.extend_from_slice(extra);
     App::start_with(
         tag,

@@ -1210,13 +1210,27 @@ async fn sweep_blob<T, S: Transport>(
     }
 }
 
+/// Whether `copy` holds the very content of `listed`: both carry a `Content-MD5` (storage
+/// computes it for a Put Blob, and a copy keeps its source's) and they and the lengths agree.
+/// A copy made in the same second as the listed version was written cannot be told from a
+/// copy of an earlier version by its time; by its content it can.
+fn same_content(
+    copy: &leasegate::ops::BlobProperties,
+    listed: &leasegate::ops::BlobProperties,
+) -> bool {
+    copy.content_md5.is_some()
+        && copy.content_md5 == listed.content_md5
+        && copy.content_length.is_some()
+        && copy.content_length == listed.content_length
+}
+
 /// Copies the listed version of `item` to its dead-blob container, never over another blob:
 /// to `{prefix}{name}`, or, when that name is taken by another blob, `{prefix}{name}.{etag}`.
 /// The copy sends no metadata, so storage keeps the source's exactly (names' case and values).
 /// A destination that already holds this version (copied from this source, successfully, and
-/// written in a later second than the listed version: an earlier move that did not get to
-/// delete the source) counts as copied. `Err` is the outcome of a blob that must stay where it
-/// is.
+/// either written in a later second than the listed version or holding the listed version's
+/// very content, by `Content-MD5` and length: an earlier move that did not get to delete the
+/// source) counts as copied. `Err` is the outcome of a blob that must stay where it is.
 #[allow(clippy::too_many_arguments)]
 async fn move_blob<T, S: Transport>(
     ctx: &Context<'_, T>,
@@ -1287,10 +1301,10 @@ async fn move_blob<T, S: Transport>(
                         if p.copy_status.as_deref() == Some("success")
                             && p.copy_source.as_deref().and_then(|s| s.split('?').next())
                                 == Some(source_uri.as_str())
-                            && matches!(
+                            && (matches!(
                                 (p.last_modified.map(secs), listed_at),
                                 (Some(Some(copied)), Some(Some(listed))) if copied > listed
-                            ) =>
+                            ) || same_content(&p, &item.properties)) =>
                     {
                         return Ok(())
                     }
@@ -1808,13 +1822,15 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
             }
             // The other metadata goes back exactly as storage gave it; a value that cannot (not
             // a header value) or that storage now refuses is the blob's problem, not storage's.
-            Err(leasegate::Error::InvalidArgument(m)) => return web::error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "metadata_unwritable",
-                format!(
+            Err(leasegate::Error::InvalidArgument(m)) => {
+                return web::error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "metadata_unwritable",
+                    format!(
                     "the blob's metadata cannot be written back as it is, nothing was changed: {m}"
                 ),
-            ),
+                )
+            }
             Err(leasegate::Error::Storage(e)) if e.status == StatusCode::BAD_REQUEST => {
                 let names: Vec<&str> = metadata.iter().map(|(k, _)| k.as_str()).collect();
                 return web::error(

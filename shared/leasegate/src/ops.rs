@@ -532,6 +532,9 @@ pub struct BlobProperties {
     pub content_length: Option<u64>,
     /// `Content-Type`.
     pub content_type: Option<String>,
+    /// `Content-MD5` (base64), when storage keeps one (it computes it for a Put Blob; a copy
+    /// keeps its source's): the content's identity.
+    pub content_md5: Option<String>,
     /// `x-ms-lease-state`.
     pub lease_state: Option<LeaseState>,
     /// `x-ms-blob-type` (`BlockBlob`, `PageBlob`, `AppendBlob`).
@@ -565,6 +568,9 @@ impl BlobProperties {
                 .and_then(|d| httpdate::parse_http_date(d).ok()),
             content_length: header_str(response, "content-length").and_then(|s| s.parse().ok()),
             content_type: header_str(response, "content-type").map(str::to_string),
+            content_md5: header_str(response, "content-md5")
+                .filter(|m| !m.is_empty())
+                .map(str::to_string),
             lease_state: header_str(response, "x-ms-lease-state").and_then(LeaseState::parse),
             blob_type: header_str(response, "x-ms-blob-type").map(str::to_string),
             sequence_number: header_str(response, "x-ms-blob-sequence-number")
@@ -1211,6 +1217,7 @@ pub fn parse_list_blobs(body: &[u8]) -> Result<ListBlobsPage, String> {
                 .child_text("Content-Length")
                 .and_then(|s| s.parse().ok());
             properties.content_type = child_text(props, "Content-Type");
+            properties.content_md5 = child_text(props, "Content-MD5").filter(|m| !m.is_empty());
             properties.lease_state = props.child_text("LeaseState").and_then(LeaseState::parse);
             properties.blob_type = child_text(props, "BlobType");
             properties.sequence_number = props
