@@ -8,28 +8,39 @@
 //!
 //! 1. **Reserve** the occurrence: create `jobs/{job}/occurrences/{unix}` only if absent
 //!    (`If-None-Match: *`). Storage lets one creator win; the others answer `skipped`, naming
-//!    the reserving instance (read from the reservation).
-//! 2. **Take the job's lease** (`jobs/{job}/lock`, a fresh lease id per run, for the job's
-//!    timeout): its fencing token goes to the job. If a previous run still holds it, the
-//!    occurrence is skipped (`job_overlap = skip`, the default) and the skip is logged. With
-//!    `job_overlap = allow` each run takes a lease of its own on its reservation instead, so
+//!    the reserving instance (read from the reservation). A tick of the reserving instance
+//!    itself (a retry, a manual tick beside the timer, replicas sharing an `instance_id`) goes
+//!    on, unless the reservation already carries an outcome.
+//! 2. With `job_overlap = skip` (the default), **take the job's lease** (`jobs/{job}/lock`, a
+//!    fresh lease id per run, labelled with the instance and the occurrence, for the job's
+//!    timeout plus the storage steps, rounded up to whole seconds). If a run of another
+//!    occurrence holds it, the occurrence is skipped (outcome `skipped_overlap`, logged); if a
+//!    tick of this same occurrence holds it, this tick leaves it alone. With `allow`, no lease:
 //!    runs of successive occurrences may overlap.
-//! 3. **Log** the reservation in the reservation log (`jobs/{job}/log.json`: the last 10,
-//!    newest first, with the storage server's time), by compare-and-swap on its ETag.
-//! 4. **Run**: POST the occurrence, the fencing token and an idempotency key (one per job and
-//!    occurrence) to `job_url`.
-//! 5. **Log the result**, give the lease back, and delete reservations older than the
-//!    retention (a tick for an occurrence that old is refused, so none can run twice).
+//! 3. **Write the outcome `running` on the reservation** by compare-and-swap on its ETag,
+//!    unless it has one: of all the ticks of an occurrence, the one that writes it runs the
+//!    job, every other answers `skipped`. The reservation keeps the outcome as long as it
+//!    exists (the retention), so a retry however late cannot run the occurrence again.
+//! 4. **Log** the run in the reservation log (`jobs/{job}/log.json`: the last 10, newest first,
+//!    with the storage server's time), by compare-and-swap on its ETag. The log refuses an
+//!    occurrence below its clean-up watermark; that (or a storage failure before the job is
+//!    called) undoes step 3, so a later tick decides afresh.
+//! 5. **Run**: POST the occurrence, its fencing token (the occurrence times 2^16: tokens rise
+//!    with the occurrence) and an idempotency key (one per job and occurrence) to `job_url`.
+//! 6. **Record the result** on the reservation and in the log, give the lease back, and delete
+//!    reservations older than the retention (a tick for an occurrence that old is refused, so
+//!    none can run twice).
 //!
 //! A run is not retried: an occurrence whose job failed (or whose instance stopped after
-//! reserving it) is recorded so in the log and the next occurrence runs normally. At most
-//! once, never twice.
+//! writing `running`) is recorded so and the next occurrence runs normally. At most once,
+//! never twice. The rules are in `docs/timer-functions.md`.
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Acquire, Acquired, Locks, Term};
+use leasegate::lease::{Acquire, Locks, Term};
 use leasegate::ops::{
-    Condition, DeleteBlob, GetBlob, GetProperties, ListBlobs, Metadata, PutBlob, WriteOutcome,
+    Condition, DeleteBlob, GetBlob, GetProperties, ListBlobs, Metadata, PutBlob, SetMetadata,
+    WriteOutcome,
 };
 use leasegate::{BlobName, Counting, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
@@ -86,6 +97,10 @@ pub struct Settings {
     /// How far ahead of the storage server's clock an occurrence may be; later ones are
     /// refused (a clock or a caller running ahead).
     pub early: Duration,
+    /// The job's lease term (`job_overlap = skip`): the job's timeout, plus the storage steps
+    /// around it (4 storage timeouts), plus a margin, rounded up to whole seconds; checked when
+    /// the settings load.
+    pub lease_term: Term,
 }
 
 /// A job name: 1 to 63 lowercase letters, digits, `-`, `_` or `.`, starting with a letter or
@@ -153,8 +168,11 @@ impl Settings {
             }
         };
         let job_url = config::url(vars, "job_url")?;
+        let storage = config::storage(vars)?;
+        let lease_term = lease_term(timeout, storage.timeout)?;
         Ok(Settings {
-            storage: config::storage(vars)?,
+            storage,
+            lease_term,
             instance_id,
             job,
             period,
@@ -178,14 +196,20 @@ impl Settings {
     fn log_blob(&self) -> Result<BlobName, leasegate::Error> {
         BlobName::try_new(&format!("jobs/{}/log.json", self.job))
     }
+}
 
-    /// The run's lease: the job's timeout, plus the storage steps around it (the log's
-    /// compare-and-swaps), plus a margin.
-    fn term(&self) -> Result<Term, leasegate::Error> {
-        Term::for_window(
-            self.timeout + self.storage.timeout * 4 + Duration::from_secs(LEASE_MARGIN_SECS),
-        )
-    }
+/// The job's lease term: `timeout + 4 x storage_timeout + 10 s`, rounded up to whole seconds
+/// (terms are whole seconds; `storage_timeout_ms = 5100` makes 60.4 s, taken as 61 s).
+pub fn lease_term(timeout: Duration, storage_timeout: Duration) -> Result<Term, ConfigError> {
+    let window = timeout + storage_timeout * 4 + Duration::from_secs(LEASE_MARGIN_SECS);
+    let secs = window.as_secs() + u64::from(window.subsec_nanos() > 0);
+    Term::for_window(Duration::from_secs(secs)).map_err(|e| {
+        ConfigError(format!(
+            "variables job_timeout_seconds and storage_timeout_ms: the job's lease term \
+             (job_timeout_seconds + 4 x storage_timeout_ms + {LEASE_MARGIN_SECS} s = {secs} s) \
+             is not usable: {e}"
+        ))
+    })
 }
 
 /// One entry of the reservation log.
@@ -359,6 +383,43 @@ pub async fn tick<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, tick:
     }
 }
 
+/// Reservation metadata: the instance that reserved the occurrence, and the tick's source.
+const META_RESERVED_BY: &str = "leasegate_reserved_by";
+const META_TRIGGER: &str = "leasegate_trigger";
+/// Reservation metadata: the occurrence's outcome (`running`, `succeeded`, `failed`,
+/// `skipped_overlap`), written by compare-and-swap before the job is called: the one record
+/// that says whether the occurrence ran, kept as long as the reservation.
+const META_RUN: &str = "leasegate_run";
+/// Reservation metadata: a nonce of the tick that wrote the outcome (to recognise one's own
+/// write after a lost answer), and the run's fencing token.
+const META_RUN_TICK: &str = "leasegate_run_tick";
+const META_RUN_TOKEN: &str = "leasegate_run_token";
+
+/// A reservation as this tick knows it: its ETag and metadata (what a compare-and-swap
+/// writes over), and whether this tick created it.
+#[derive(Debug, Clone)]
+struct Reservation {
+    blob: BlobName,
+    etag: Option<leasegate::ETag>,
+    metadata: Metadata,
+    created: bool,
+}
+
+/// The fencing token of an occurrence's run: the occurrence in Unix seconds times 2^16 (the
+/// scale of the lease tokens, which are server seconds times 2^16), so tokens rise with the
+/// occurrence whatever the overlap policy and whenever each run starts. One run per occurrence
+/// (its reservation's outcome), so one token per run.
+pub fn occurrence_token(occurrence: u64) -> Result<u64, leasegate::Error> {
+    occurrence
+        .checked_mul(1 << 16)
+        .filter(|t| *t <= leasegate::lease::MAX_TOKEN)
+        .ok_or_else(|| {
+            leasegate::Error::InvalidArgument(format!(
+                "occurrence {occurrence} is too far ahead for a fencing token"
+            ))
+        })
+}
+
 async fn run_tick<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
     storage: &S,
@@ -369,11 +430,11 @@ async fn run_tick<T, S: Transport, J: Transport>(
 ) -> Result<Decision, leasegate::Error> {
     let s = &settings.storage;
     let locks = Locks::new(storage, s.account.clone(), s.container.clone());
-    let reservation = settings.reservation(occurrence)?;
+    let blob = settings.reservation(occurrence)?;
     // 1. Reserve.
     let mut metadata = Metadata::new();
-    metadata.insert("leasegate_reserved_by".into(), settings.instance_id.clone());
-    metadata.insert("leasegate_trigger".into(), tick.source.as_str().into());
+    metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
+    metadata.insert(META_TRIGGER.into(), tick.source.as_str().into());
     let body = json!({
         "job": settings.job,
         "occurrence": rfc3339(at(occurrence)),
@@ -381,88 +442,209 @@ async fn run_tick<T, S: Transport, J: Transport>(
     })
     .to_string()
     .into_bytes();
-    let put = PutBlob::block(s.container.clone(), reservation.clone(), body)
+    let put = PutBlob::block(s.container.clone(), blob.clone(), body)
         .with_content_type("application/json")
         .with_condition(Condition::IfNotExists)
-        .with_metadata(metadata);
+        .with_metadata(metadata.clone());
     let (reserved, date) = execute_creating_container(&locks, &put, ctx.now).await?;
-    // `created`: the reservation's ETag when this tick made it (to take back on a refusal).
-    let (reserved_at, server_now, created) = match reserved {
+    let (reserved_at, server_now, reservation) = match reserved {
         WriteOutcome::Written(w) => {
             let t = w.server_date.or(date).unwrap_or(ctx.now);
-            (t, t, w.etag)
+            let r = Reservation {
+                blob,
+                etag: w.etag,
+                metadata,
+                created: true,
+            };
+            (t, t, r)
         }
         WriteOutcome::Refused(_) => {
-            let (props, date) = locks
-                .execute(
-                    &GetProperties {
-                        container: s.container.clone(),
-                        blob: reservation.clone(),
-                    },
-                    ctx.now,
-                )
-                .await?;
+            let (props, date) = head(&locks, &blob, ctx.now).await?;
             let props = props.unwrap_or_default();
-            let reserved_by = props.metadata.get("leasegate_reserved_by").cloned();
+            let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
             if reserved_by.as_deref() != Some(settings.instance_id.as_str()) {
                 return Ok(Decision::Skipped {
                     reserved_by,
                     reason: "another instance reserved it".into(),
                 });
             }
-            // This instance reserved it on an earlier tick, which may have failed before it
-            // ran the job: carry on, unless the log shows that tick got that far.
+            // This instance reserved it on an earlier tick (or another tick of it is at work
+            // on it now): its outcome on the reservation says whether it is settled.
             let t = props.last_modified.unwrap_or(ctx.now);
-            (t, date.unwrap_or(ctx.now), None)
-        }
-    };
-    let resuming = created.is_none();
-    let take_back = |etag: Option<leasegate::ETag>| {
-        let locks = &locks;
-        let reservation = reservation.clone();
-        async move {
-            if let Some(etag) = etag {
-                let delete = DeleteBlob {
-                    container: locks.container().clone(),
-                    blob: reservation,
-                    lease_id: None,
-                    condition: Condition::IfMatch(etag),
-                };
-                let _ = locks.execute(&delete, ctx.now).await;
-            }
+            let r = Reservation {
+                blob,
+                etag: props.etag,
+                metadata: props.metadata,
+                created: false,
+            };
+            (t, date.unwrap_or(ctx.now), r)
         }
     };
     // 2. Occurrences too far from the storage server's clock are refused, every time: the
     // reservation this tick made is taken back.
-    let decision = if unix(server_now).saturating_sub(settings.retention.as_secs()) > occurrence {
-        Ok(Decision::TooOld {
+    let refusal = if unix(server_now).saturating_sub(settings.retention.as_secs()) > occurrence {
+        Some(Decision::TooOld {
             retention: settings.retention,
         })
     } else if occurrence > unix(server_now).saturating_add(settings.early.as_secs()) {
-        Ok(Decision::TooEarly {
+        Some(Decision::TooEarly {
             early: settings.early,
         })
     } else {
-        run_reserved(
-            ctx,
-            &locks,
-            job,
-            settings,
-            tick,
-            occurrence,
-            reserved_at,
-            resuming,
-        )
-        .await
+        None
     };
-    // Every refusal for the occurrence's time takes back the reservation this tick made.
-    if let Ok(Decision::TooOld { .. } | Decision::TooEarly { .. }) = decision {
-        take_back(created).await;
+    if let Some(refusal) = refusal {
+        if reservation.created {
+            take_back(&locks, &reservation, ctx.now).await;
+        }
+        return Ok(refusal);
     }
-    decision
+    run_reserved(
+        ctx,
+        &locks,
+        job,
+        settings,
+        tick,
+        occurrence,
+        reserved_at,
+        reservation,
+    )
+    .await
 }
 
-/// Steps 3 to 6 of [`run_tick`], once the occurrence is reserved and in range.
+/// One HEAD of a reservation.
+async fn head<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    now: SystemTime,
+) -> Result<(Option<leasegate::ops::BlobProperties>, Option<SystemTime>), leasegate::Error> {
+    locks
+        .execute(
+            &GetProperties {
+                container: locks.container().clone(),
+                blob: blob.clone(),
+            },
+            now,
+        )
+        .await
+}
+
+/// Deletes the reservation this tick made (as it last wrote it): best effort.
+async fn take_back<T: Transport>(locks: &Locks<T>, reservation: &Reservation, now: SystemTime) {
+    if let Some(etag) = &reservation.etag {
+        let delete = DeleteBlob {
+            container: locks.container().clone(),
+            blob: reservation.blob.clone(),
+            lease_id: None,
+            condition: Condition::IfMatch(etag.clone()),
+        };
+        let _ = locks.execute(&delete, now).await;
+    }
+}
+
+/// What writing an outcome on a reservation came to.
+enum Commit {
+    /// This tick wrote it: the reservation as written.
+    Written(Reservation),
+    /// A tick before it wrote one (this outcome).
+    Settled(String),
+}
+
+/// Writes `outcome` on the reservation by compare-and-swap, unless it has one already: of all
+/// the ticks of one occurrence, one writes an outcome, and only that one runs the job (or
+/// records the skip). A write whose answer is lost is read back (its `nonce`).
+async fn commit<T: Transport>(
+    locks: &Locks<T>,
+    reservation: &Reservation,
+    outcome: &str,
+    nonce: &str,
+    token: u64,
+    now: SystemTime,
+) -> Result<Commit, leasegate::Error> {
+    let mut seen = reservation.clone();
+    for _ in 0..LOG_ATTEMPTS {
+        if let Some(run) = seen.metadata.get(META_RUN) {
+            return Ok(Commit::Settled(run.clone()));
+        }
+        if let Some(etag) = seen.etag.clone() {
+            let mut metadata = seen.metadata.clone();
+            metadata.insert(META_RUN.into(), outcome.into());
+            metadata.insert(META_RUN_TICK.into(), nonce.into());
+            metadata.insert(META_RUN_TOKEN.into(), token.to_string());
+            let write = SetMetadata {
+                container: locks.container().clone(),
+                blob: seen.blob.clone(),
+                metadata: metadata.clone(),
+                lease_id: None,
+                condition: Condition::IfMatch(etag),
+            };
+            match locks.execute(&write, now).await {
+                Ok((WriteOutcome::Written(w), _)) => {
+                    return Ok(Commit::Written(Reservation {
+                        etag: w.etag,
+                        metadata,
+                        ..seen
+                    }))
+                }
+                Ok((WriteOutcome::Refused(_), _)) => {}
+                Err(e) => {
+                    // Storage may have written it: read back whose outcome is there.
+                    return match head(locks, &seen.blob, now).await {
+                        Ok((Some(p), _))
+                            if p.metadata.get(META_RUN_TICK).map(String::as_str) == Some(nonce) =>
+                        {
+                            Ok(Commit::Written(Reservation {
+                                etag: p.etag,
+                                metadata: p.metadata,
+                                ..seen
+                            }))
+                        }
+                        _ => Err(e),
+                    };
+                }
+            }
+        }
+        // Changed since it was read (or read without an ETag): read it again.
+        let (props, _) = head(locks, &seen.blob, now).await?;
+        let Some(props) = props else {
+            return Ok(Commit::Settled("deleted".into()));
+        };
+        seen.etag = props.etag;
+        seen.metadata = props.metadata;
+    }
+    Err(leasegate::Error::InvalidArgument(format!(
+        "the reservation {} kept changing: gave up after {LOG_ATTEMPTS} tries",
+        reservation.blob.as_str()
+    )))
+}
+
+/// Undoes this tick's outcome before the job was called (the log refused the occurrence, or
+/// storage failed): a reservation this tick created is deleted, an older one gets its metadata
+/// back, so a later tick decides afresh. Best effort.
+async fn uncommit<T: Transport>(
+    locks: &Locks<T>,
+    original: &Reservation,
+    written: &Reservation,
+    now: SystemTime,
+) {
+    let Some(etag) = written.etag.clone() else {
+        return;
+    };
+    if original.created {
+        take_back(locks, written, now).await;
+        return;
+    }
+    let write = SetMetadata {
+        container: locks.container().clone(),
+        blob: original.blob.clone(),
+        metadata: original.metadata.clone(),
+        lease_id: None,
+        condition: Condition::IfMatch(etag),
+    };
+    let _ = locks.execute(&write, now).await;
+}
+
+/// Steps 3 to 7 of [`run_tick`], once the occurrence is reserved and in range.
 #[allow(clippy::too_many_arguments)]
 async fn run_reserved<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
@@ -472,88 +654,135 @@ async fn run_reserved<T, S: Transport, J: Transport>(
     tick: &Tick,
     occurrence: u64,
     reserved_at: SystemTime,
-    resuming: bool,
+    reservation: Reservation,
 ) -> Result<Decision, leasegate::Error> {
+    let settled = |run: &str| Decision::Skipped {
+        reserved_by: Some(settings.instance_id.clone()),
+        reason: format!("this instance settled it on an earlier tick ({run})"),
+    };
+    if let Some(run) = reservation.metadata.get(META_RUN) {
+        return Ok(settled(run));
+    }
+    let token = occurrence_token(occurrence)?;
     let mut entry = Entry {
         occurrence: rfc3339(at(occurrence)),
         occurrence_unix: occurrence,
         instance: settings.instance_id.clone(),
         reserved_at: rfc3339(reserved_at),
         status: "running".into(),
-        fencing_token: None,
+        fencing_token: Some(token),
         trigger: tick.source.as_str().into(),
         past_due: tick.past_due,
         finished_at: None,
         reason: None,
     };
-    // 3. The job's lease (or, allowing overlap, the occurrence's own).
-    let (lease_locks, lock_name) = match settings.overlap {
-        Overlap::Skip => (
-            locks
-                .clone()
-                .with_prefix(&format!("jobs/{}/", settings.job)),
-            LockName::try_new("lock")?,
-        ),
-        Overlap::Allow => (
-            locks.clone().with_prefix(&settings.occurrences_prefix()),
-            LockName::try_new(&format!("{occurrence:012}"))?,
-        ),
-    };
+    let nonce = (ctx.new_lease_id)().to_string();
+    // 3. The job's lease (skip: one run at a time), labelled with the instance and the
+    // occurrence, so that a tick finding its own occurrence's run in it leaves that run alone.
+    let job_locks = locks
+        .clone()
+        .with_prefix(&format!("jobs/{}/", settings.job));
+    let lock_name = LockName::try_new("lock")?;
+    let label = format!("{} {occurrence}", settings.instance_id);
     let lease_id = (ctx.new_lease_id)();
-    let held: Acquired = match lease_locks
-        .acquire(&lock_name, settings.term()?, lease_id, ctx.now)
-        .await?
-    {
-        Acquire::Acquired(a) => a,
-        Acquire::Busy { .. } if resuming => {
-            return Ok(Decision::Skipped {
-                reserved_by: Some(settings.instance_id.clone()),
-                reason: "this instance reserved it, and a run holds the job's lease".into(),
-            })
-        }
-        Acquire::Busy { .. } => {
-            entry.status = "skipped_overlap".into();
-            entry.reason = Some("the previous run still holds the job's lease".into());
-            if let Ok(Err(LogRefusal::TooOld)) =
-                append(locks, settings, &entry, false, ctx.now).await
-            {
-                return Ok(Decision::TooOld {
-                    retention: settings.retention,
-                });
+    let leased = match settings.overlap {
+        Overlap::Allow => false,
+        Overlap::Skip => match job_locks
+            .acquire_as(&lock_name, settings.lease_term, lease_id, &label, ctx.now)
+            .await?
+        {
+            Acquire::Acquired(_) => true,
+            Acquire::Busy {
+                holder: Some(h), ..
+            } if h.label != label => {
+                // Another occurrence's run: this occurrence is skipped, once.
+                entry.status = "skipped_overlap".into();
+                entry.reason = Some("the previous run still holds the job's lease".into());
+                let written =
+                    match commit(locks, &reservation, &entry.status, &nonce, token, ctx.now).await?
+                    {
+                        Commit::Settled(run) => return Ok(settled(&run)),
+                        Commit::Written(w) => w,
+                    };
+                return match append(locks, settings, &entry, ctx.now).await {
+                    Ok(Err(LogRefusal::TooOld)) => {
+                        uncommit(locks, &reservation, &written, ctx.now).await;
+                        Ok(Decision::TooOld {
+                            retention: settings.retention,
+                        })
+                    }
+                    // The skip is recorded on the reservation; the log is its view.
+                    Ok(Ok(())) | Err(_) => Ok(Decision::Overlapped { entry }),
+                };
             }
-            return Ok(Decision::Overlapped { entry });
+            Acquire::Busy { .. } => {
+                return Ok(Decision::Skipped {
+                    reserved_by: Some(settings.instance_id.clone()),
+                    reason: "another tick of this instance holds the job's lease for it".into(),
+                })
+            }
+        },
+    };
+    let release = || {
+        let (job_locks, lock_name) = (&job_locks, &lock_name);
+        async move {
+            if leased {
+                let _ = job_locks.release(lock_name, lease_id, ctx.now).await;
+            }
         }
     };
-    entry.fencing_token = held.fencing_token;
-    // 4. Log the reservation before running, so a run that never ends still shows; the log
-    // refuses an occurrence below its clean-up watermark, and (resuming) one it knows.
-    let ran = match append(locks, settings, &entry, resuming, ctx.now).await {
-        Ok(Ok(())) => {
-            // 5. Run.
-            let result = call_job(job, settings, &entry).await;
-            // 6. Log the result (and raise the clean-up watermark), release, clean up below it.
-            let (status, reason) = match &result {
-                Ok(()) => ("succeeded", None),
-                Err(reason) => ("failed", Some(reason.clone())),
+    // 4. The outcome "running" on the reservation: the one tick that writes it runs the job.
+    let written = match commit(locks, &reservation, "running", &nonce, token, ctx.now).await {
+        Ok(Commit::Written(w)) => w,
+        Ok(Commit::Settled(run)) => {
+            release().await;
+            return Ok(settled(&run));
+        }
+        Err(e) => {
+            release().await;
+            return Err(e);
+        }
+    };
+    // 5. Log the run before it starts, so a run that never ends still shows; the log refuses an
+    // occurrence below its clean-up watermark. Either refusal, or a storage failure, undoes
+    // the outcome: the job was not called, and a later tick decides afresh.
+    match append(locks, settings, &entry, ctx.now).await {
+        Ok(Ok(())) => {}
+        refused => {
+            uncommit(locks, &reservation, &written, ctx.now).await;
+            release().await;
+            return match refused {
+                Err(e) => Err(e),
+                Ok(_) => Ok(Decision::TooOld {
+                    retention: settings.retention,
+                }),
             };
-            entry.status = status.into();
-            entry.reason = reason;
-            Ok((result, update(locks, settings, &entry, ctx.now).await))
         }
-        Ok(Err(LogRefusal::TooOld)) => Err(Ok(Decision::TooOld {
-            retention: settings.retention,
-        })),
-        Ok(Err(LogRefusal::Known)) => Err(Ok(Decision::Skipped {
-            reserved_by: Some(settings.instance_id.clone()),
-            reason: "this instance reserved and ran it on an earlier tick".into(),
-        })),
-        Err(e) => Err(Err(e)),
+    }
+    // 6. Run.
+    let result = call_job(job, settings, &entry).await;
+    // 7. Record the result on the reservation and in the log (raising the clean-up watermark),
+    // release, clean up below it.
+    let (status, reason) = match &result {
+        Ok(()) => ("succeeded", None),
+        Err(reason) => ("failed", Some(reason.clone())),
     };
-    let _ = lease_locks.release(&lock_name, lease_id, ctx.now).await;
-    let (result, finished) = match ran {
-        Ok(ran) => ran,
-        Err(decision) => return decision,
-    };
+    entry.status = status.into();
+    entry.reason = reason;
+    if let Some(etag) = written.etag.clone() {
+        let mut metadata = written.metadata.clone();
+        metadata.insert(META_RUN.into(), status.into());
+        let write = SetMetadata {
+            container: locks.container().clone(),
+            blob: written.blob.clone(),
+            metadata,
+            lease_id: None,
+            condition: Condition::IfMatch(etag),
+        };
+        let _ = locks.execute(&write, ctx.now).await;
+    }
+    let finished = update(locks, settings, &entry, ctx.now).await;
+    release().await;
     if let Ok((end, cleaned_before)) = &finished {
         entry.finished_at = Some(rfc3339(*end));
         let _ = clean_up(locks, settings, *cleaned_before, ctx.now).await;
@@ -709,30 +938,19 @@ async fn change_log<T: Transport, R>(
 enum LogRefusal {
     /// The occurrence is before the log's clean-up watermark.
     TooOld,
-    /// The log has an entry for it already (a retried tick of the instance that reserved it).
-    Known,
 }
 
-/// Adds the run's entry, unless the occurrence is before the clean-up watermark, or (when
-/// `resuming`) the log knows it already.
+/// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
+/// before the clean-up watermark.
 async fn append<T: Transport>(
     locks: &Locks<T>,
     settings: &Settings,
     entry: &Entry,
-    resuming: bool,
     now: SystemTime,
 ) -> Result<Result<(), LogRefusal>, leasegate::Error> {
     let changed = change_log(locks, settings, now, |log, _| {
         if entry.occurrence_unix < log.cleaned_before {
             return Err(LogRefusal::TooOld);
-        }
-        if resuming
-            && log
-                .entries
-                .iter()
-                .any(|e| e.occurrence_unix == entry.occurrence_unix)
-        {
-            return Err(LogRefusal::Known);
         }
         log.job = settings.job.clone();
         log.entries
@@ -753,15 +971,13 @@ async fn update<T: Transport>(
     now: SystemTime,
 ) -> Result<(SystemTime, u64), leasegate::Error> {
     let written = change_log(locks, settings, now, |log, read_at| {
-        if let Some(e) = log
-            .entries
-            .iter_mut()
-            .find(|e| e.occurrence_unix == entry.occurrence_unix)
-        {
-            e.status = entry.status.clone();
-            e.reason = entry.reason.clone();
-            e.finished_at = Some(rfc3339(read_at));
-        }
+        // The run's own entry (added again if the log lost it: the reservation holds the
+        // outcome, the log shows it).
+        log.entries
+            .retain(|e| e.occurrence_unix != entry.occurrence_unix);
+        let mut done = entry.clone();
+        done.finished_at = Some(rfc3339(read_at));
+        log.entries.push(done);
         let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
         log.cleaned_before = log.cleaned_before.max(cutoff);
         Ok::<(), ()>(())
@@ -1128,4 +1344,40 @@ async fn azure<T: Transport>(
         settings.instance_id
     );
     timer::azure_answer(status, v, vec![summary])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_terms_round_up_to_whole_seconds() {
+        let secs = Duration::from_secs;
+        // 30 + 4 x 5.1 + 10 = 60.4 s: a 61 s record, not an error.
+        assert_eq!(
+            lease_term(secs(30), Duration::from_millis(5100)).unwrap(),
+            Term::Record(secs(61))
+        );
+        assert_eq!(
+            lease_term(secs(30), Duration::from_millis(5000)).unwrap(),
+            Term::Native(leasegate::LeaseDuration::Seconds(60))
+        );
+        // Every setting in range gives a usable term (storage_timeout_ms: 100..=60000).
+        for t in [1, 30, 3600] {
+            for ms in [100, 101, 5100, 33_333, 60_000] {
+                assert!(
+                    lease_term(secs(t), Duration::from_millis(ms)).is_ok(),
+                    "{t} {ms}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tokens_rise_with_the_occurrence() {
+        let a = occurrence_token(1_795_574_280).unwrap();
+        let b = occurrence_token(1_795_574_281).unwrap();
+        assert!(a < b);
+        assert!(occurrence_token(u64::MAX / 2).is_err());
+    }
 }
