@@ -152,8 +152,10 @@ run() {
   local token="${LEASEGATE_GATE_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   local telemetry="${LEASEGATE_TELEMETRY_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   local timer="${LEASEGATE_TIMER_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
+  local admin="${LEASEGATE_ADMIN_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   local vars=(--variable gate_token="$token" --variable telemetry_token="$telemetry"
-              --variable timer_token="$timer" --variable instance_id="${LEASEGATE_INSTANCE_ID:-dev-local}"
+              --variable timer_token="$timer" --variable admin_token="$admin"
+              --variable instance_id="${LEASEGATE_INSTANCE_ID:-dev-local}"
               --variable ttl_containers="${LEASEGATE_TTL_CONTAINERS:-scratch}"
               --variable ttl_lock_retention_seconds=86400)
   cat >&2 <<TXT
@@ -176,7 +178,7 @@ The app will serve on http://127.0.0.1:3000. Try, from another terminal:
   curl -s http://127.0.0.1:3000/api/leader -H 'authorization: Bearer $timer'             # who leads
   curl -s -X POST http://127.0.0.1:3000/api/init/seed -H 'authorization: Bearer $timer'  # runs once
   curl -s -X POST http://127.0.0.1:3000/api/sweeper/tick -H 'authorization: Bearer $timer' # a sweep
-  curl -s -X PUT http://127.0.0.1:3000/api/ttl/scratch/some/blob -H 'authorization: Bearer $timer' \
+  curl -s -X PUT http://127.0.0.1:3000/api/ttl/scratch/some/blob -H 'authorization: Bearer $admin' \
        -H 'content-type: application/json' -d '{"ttlSeconds":60}'  # marks a blob of 'scratch'
 
 The timer functions also tick on the cron trigger (spin-cron.toml): watch the sink print the

@@ -74,6 +74,11 @@ pub const LEASE_ID_SECRET: &str = "test-lease-id-secret-5d0e";
 pub const TIMER_TOKEN: &str = "test-timer-token-3b8d";
 /// `Authorization: Bearer <TIMER_TOKEN>`.
 pub const TIMER_AUTH: (&str, &str) = ("authorization", "Bearer test-timer-token-3b8d");
+/// The admin token of the timer routes' destructive forms (`PUT /api/ttl/...`,
+/// `DELETE /api/init/...`, `DELETE /api/leader`, ticks for past occurrences).
+pub const ADMIN_TOKEN: &str = "test-admin-token-c41e";
+/// `Authorization: Bearer <ADMIN_TOKEN>`.
+pub const ADMIN_AUTH: (&str, &str) = ("authorization", "Bearer test-admin-token-c41e");
 
 /// Which manifest a test app is served from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -231,6 +236,7 @@ impl App {
             ("telemetry_token".into(), TELEMETRY_TOKEN.into()),
             ("lease_id_secret".into(), LEASE_ID_SECRET.into()),
             ("timer_token".into(), TIMER_TOKEN.into()),
+            ("admin_token".into(), ADMIN_TOKEN.into()),
             ("instance_id".into(), "test-instance".into()),
             ("job_origin".into(), webhook.origin()),
             ("leader_origin".into(), webhook.origin()),

@@ -95,6 +95,66 @@ pub fn authenticate(
     auth.check(request)
 }
 
+/// What a caller of the timer functions' HTTP routes may do, by the token it presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Power {
+    /// The tick token (`timer_token`): what a scheduler needs (ticks, read-only status).
+    Tick,
+    /// The admin token (`admin_token`): everything, the destructive routes included (marking
+    /// blobs, resetting an initialization, a leader's step-down, manual runs of past
+    /// occurrences).
+    Admin,
+}
+
+/// The variable holding the timer functions' admin token.
+pub const ADMIN_TOKEN_VAR: &str = "admin_token";
+
+/// The admin token, if set and not the tick token (one secret for both would give every
+/// scheduler the destructive powers).
+fn admin_token(vars: &dyn Variables) -> Option<String> {
+    config::var(vars, ADMIN_TOKEN_VAR)
+        .filter(|a| config::var(vars, "timer_token").as_ref() != Some(a))
+}
+
+/// Authenticates a caller of a timer function's routes: the admin token (`admin_token`, when
+/// set) or the tick token (`timer_token`, with `timer_auth`). `Err` is the answer: 503
+/// `not_configured` (the tick token is missing) or 401, before any other setting is read.
+pub fn authenticate_timer(vars: &dyn Variables, request: &Request) -> Result<Power, Response> {
+    if let Some(admin) = admin_token(vars) {
+        if Auth::Bearer(admin).check(request).is_ok() {
+            return Ok(Power::Admin);
+        }
+    }
+    authenticate(vars, "timer_token", "timer_auth", request).map(|()| Power::Tick)
+}
+
+/// Lets an authenticated caller use a destructive route (`what` names it) only with the admin
+/// token. `Err` is the answer: 503 `not_configured` naming `admin_token` when it is empty (the
+/// route refuses to serve), else 403 `forbidden`.
+pub fn require_admin(vars: &dyn Variables, power: Power, what: &str) -> Result<(), Response> {
+    if power == Power::Admin {
+        return Ok(());
+    }
+    if admin_token(vars).is_none() {
+        return Err(web::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_configured",
+            format!(
+                "{ADMIN_TOKEN_VAR} is empty (or the same as timer_token): {what} refuses to \
+                 serve without it; set {ADMIN_TOKEN_VAR} to a secret of its own"
+            ),
+        ));
+    }
+    Err(web::error(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "{what} needs the admin token ({ADMIN_TOKEN_VAR}); the tick token (timer_token) \
+             only ticks and reads"
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +207,57 @@ mod tests {
             Auth::None
         );
         assert!(Auth::load(&vars(&[("t_auth", "maybe")]), "t_token", "t_auth").is_err());
+    }
+
+    #[test]
+    fn the_admin_token_is_apart_from_the_tick_token() {
+        let vars = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let both = vars(&[("timer_token", "tick"), ("admin_token", "adm")]);
+        assert_eq!(
+            authenticate_timer(&both, &with("Bearer adm")).unwrap(),
+            Power::Admin
+        );
+        assert_eq!(
+            authenticate_timer(&both, &with("Bearer tick")).unwrap(),
+            Power::Tick
+        );
+        assert_eq!(
+            authenticate_timer(&both, &with("Bearer x"))
+                .unwrap_err()
+                .status(),
+            401
+        );
+        assert!(require_admin(&both, Power::Admin, "it").is_ok());
+        let r = require_admin(&both, Power::Tick, "it").unwrap_err();
+        assert_eq!(r.status(), 403);
+        assert!(!String::from_utf8_lossy(r.body()).contains("adm\""));
+        // No admin token, or the tick token again: the destructive routes refuse to serve.
+        for v in [
+            vars(&[("timer_token", "tick")]),
+            vars(&[("timer_token", "tick"), ("admin_token", "tick")]),
+        ] {
+            assert_eq!(
+                authenticate_timer(&v, &with("Bearer tick")).unwrap(),
+                Power::Tick
+            );
+            let r = require_admin(&v, Power::Tick, "it").unwrap_err();
+            assert_eq!(r.status(), 503);
+            assert!(String::from_utf8_lossy(r.body()).contains("admin_token"));
+        }
+        // timer_auth = none opens the tick routes only.
+        let open = vars(&[("timer_auth", "none")]);
+        let bare = Request::new(leasegate::Method::GET, "/");
+        assert_eq!(authenticate_timer(&open, &bare).unwrap(), Power::Tick);
+        assert_eq!(
+            require_admin(&open, Power::Tick, "it")
+                .unwrap_err()
+                .status(),
+            503
+        );
     }
 }

@@ -373,8 +373,8 @@ pub async fn handle_cron<T: Transport>(
 /// The largest request body the routes read.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// Handles the component's HTTP requests: `POST|GET|DELETE /api/init/{name}` (bearer
-/// `timer_token`), and `POST /{FunctionName}` (any other path: an Azure Functions timer
+/// Handles the component's HTTP requests: `POST|GET /api/init/{name}` (bearer `timer_token`
+/// or `admin_token`), `DELETE /api/init/{name}` (the reset: bearer `admin_token` only), and `POST /{FunctionName}` (any other path: an Azure Functions timer
 /// invocation for `init_name`, served only by that deployment).
 pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
@@ -382,8 +382,14 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
     if let Some(rest) = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
         (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
     }) {
-        if let Err(r) = auth::authenticate(ctx.variables, "timer_token", "timer_auth", &request) {
-            return r;
+        let power = match auth::authenticate_timer(ctx.variables, &request) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        if request.method() == leasegate::Method::DELETE {
+            if let Err(r) = auth::require_admin(ctx.variables, power, "a reset") {
+                return r;
+            }
         }
         return api(ctx, &request, rest.trim_end_matches('/'), started).await;
     }

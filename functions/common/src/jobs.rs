@@ -95,7 +95,8 @@ pub struct Settings {
     /// Reservations are kept this long; older occurrences are refused.
     pub retention: Duration,
     /// How far ahead of the storage server's clock an occurrence may be; later ones are
-    /// refused (a clock or a caller running ahead).
+    /// refused (a clock or a caller running ahead). Also how far behind this instance's
+    /// clock an HTTP tick with the tick token may name an occurrence.
     pub early: Duration,
     /// The job's lease term (`job_overlap = skip`): the job's timeout, plus the storage steps
     /// around it (4 storage timeouts), plus a margin, rounded up to whole seconds; checked when
@@ -1179,9 +1180,11 @@ pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> 
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// Handles the component's HTTP requests:
-/// * `POST /api/jobs/{job}/tick` (bearer `timer_token`): a tick from an HTTP scheduler, for
-///   the time in an optional JSON body `{"at": "2026-11-21T14:55:00Z"}` (else now);
-/// * `GET /api/jobs/{job}` (bearer): the reservation log;
+/// * `POST /api/jobs/{job}/tick` (bearer `timer_token` or `admin_token`): a tick from an HTTP
+///   scheduler, for the time in an optional JSON body `{"at": "2026-11-21T14:55:00Z"}` (else
+///   now); an occurrence more than `job_early_seconds` before the current one (by this
+///   instance's clock) is a manual run of a past occurrence: `admin_token` only;
+/// * `GET /api/jobs/{job}` (bearer, either token): the reservation log;
 /// * `POST /{FunctionName}`, any other path: an Azure Functions timer invocation (the custom
 ///   handler's channel, served only by the Azure Functions manifest).
 pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
@@ -1191,10 +1194,11 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
         (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
     });
     if let Some(rest) = rest {
-        if let Err(r) = auth::authenticate(ctx.variables, "timer_token", "timer_auth", &request) {
-            return r;
-        }
-        return api(ctx, &request, rest, started).await;
+        let power = match auth::authenticate_timer(ctx.variables, &request) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        return api(ctx, &request, rest, power, started).await;
     }
     if !timer::azure_channel(ctx.variables) {
         return timer::no_route();
@@ -1206,6 +1210,7 @@ async fn api<T: Transport>(
     ctx: &Context<'_, T>,
     request: &Request,
     rest: &str,
+    power: auth::Power,
     started: Instant,
 ) -> Response {
     let (job, action) = match rest.trim_end_matches('/').split_once('/') {
@@ -1263,6 +1268,19 @@ async fn api<T: Transport>(
         Ok(t) => t.unwrap_or(ctx.now),
         Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_tick", m),
     };
+    // A tick for an occurrence more than job_early_seconds before the one this instance's
+    // clock stands for is a manual run of a past occurrence: the admin token's.
+    let named = unix(timer::occurrence(at_time, settings.period, settings.offset));
+    let current = unix(timer::occurrence(ctx.now, settings.period, settings.offset));
+    if named.saturating_add(settings.early.as_secs()) < current {
+        if let Err(r) = auth::require_admin(
+            ctx.variables,
+            power,
+            "a tick for a past occurrence (a manual run)",
+        ) {
+            return r;
+        }
+    }
     let tick = Tick {
         at: at_time,
         source: Source::Http,

@@ -242,16 +242,18 @@ pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> 
 /// The largest request body the routes read.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// Handles the component's HTTP requests: `POST /api/leader/tick`, `GET /api/leader`,
-/// `DELETE /api/leader[?instance=ID]` (bearer `timer_token`), and `POST /{FunctionName}`
+/// Handles the component's HTTP requests: `POST /api/leader/tick`, `GET /api/leader` (bearer
+/// `timer_token` or `admin_token`), `DELETE /api/leader[?instance=ID]` (bearer `admin_token`
+/// only), and `POST /{FunctionName}`
 /// (any other path: an Azure Functions timer invocation, served only by that deployment).
 pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
     let path = request.path().trim_end_matches('/').to_string();
     if path == ROUTE || path.starts_with(&format!("{ROUTE}/")) {
-        if let Err(r) = auth::authenticate(ctx.variables, "timer_token", "timer_auth", &request) {
-            return r;
-        }
+        let power = match auth::authenticate_timer(ctx.variables, &request) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
         let action = path[ROUTE.len()..].trim_start_matches('/');
         let method = request.method().clone();
         match (action, &method) {
@@ -266,6 +268,11 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
                     "not_found",
                     "routes: GET|DELETE /api/leader, POST /api/leader/tick",
                 )
+            }
+        }
+        if method == leasegate::Method::DELETE {
+            if let Err(r) = auth::require_admin(ctx.variables, power, "a step-down") {
+                return r;
             }
         }
         let instance = match query_instance(request.query()) {

@@ -1513,8 +1513,9 @@ pub const TTL_ROUTE: &str = "/api/ttl/";
 /// Route of the sweeper's HTTP forms.
 pub const SWEEPER_ROUTE: &str = "/api/sweeper";
 
-/// Handles the component's HTTP requests: `PUT /api/ttl/{container}/{blob}` (marking),
-/// `POST /api/sweeper/tick` and `GET /api/sweeper` (the state), all bearer `timer_token`; and
+/// Handles the component's HTTP requests: `PUT /api/ttl/{container}/{blob}` (marking: bearer
+/// `admin_token` only), `POST /api/sweeper/tick` and `GET /api/sweeper` (the state: bearer
+/// `timer_token` or `admin_token`); and
 /// `POST /{FunctionName}` (any other path: an Azure Functions timer invocation).
 pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
@@ -1524,12 +1525,16 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
         || path.trim_end_matches('/') == SWEEPER_ROUTE
         || path.starts_with(&format!("{SWEEPER_ROUTE}/"));
     if api {
-        if let Err(r) = auth::authenticate(ctx.variables, "timer_token", "timer_auth", &request) {
-            return r;
-        }
+        let power = match auth::authenticate_timer(ctx.variables, &request) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
         if path.starts_with(TTL_ROUTE)
             || path.trim_end_matches('/') == TTL_ROUTE.trim_end_matches('/')
         {
+            if let Err(r) = auth::require_admin(ctx.variables, power, "marking a blob") {
+                return r;
+            }
             return mark(ctx, &request).await;
         }
         let action = path[SWEEPER_ROUTE.len()..].trim_matches('/');
