@@ -87,11 +87,13 @@ fn garbage_in_a_lock_blob_is_a_clear_error_at_the_cli() {
     let c = unique_container("cligarbage");
     let (ok, out, err) = run(c.as_str(), &["acquire", "job", "--window", "30"]);
     assert!(ok, "{out}{err}");
+    // The CLI names locks by their path in the container: no prefix.
     let locks = Locks::new(
         NativeTransport::default(),
         Azurite::shared().account(),
         c.clone(),
-    );
+    )
+    .with_prefix("");
     let lock = LockName::try_new("job").unwrap();
     block_on(locks.break_lock(&lock, 0, SystemTime::now())).unwrap();
     let blob = locks.blob_name(&lock).unwrap();

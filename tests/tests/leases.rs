@@ -146,8 +146,8 @@ fn reacquire_extends_and_expiry_admits_another_holder() {
     let l = locks(&c);
     let name = lock("leader");
     let (a, b) = (
-        LeaseId::for_holder(&key(), "node-a", &name),
-        LeaseId::for_holder(&key(), "node-b", &name),
+        LeaseId::for_holder(&key(), "test", "node-a", &name),
+        LeaseId::for_holder(&key(), "test", "node-b", &name),
     );
     let first = held(acquire(&l, &name, native(15), a));
     std::thread::sleep(Duration::from_secs(8));
@@ -189,8 +189,8 @@ fn fencing_tokens_strictly_increase_across_holders() {
         let l = locks(&c);
         let name = lock("fenced");
         let holders = [
-            LeaseId::for_holder(&key(), "a", &name),
-            LeaseId::for_holder(&key(), "b", &name),
+            LeaseId::for_holder(&key(), "test", "a", &name),
+            LeaseId::for_holder(&key(), "test", "b", &name),
         ];
         let mut last = 0;
         for i in 0..20 {

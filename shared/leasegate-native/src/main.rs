@@ -1,32 +1,50 @@
 //! `leasegate`: take, show, release and break locks from a terminal.
 //!
-//! The storage account comes from `LEASEGATE_CONNECTION_STRING` (default:
-//! `UseDevelopmentStorage=true`, a local Azurite); the container from `--container` (default
-//! `leasegate`).
+//! A lock is named by its path in the container, as the functions' answers and docs name it:
+//! `gates/{key}` (the gate API), `alerts/{deviceId}` (device-alerts), `leader/{group}`,
+//! `jobs/{job}/lock`, `jobs/{job}/occurrences/{n}`, `init/{name}`, `sweeper/...`. The storage
+//! account comes from `LEASEGATE_CONNECTION_STRING` (default: `UseDevelopmentStorage=true`, a
+//! local Azurite); the container from `--container` (default `leasegate`, the app's default).
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
+use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, Lease, LeaseAction};
 use leasegate::{Account, ContainerName, Counting, HolderKey, LeaseId, LockName};
 use leasegate_native::{block_on, NativeTransport};
 
 const USAGE: &str = "usage: leasegate <command> [options]
 
 commands:
-  acquire LOCK [--window SECS] [--holder NAME]   take LOCK (or extend it, same holder)
+  acquire LOCK [--window SECS] [--holder NAME | --lease-id ID]
+                                                 take LOCK (or extend it: same holder or id)
   show LOCK                                      show LOCK's state and fencing token
   release LOCK --lease-id ID                     give LOCK up (safe to repeat)
   break LOCK                                     end whoever holds LOCK
+  delete LOCK                                    end any lease and delete LOCK's blob (for a
+                                                 lock answered lock_unusable; tokens stay
+                                                 increasing)
   demo                                           acquire, contend, extend, release, show
+
+LOCK is the lock's path in the container, as the functions name it:
+  gates/KEY                  the gate API's gate KEY (POST /api/gate/KEY)
+  alerts/DEVICE              device-alerts' gate of DEVICE
+  leader/GROUP               the leader election of GROUP
+  jobs/JOB/lock              scheduled-job's lease of JOB (jobs/JOB/occurrences/N with overlap)
+  init/NAME                  init-once's lock of NAME
+  sweeper/...                the TTL sweeper's own locks
 
 options:
   --container NAME   container of the lock blobs (default: leasegate)
 
 environment:
   LEASEGATE_CONNECTION_STRING   storage connection string (default: UseDevelopmentStorage=true)
-  LEASEGATE_HOLDER_KEY          secret that --holder lease ids are keyed with (default: derived
-                                from the connection string's key or SAS)";
+  LEASEGATE_HOLDER_KEY          secret that --holder lease ids are keyed with (required with
+                                --holder; never derived from the storage credential)";
+
+/// The purpose `--holder` ids are derived for: no function's id is ever the same.
+const HOLDER_PURPOSE: &str = "cli";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -84,15 +102,20 @@ fn run(args: &[String]) -> Result<(), String> {
     let cs = std::env::var("LEASEGATE_CONNECTION_STRING")
         .unwrap_or_else(|_| "UseDevelopmentStorage=true".into());
     let account = Account::from_connection_string(&cs).map_err(|e| e.to_string())?;
-    let key = match std::env::var("LEASEGATE_HOLDER_KEY") {
+    let key = || match std::env::var("LEASEGATE_HOLDER_KEY") {
         Ok(secret) if !secret.is_empty() => {
-            HolderKey::try_new(secret.as_bytes()).map_err(|e| e.to_string())?
+            HolderKey::try_new(secret.as_bytes()).map_err(|e| e.to_string())
         }
-        _ => HolderKey::derived_from(&account),
+        _ => Err(
+            "--holder needs LEASEGATE_HOLDER_KEY (the secret its lease ids are keyed \
+                  with); or pass --lease-id ID"
+                .to_string(),
+        ),
     };
     let container = ContainerName::try_new(&o.container).map_err(|e| e.to_string())?;
     let transport = NativeTransport::default();
-    let locks = Locks::new(&transport, account, container);
+    // Locks are named by their path in the container: no prefix of the CLI's own.
+    let locks = Locks::new(&transport, account, container).with_prefix("");
     let lock_arg = |i: usize| -> Result<LockName, String> {
         let name = o.positional.get(i).ok_or_else(|| USAGE.to_string())?;
         LockName::try_new(name).map_err(|e| e.to_string())
@@ -102,9 +125,11 @@ fn run(args: &[String]) -> Result<(), String> {
             let lock = lock_arg(1)?;
             let term =
                 Term::for_window(Duration::from_secs(o.window)).map_err(|e| e.to_string())?;
-            let id = match &o.holder {
-                Some(h) => LeaseId::for_holder(&key, h, &lock),
-                None => LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes()),
+            let id = match (&o.holder, &o.lease_id) {
+                (Some(_), Some(_)) => return Err("give --holder or --lease-id, not both".into()),
+                (Some(h), None) => LeaseId::for_holder(&key()?, HOLDER_PURPOSE, h, &lock),
+                (None, Some(id)) => LeaseId::try_new(id).map_err(|e| e.to_string())?,
+                (None, None) => LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes()),
             };
             acquire(&locks, &lock, term, id)
         }
@@ -131,7 +156,40 @@ fn run(args: &[String]) -> Result<(), String> {
             println!("broken");
             Ok(())
         }
-        Some("demo") => demo(&locks, &key),
+        Some("delete") => {
+            let lock = lock_arg(1)?;
+            let blob = locks.blob_name(&lock).map_err(|e| e.to_string())?;
+            let now = SystemTime::now();
+            // End any lease at once (whoever holds an unusable lock cannot be trusted to give
+            // it back), then delete. A lock blob created again starts above every token the
+            // old one issued (the fencing rule), so deleting never lets a token go back.
+            let _ = block_on(locks.execute(
+                &Lease::new(
+                    locks.container().clone(),
+                    blob.clone(),
+                    LeaseAction::Break { period: Some(0) },
+                ),
+                now,
+            ));
+            let delete = DeleteBlob {
+                container: locks.container().clone(),
+                blob,
+                lease_id: None,
+                condition: Condition::None,
+            };
+            match block_on(locks.execute(&delete, now)).map_err(|e| e.to_string())? {
+                (DeleteOutcome::Deleted, _) => println!("deleted"),
+                (DeleteOutcome::NotFound, _) => println!("no such lock blob (nothing to do)"),
+                (DeleteOutcome::Refused(r), _) => {
+                    return Err(format!("storage refused the delete: {r:?}"))
+                }
+            }
+            Ok(())
+        }
+        Some("demo") => demo(
+            &locks,
+            &HolderKey::try_new(b"leasegate demo").map_err(|e| e.to_string())?,
+        ),
         _ => Err(USAGE.into()),
     }
 }
@@ -147,7 +205,8 @@ fn acquire(
         &counting,
         locks.account().clone(),
         locks.container().clone(),
-    );
+    )
+    .with_prefix("");
     let outcome =
         block_on(counted.acquire(lock, term, id, SystemTime::now())).map_err(|e| e.to_string())?;
     match outcome {
@@ -201,8 +260,8 @@ fn show(locks: &Locks<&NativeTransport>, lock: &LockName) -> Result<(), String> 
 fn demo(locks: &Locks<&NativeTransport>, key: &HolderKey) -> Result<(), String> {
     let lock = LockName::try_new("demo/nightly-job").map_err(|e| e.to_string())?;
     let term = Term::for_window(Duration::from_secs(15)).map_err(|e| e.to_string())?;
-    let a = LeaseId::for_holder(key, "node-a", &lock);
-    let b = LeaseId::for_holder(key, "node-b", &lock);
+    let a = LeaseId::for_holder(key, HOLDER_PURPOSE, "node-a", &lock);
+    let b = LeaseId::for_holder(key, HOLDER_PURPOSE, "node-b", &lock);
     println!("node-a takes the lock:");
     acquire(locks, &lock, term, a)?;
     show(locks, &lock)?;

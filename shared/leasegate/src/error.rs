@@ -98,6 +98,8 @@ pub struct StorageError {
     pub request_id: Option<String>,
     /// What the error means.
     pub class: ErrorClass,
+    /// The `Retry-After` storage sent with it (whole seconds), if any.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl std::fmt::Display for StorageError {
@@ -180,6 +182,17 @@ pub enum Error {
     /// the lock, or delete the blob (tokens stay increasing: see the fencing rule).
     #[error("unusable lock blob: {0}")]
     CorruptLock(String),
+    /// [`Error::CorruptLock`] of a named lock, as [`crate::lease::Locks`] returns it: `lock`
+    /// is the lock's path in `container` as people (and the `leasegate` CLI) name it.
+    #[error("unusable lock blob {lock}: {reason}")]
+    UnusableLock {
+        /// The lock's path in its container (`gates/tenant-a/lock`).
+        lock: String,
+        /// The container.
+        container: String,
+        /// What is wrong, naming the metadata field.
+        reason: String,
+    },
     /// Storage answered something this crate cannot read.
     #[error("unexpected response ({}): {detail}", status.as_u16())]
     UnexpectedResponse {

@@ -52,7 +52,7 @@
 //! let key = HolderKey::try_new(b"a secret every instance of the app shares")?;
 //! let locks = Locks::new(transport, account, ContainerName::try_new("leasegate")?);
 //! let lock = LockName::try_new("jobs/nightly")?;
-//! let me = LeaseId::for_holder(&key, "node-a", &lock); // the same id on every invocation
+//! let me = LeaseId::for_holder(&key, "jobs", "node-a", &lock); // the same id every invocation
 //! let term = Term::for_window(Duration::from_secs(30))?; // a native lease
 //! match locks.acquire(&lock, term, me, now).await? {
 //!     Acquire::Acquired(held) => println!("run the job with token {:?}", held.fencing_token),
@@ -77,6 +77,6 @@ mod xml;
 pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken};
 pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};
 pub use message::{Headers, Method, Request, Response, StatusCode};
-pub use names::{BlobName, ContainerName, LockName};
+pub use names::{is_format_or_separator, BlobName, ContainerName, LockName};
 pub use transport::{Counting, Transport};
 pub use types::{ETag, HolderKey, LeaseDuration, LeaseId, LeaseState};

@@ -129,6 +129,12 @@ impl LockName {
         if name.chars().any(char::is_control) {
             return Err(bad("control characters are not allowed".into()));
         }
+        if let Some(c) = name.chars().find(|&c| is_format_or_separator(c)) {
+            return Err(bad(format!(
+                "format and separator characters are not allowed (U+{:04X})",
+                u32::from(c)
+            )));
+        }
         if name.contains('\\') {
             return Err(bad("'\\' is not allowed".into()));
         }
@@ -167,6 +173,39 @@ impl std::fmt::Display for LockName {
     }
 }
 
+/// Whether `c` is a Unicode format character (category Cf: U+200B zero width space, U+202E
+/// right-to-left override, U+FEFF, ...) or a line or paragraph separator (Zl U+2028, Zp
+/// U+2029). Such characters are invisible or reorder text: in an id or a key they make log
+/// lines and notifications show something other than what they hold. The ranges are those of
+/// [Unicode 16.0](https://www.unicode.org/Public/16.0.0/ucd/extracted/DerivedGeneralCategory.txt).
+pub fn is_format_or_separator(c: char) -> bool {
+    const RANGES: [(u32, u32); 21] = [
+        (0xAD, 0xAD),
+        (0x600, 0x605),
+        (0x61C, 0x61C),
+        (0x6DD, 0x6DD),
+        (0x70F, 0x70F),
+        (0x890, 0x891),
+        (0x8E2, 0x8E2),
+        (0x180E, 0x180E),
+        (0x200B, 0x200F),
+        (0x2028, 0x202E), // Zl, Zp, then the embedding controls (Cf)
+        (0x2060, 0x2064),
+        (0x2066, 0x206F),
+        (0xFEFF, 0xFEFF),
+        (0xFFF9, 0xFFFB),
+        (0x110BD, 0x110BD),
+        (0x110CD, 0x110CD),
+        (0x13430, 0x1343F),
+        (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A),
+        (0xE0001, 0xE0001),
+        (0xE0020, 0xE007F),
+    ];
+    let c = u32::from(c);
+    RANGES.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
+}
+
 /// Percent-encodes a path, keeping `/` between segments. Everything else but unreserved bytes,
 /// `%` included, is escaped, so a blob name containing `%41` is sent as `%2541`.
 pub(crate) fn encode_path(path: &str) -> String {
@@ -196,6 +235,24 @@ mod tests {
             &"a".repeat(64),
         ] {
             assert!(ContainerName::try_new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn format_and_separator_characters_are_refused() {
+        for bad in [
+            "a\u{202e}b",
+            "a\u{2028}b",
+            "a\u{2029}b",
+            "\u{feff}k",
+            "a\u{ad}b",
+            "a\u{200b}",
+        ] {
+            let e = LockName::try_new(bad).unwrap_err().to_string();
+            assert!(e.contains("format and separator"), "{bad:?}: {e}");
+        }
+        for ok in ["capteur-é", "東京/1", "a b", "emoji-🙂"] {
+            LockName::try_new(ok).unwrap();
         }
     }
 

@@ -299,6 +299,10 @@ pub fn storage_error(response: &Response) -> StorageError {
         class: ErrorClass::classify(response.status(), code.as_deref()),
         code,
         request_id: header_str(response, "x-ms-request-id").map(str::to_string),
+        // Seconds only (the HTTP-date form is not used by storage); at most an hour.
+        retry_after: header_str(response, "retry-after")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|s| std::time::Duration::from_secs(s.min(3600))),
     }
 }
 

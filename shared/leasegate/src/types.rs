@@ -6,7 +6,6 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use uuid::Uuid;
 
-use crate::account::{Account, Credential};
 use crate::names::LockName;
 use crate::Error;
 
@@ -27,16 +26,18 @@ impl LeaseId {
             .map_err(|_| Error::InvalidArgument("lease id must be a GUID (8-4-4-4-12 hex)".into()))
     }
 
-    /// The stable id of `holder` for `lock` under `key`: the same on every invocation and every
-    /// instance that shares the key, and impossible to compute without the key (a lease id lets
-    /// whoever knows it extend or release the lock). An HMAC-SHA256 of holder and lock, as a
-    /// version 8 (custom) UUID.
-    pub fn for_holder(key: &HolderKey, holder: &str, lock: &LockName) -> Self {
+    /// The stable id of `holder` for `lock` under `key`, for one `purpose` (`"leader"`, ...):
+    /// the same on every invocation and every instance that shares the key, and impossible to
+    /// compute without the key (a lease id lets whoever knows it extend or release the lock).
+    /// Ids of different purposes never coincide, whatever the holder and lock names (each part
+    /// is length-prefixed). An HMAC-SHA256 as a version 8 (custom) UUID.
+    pub fn for_holder(key: &HolderKey, purpose: &str, holder: &str, lock: &LockName) -> Self {
         let mut mac = key.mac();
-        mac.update(b"leasegate lease id v1\0");
-        mac.update(holder.as_bytes());
-        mac.update(b"\0");
-        mac.update(lock.as_str().as_bytes());
+        mac.update(b"leasegate lease id v2\0");
+        for part in [purpose, holder, lock.as_str()] {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part.as_bytes());
+        }
         let digest = mac.finalize().into_bytes();
         let mut bytes = [0u8; 16];
         bytes.copy_from_slice(&digest[..16]);
@@ -50,8 +51,10 @@ impl LeaseId {
     }
 }
 
-/// The secret that holder-derived lease ids are keyed with ([`LeaseId::for_holder`]). Every
-/// instance of one application must use the same key. `Debug` never shows it.
+/// The secret that holder-derived lease ids are keyed with ([`LeaseId::for_holder`]): a
+/// configured secret of its own (never derived from a storage credential, which may change or,
+/// with Entra ID, not exist). Every instance of one application must use the same key. `Debug`
+/// never shows it.
 #[derive(Clone)]
 pub struct HolderKey(Vec<u8>);
 
@@ -64,23 +67,6 @@ impl HolderKey {
             ));
         }
         Ok(HolderKey(secret.to_vec()))
-    }
-
-    /// A key derived from the account's credential (its key, or its SAS), for deployments
-    /// that configure no key of their own: as secret as the credential, and the same on every
-    /// instance that uses it. It changes when the credential is rotated, and so do the holder
-    /// ids (a holder then cannot extend what it held under the old key until that runs out):
-    /// configure a key of its own to avoid that.
-    pub fn derived_from(account: &Account) -> Self {
-        let material: &[u8] = match account.credential() {
-            Credential::SharedKey(key) => key.bytes(),
-            Credential::Sas(sas) => sas.query().as_bytes(),
-        };
-        let mut mac =
-            Hmac::<Sha256>::new_from_slice(material).expect("HMAC-SHA256 takes keys of any length");
-        mac.update(b"leasegate holder key v1\0");
-        mac.update(account.name().as_bytes());
-        HolderKey(mac.finalize().into_bytes().to_vec())
     }
 
     fn mac(&self) -> Hmac<Sha256> {
@@ -210,32 +196,39 @@ mod tests {
     fn holder_ids_are_stable_distinct_and_keyed() {
         let key = HolderKey::try_new(b"a server-side secret").unwrap();
         let lock = LockName::try_new("jobs/nightly").unwrap();
-        let a1 = LeaseId::for_holder(&key, "node-a", &lock);
-        let a2 = LeaseId::for_holder(&key, "node-a", &lock);
-        let b = LeaseId::for_holder(&key, "node-b", &lock);
-        let other = LeaseId::for_holder(&key, "node-a", &LockName::try_new("jobs/hourly").unwrap());
+        let a1 = LeaseId::for_holder(&key, "leader", "node-a", &lock);
+        let a2 = LeaseId::for_holder(&key, "leader", "node-a", &lock);
+        let b = LeaseId::for_holder(&key, "leader", "node-b", &lock);
+        let other = LeaseId::for_holder(
+            &key,
+            "leader",
+            "node-a",
+            &LockName::try_new("jobs/hourly").unwrap(),
+        );
         assert_eq!(a1, a2);
         assert_ne!(a1, b);
         assert_ne!(a1, other);
         assert_eq!(LeaseId::try_new(&a1.to_string()).unwrap(), a1);
         // Without the key nobody can compute it.
         let guess = HolderKey::try_new(b"another secret").unwrap();
-        assert_ne!(LeaseId::for_holder(&guess, "node-a", &lock), a1);
+        assert_ne!(LeaseId::for_holder(&guess, "leader", "node-a", &lock), a1);
         assert_eq!(&a1.to_string()[14..15], "8", "a version 8 UUID: {a1}");
         assert!(!format!("{key:?}").contains("secret"));
     }
 
     #[test]
-    fn derived_keys_follow_the_credential() {
-        let dev = Account::from_connection_string("UseDevelopmentStorage=true").unwrap();
-        let sas = Account::from_connection_string(
-            "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;SharedAccessSignature=sv=2021-12-02&sig=abc",
-        )
-        .unwrap();
-        let lock = LockName::try_new("l").unwrap();
-        let id = |a: &Account| LeaseId::for_holder(&HolderKey::derived_from(a), "h", &lock);
-        assert_eq!(id(&dev), id(&dev));
-        assert_ne!(id(&dev), id(&sas));
+    fn purposes_never_share_an_id() {
+        let key = HolderKey::try_new(b"k").unwrap();
+        let group = LockName::try_new("group").unwrap();
+        assert_ne!(
+            LeaseId::for_holder(&key, "gate", "x", &group),
+            LeaseId::for_holder(&key, "leader", "x", &group)
+        );
+        // Parts cannot slide into each other.
+        assert_ne!(
+            LeaseId::for_holder(&key, "ab", "c", &group),
+            LeaseId::for_holder(&key, "a", "bc", &group)
+        );
     }
 
     #[test]

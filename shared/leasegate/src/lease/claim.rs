@@ -32,6 +32,44 @@ pub(crate) const META_EXPIRES: &str = "leasegate_expires";
 pub(crate) const META_TOKEN: &str = "leasegate_token";
 pub(crate) const META_LABEL: &str = "leasegate_label";
 
+pub(crate) const META_STEPPED_DOWN: &str = "leasegate_stepped_down";
+
+/// The ids barred after stepping down and until when (Unix seconds): `ID UNTIL` entries
+/// separated by `,`. Missing or empty: none.
+pub(crate) fn read_stepped_down(metadata: &Metadata) -> Result<Vec<(LeaseId, u64)>, Error> {
+    let Some(value) = metadata.get(META_STEPPED_DOWN).map(|v| v.trim()) else {
+        return Ok(Vec::new());
+    };
+    let mut bars = Vec::new();
+    for entry in value.split(',').filter(|e| !e.trim().is_empty()) {
+        let bar = entry.trim().split_once(' ').and_then(|(id, until)| {
+            let id = LeaseId::try_new(id).ok()?;
+            let until: u64 = until.trim().parse().ok().filter(|&u| u <= MAX_SECS)?;
+            Some((id, until))
+        });
+        match bar {
+            Some(bar) => bars.push(bar),
+            None => {
+                return Err(corrupt(
+                    META_STEPPED_DOWN,
+                    value,
+                    "is not a list of 'lease-id unix-seconds' entries",
+                ))
+            }
+        }
+    }
+    Ok(bars)
+}
+
+/// Writes `bars` (see [`read_stepped_down`]) into `metadata`.
+pub(crate) fn write_stepped_down(bars: &[(LeaseId, u64)], metadata: &mut Metadata) {
+    let value: Vec<String> = bars
+        .iter()
+        .map(|(id, until)| format!("{id} {until}"))
+        .collect();
+    metadata.insert(META_STEPPED_DOWN.to_string(), value.join(","));
+}
+
 /// The longest holder label, in bytes.
 pub const MAX_LABEL_BYTES: usize = 128;
 

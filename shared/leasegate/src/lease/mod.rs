@@ -81,6 +81,9 @@ pub use claim::{MAX_LABEL_BYTES, MAX_TOKEN};
 /// that moved) is tried again before giving up.
 const MAX_ATTEMPTS: usize = 6;
 
+/// The most step-down bars one lock blob keeps (see [`Locks::step_down`]).
+pub const MAX_STEPPED_DOWN: usize = 8;
+
 /// The longest window, in seconds (365 days).
 pub const MAX_WINDOW_SECS: u64 = 365 * 24 * 3600;
 
@@ -159,6 +162,9 @@ pub enum Acquire {
         retry_after: Option<Duration>,
         /// Who holds it, where its claim says.
         holder: Option<Holder>,
+        /// The caller's own id stepped down ([`Locks::step_down`]) and may not take the lock
+        /// before this time (the server's clock), even though nobody holds it.
+        stepped_down_until: Option<SystemTime>,
     },
 }
 
@@ -220,6 +226,8 @@ pub(crate) struct Snapshot {
     /// leasegate versions used as the native lease's counter.
     highest_token: u64,
     server_date: SystemTime,
+    /// Ids that stepped down, each barred until a time (Unix seconds, the server's clock).
+    stepped_down: Vec<(LeaseId, u64)>,
 }
 
 impl Snapshot {
@@ -235,6 +243,7 @@ impl Snapshot {
                 "the page blob sequence number {sequence} is above {MAX_TOKEN}"
             )));
         }
+        let stepped_down = claim::read_stepped_down(&props.metadata)?;
         Ok(Snapshot {
             etag,
             leased: props.lease_state.is_some_and(LeaseState::is_held),
@@ -243,6 +252,7 @@ impl Snapshot {
             claim,
             highest_token,
             server_date: checked_date(server_date)?,
+            stepped_down,
         })
     }
 
@@ -286,7 +296,20 @@ impl Snapshot {
             Some(c) if c.holder == Some(id) && !self.breaking => None,
             Some(_) => Some(self.busy()),
             None if self.breaking => Some(self.busy()),
-            None => None,
+            None => {
+                // A free lock that `id` stepped down from: not before its bar ends.
+                let now = self.server_secs();
+                let until = self
+                    .stepped_down
+                    .iter()
+                    .find(|(who, until)| *who == id && *until > now)?
+                    .1;
+                Some(Acquire::Busy {
+                    retry_after: Some(Duration::from_secs(until - now)),
+                    holder: None,
+                    stepped_down_until: Some(at(until)),
+                })
+            }
         }
     }
 
@@ -306,6 +329,7 @@ impl Snapshot {
                 expires_at: c.expires_at(),
                 token: c.token,
             }),
+            stepped_down_until: None,
         }
     }
 
@@ -478,13 +502,32 @@ impl<T: Transport> Locks<T> {
             )));
         }
         let blob = self.blob_name(lock)?;
-        match term {
+        let outcome = match term {
             Term::Native(duration) => {
                 native::acquire(self, &blob, duration, lease_id, label, now).await
             }
             Term::Record(length) => {
                 record::acquire(self, &blob, length, lease_id, label, now).await
             }
+        };
+        outcome.map_err(|e| self.name_lock(lock, e))
+    }
+
+    /// The lock's path in its container as people name it (and the `leasegate` CLI takes it):
+    /// the prefix and the lock name as given, e.g. `gates/tenant-a/lock`.
+    pub fn lock_path(&self, lock: &LockName) -> String {
+        format!("{}{}", self.prefix, lock.as_str())
+    }
+
+    /// A [`Error::CorruptLock`] about `lock` becomes an [`Error::UnusableLock`] naming it.
+    fn name_lock(&self, lock: &LockName, e: Error) -> Error {
+        match e {
+            Error::CorruptLock(reason) => Error::UnusableLock {
+                lock: self.lock_path(lock),
+                container: self.container.as_str().to_string(),
+                reason,
+            },
+            e => e,
         }
     }
 
@@ -493,6 +536,18 @@ impl<T: Transport> Locks<T> {
     /// claim are kept; an empty value removes a mark. Returns whether they were written (`false`:
     /// not held, or held no more). Two requests: a HEAD and the write.
     pub async fn set_marks(
+        &self,
+        lock: &LockName,
+        lease_id: LeaseId,
+        marks: &Metadata,
+        now: SystemTime,
+    ) -> Result<bool, Error> {
+        self.set_marks_of(lock, lease_id, marks, now)
+            .await
+            .map_err(|e| self.name_lock(lock, e))
+    }
+
+    async fn set_marks_of(
         &self,
         lock: &LockName,
         lease_id: LeaseId,
@@ -533,6 +588,68 @@ impl<T: Transport> Locks<T> {
         }
     }
 
+    /// Gives `lock` up like [`Locks::release`], and bars `lease_id` from taking it again for
+    /// `bar` (by the server's clock): its acquires answer [`Acquire::Busy`] with
+    /// `stepped_down_until` meanwhile, so another holder can take over. The bar is kept in the
+    /// lock blob's metadata (`leasegate_stepped_down`, written under the lease before it is
+    /// let go), so a holder with no memory between invocations keeps it too. Other ids'
+    /// unexpired bars are kept (at most [`MAX_STEPPED_DOWN`], the latest).
+    ///
+    /// Round trips: four (a HEAD and the metadata write, then the release's two).
+    pub async fn step_down(
+        &self,
+        lock: &LockName,
+        lease_id: LeaseId,
+        bar: Duration,
+        now: SystemTime,
+    ) -> Result<Release, Error> {
+        self.step_down_of(lock, lease_id, bar, now)
+            .await
+            .map_err(|e| self.name_lock(lock, e))
+    }
+
+    async fn step_down_of(
+        &self,
+        lock: &LockName,
+        lease_id: LeaseId,
+        bar: Duration,
+        now: SystemTime,
+    ) -> Result<Release, Error> {
+        let blob = self.blob_name(lock)?;
+        for _ in 0..MAX_ATTEMPTS {
+            let snap = match self.read(&blob, now).await? {
+                Read::Found(snap) => snap,
+                Read::Missing(_) => return Ok(Release::NotHeld),
+            };
+            if !snap.held_by(lease_id) {
+                return Ok(Release::NotHeld);
+            }
+            let server_now = snap.server_secs();
+            let mut bars: Vec<(LeaseId, u64)> = snap
+                .stepped_down
+                .iter()
+                .copied()
+                .filter(|(who, until)| *who != lease_id && *until > server_now)
+                .collect();
+            bars.push((lease_id, server_now.saturating_add(bar.as_secs().max(1))));
+            let skip = bars.len().saturating_sub(MAX_STEPPED_DOWN);
+            let mut metadata = snap.metadata.clone();
+            claim::write_stepped_down(&bars[skip..], &mut metadata);
+            let write = SetMetadata {
+                container: self.container.clone(),
+                blob: blob.clone(),
+                metadata,
+                lease_id: snap.leased.then_some(lease_id),
+                condition: Condition::IfMatch(snap.etag.clone()),
+            };
+            match self.execute(&write, now).await? {
+                (WriteOutcome::Written(_), _) => return self.release_of(lock, lease_id, now).await,
+                (WriteOutcome::Refused(_), _) => continue,
+            }
+        }
+        Err(gave_up("step down"))
+    }
+
     /// Gives `lock` up if `lease_id` holds it, whichever term it was taken for (a native lease,
     /// a record, or both after a term switch whose lease could not be let go). Safe to retry: a
     /// lock not held (any more) by `lease_id` answers [`Release::NotHeld`].
@@ -540,6 +657,17 @@ impl<T: Transport> Locks<T> {
     /// Round trips: two, a HEAD and the release of the lease or the compare-and-swap of the
     /// record.
     pub async fn release(
+        &self,
+        lock: &LockName,
+        lease_id: LeaseId,
+        now: SystemTime,
+    ) -> Result<Release, Error> {
+        self.release_of(lock, lease_id, now)
+            .await
+            .map_err(|e| self.name_lock(lock, e))
+    }
+
+    async fn release_of(
         &self,
         lock: &LockName,
         lease_id: LeaseId,
@@ -591,6 +719,12 @@ impl<T: Transport> Locks<T> {
 
     /// Reads `lock`'s state with one HEAD, judged by the server's clock.
     pub async fn inspect(&self, lock: &LockName, now: SystemTime) -> Result<LockInfo, Error> {
+        self.inspect_of(lock, now)
+            .await
+            .map_err(|e| self.name_lock(lock, e))
+    }
+
+    async fn inspect_of(&self, lock: &LockName, now: SystemTime) -> Result<LockInfo, Error> {
         let blob = self.blob_name(lock)?;
         let (props, date) = self
             .execute(
@@ -686,6 +820,7 @@ impl<T: Transport> Locks<T> {
                         highest_token: claim.token,
                         claim,
                         server_date: checked_date(w.server_date.or(date).ok_or_else(no_date)?)?,
+                        stepped_down: Vec::new(),
                     }));
                 }
                 Ok((WriteOutcome::Refused(_), _)) => return Ok(None),

@@ -87,6 +87,7 @@ pub(super) async fn acquire<T: Transport>(
                 return Ok(Acquire::Busy {
                     retry_after: None,
                     holder: None,
+                    stepped_down_until: None,
                 })
             }
             Take::Moved => continue,

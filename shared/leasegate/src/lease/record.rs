@@ -93,6 +93,7 @@ pub(super) async fn acquire<T: Transport>(
                     Ok((WriteOutcome::Refused(_), _)) => Ok(Acquire::Busy {
                         retry_after: None,
                         holder: None,
+                        stepped_down_until: None,
                     }),
                     Err(e) => {
                         // Ours (just created): give it back rather than leave it taken.
@@ -144,6 +145,7 @@ pub(super) async fn acquire<T: Transport>(
                 return Ok(Acquire::Busy {
                     retry_after: None,
                     holder: None,
+                    stepped_down_until: None,
                 })
             }
             Err(e) if is_missing(&e) => continue,
@@ -173,6 +175,7 @@ fn granted(
         return Acquire::Busy {
             retry_after: Some(Duration::ZERO),
             holder: None,
+            stepped_down_until: None,
         };
     }
     Acquire::Acquired(Acquired {
