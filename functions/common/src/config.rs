@@ -123,15 +123,27 @@ pub struct Storage {
     pub timeout: Duration,
     /// How many outbound requests one invocation keeps in flight at most: `max_in_flight`.
     pub max_in_flight: usize,
-    /// The key of holder-derived lease ids: `lease_id_secret`, or derived from the storage
-    /// credential.
-    pub holder_key: HolderKey,
+    /// The key of holder-derived lease ids: `lease_id_secret` (`None`: not set). Never derived
+    /// from the storage credential (it may change, or with Entra ID not exist).
+    pub holder_key: Option<HolderKey>,
 }
 
 impl Storage {
     /// The locks below `prefix` in this storage, reached through `transport`.
     pub fn locks<'t, T: Transport>(&self, transport: &'t T, prefix: &str) -> Locks<&'t T> {
         Locks::new(transport, self.account.clone(), self.container.clone()).with_prefix(prefix)
+    }
+
+    /// The key of holder-derived lease ids, required by a function that derives them.
+    pub fn lease_id_key(&self) -> Result<&HolderKey, ConfigError> {
+        self.holder_key.as_ref().ok_or_else(|| {
+            ConfigError(
+                "variable lease_id_secret is not set: this function derives its lease id from \
+                 instance_id under it; set it to a long random secret shared by every \
+                 deployment of the app"
+                    .into(),
+            )
+        })
     }
 
     /// The gate cache's key of the lock blob at `path` (see [`crate::cache::key`]).
@@ -217,9 +229,11 @@ pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
         ));
     }
     let holder_key = match var(vars, "lease_id_secret") {
-        Some(secret) => HolderKey::try_new(secret.as_bytes())
-            .map_err(|_| ConfigError("variable lease_id_secret is empty".into()))?,
-        None => HolderKey::derived_from(&account),
+        Some(secret) => Some(
+            HolderKey::try_new(secret.as_bytes())
+                .map_err(|_| ConfigError("variable lease_id_secret is empty".into()))?,
+        ),
+        None => None,
     };
     Ok(Storage {
         account,

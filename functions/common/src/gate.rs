@@ -1,13 +1,17 @@
 //! The generic gate API: `POST|GET|DELETE /api/gate/{key}`.
 //!
 //! * `POST ?window=SECONDS&holder=NAME`: take the gate for `window` seconds (1 to 86400,
-//!   default 60). With `holder`, the lease id is derived from the holder and the key under the
-//!   server-side `lease_id_secret`, so the same holder acquiring again extends its gate (and
-//!   keeps its token); without, every call is a new event. Any mix of windows shares one gate.
+//!   default 60). Any mix of windows shares one gate. Every call without a `Lease-Id` header is a
+//!   new event with a fresh lease id; a call with `Lease-Id: GUID` acquires with that id, so the
+//!   holder of that id extends its gate (and keeps its token), and a client that chose its own
+//!   id up front can retry after a lost answer. A lease id is returned only to the call that
+//!   acquired (or extended) with it: never to another caller, whatever `holder` it names.
+//!   `holder` (1 to 128 printable ASCII characters) only names the holder: it is shown by `GET`
+//!   and by a refused `POST` as `holder`, and it never selects or reveals a lease id.
 //!   200 `{"acquired":true,"key","leaseId","fencingToken","expiresAt","since","extended"}`, or
-//!   429 with `Retry-After` and `{"acquired":false,"key","retryAfterSeconds"}`.
+//!   429 with `Retry-After` and `{"acquired":false,"key","retryAfterSeconds","holder"?}`.
 //! * `DELETE` with header `Lease-Id`: give the gate back. 204, and 204 again on retry.
-//! * `GET`: 200 `{"key","state":"available"|"held","expiresAt","since","fencingToken"}`.
+//! * `GET`: 200 `{"key","state":"available"|"held","expiresAt","since","fencingToken","holder"?}`.
 //!
 //! Every call needs `Authorization: Bearer <gate_token>`, checked before any other setting is
 //! read.
@@ -56,16 +60,11 @@ impl Settings {
 
 /// The gate key of the request path (after the route prefix), percent-decoded and validated.
 pub fn key_of(request: &Request) -> Result<LockName, Response> {
-    // Spin passes the path below the route's base as `spin-path-info`.
-    let path = match request.headers().get("spin-path-info") {
-        Some(info) => info.to_string(),
-        None => request
-            .path()
-            .strip_prefix(ROUTE_PREFIX)
-            .unwrap_or("")
-            .to_string(),
-    };
-    let raw = path.strip_prefix('/').unwrap_or(&path);
+    // The request's own path, never Spin's `spin-path-info` header: Spin passes a client's own
+    // `spin-*` headers before the ones it adds, so a client could pick the key (and a proxy
+    // that allows callers by path would be bypassed).
+    let path = request.path().strip_prefix(ROUTE_PREFIX).unwrap_or("");
+    let raw = path.strip_prefix('/').unwrap_or("");
     let bad = |message: String| web::error(StatusCode::BAD_REQUEST, "invalid_key", message);
     if raw.is_empty() {
         return Err(bad("the path must name a key: /api/gate/{key}".into()));
@@ -77,6 +76,19 @@ pub fn key_of(request: &Request) -> Result<LockName, Response> {
         leasegate::Error::InvalidName { reason, .. } => bad(format!("key {reason}")),
         other => bad(other.to_string()),
     })
+}
+
+/// The `Lease-Id` header, if sent: `Err` is the 400 for one that is not a GUID.
+fn lease_id_header(request: &Request) -> Result<Option<LeaseId>, Response> {
+    match request.headers().get("lease-id").map(LeaseId::try_new) {
+        None => Ok(None),
+        Some(Ok(id)) => Ok(Some(id)),
+        Some(Err(_)) => Err(web::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_lease_id",
+            "Lease-Id must be a GUID",
+        )),
+    }
 }
 
 /// The query parameters of a POST.
@@ -108,12 +120,14 @@ fn parse_query(query: Option<&str>) -> Result<Acquisition, String> {
                 window = Some(secs);
             }
             "holder" if holder.is_none() => {
+                // Printable ASCII: the holder's name is shown to other callers (no control,
+                // format or separator character can disguise it).
                 if value.is_empty()
                     || value.len() > MAX_HOLDER_BYTES
-                    || value.chars().any(char::is_control)
+                    || !value.bytes().all(|b| (0x20..0x7f).contains(&b))
                 {
                     return Err(format!(
-                        "holder must be 1 to {MAX_HOLDER_BYTES} bytes without control characters"
+                        "holder must be 1 to {MAX_HOLDER_BYTES} printable ASCII characters"
                     ));
                 }
                 holder = Some(value);
@@ -166,8 +180,11 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             "durationMs": elapsed_ms(started),
         }))
     };
-    let busy = |secs: u64| {
-        let body = json!({ "acquired": false, "key": key.as_str(), "retryAfterSeconds": secs });
+    let busy = |secs: u64, holder: &str| {
+        let mut body = json!({ "acquired": false, "key": key.as_str(), "retryAfterSeconds": secs });
+        if !holder.is_empty() {
+            body.set("holder", json!(holder));
+        }
         let mut r = web::json(StatusCode::TOO_MANY_REQUESTS, &body);
         r.headers_mut().insert("retry-after", secs.to_string());
         r
@@ -182,11 +199,15 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             Ok(t) => t,
             Err(e) => return web::error(StatusCode::BAD_REQUEST, "invalid_query", e),
         };
-        let lease_id = match &query.holder {
-            Some(h) => LeaseId::for_holder(&settings.storage.holder_key, h, &key),
-            None => (ctx.new_lease_id)(),
+        // The caller's own id (to extend, or chosen up front), else a fresh one: an id is
+        // never derived from a name another caller could give too.
+        let lease_id = match lease_id_header(&request) {
+            Ok(Some(id)) => id,
+            Ok(None) => (ctx.new_lease_id)(),
+            Err(r) => return r,
         };
-        match locks.acquire(&key, term, lease_id, ctx.now).await {
+        let label = query.holder.as_deref().unwrap_or("");
+        match locks.acquire_as(&key, term, lease_id, label, ctx.now).await {
             Ok(Acquire::Acquired(a)) => {
                 log(if a.extended { "extended" } else { "acquired" });
                 web::json(
@@ -202,11 +223,18 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
                     }),
                 )
             }
-            Ok(Acquire::Busy { retry_after, .. }) => {
+            Ok(Acquire::Busy {
+                retry_after,
+                holder,
+                ..
+            }) => {
                 log("busy");
                 // What storage says of the holder's gate; the caller's window only when it
                 // cannot tell (an infinite lease, a holder that took it a moment ago).
-                busy(retry_after.map_or(query.window, |d| d.as_secs().max(1)))
+                busy(
+                    retry_after.map_or(query.window, |d| d.as_secs().max(1)),
+                    holder.as_ref().map_or("", |h| h.label.as_str()),
+                )
             }
             Err(e) => {
                 log("storage_unavailable");
@@ -214,22 +242,16 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             }
         }
     } else if method == leasegate::Method::DELETE {
-        let lease_id = match request.headers().get("lease-id").map(LeaseId::try_new) {
-            Some(Ok(id)) => id,
-            Some(Err(_)) => {
-                return web::error(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_lease_id",
-                    "Lease-Id must be a GUID",
-                )
-            }
-            None => {
+        let lease_id = match lease_id_header(&request) {
+            Ok(Some(id)) => id,
+            Ok(None) => {
                 return web::error(
                     StatusCode::BAD_REQUEST,
                     "missing_lease_id",
                     "send the lease id to release in the Lease-Id header",
                 )
             }
+            Err(r) => return r,
         };
         match locks.release(&key, lease_id, ctx.now).await {
             Ok(r) => {
@@ -249,23 +271,27 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         match locks.inspect(&key, ctx.now).await {
             Ok(info) => {
                 log("inspected");
-                let (state, expires, since) = match info.status {
-                    LockStatus::Available => ("available", None, None),
+                let (state, expires, since, holder) = match info.status {
+                    LockStatus::Available => ("available", None, None, String::new()),
                     LockStatus::Held {
-                        expires_at, since, ..
-                    } => ("held", expires_at.map(rfc3339), since.map(rfc3339)),
+                        expires_at,
+                        since,
+                        label,
+                        ..
+                    } => ("held", expires_at.map(rfc3339), since.map(rfc3339), label),
                 };
                 // The holder's lease id is not shown: it is what releases the gate.
-                web::json(
-                    StatusCode::OK,
-                    &json!({
-                        "key": key.as_str(),
-                        "state": state,
-                        "expiresAt": expires,
-                        "since": since,
-                        "fencingToken": info.fencing_token,
-                    }),
-                )
+                let mut body = json!({
+                    "key": key.as_str(),
+                    "state": state,
+                    "expiresAt": expires,
+                    "since": since,
+                    "fencingToken": info.fencing_token,
+                });
+                if !holder.is_empty() {
+                    body.set("holder", json!(holder));
+                }
+                web::json(StatusCode::OK, &body)
             }
             Err(e) => {
                 log("storage_unavailable");
@@ -300,6 +326,13 @@ mod tests {
         ] {
             assert_eq!(key_of(&req(bad)).unwrap_err().status(), 400, "{bad}");
         }
+        // A client's own `spin-path-info` never picks the key.
+        let mut forged = req("/api/gate/tenant-a");
+        forged
+            .headers_mut()
+            .append("spin-path-info", "/tenant-b".to_string());
+        assert_eq!(key_of(&forged).unwrap().as_str(), "tenant-a");
+        assert_eq!(key_of(&req("/api/gatex")).unwrap_err().status(), 400);
         let long = format!("/api/gate/{}", "k".repeat(300));
         assert_eq!(key_of(&req(&long)).unwrap_err().status(), 400);
     }

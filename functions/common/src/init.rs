@@ -72,8 +72,24 @@ impl Settings {
         let lease = whole("init_lease_seconds", 60.0, 15..=86_400)?;
         let timeout = whole("init_timeout_seconds", 30.0, 1..=3600)?;
         let url = config::url(vars, "init_url")?;
+        let storage = config::storage(vars)?;
+        // The run's lock must outlast its call and the marking after it (a HEAD and a write,
+        // each up to storage_timeout_ms); otherwise another caller takes the lock while the
+        // run still goes on, and duplicate initializations become routine.
+        let needed = timeout + storage.timeout * 2;
+        if needed > lease {
+            return Err(ConfigError(format!(
+                "variable init_timeout_seconds ({}s) plus two storage requests ({} ms each, \
+                 storage_timeout_ms) must fit within init_lease_seconds ({}s): raise \
+                 init_lease_seconds to at least {}, or lower init_timeout_seconds",
+                timeout.as_secs(),
+                storage.timeout.as_millis(),
+                lease.as_secs(),
+                needed.as_secs() + u64::from(needed.subsec_nanos() > 0),
+            )));
+        }
         Ok(Settings {
-            storage: config::storage(vars)?,
+            storage,
             instance_id,
             name,
             url,
@@ -182,6 +198,7 @@ async fn run<T, S: Transport, A: Transport>(
         Acquire::Busy {
             holder,
             retry_after,
+            ..
         } => {
             return Ok(State::Running {
                 by: holder.map(|h| h.label).unwrap_or_default(),

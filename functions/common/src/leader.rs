@@ -10,14 +10,20 @@
 //!
 //! When the leader stops ticking, its lease runs out and the next follower tick takes over,
 //! with a larger term; a leader that comes back after a pause finds another's claim and reports
-//! `follower`. `DELETE /api/leader` (the serving instance steps down) hands over at once.
+//! `follower`. `DELETE /api/leader` (the serving instance steps down) releases the lease and
+//! bars this instance from taking it again for one lease length (a bar kept in the lock blob's
+//! metadata, since an instance remembers nothing between invocations): another instance's next
+//! tick takes over, and this instance's ticks meanwhile answer `follower` with
+//! `steppedDownUntil`.
 //! `GET /api/leader` reads who leads without taking the lease.
 
 use std::time::{Instant, SystemTime};
 
 use crate::json::Value;
 use leasegate::lease::{Acquire, LockStatus, Release, Term};
-use leasegate::{Counting, LeaseDuration, LeaseId, LockName, Transport, TransportErrorKind};
+use leasegate::{
+    Counting, HolderKey, LeaseDuration, LeaseId, LockName, Transport, TransportErrorKind,
+};
 use leasegate::{Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
 
@@ -47,6 +53,8 @@ pub struct Settings {
     pub lease: LeaseDuration,
     /// Where the leader's heartbeat goes.
     pub url: String,
+    /// The key this instance's lease id is derived under (`lease_id_secret`, required).
+    pub lease_id_key: HolderKey,
 }
 
 impl Settings {
@@ -65,13 +73,22 @@ impl Settings {
         let lease = LeaseDuration::try_from_secs(secs as i64)
             .map_err(|_| ConfigError("variable leader_lease_seconds must be 15 to 60".into()))?;
         let url = config::url(vars, "leader_url")?;
+        let storage = config::storage(vars)?;
+        let lease_id_key = storage.lease_id_key()?.clone();
         Ok(Settings {
-            storage: config::storage(vars)?,
+            storage,
             instance_id,
             group,
             lease,
             url,
+            lease_id_key,
         })
+    }
+
+    /// This instance's lease id on `lock`: derived from `instance_id` for the purpose
+    /// `leader`, so no id of another purpose (a gate holder of the same name) is the same.
+    fn lease_id(&self, lock: &LockName) -> LeaseId {
+        LeaseId::for_holder(&self.lease_id_key, "leader", &self.instance_id, lock)
     }
 
     fn lock(&self) -> Result<LockName, leasegate::Error> {
@@ -110,8 +127,7 @@ pub async fn tick<T: Transport>(
     });
     let outcome = match settings.lock() {
         Ok(lock) => {
-            let id =
-                LeaseId::for_holder(&settings.storage.holder_key, &settings.instance_id, &lock);
+            let id = settings.lease_id(&lock);
             locks
                 .acquire_as(
                     &lock,
@@ -147,8 +163,16 @@ pub async fn tick<T: Transport>(
                 }
             }
         }
-        Ok(Acquire::Busy { holder, .. }) => {
+        Ok(Acquire::Busy {
+            holder,
+            stepped_down_until,
+            ..
+        }) => {
             v.set("role", json!("follower"));
+            if let Some(until) = stepped_down_until {
+                // This instance stepped down: it leaves the lease to the others until then.
+                v.set("steppedDownUntil", json!(rfc3339(until)));
+            }
             if let Some(h) = holder {
                 v.set("leader", json!(h.label));
                 v.set("term", json!(h.token));
@@ -415,7 +439,8 @@ async fn status_answer<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) 
     }
 }
 
-/// `DELETE /api/leader`: the serving instance steps down if it leads (hands over at once).
+/// `DELETE /api/leader`: the serving instance steps down if it leads, and stays a follower for
+/// one lease length ([`leasegate::lease::Locks::step_down`]).
 async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
     // Counted like the other paths: one instance of the lease code per component.
@@ -423,9 +448,12 @@ async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> R
     let locks = settings.storage.locks(&transport, PREFIX);
     let released = match settings.lock() {
         Ok(lock) => {
-            let id =
-                LeaseId::for_holder(&settings.storage.holder_key, &settings.instance_id, &lock);
-            locks.release(&lock, id, ctx.now).await
+            let id = settings.lease_id(&lock);
+            let bar = settings
+                .lease
+                .as_duration()
+                .unwrap_or(std::time::Duration::from_secs(60));
+            locks.step_down(&lock, id, bar, ctx.now).await
         }
         Err(e) => Err(e),
     };
@@ -441,7 +469,7 @@ async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> R
                     "group": settings.group,
                     "instance": settings.instance_id,
                     "steppedDown": stepped,
-                    "reason": if stepped { "the lease was released: the next tick elects a leader" } else { "this instance does not lead" },
+                    "reason": if stepped { "the lease was released, and this instance stays a follower for one lease length: another instance's next tick takes over" } else { "this instance does not lead" },
                 }),
             )
         }

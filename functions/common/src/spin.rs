@@ -422,7 +422,12 @@ pub async fn read_request(request: IncomingRequest, limit: usize) -> Result<Requ
         request.path_with_query().unwrap_or_else(|| "/".into()),
     );
     // A value that is not UTF-8 is left out, as if not sent: no handler reads such a value.
+    // `spin-*` headers are left out too: Spin passes a client's own `spin-path-info` (and the
+    // like) before the ones it adds, so no handler may trust them; handlers read the path.
     for (name, value) in request.headers().entries() {
+        if name.to_ascii_lowercase().starts_with("spin-") {
+            continue;
+        }
         if let Ok(value) = String::from_utf8(value) {
             parsed.headers_mut().append(&name, value);
         }

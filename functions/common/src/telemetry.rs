@@ -54,6 +54,58 @@ pub struct Settings {
     pub notify_url: String,
     /// The gate cache (`kv_cache`).
     pub cache: cache::Mode,
+    /// How long one invocation may go on starting devices (`alert_deadline_ms`): a device not
+    /// started by then is answered `deadline_exceeded`, nothing done for it.
+    pub deadline: Duration,
+    /// The device ids served (`device_ids`); empty: any.
+    pub device_ids: Vec<DevicePattern>,
+}
+
+/// One entry of `device_ids`: an exact id, or a prefix (written with a trailing `*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DevicePattern {
+    /// This id only.
+    Exact(String),
+    /// Every id that starts with this.
+    Prefix(String),
+}
+
+impl DevicePattern {
+    /// Reads `device_ids`: entries separated by `,`, each an id or a prefix followed by one
+    /// `*` (`sensor-*`); `*` alone allows any id.
+    pub fn parse_list(value: &str) -> Result<Vec<DevicePattern>, ConfigError> {
+        let mut list = Vec::new();
+        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (stem, prefix) = match entry.strip_suffix('*') {
+                Some(stem) => (stem, true),
+                None => (entry, false),
+            };
+            if stem.contains('*') {
+                return Err(ConfigError(format!(
+                    "variable device_ids: '{}' may hold '*' only at its end (a prefix)",
+                    entry.chars().take(64).collect::<String>()
+                )));
+            }
+            list.push(if prefix {
+                DevicePattern::Prefix(stem.to_string())
+            } else {
+                DevicePattern::Exact(stem.to_string())
+            });
+        }
+        Ok(list)
+    }
+
+    fn matches(&self, id: &str) -> bool {
+        match self {
+            DevicePattern::Exact(e) => e == id,
+            DevicePattern::Prefix(p) => id.starts_with(p.as_str()),
+        }
+    }
+}
+
+/// Whether `list` (empty: any) serves the device `id`.
+pub fn device_allowed(list: &[DevicePattern], id: &str) -> bool {
+    list.is_empty() || list.iter().any(|p| p.matches(id))
 }
 
 impl Settings {
@@ -81,6 +133,9 @@ impl Settings {
             }
         };
         let notify_url = config::url(vars, "notify_url")?;
+        let deadline = config::number(vars, "alert_deadline_ms", 20_000.0, 100..=600_000)?;
+        let device_ids =
+            DevicePattern::parse_list(&config::var(vars, "device_ids").unwrap_or_default())?;
         Ok(Settings {
             storage: config::storage(vars)?,
             threshold,
@@ -88,6 +143,8 @@ impl Settings {
             fencing,
             notify_url,
             cache: cache::Mode::load(vars)?,
+            deadline: Duration::from_millis(deadline as u64),
+            device_ids,
         })
     }
 }
@@ -208,12 +265,34 @@ pub fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, Response
     };
     let settings = Settings::load(vars).map_err(|e| not_configured(&e))?;
     let term = Term::for_window(settings.window).map_err(|e| not_configured(&e))?;
-    let readings = parse_body(request.body())?;
+    let mut readings = parse_body(request.body())?;
+    // Devices not served cost nothing: no storage request, no notification.
+    let refused = |r: &Reading| !device_allowed(&settings.device_ids, &r.device_id);
+    if readings.len() == 1 && readings[0].as_ref().is_ok_and(refused) && body_is_object(request) {
+        return Err(web::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_reading",
+            "deviceId is not one of the devices served (device_ids)",
+        ));
+    }
+    for r in &mut readings {
+        if r.as_ref().is_ok_and(refused) {
+            *r = Err("deviceId is not one of the devices served (device_ids)".into());
+        }
+    }
     Ok(Parsed {
         settings,
         readings,
         term,
     })
+}
+
+fn body_is_object(request: &Request) -> bool {
+    request
+        .body()
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{')
 }
 
 /// One device of the batch that is at or above the threshold, with its hottest reading.
@@ -272,6 +351,9 @@ pub enum Outcome {
         /// Whether the gate was given back.
         released: bool,
     },
+    /// The invocation's deadline (`alert_deadline_ms`) had passed when this device's turn
+    /// came: nothing was done for it.
+    NotStarted,
     /// The webhook may have received the notification (it answered late, broke off, or
     /// answered an error): the gate is kept on purpose, so this window sends nothing more.
     Unconfirmed {
@@ -300,6 +382,7 @@ pub async fn gate<'r, T: Transport>(
     transport: &T,
     parsed: &Parsed,
     hot: &[HotDevice<'r>],
+    deadline: Instant,
 ) -> Vec<Gated<'r>> {
     // The cache is read for every device first, at the invocation's time (`ctx.now`): a device
     // gated late in a long batch is not judged by an entry read against a stale clock.
@@ -311,7 +394,7 @@ pub async fn gate<'r, T: Transport>(
         })
         .collect();
     futures::stream::iter(cached)
-        .map(|(device, cached)| gate_one(ctx, transport, parsed, device, cached))
+        .map(|(device, cached)| gate_one(ctx, transport, parsed, device, cached, deadline))
         .buffered(parsed.settings.storage.max_in_flight)
         .collect()
         .await
@@ -336,8 +419,18 @@ async fn gate_one<'r, T: Transport>(
     parsed: &Parsed,
     device: HotDevice<'r>,
     cached: Option<Duration>,
+    deadline: Instant,
 ) -> Gated<'r> {
     let settings = &parsed.settings;
+    // A device starts only before the deadline (one already started finishes: each of its
+    // requests is bounded by storage_timeout_ms).
+    if Instant::now() >= deadline {
+        return Gated {
+            device,
+            outcome: Outcome::NotStarted,
+            round_trips: 0,
+        };
+    }
     let lock = &device.reading.device;
     let key = cache_key(parsed, device);
     if let Some(left) = cached {
@@ -363,6 +456,7 @@ async fn gate_one<'r, T: Transport>(
         Ok(Acquire::Busy {
             retry_after,
             holder,
+            ..
         }) => {
             // Another tenure, old enough that its holder is done notifying: it keeps its gate.
             let settled = holder.as_ref().is_some_and(|h| {
@@ -494,7 +588,7 @@ async fn notify<T: Transport>(
 
 /// Step 4: one decision per reading, in order; the other readings of a gated device share its
 /// outcome (`coveredBy`). 503 when any device's storage failed, else 200.
-pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
+pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -> Response {
     let window_secs = parsed.settings.window.as_secs();
     // Each device is gated once (see `hot_devices`): its entry, found by a linear search.
     let by_device = |id: &str| gated.iter().find(|g| g.device.reading.device_id == id);
@@ -524,9 +618,9 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
                     Some(g) => {
                         let mut d = match &g.outcome {
                             // Not acted on: the same as the reading that stood for them.
-                            Outcome::StorageFailed(_) | Outcome::NotDelivered { .. } => {
-                                decision(&g.outcome, window_secs)
-                            }
+                            Outcome::StorageFailed(_)
+                            | Outcome::NotDelivered { .. }
+                            | Outcome::NotStarted => decision(&g.outcome, window_secs),
                             _ => {
                                 json!({ "decision": "throttled", "retryAfterSeconds": window_secs })
                             }
@@ -562,8 +656,28 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
             _ => None,
         })
         .collect();
+    let not_started = gated
+        .iter()
+        .filter(|g| matches!(g.outcome, Outcome::NotStarted))
+        .count();
     let Some(first) = failed.first() else {
-        return web::json(StatusCode::OK, &body);
+        if not_started == 0 {
+            return web::json(StatusCode::OK, &body);
+        }
+        body.set("error", json!("deadline_exceeded"));
+        body.set(
+            "message",
+            json!(format!(
+                "the invocation reached its deadline (alert_deadline_ms) before {not_started} of \
+                 {} devices were started; nothing was done for them. Retrying the whole batch \
+                 is safe: devices already notified are throttled for the rest of their window",
+                gated.len()
+            )),
+        );
+        let mut r = web::json(StatusCode::SERVICE_UNAVAILABLE, &body);
+        r.headers_mut()
+            .insert("retry-after", web::retry_after(None, jitter).to_string());
+        return r;
     };
     body.set("error", json!("storage_unavailable"));
     body.set(
@@ -580,8 +694,15 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant) -> Response {
         body.set("storageStatus", json!(s.status.as_u16()));
         body.set("storageErrorCode", json!(s.code));
     }
+    // The longest wait any failure asks for (a timeout longer than a refusal; storage's own
+    // Retry-After when it sent one), jittered so that clients do not retry in step.
+    let wait = failed
+        .iter()
+        .map(|e| web::retry_after(Some(e), jitter))
+        .max()
+        .unwrap_or(1);
     let mut r = web::json(StatusCode::SERVICE_UNAVAILABLE, &body);
-    r.headers_mut().insert("retry-after", "1");
+    r.headers_mut().insert("retry-after", wait.to_string());
     r
 }
 
@@ -617,6 +738,10 @@ fn decision(outcome: &Outcome, window_secs: u64) -> Value {
             "delivery": "not_delivered",
             "gateReleased": released,
         }),
+        Outcome::NotStarted => json!({
+            "decision": "deadline_exceeded",
+            "reason": "the invocation's deadline (alert_deadline_ms) passed before this device's turn: nothing was done for it",
+        }),
         Outcome::Unconfirmed { reason, .. } => json!({
             "decision": "notify_failed",
             "reason": reason,
@@ -645,8 +770,14 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
     };
     let transport = (ctx.connect)(parsed.settings.storage.timeout);
     let hot = hot_devices(&parsed.readings, parsed.settings.threshold);
-    let gated = gate(ctx, &transport, &parsed, &hot).await;
-    answer(&parsed, &gated, started)
+    let deadline = started + parsed.settings.deadline;
+    let gated = gate(ctx, &transport, &parsed, &hot, deadline).await;
+    answer(
+        &parsed,
+        &gated,
+        started,
+        web::jitter_seed((ctx.new_lease_id)()),
+    )
 }
 
 #[cfg(test)]

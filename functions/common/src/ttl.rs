@@ -24,11 +24,15 @@
 //! blob. Each page is claimed by one worker, so each blob is deleted once.
 //!
 //! **The app's own lock blobs** (`alerts/`, `gates/` of the app's container, or
-//! `ttl_lock_prefixes`) are swept too when `ttl_lock_retention_seconds` is set: a lock blob
+//! `ttl_lock_prefixes`) are swept too, unless `ttl_lock_retention_seconds` is `off` (default a
+//! day): a lock blob
 //! free for longer than that (not leased, no live claim, no marks, not written since) is
 //! deleted with `If-Match`; tokens stay increasing (a re-created lock blob starts above).
 
 use std::time::{Duration, Instant, SystemTime};
+
+/// `ttl_lock_retention_seconds` when it is not set: a day.
+pub const DEFAULT_LOCK_RETENTION_SECS: u64 = 86_400;
 
 use crate::json::Value;
 use futures::StreamExt;
@@ -194,12 +198,19 @@ impl Settings {
         }
         let page_size = config::number(vars, "ttl_page_size", 100.0, 1..=5000)? as u32;
         let budget_ms = config::number(vars, "ttl_time_budget_ms", 10_000.0, 100..=600_000)?;
-        let lock_retention = match config::var(vars, "ttl_lock_retention_seconds") {
-            None => None,
-            Some(_) => {
+        // On by default (a day): every new device or gate key leaves a lock blob behind, and
+        // only the sweeper removes them. `off` keeps them.
+        let lock_retention = match config::var(vars, "ttl_lock_retention_seconds").as_deref() {
+            Some("off") => None,
+            _ => {
                 // At least 2 s: a lock blob removed then is re-created in a later second than its
                 // last token, so its tokens go on increasing.
-                let secs = config::number(vars, "ttl_lock_retention_seconds", 0.0, 2..=31_536_000)?;
+                let secs = config::number(
+                    vars,
+                    "ttl_lock_retention_seconds",
+                    DEFAULT_LOCK_RETENTION_SECS as f64,
+                    2..=31_536_000,
+                )?;
                 Some(Duration::from_secs(secs as u64))
             }
         };
@@ -1453,7 +1464,10 @@ fn describe(
         Some(e) => {
             v.set(
                 "error",
-                json!(if matches!(e, leasegate::Error::CorruptLock(_)) {
+                json!(if matches!(
+                    e,
+                    leasegate::Error::CorruptLock(_) | leasegate::Error::UnusableLock { .. }
+                ) {
                     "state_unusable"
                 } else {
                     "storage_unavailable"
@@ -1883,6 +1897,9 @@ mod tests {
         for (k, val) in vars {
             v.insert(k.to_string(), val.to_string());
         }
+        // Lock-blob clean-up is on by default: these tests name it when they want it.
+        v.entry("ttl_lock_retention_seconds".to_string())
+            .or_insert_with(|| "off".to_string());
         Settings::load(&v)
     }
 
@@ -1943,7 +1960,21 @@ mod tests {
         let s = settings(&[("ttl_lock_retention_seconds", "60")]).unwrap();
         let prefixes: Vec<&str> = s.targets.iter().map(|t| t.2.as_str()).collect();
         assert_eq!(prefixes, ["alerts/", "gates/"]);
-        // Blobs are begun until twice the budget (or 5 s more).
+        // Not set at all: on, a day.
+        let mut v: HashMap<String, String> = HashMap::new();
+        for (k, val) in [
+            ("instance_id", "node-a"),
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_origin", "http://127.0.0.1:10000"),
+        ] {
+            v.insert(k.into(), val.into());
+        }
+        let s = Settings::load(&v).unwrap();
+        assert_eq!(s.lock_retention, Some(Duration::from_secs(86_400)));
+        assert_eq!(s.targets.len(), 2);
+        // A tick's work ends within its bound: twice the budget (or 5 s more), a copy's wait
+        // and a few storage timeouts.
         let s = settings(&[("ttl_containers", "xxx"), ("ttl_time_budget_ms", "1000")]).unwrap();
         assert_eq!(s.work_deadline(), Duration::from_secs(6));
     }

@@ -113,7 +113,7 @@ pub fn number(x: f64) -> String {
 /// claim cannot be used (an operator must act), else `storage_unavailable`.
 pub fn storage_error_code(e: &leasegate::Error) -> &'static str {
     match e {
-        leasegate::Error::CorruptLock(_) => "lock_unusable",
+        leasegate::Error::CorruptLock(_) | leasegate::Error::UnusableLock { .. } => "lock_unusable",
         _ => "storage_unavailable",
     }
 }
@@ -122,6 +122,18 @@ pub fn storage_error_code(e: &leasegate::Error) -> &'static str {
 /// A lock blob whose claim cannot be used is `lock_unusable`, naming the field.
 pub fn storage_unavailable(e: &leasegate::Error) -> Response {
     let mut body = match e {
+        leasegate::Error::UnusableLock {
+            lock, container, ..
+        } => json!({
+            "error": "lock_unusable",
+            "lock": lock,
+            "message": format!(
+                "nothing was done: {e}; an operator can remove the lock blob with the \
+                 leasegate CLI: `leasegate delete {} --container {container}` (tokens stay \
+                 increasing)",
+                shell_word(lock)
+            ),
+        }),
         leasegate::Error::CorruptLock(_) => json!({
             "error": "lock_unusable",
             "message": format!("nothing was done: {e}; an operator can break the lock or delete its blob"),
@@ -140,9 +152,94 @@ pub fn storage_unavailable(e: &leasegate::Error) -> Response {
     r
 }
 
+/// How long a client should wait before retrying after `failure` (`None`: the invocation ran
+/// out of time), in seconds, jittered by `jitter` (any random number) so that clients refused
+/// together do not come back together. Nothing is remembered between invocations, so the wait
+/// grows with the kind of failure rather than with a count:
+///
+/// | failure | wait |
+/// |---|---|
+/// | storage sent `Retry-After: N` | N to N + N/4 (at least 1 more) |
+/// | connection refused | 2 to 3 |
+/// | storage busy or failing (5xx), other | 5 to 7 |
+/// | no answer in time, the deadline | 10 to 14 |
+pub fn retry_after(failure: Option<&leasegate::Error>, jitter: u32) -> u64 {
+    use leasegate::TransportErrorKind as K;
+    let base = match failure {
+        Some(leasegate::Error::Storage(s)) => match s.retry_after {
+            Some(d) => d.as_secs().max(1),
+            None => 5,
+        },
+        Some(leasegate::Error::Transport(t)) => match t.kind {
+            K::Connect => 2,
+            K::Timeout => 10,
+            _ => 5,
+        },
+        Some(_) => 5,
+        None => 10,
+    };
+    let spread = (base / 4).max(1);
+    base + u64::from(jitter) % (spread + 1)
+}
+
+/// A jitter seed from a fresh (random) lease id.
+pub fn jitter_seed(id: leasegate::LeaseId) -> u32 {
+    let text = id.to_string();
+    u32::from_str_radix(&text[..8], 16).unwrap_or(0)
+}
+
+/// `word` as one POSIX shell word: as it is when it holds only safe characters, else in single
+/// quotes (a `'` inside written `'\''`).
+pub fn shell_word(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-:@%+=,".contains(&b));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::number;
+
+    #[test]
+    fn retry_after_grows_with_the_failure() {
+        use leasegate::{TransportError, TransportErrorKind as K};
+        let t = |k| leasegate::Error::Transport(TransportError::new(k, "x"));
+        for jitter in [0, 1, 2, 3, 7, 1000, u32::MAX] {
+            let refused = super::retry_after(Some(&t(K::Connect)), jitter);
+            let timeout = super::retry_after(Some(&t(K::Timeout)), jitter);
+            assert!((2..=3).contains(&refused), "{refused}");
+            assert!((10..=14).contains(&timeout), "{timeout}");
+            assert!((10..=14).contains(&super::retry_after(None, jitter)));
+        }
+        let busy = leasegate::Error::Storage(leasegate::StorageError {
+            status: leasegate::StatusCode::SERVICE_UNAVAILABLE,
+            code: Some("ServerBusy".into()),
+            request_id: None,
+            class: leasegate::ErrorClass::classify(
+                leasegate::StatusCode::SERVICE_UNAVAILABLE,
+                None,
+            ),
+            retry_after: Some(std::time::Duration::from_secs(30)),
+        });
+        let waits: Vec<u64> = (0..20)
+            .map(|j| super::retry_after(Some(&busy), j))
+            .collect();
+        assert!(waits.iter().all(|w| (30..=37).contains(w)), "{waits:?}");
+        assert!(waits.iter().any(|&w| w != waits[0]), "jittered: {waits:?}");
+    }
+
+    #[test]
+    fn shell_words() {
+        assert_eq!(super::shell_word("gates/a-b_1.2"), "gates/a-b_1.2");
+        assert_eq!(super::shell_word("gates/bad key"), "'gates/bad key'");
+        assert_eq!(super::shell_word("it's"), "'it'\\''s'");
+    }
 
     #[test]
     fn hex_is_lowercase_two_digits_a_byte() {
