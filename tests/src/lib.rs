@@ -262,6 +262,10 @@ impl<T: leasegate::Transport> leasegate::Transport for Faulty<T> {
             }
         }
     }
+
+    fn now(&self) -> Option<std::time::SystemTime> {
+        self.inner.now()
+    }
 }
 
 /// The `x-ms-lease-action` of a request, or its method and `comp` (`HEAD`, `PUT metadata`).

@@ -357,9 +357,10 @@ fn round_trips_per_decision() {
     // token, no holder), acquire, the claim.
     let (o, n) = counted(&base, |l| take(l, a, native(15)));
     assert!(is_acquired(&o) && n == 6, "{o:?} {n}");
-    // The holder extends: HEAD + acquire + its claim's new expiry; the token stays.
+    // The holder extends: HEAD + acquire + its claim's new expiry; the token stays. (No claim
+    // write when the claim already names that expiry: an extension within the same second.)
     let (o, n) = counted(&base, |l| take(l, a, native(15)));
-    assert!(is_acquired(&o) && n == 3, "{o:?} {n}");
+    assert!(is_acquired(&o) && (n == 3 || n == 2), "{o:?} {n}");
     // Busy, the throttled hot path: one request, whichever term the caller asks for.
     let (o, n) = counted(&base, |l| take(l, b, native(15)));
     assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");
@@ -375,11 +376,12 @@ fn round_trips_per_decision() {
     assert!(is_acquired(&o) && n == 3, "{o:?} {n}");
     counted(&base, |l| release(l, b));
 
-    // Records: a new holder and an extension are HEAD + compare-and-swap, token included.
+    // Records: a new holder and an extension are HEAD + compare-and-swap, token included
+    // (an extension to the expiry the record already names, within the same second: the HEAD).
     let (o, n) = counted(&base, |l| take(l, a, record(120)));
     assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
     let (o, n) = counted(&base, |l| take(l, a, record(120)));
-    assert!(is_acquired(&o) && n == 2, "{o:?} {n}");
+    assert!(is_acquired(&o) && (n == 2 || n == 1), "{o:?} {n}");
     // Busy against a live record: one request, either term.
     let (o, n) = counted(&base, |l| take(l, b, record(120)));
     assert!(!is_acquired(&o) && n == 1, "{o:?} {n}");

@@ -38,7 +38,9 @@ pub struct Context<'a, T> {
     pub connect: &'a dyn Fn(Duration) -> T,
     /// Settings.
     pub variables: &'a dyn config::Variables,
-    /// The caller's clock, used only to date storage requests.
+    /// When the invocation began, by the caller's clock: the gate cache's time, and the date
+    /// of storage requests only where the transport has no clock (the Spin transport dates each
+    /// request when it sends it: [`leasegate::Transport::now`]).
     pub now: SystemTime,
     /// A source of fresh lease ids (per-event ids for throttles).
     pub new_lease_id: &'a dyn Fn() -> LeaseId,

@@ -53,6 +53,12 @@ pub struct SpinTransport {
 }
 
 impl Transport for SpinTransport {
+    /// The wall clock, read as each storage request is signed: a long invocation (an
+    /// initialization, a job, a sweep) never sends a date older than the request.
+    fn now(&self) -> Option<SystemTime> {
+        Some(SystemTime::now())
+    }
+
     async fn send(&self, request: Request) -> Result<Response, TransportError> {
         let exchange = exchange(request, self.max_body);
         match select(Box::pin(exchange), Sleep::new(self.timeout)).await {

@@ -62,6 +62,11 @@ impl Transport for NativeTransport {
     async fn send(&self, request: Request) -> Result<Response, TransportError> {
         self.send_blocking(request)
     }
+
+    /// The wall clock: every request is dated when it is sent.
+    fn now(&self) -> Option<std::time::SystemTime> {
+        Some(std::time::SystemTime::now())
+    }
 }
 
 fn classify(e: ureq::Error) -> TransportError {

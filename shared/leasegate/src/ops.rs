@@ -913,9 +913,11 @@ impl Operation for CopyBlob {
         match write_outcome(response, &[202, 201], &self.condition)? {
             WriteOutcome::Refused(r) => Ok(CopyOutcome::Refused(r)),
             WriteOutcome::Written(w) => {
+                // Storage always says; an answer without it (a proxy that dropped it) is not
+                // taken for success: the caller polls the destination, which tells.
                 let status = match header_str(response, "x-ms-copy-status") {
-                    Some("success") | None => CopyStatus::Success,
-                    Some("pending") => CopyStatus::Pending,
+                    Some("success") => CopyStatus::Success,
+                    Some("pending") | None => CopyStatus::Pending,
                     Some(_) => {
                         return Err(Error::unexpected(
                             response.status(),

@@ -4,6 +4,7 @@
 
 use std::cell::Cell;
 use std::future::Future;
+use std::time::SystemTime;
 
 use crate::message::{Request, Response};
 use crate::TransportError;
@@ -13,11 +14,23 @@ use crate::TransportError;
 pub trait Transport {
     /// Sends `request` and returns the whole response.
     fn send(&self, request: Request) -> impl Future<Output = Result<Response, TransportError>>;
+
+    /// The time to date a request with (`x-ms-date`), asked right before each request is
+    /// signed and sent: a transport that reads a clock answers it, so every request of a long
+    /// call carries its own send time (storage refuses SharedKey requests dated more than 15
+    /// minutes off). `None` (the default): the `now` the caller passed dates every request.
+    fn now(&self) -> Option<SystemTime> {
+        None
+    }
 }
 
 impl<T: Transport + ?Sized> Transport for &T {
     fn send(&self, request: Request) -> impl Future<Output = Result<Response, TransportError>> {
         (**self).send(request)
+    }
+
+    fn now(&self) -> Option<SystemTime> {
+        (**self).now()
     }
 }
 
@@ -48,5 +61,9 @@ impl<T: Transport> Transport for Counting<T> {
     async fn send(&self, request: Request) -> Result<Response, TransportError> {
         self.sent.set(self.sent.get() + 1);
         self.inner.send(request).await
+    }
+
+    fn now(&self) -> Option<SystemTime> {
+        self.inner.now()
     }
 }

@@ -1,8 +1,10 @@
 //! Lease algorithms for stateless callers: acquire (which also extends), release, break,
 //! inspect, with fencing tokens, over native blob leases or lease records.
 //!
-//! Every call takes `now`, used only to date the requests (`x-ms-date`); every expiry is judged
-//! by the storage server's `Date` header.
+//! Every call takes `now`, used only to date the requests (`x-ms-date`) when the transport has
+//! no clock of its own: a transport that has one ([`Transport::now`]) dates each request when it
+//! is sent, so a long call never sends a stale date. Every expiry is judged by the storage
+//! server's `Date` header.
 //!
 //! # One lock, two ways to hold it
 //! A lock is one blob (an empty page blob, created with its container on first use). A caller
@@ -40,7 +42,7 @@
 //! |---|---|---|
 //! | busy: someone else holds it (either term) | **1** (HEAD) | **1** (HEAD) |
 //! | acquired by a new holder | 3: HEAD, acquire, claim | 2: HEAD, compare-and-swap |
-//! | extended by its holder (token kept) | 3: HEAD, acquire, claim (its new expiry) | 2: HEAD, compare-and-swap |
+//! | extended by its holder (token kept) | 3: HEAD, acquire, claim (its new expiry); 2 when the claim names that expiry already | 2: HEAD, compare-and-swap; 1 when the record names that expiry already |
 //! | first use of a lock | HEAD, create, acquire, claim (+2 to create the container) | HEAD, create |
 //! | release | 2: HEAD, release | 2: HEAD, compare-and-swap |
 //!
@@ -267,13 +269,18 @@ impl Snapshot {
     ///   native holder writes its claim when granted and moves its expiry when it extends, so a
     ///   leased blob without one is held by a holder that stopped between its grant and its
     ///   claim: only the acquire itself can tell whose it is.
+    ///
+    /// A native claim's expiry is the grant's `Date` (whole seconds, rounded down) plus the
+    /// duration, so storage's lease can outlive it by up to a second: while storage says the
+    /// blob is leased, the claim still counts in the second it names. (Storage's lease state
+    /// decides; the claim only says whose the lease is and its token.)
     fn holder_claim(&self) -> Option<&Claim> {
         let c = &self.claim;
         c.holder?;
         match c.kind {
             Kind::Record => (c.expires > self.server_secs()).then_some(c),
             Kind::Native(LeaseDuration::Infinite) => self.leased.then_some(c),
-            Kind::Native(_) => (self.leased && c.expires > self.server_secs()).then_some(c),
+            Kind::Native(_) => (self.leased && c.expires >= self.server_secs()).then_some(c),
         }
     }
 
@@ -318,9 +325,10 @@ impl Snapshot {
     fn busy(&self) -> Acquire {
         let now = self.server_secs();
         let claim = self.holder_claim();
+        // At least a second: a native claim counts in the second it names (see `holder_claim`).
         let retry_after = claim
-            .filter(|c| c.expires > now)
-            .map(|c| Duration::from_secs(c.expires - now));
+            .filter(|c| c.expires > 0)
+            .map(|c| Duration::from_secs(c.expires.saturating_sub(now).max(1)));
         Acquire::Busy {
             retry_after,
             holder: claim.map(|c| Holder {
@@ -453,6 +461,9 @@ impl<T: Transport> Locks<T> {
     /// What [`Locks::execute`] does whatever the operation: signs and sends. Kept apart (and
     /// behind a pointer) so the sending state machine exists once in a component rather than
     /// once per operation type.
+    ///
+    /// The request is dated (`x-ms-date`) when it is signed, right before it is sent: by the
+    /// transport's clock when it has one ([`Transport::now`]), else with `now`.
     fn round_trip(
         &self,
         request: Result<Request, Error>,
@@ -460,7 +471,8 @@ impl<T: Transport> Locks<T> {
     ) -> Pin<Box<dyn Future<Output = Result<Response, Error>> + '_>> {
         Box::pin(async move {
             let mut request = request?;
-            authorize(&mut request, &self.account, now)?;
+            let date = self.transport.now().unwrap_or(now);
+            authorize(&mut request, &self.account, date)?;
             Ok(self.transport.send(request).await?)
         })
     }

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::error::ErrorClass;
 use crate::names::BlobName;
-use crate::ops::{Condition, LeaseAction, LeaseOutcome, SetMetadata, WriteOutcome};
+use crate::ops::{Condition, LeaseAction, LeaseOutcome, Refusal, SetMetadata, WriteOutcome};
 use crate::types::{unix_secs, LeaseDuration, LeaseId};
 use crate::{Error, Transport};
 
@@ -81,17 +81,18 @@ pub(super) async fn acquire<T: Transport>(
             label: label.to_string(),
         });
         let marks = snap.marks();
-        let granted = match take(locks, blob, &snap, duration, id, claim, tenure, now).await? {
-            Take::Granted(time) => time,
-            Take::TakenMeanwhile => {
-                return Ok(Acquire::Busy {
-                    retry_after: None,
-                    holder: None,
-                    stepped_down_until: None,
-                })
-            }
-            Take::Moved => continue,
-        };
+        let (granted, tenure) =
+            match take(locks, blob, &snap, duration, id, claim, tenure, now).await? {
+                Take::Granted(time, tenure) => (time, tenure),
+                Take::TakenMeanwhile => {
+                    return Ok(Acquire::Busy {
+                        retry_after: None,
+                        holder: None,
+                        stepped_down_until: None,
+                    })
+                }
+                Take::Moved => continue,
+            };
         return Ok(Acquire::Acquired(Acquired {
             lease_id: id,
             fencing_token: Some(tenure.token),
@@ -107,8 +108,9 @@ pub(super) async fn acquire<T: Transport>(
 
 /// How [`take`] went.
 enum Take {
-    /// Held, granted at this server time.
-    Granted(SystemTime),
+    /// Held, granted at this server time, with this tenure (a concurrent call of the same
+    /// holder may have begun it: then its token, so that every call of one holder tells one).
+    Granted(SystemTime, Tenure),
     /// Someone else took the lease since the blob was read (or broke ours before the claim).
     TakenMeanwhile,
     /// The blob changed or vanished since it was read: read it again.
@@ -116,8 +118,10 @@ enum Take {
 }
 
 /// Acquires at the snapshot's ETag, then writes `claim` under the lease. A failure after
-/// storage may have granted a new tenure gives the lease back; an extension's failure does not
-/// (the caller held the lock before this call).
+/// storage may have granted a new tenure gives the lease back; it gives nothing back when the
+/// caller may have held the lease before this call: an extension, or a blob leased when read
+/// without a live claim (whose lease only storage knows: maybe the caller's own, left by a
+/// call that stopped between its grant and its claim). Such a lease runs out on its own.
 #[allow(clippy::too_many_arguments)]
 async fn take<T: Transport>(
     locks: &Locks<T>,
@@ -129,6 +133,7 @@ async fn take<T: Transport>(
     tenure: Tenure,
     now: SystemTime,
 ) -> Result<Take, Error> {
+    let held_before = tenure.extended || snap.leased;
     let op = locks
         .lease_op(
             blob,
@@ -147,7 +152,7 @@ async fn take<T: Transport>(
             {
                 Ok(t) => t,
                 Err(e) => {
-                    if !tenure.extended {
+                    if !held_before {
                         give_back(locks, blob, id, now).await;
                     }
                     return Err(e);
@@ -160,34 +165,95 @@ async fn take<T: Transport>(
             return Ok(Take::Moved)
         }
         Err(e) => {
-            if may_have_granted(&e) && !tenure.extended {
+            if may_have_granted(&e) && !held_before {
                 give_back(locks, blob, id, now).await;
             }
             return Err(e);
         }
     };
-    if let Some(mut claim) = claim {
-        claim.expires = expiry(granted, duration);
+    let Some(mut claim) = claim else {
+        return Ok(Take::Granted(granted, tenure));
+    };
+    claim.expires = expiry(granted, duration);
+    match write_claim(locks, blob, snap, id, claim, now).await {
+        Ok(Some(written)) => Ok(Take::Granted(
+            granted,
+            Tenure {
+                token: written.token,
+                since: written.since,
+                ..tenure
+            },
+        )),
+        // The lease was broken between the grant and the claim: not ours after all.
+        Ok(None) => Ok(Take::TakenMeanwhile),
+        Err(e) => {
+            if !held_before {
+                give_back(locks, blob, id, now).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Writes `claim` under the lease `id` was just granted, as a compare-and-swap on the blob's
+/// ETag, and returns the claim the blob then holds (`None`: the lease is not `id`'s any more).
+///
+/// A claim of the holder's that already says as much (same tenure, an expiry as late) is left
+/// as it is: no write, so the ETag that other calls of the holder acquire at does not move
+/// (16 calls of one holder at once would otherwise keep refusing each other's acquires).
+///
+/// Every write since the grant was made under this lease, so by a concurrent call of the same
+/// holder: its claim is kept where it says more (a later expiry; a tenure it began with a
+/// token at least as high, whose token and start this call then tells too), so that a claim's
+/// expiry and token never go back and the calls of one holder tell one token.
+async fn write_claim<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    snap: &Snapshot,
+    id: LeaseId,
+    mut claim: Claim,
+    now: SystemTime,
+) -> Result<Option<Claim>, Error> {
+    let mut base: Option<Snapshot> = None;
+    for _ in 0..MAX_ATTEMPTS {
+        let current = base.as_ref().unwrap_or(snap);
+        let there = &current.claim;
+        let same_holder = there.holder == Some(id) && there.kind == claim.kind;
+        if same_holder && base.is_some() {
+            // A concurrent call of this holder wrote its claim since the grant.
+            if there.token >= claim.token {
+                claim.token = there.token;
+                claim.since = there.since;
+            }
+            claim.expires = claim.expires.max(there.expires);
+        }
+        if same_holder
+            && there.kind == claim.kind
+            && there.token == claim.token
+            && there.since == claim.since
+            && there.label == claim.label
+            && there.expires >= claim.expires
+        {
+            return Ok(Some(there.clone()));
+        }
         let write = SetMetadata {
             container: locks.container.clone(),
             blob: blob.clone(),
-            metadata: snap.with_claim(&claim),
+            metadata: current.with_claim(&claim),
             lease_id: Some(id),
-            condition: Condition::None,
+            condition: Condition::IfMatch(current.etag.clone()),
         };
-        match locks.execute(&write, now).await {
-            Ok((WriteOutcome::Written(_), _)) => {}
-            // The lease was broken between the grant and the claim: not ours after all.
-            Ok((WriteOutcome::Refused(_), _)) => return Ok(Take::TakenMeanwhile),
-            Err(e) => {
-                if !tenure.extended {
-                    give_back(locks, blob, id, now).await;
-                }
-                return Err(e);
-            }
+        match locks.execute(&write, now).await? {
+            (WriteOutcome::Written(_), _) => return Ok(Some(claim)),
+            (WriteOutcome::Refused(Refusal::ConditionFailed), _) => {}
+            (WriteOutcome::Refused(_), _) => return Ok(None),
         }
+        base = match locks.read(blob, now).await? {
+            Read::Found(found) if found.leased => Some(found),
+            _ => return Ok(None),
+        };
     }
-    Ok(Take::Granted(granted))
+    Err(super::gave_up("write the claim"))
 }
 
 /// Releases the native lease `id` holds on `blob`: one request.

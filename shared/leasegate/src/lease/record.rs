@@ -51,8 +51,17 @@ pub(super) async fn acquire<T: Transport>(
                     token: first_token(date)?,
                     label: label.to_string(),
                 };
-                let Some(created) = locks.create(blob, claim.clone(), now).await? else {
-                    continue;
+                let created = match locks.create(blob, claim.clone(), now).await {
+                    Ok(Some(created)) => created,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        // A create whose answer was lost (or a 5xx) may have landed, naming
+                        // this caller: clear it as every other failure path does.
+                        if may_have_granted(&e) {
+                            let _ = clear_if_held(locks, blob, id, now).await;
+                        }
+                        return Err(e);
+                    }
                 };
                 let tenure = Tenure {
                     token: claim.token,
@@ -115,6 +124,14 @@ pub(super) async fn acquire<T: Transport>(
             token: tenure.token,
             label: label.to_string(),
         };
+        // Its own record says as much already (a concurrent call of the same holder wrote it
+        // this very second): nothing to write, so the ETag the holder's other calls write at
+        // does not move under them.
+        if let Some(own) = snap.record_of(id).filter(|_| !snap.leased) {
+            if own.expires == claim.expires && own.label == claim.label {
+                return Ok(granted(id, &claim, tenure, snap.server_date, snap.marks()));
+            }
+        }
         // The blob is leased by the caller itself (it is switching from a native lease, or a
         // switch could not let the lease go): the record is written under that lease, and the
         // lease let go.

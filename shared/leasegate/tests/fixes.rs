@@ -1,0 +1,377 @@
+//! Fixes of the correctness review (issue 21), each against scripted storage answers: a
+//! transport that answers from a script, records what it was sent, and (where a test needs
+//! one) has a clock of its own.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+
+use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::ops::{CopyBlob, CopyOutcome, CopyStatus};
+use leasegate::{
+    Account, BlobName, ContainerName, Error, LeaseDuration, LeaseId, LockName, Method, Request,
+    Response, StatusCode, Transport, TransportError, TransportErrorKind,
+};
+
+/// The storage server's clock in every scripted answer.
+const SERVER_SECS: u64 = 1_795_096_800;
+
+fn server_now() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(SERVER_SECS)
+}
+
+/// One scripted answer.
+type Answer = Box<dyn Fn(&Request) -> Result<Response, TransportError>>;
+
+/// What the transport was sent.
+#[derive(Debug, Clone)]
+struct Sent {
+    method: Method,
+    uri: String,
+    /// `x-ms-date`.
+    date: String,
+    /// The time of the transport's clock when it was sent.
+    sent_at: Option<SystemTime>,
+    lease_action: Option<String>,
+    holder: Option<String>,
+}
+
+impl Sent {
+    fn is_metadata_write(&self) -> bool {
+        self.method == Method::PUT && self.uri.contains("comp=metadata")
+    }
+}
+
+/// Answers each request with the next answer of its script; its clock (if any) moves by
+/// `step` after every request.
+struct Scripted {
+    answers: RefCell<VecDeque<Answer>>,
+    sent: RefCell<Vec<Sent>>,
+    clock: Cell<Option<SystemTime>>,
+    step: Duration,
+}
+
+impl Scripted {
+    fn new(answers: Vec<Answer>) -> Self {
+        Scripted {
+            answers: RefCell::new(answers.into()),
+            sent: RefCell::new(Vec::new()),
+            clock: Cell::new(None),
+            step: Duration::ZERO,
+        }
+    }
+
+    fn with_clock(mut self, start: SystemTime, step: Duration) -> Self {
+        self.clock.set(Some(start));
+        self.step = step;
+        self
+    }
+
+    fn sent(&self) -> Vec<Sent> {
+        self.sent.borrow().clone()
+    }
+}
+
+impl Transport for Scripted {
+    async fn send(&self, request: Request) -> Result<Response, TransportError> {
+        let h = request.headers();
+        self.sent.borrow_mut().push(Sent {
+            method: request.method().clone(),
+            uri: request.uri().to_string(),
+            date: h.get("x-ms-date").unwrap_or("").to_string(),
+            sent_at: self.clock.get(),
+            lease_action: h.get("x-ms-lease-action").map(str::to_string),
+            holder: h.get("x-ms-meta-leasegate_holder").map(str::to_string),
+        });
+        if let Some(t) = self.clock.get() {
+            self.clock.set(Some(t + self.step));
+        }
+        let answer = self
+            .answers
+            .borrow_mut()
+            .pop_front()
+            .unwrap_or_else(|| panic!("no scripted answer left for {request:?}"));
+        answer(&request)
+    }
+
+    fn now(&self) -> Option<SystemTime> {
+        self.clock.get()
+    }
+}
+
+fn answer(status: u16) -> Response {
+    Response::new(StatusCode::from_u16(status).unwrap())
+        .with_header("date", httpdate::fmt_http_date(server_now()))
+        .with_header("x-ms-request-id", "0f6d1b0e-501e-0035-5a1c-1c2b3a000000")
+}
+
+fn reply(response: Response) -> Answer {
+    Box::new(move |_| Ok(response.clone()))
+}
+
+/// A HEAD answer for the lock blob: its lease state, ETag and metadata.
+fn head(lease_state: &str, etag: &str, metadata: &[(&str, String)]) -> Answer {
+    let mut r = answer(200)
+        .with_header("etag", format!("\"{etag}\""))
+        .with_header("x-ms-lease-state", lease_state)
+        .with_header("x-ms-blob-type", "PageBlob")
+        .with_header("content-length", "0");
+    for (k, v) in metadata {
+        r = r.with_header(&format!("x-ms-meta-{k}"), v.as_str());
+    }
+    reply(r)
+}
+
+fn missing() -> Answer {
+    reply(answer(404).with_header("x-ms-error-code", "BlobNotFound"))
+}
+
+/// A granted lease: 201 with the proposed id.
+fn granted() -> Answer {
+    Box::new(|request| {
+        let id = request
+            .headers()
+            .get("x-ms-proposed-lease-id")
+            .expect("an acquire proposes its id")
+            .to_string();
+        Ok(answer(201)
+            .with_header("x-ms-lease-id", id)
+            .with_header("etag", "\"same\""))
+    })
+}
+
+fn written(etag: &str) -> Answer {
+    reply(answer(200).with_header("etag", format!("\"{etag}\"")))
+}
+
+fn busy_503() -> Answer {
+    reply(answer(503).with_header("x-ms-error-code", "ServerBusy"))
+}
+
+fn lost_answer() -> Answer {
+    Box::new(|_| {
+        Err(TransportError::new(
+            TransportErrorKind::Other,
+            "the connection was reset",
+        ))
+    })
+}
+
+/// A native claim of `id`'s: 30 s, token 7, expiring at `expires` (server seconds).
+fn native_claim(id: LeaseId, expires: u64) -> Vec<(&'static str, String)> {
+    vec![
+        ("leasegate_holder", id.to_string()),
+        ("leasegate_term", "30".into()),
+        ("leasegate_since", (SERVER_SECS - 100).to_string()),
+        ("leasegate_expires", expires.to_string()),
+        ("leasegate_token", "7".into()),
+        ("leasegate_label", String::new()),
+    ]
+}
+
+fn locks(transport: &Scripted) -> Locks<&Scripted> {
+    Locks::new(
+        transport,
+        Account::from_connection_string("UseDevelopmentStorage=true").unwrap(),
+        ContainerName::try_new("leasegate").unwrap(),
+    )
+}
+
+fn id(n: u8) -> LeaseId {
+    LeaseId::from_random_bytes([n; 16])
+}
+
+fn name() -> LockName {
+    LockName::try_new("jobs/nightly").unwrap()
+}
+
+fn native30() -> Term {
+    Term::Native(LeaseDuration::Seconds(30))
+}
+
+/// Issue 21.1: every request is dated when it is sent, by the transport's clock, not with the
+/// time the call began (storage refuses SharedKey requests dated more than 15 minutes off).
+#[test]
+fn each_request_is_dated_when_it_is_sent() {
+    let started = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+    let step = Duration::from_secs(20 * 60);
+    // A free lock blob: HEAD, acquire, claim.
+    let t = Scripted::new(vec![head("available", "a", &[]), granted(), written("b")])
+        .with_clock(started + Duration::from_secs(5), step);
+    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), id(1), started));
+    assert!(matches!(outcome, Ok(Acquire::Acquired(_))), "{outcome:?}");
+    let sent = t.sent();
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+    for (i, s) in sent.iter().enumerate() {
+        let at = s.sent_at.expect("the clock runs");
+        assert_eq!(at, started + Duration::from_secs(5) + step * i as u32);
+        assert_eq!(
+            s.date,
+            httpdate::fmt_http_date(at),
+            "request {i} ({} {}) is dated when it is sent",
+            s.method,
+            s.uri
+        );
+    }
+}
+
+/// Without a clock in the transport, the caller's `now` dates the requests (as before).
+#[test]
+fn without_a_clock_the_callers_time_dates_the_requests() {
+    let started = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+    let t = Scripted::new(vec![head("available", "a", &[]), granted(), written("b")]);
+    pollster::block_on(locks(&t).acquire(&name(), native30(), id(1), started)).unwrap();
+    for s in t.sent() {
+        assert_eq!(s.date, httpdate::fmt_http_date(started));
+    }
+}
+
+/// Issue 21.3: a record lock's first create whose answer is lost (it landed) is cleared, as
+/// every other failure path does, so the key is free right after the error.
+#[test]
+fn a_lost_first_create_of_a_record_is_cleared() {
+    let me = id(3);
+    let record = vec![
+        ("leasegate_holder", me.to_string()),
+        ("leasegate_term", "record".into()),
+        ("leasegate_since", SERVER_SECS.to_string()),
+        ("leasegate_expires", (SERVER_SECS + 120).to_string()),
+        ("leasegate_token", ((SERVER_SECS + 1) << 16).to_string()),
+        ("leasegate_label", String::new()),
+    ];
+    let t = Scripted::new(vec![
+        missing(),
+        lost_answer(),
+        // What a read finds then: the create landed.
+        head("available", "c", &record),
+        written("d"),
+    ]);
+    let term = Term::Record(Duration::from_secs(120));
+    let outcome = pollster::block_on(locks(&t).acquire(&name(), term, me, server_now()));
+    assert!(
+        matches!(outcome, Err(Error::Transport(_))),
+        "the error is reported: {outcome:?}"
+    );
+    let sent = t.sent();
+    let cleared = sent
+        .iter()
+        .any(|s| s.is_metadata_write() && s.holder.as_deref() == Some(""));
+    assert!(cleared, "the claim the create left is cleared: {sent:#?}");
+}
+
+/// A create answered 503 (which may have landed) is cleared the same way.
+#[test]
+fn a_first_create_answered_503_is_cleared_if_it_landed() {
+    let me = id(4);
+    let t = Scripted::new(vec![missing(), busy_503(), missing()]);
+    let term = Term::Record(Duration::from_secs(120));
+    let outcome = pollster::block_on(locks(&t).acquire(&name(), term, me, server_now()));
+    assert!(matches!(outcome, Err(Error::Storage(_))), "{outcome:?}");
+    // It looked: nothing landed, nothing to clear.
+    assert_eq!(t.sent().len(), 3, "{:#?}", t.sent());
+}
+
+/// Issue 21.8: a holder re-acquiring in the last second of its native lease (its claim's
+/// expiry is rounded down to whole seconds while storage still holds the lease) keeps its
+/// token.
+#[test]
+fn a_holder_in_the_last_second_of_its_lease_keeps_its_token() {
+    let me = id(5);
+    let t = Scripted::new(vec![
+        head("leased", "a", &native_claim(me, SERVER_SECS)),
+        granted(),
+        written("b"),
+    ]);
+    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), me, server_now()));
+    match outcome {
+        Ok(Acquire::Acquired(held)) => {
+            assert_eq!(held.fencing_token, Some(7), "the token is kept");
+            assert!(held.extended, "an extension");
+        }
+        other => panic!("acquired: {other:?}"),
+    }
+}
+
+/// Issue 21.8: a transient failure of that re-acquire does not release the lease the holder
+/// held before the call.
+#[test]
+fn a_failed_reacquire_never_releases_the_holders_lease() {
+    let me = id(6);
+    for expires in [SERVER_SECS, SERVER_SECS + 20] {
+        let t = Scripted::new(vec![
+            head("leased", "a", &native_claim(me, expires)),
+            busy_503(),
+        ]);
+        let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), me, server_now()));
+        assert!(matches!(outcome, Err(Error::Storage(_))), "{outcome:?}");
+        let sent = t.sent();
+        assert!(
+            !sent
+                .iter()
+                .any(|s| s.lease_action.as_deref() == Some("release")),
+            "expires {expires}: the holder's own lease is not released: {sent:#?}"
+        );
+    }
+}
+
+/// A leased lock blob without a live claim may be leased by the caller itself (a holder that
+/// stopped between its grant and its claim): a failed acquire does not release it either.
+#[test]
+fn a_failed_acquire_of_a_leased_blob_without_claim_releases_nothing() {
+    let t = Scripted::new(vec![head("leased", "a", &[]), busy_503()]);
+    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), id(7), server_now()));
+    assert!(outcome.is_err(), "{outcome:?}");
+    assert!(
+        !t.sent()
+            .iter()
+            .any(|s| s.lease_action.as_deref() == Some("release")),
+        "{:#?}",
+        t.sent()
+    );
+}
+
+/// A new holder whose acquire may have been granted (503) still gives it back.
+#[test]
+fn a_new_holder_still_gives_back_what_a_503_may_have_granted() {
+    let t = Scripted::new(vec![
+        head("available", "a", &[]),
+        busy_503(),
+        reply(answer(200)),
+    ]);
+    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), id(8), server_now()));
+    assert!(outcome.is_err(), "{outcome:?}");
+    assert!(
+        t.sent()
+            .iter()
+            .any(|s| s.lease_action.as_deref() == Some("release")),
+        "{:#?}",
+        t.sent()
+    );
+}
+
+/// "Also" of issue 21: a Copy Blob answer without `x-ms-copy-status` is pending (poll the
+/// destination), never taken for success.
+#[test]
+fn a_copy_answer_without_a_status_is_pending() {
+    let t = Scripted::new(vec![reply(
+        answer(202)
+            .with_header("etag", "\"e\"")
+            .with_header("x-ms-copy-id", "c0py"),
+    )]);
+    let copy = CopyBlob::new(
+        ContainerName::try_new("src").unwrap(),
+        BlobName::try_new("a").unwrap(),
+        ContainerName::try_new("dead").unwrap(),
+        BlobName::try_new("a").unwrap(),
+    );
+    let (outcome, _) = pollster::block_on(locks(&t).execute(&copy, server_now())).unwrap();
+    match outcome {
+        CopyOutcome::Started {
+            status, copy_id, ..
+        } => {
+            assert_eq!(status, CopyStatus::Pending);
+            assert_eq!(copy_id.as_deref(), Some("c0py"));
+        }
+        other => panic!("started: {other:?}"),
+    }
+}
