@@ -345,12 +345,10 @@ pub fn describe(
         Err(e) => {
             v.set("state", json!("unknown"));
             v.set("error", json!(web::storage_error_code(e)));
-            v.set(
-                "message",
-                json!(format!("lease storage failed, nothing was run: {e}")),
-            );
-            retry = Some(1);
-            StatusCode::SERVICE_UNAVAILABLE
+            v.set("message", json!(web::storage_failed(e, "nothing was run")));
+            let status = web::storage_status(e);
+            retry = (status == StatusCode::SERVICE_UNAVAILABLE).then_some(1);
+            status
         }
     };
     (status, v, retry)

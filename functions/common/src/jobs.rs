@@ -1125,9 +1125,9 @@ pub fn describe(
             v.set("error", json!(web::storage_error_code(e)));
             v.set(
                 "message",
-                json!(format!("lease storage failed, the job did not run: {e}")),
+                json!(web::storage_failed(e, "the job did not run")),
             );
-            StatusCode::SERVICE_UNAVAILABLE
+            web::storage_status(e)
         }
     };
     (status, v)

@@ -186,11 +186,12 @@ pub async fn tick<T: Transport>(
             v.set("error", json!(web::storage_error_code(&e)));
             v.set(
                 "message",
-                json!(format!(
-                    "lease storage failed; this instance does not act as leader: {e}"
+                json!(web::storage_failed(
+                    &e,
+                    "this instance does not act as leader"
                 )),
             );
-            StatusCode::SERVICE_UNAVAILABLE
+            web::storage_status(&e)
         }
     };
     v.set("storageRoundTrips", json!(counting.sent()));

@@ -679,30 +679,45 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -
             .insert("retry-after", web::retry_after(None, jitter).to_string());
         return r;
     };
-    body.set("error", json!("storage_unavailable"));
-    body.set(
-        "message",
-        json!(format!(
+    // A 403 for any device: the deployment must be fixed (502, not retryable).
+    let first = failed
+        .iter()
+        .find(|e| web::is_forbidden(e))
+        .unwrap_or(first);
+    body.set("error", json!(web::storage_error_code(first)));
+    let message = if web::is_forbidden(first) {
+        format!(
+            "{}; nothing was sent for {} of {} devices ({first})",
+            web::FORBIDDEN_FIX,
+            failed.len(),
+            gated.len()
+        )
+    } else {
+        format!(
             "lease storage failed for {} of {} devices ({first}); nothing was sent for them. \
          Retrying the whole batch is safe: devices already notified are throttled for the \
          rest of their window",
             failed.len(),
             gated.len()
-        )),
-    );
+        )
+    };
+    body.set("message", json!(message));
     if let leasegate::Error::Storage(s) = first {
         body.set("storageStatus", json!(s.status.as_u16()));
         body.set("storageErrorCode", json!(s.code));
     }
-    // The longest wait any failure asks for (a timeout longer than a refusal; storage's own
-    // Retry-After when it sent one), jittered so that clients do not retry in step.
-    let wait = failed
-        .iter()
-        .map(|e| web::retry_after(Some(e), jitter))
-        .max()
-        .unwrap_or(1);
-    let mut r = web::json(StatusCode::SERVICE_UNAVAILABLE, &body);
-    r.headers_mut().insert("retry-after", wait.to_string());
+    let status = web::storage_status(first);
+    let mut r = web::json(status, &body);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // The longest wait any failure asks for (a timeout longer than a refusal; storage's
+        // own Retry-After when it sent one), jittered so that clients do not retry in step.
+        let wait = failed
+            .iter()
+            .map(|e| web::retry_after(Some(e), jitter))
+            .max()
+            .unwrap_or(1);
+        r.headers_mut().insert("retry-after", wait.to_string());
+    }
     r
 }
 

@@ -1470,14 +1470,14 @@ fn describe(
                 ) {
                     "state_unusable"
                 } else {
-                    "storage_unavailable"
+                    web::storage_error_code(e)
                 }),
             );
             v.set(
                 "message",
-                json!(format!("the sweep state could not be used: {e}")),
+                json!(web::storage_failed(e, "the sweep state could not be used")),
             );
-            (StatusCode::SERVICE_UNAVAILABLE, v)
+            (web::storage_status(e), v)
         }
     }
 }

@@ -109,17 +109,51 @@ pub fn number(x: f64) -> String {
     }
 }
 
+/// What an answer for a 403 from storage says: the deployment must be fixed, retrying does
+/// not help.
+pub const FORBIDDEN_FIX: &str = "storage refused this app's credential or the request's signature (403): check the storage key or SAS (its permissions, expiry, allowed IPs), or the identity's role on the account; retrying does not help";
+
+/// Whether storage refused the credential or the request's signature (a 403): a
+/// configuration fault, answered 502 `storage_forbidden`, never 503.
+pub fn is_forbidden(e: &leasegate::Error) -> bool {
+    e.class() == Some(leasegate::ErrorClass::Auth)
+}
+
+/// The status of an answer for a storage failure: 502 when storage refused the credential
+/// or the signature (not retryable), else 503 (retryable).
+pub fn storage_status(e: &leasegate::Error) -> StatusCode {
+    if is_forbidden(e) {
+        StatusCode::BAD_GATEWAY
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
 /// The error code of an answer for a storage failure: `lock_unusable` when the lock blob's
-/// claim cannot be used (an operator must act), else `storage_unavailable`.
+/// claim cannot be used (an operator must act), `storage_forbidden` when storage refused the
+/// credential or the signature (see [`FORBIDDEN_FIX`]), else `storage_unavailable`.
 pub fn storage_error_code(e: &leasegate::Error) -> &'static str {
     match e {
         leasegate::Error::CorruptLock(_) | leasegate::Error::UnusableLock { .. } => "lock_unusable",
+        e if is_forbidden(e) => "storage_forbidden",
         _ => "storage_unavailable",
     }
 }
 
-/// The 503 for a storage failure: what storage said (status and error code), never a secret.
-/// A lock blob whose claim cannot be used is `lock_unusable`, naming the field.
+/// The message for a storage failure and what it left undone (`consequence`): storage's own
+/// words, and for a 403 the fix ([`FORBIDDEN_FIX`]).
+pub fn storage_failed(e: &leasegate::Error, consequence: &str) -> String {
+    if is_forbidden(e) {
+        format!("{FORBIDDEN_FIX}; {consequence}: {e}")
+    } else {
+        format!("lease storage failed, {consequence}: {e}")
+    }
+}
+
+/// The answer for a storage failure: what storage said (status and error code), never a
+/// secret. A 503 with `Retry-After` (`storage_unavailable`, or `lock_unusable` naming the
+/// field of a lock blob whose claim cannot be used), except for a 403: 502
+/// `storage_forbidden`, not retryable, naming the fix.
 pub fn storage_unavailable(e: &leasegate::Error) -> Response {
     let mut body = match e {
         leasegate::Error::UnusableLock {
@@ -139,16 +173,19 @@ pub fn storage_unavailable(e: &leasegate::Error) -> Response {
             "message": format!("nothing was done: {e}; an operator can break the lock or delete its blob"),
         }),
         _ => json!({
-            "error": "storage_unavailable",
-            "message": format!("lease storage failed, nothing was done: {e}"),
+            "error": storage_error_code(e),
+            "message": storage_failed(e, "nothing was done"),
         }),
     };
     if let leasegate::Error::Storage(s) = e {
         body.set("storageStatus", json!(s.status.as_u16()));
         body.set("storageErrorCode", json!(s.code));
     }
-    let mut r = json(StatusCode::SERVICE_UNAVAILABLE, &body);
-    r.headers_mut().insert("retry-after", "1");
+    let status = storage_status(e);
+    let mut r = json(status, &body);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert("retry-after", "1");
+    }
     r
 }
 

@@ -108,10 +108,13 @@ pub fn string_to_sign(request: &Request, account_name: &str) -> String {
     out
 }
 
-/// Every `x-ms-*` header as `name:value\n`, names lowercased and sorted, values trimmed at
-/// their ends and otherwise signed as sent: a tab or a run of spaces inside a value stays (the
-/// spec's "linear whitespace" is header folding, which HTTP/1.1 no longer has; Azure's SDKs
-/// and Azurite sign `v  w` as is).
+/// Every `x-ms-*` header as `name:value\n`, names lowercased and sorted, each value **as it is
+/// sent**: trimmed at its ends only (HTTP drops spaces and tabs there on the wire).
+///
+/// Quirk: the [spec](https://learn.microsoft.com/rest/api/storageservices/authorize-with-shared-key#constructing-the-canonicalized-headers-string)
+/// says to replace linear whitespace in a value with one space, but storage, Azurite and the
+/// Azure SDKs sign the value as sent: folding `v  w` to `v w` makes storage refuse the
+/// request (403 `AuthorizationFailure`).
 pub fn canonicalized_headers(request: &Request) -> String {
     let mut pairs: Vec<(String, String)> = request
         .headers()
