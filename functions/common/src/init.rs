@@ -263,7 +263,7 @@ async fn post<A: Transport>(
     .into_bytes();
     let request = web::json_post(&settings.url, &key, body)
         .ok_or_else(|| "the initialization request could not be built".to_string())?;
-    match action.send(request).await {
+    match action.send_for_status(request).await {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!(
             "the initialization answered {}",

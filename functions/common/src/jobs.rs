@@ -829,7 +829,7 @@ async fn call_job<J: Transport>(job: &J, settings: &Settings, entry: &Entry) -> 
     .into_bytes();
     let request = web::json_post(&settings.job_url, &key, body)
         .ok_or_else(|| "the job request could not be built".to_string())?;
-    match job.send(request).await {
+    match job.send_for_status(request).await {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!("the job answered {}", r.status().as_u16())),
         Err(e) if e.kind == TransportErrorKind::Connect => {

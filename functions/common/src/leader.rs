@@ -218,7 +218,7 @@ async fn heartbeat<T: Transport>(
     .into_bytes();
     let request = web::json_post(&settings.url, key, body)
         .ok_or_else(|| "the heartbeat request could not be built".to_string())?;
-    match transport.send(request).await {
+    match transport.send_for_status(request).await {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!(
             "the heartbeat receiver answered {}",

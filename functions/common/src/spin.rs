@@ -36,6 +36,12 @@ pub const MAX_RESPONSE_BODY: usize = 16 << 20;
 /// How much one read of a body stream asks for (what spin-sdk reads).
 const READ_SIZE: u64 = 16 * 1024;
 
+/// How much of an answer whose body is not used ([`Transport::send_for_status`]: a webhook's,
+/// a job's, a heartbeat receiver's) is read before the rest is dropped: 4 KiB. A receiver that
+/// answers a huge body then costs the component no memory (with `max_in_flight` up to 256
+/// answers at once, 16 MiB each would exhaust it).
+pub const UNUSED_BODY_READ: usize = 4 << 10;
+
 /// Outbound HTTP through `wasi:http/outgoing-handler`, each exchange bounded by a timeout and
 /// each response body by a size cap. Spin checks every request against the component's
 /// `allowed_outbound_hosts`.
@@ -60,7 +66,22 @@ impl Transport for SpinTransport {
     }
 
     async fn send(&self, request: Request) -> Result<Response, TransportError> {
-        let exchange = exchange(request, self.max_body);
+        self.bounded(exchange(request, Some(self.max_body))).await
+    }
+
+    /// Reads at most [`UNUSED_BODY_READ`] bytes of the answer's body and drops the rest (the
+    /// host then cancels the exchange and closes its connection); the answer's body is empty.
+    async fn send_for_status(&self, request: Request) -> Result<Response, TransportError> {
+        self.bounded(exchange(request, None)).await
+    }
+}
+
+impl SpinTransport {
+    /// `exchange` bounded by the timeout.
+    async fn bounded(
+        &self,
+        exchange: impl Future<Output = Result<Response, TransportError>>,
+    ) -> Result<Response, TransportError> {
         match select(Box::pin(exchange), Sleep::new(self.timeout)).await {
             Either::Left((result, _)) => result,
             Either::Right(_) => Err(TransportError::new(
@@ -214,10 +235,11 @@ async fn send(request: Request) -> Result<IncomingResponse, TransportError> {
     }
 }
 
-/// Sends `request` and reads its response, the body up to `max_body` bytes. Dropping this
-/// future (at the timeout) drops the body stream, then the response: the host cancels the
-/// rest of the exchange.
-async fn exchange(request: Request, max_body: usize) -> Result<Response, TransportError> {
+/// Sends `request` and reads its response, the body up to `max_body` bytes (more is an
+/// error); `None`: the body is not used, [`UNUSED_BODY_READ`] bytes of it at most are read and
+/// the answer has none. Dropping this future (at the timeout) drops the body stream, then the
+/// response: the host cancels the rest of the exchange.
+async fn exchange(request: Request, max_body: Option<usize>) -> Result<Response, TransportError> {
     // A HEAD answer has no body, whatever its Content-Length says (for a blob, its size).
     let head = *request.method() == leasegate::Method::HEAD;
     let response = send(request).await?;
@@ -242,17 +264,28 @@ async fn exchange(request: Request, max_body: usize) -> Result<Response, Transpo
     }
     let body = if head || status == 204 || status == 304 {
         Vec::new()
-    } else if declared.is_some_and(|n| n > max_body as u64) {
-        return Err(over(max_body));
+    } else if let Some(max_body) = max_body {
+        if declared.is_some_and(|n| n > max_body as u64) {
+            return Err(over(max_body));
+        }
+        read_body(&response, max_body, false).await?
     } else {
-        read_body(&response, max_body).await?
+        // Read a little (a body that breaks off early still says the answer broke), then
+        // drop the rest with the response.
+        read_body(&response, UNUSED_BODY_READ, true).await?;
+        Vec::new()
     };
     Ok(answer.with_body(body))
 }
 
-/// Reads a response body chunk by chunk, up to `max` bytes. (The response stays alive while
-/// its body is read: dropping it would cancel the exchange.)
-async fn read_body(response: &IncomingResponse, max: usize) -> Result<Vec<u8>, TransportError> {
+/// Reads a response body chunk by chunk, up to `max` bytes: more is an error, or (`cut`) the
+/// end of the reading, the rest left unread. (The response stays alive while its body is read:
+/// dropping it would cancel the exchange.)
+async fn read_body(
+    response: &IncomingResponse,
+    max: usize,
+    cut: bool,
+) -> Result<Vec<u8>, TransportError> {
     let broke_off = |n: usize| {
         TransportError::new(
             TransportErrorKind::Other,
@@ -267,6 +300,10 @@ async fn read_body(response: &IncomingResponse, max: usize) -> Result<Vec<u8>, T
             return Err(broke_off(body.len()));
         };
         if chunk.len() > max - body.len() {
+            if cut {
+                // The stream is dropped before the body it belongs to.
+                return Ok(body);
+            }
             return Err(over(max));
         }
         body.extend_from_slice(&chunk);

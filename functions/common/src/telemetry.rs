@@ -569,7 +569,7 @@ async fn notify<T: Transport>(
     let request = web::json_post(&settings.notify_url, &key, body).ok_or_else(|| {
         Undelivered::NotSent("the notification request could not be built".into())
     })?;
-    match transport.send(request).await {
+    match transport.send_for_status(request).await {
         Ok(response) if response.status().is_success() => Ok(()),
         Ok(response) => Err(Undelivered::Unknown(format!(
             "webhook answered {}",

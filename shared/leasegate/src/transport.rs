@@ -22,6 +22,17 @@ pub trait Transport {
     fn now(&self) -> Option<SystemTime> {
         None
     }
+
+    /// Sends `request` for its status and headers only: the caller does not use the answer's
+    /// body (a webhook's, say), so an implementation may read only a little of it and drop
+    /// the rest; the body of the response it returns may then be empty. The default reads it
+    /// whole, as [`Transport::send`] does.
+    fn send_for_status(
+        &self,
+        request: Request,
+    ) -> impl Future<Output = Result<Response, TransportError>> {
+        self.send(request)
+    }
 }
 
 impl<T: Transport + ?Sized> Transport for &T {
@@ -31,6 +42,13 @@ impl<T: Transport + ?Sized> Transport for &T {
 
     fn now(&self) -> Option<SystemTime> {
         (**self).now()
+    }
+
+    fn send_for_status(
+        &self,
+        request: Request,
+    ) -> impl Future<Output = Result<Response, TransportError>> {
+        (**self).send_for_status(request)
     }
 }
 
@@ -65,5 +83,10 @@ impl<T: Transport> Transport for Counting<T> {
 
     fn now(&self) -> Option<SystemTime> {
         self.inner.now()
+    }
+
+    async fn send_for_status(&self, request: Request) -> Result<Response, TransportError> {
+        self.sent.set(self.sent.get() + 1);
+        self.inner.send_for_status(request).await
     }
 }
