@@ -395,8 +395,10 @@ fn a_failed_extension_does_not_end_the_tenure_it_extends() {
         let a = random_id();
         let first_grant = held(acquire(&l, &name, window, a));
         // The extension: storage is never reached (the fault answers 503 ServerBusy itself).
+        // A second longer, so that the record's compare-and-swap is sent even within the
+        // second of the first grant (a record that names the expiry already is not written).
         let f = faulty(&c, first(target, Step::Status(503)));
-        let ext = block_on(f.acquire(&name, term(window), a, SystemTime::now()));
+        let ext = block_on(f.acquire(&name, term(window + 1), a, SystemTime::now()));
         assert!(ext.is_err(), "{window} s: {ext:?}");
         // The first grant still has most of its time left...
         let now = SystemTime::now();

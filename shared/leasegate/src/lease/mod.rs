@@ -53,9 +53,11 @@
 //! # Failures
 //! A request that fails after storage may have granted the lock to a **new** holder (an answer
 //! lost, a 5xx, a claim that could not be written) is followed by giving the lock back with the
-//! lease id used, before the error is returned. A holder that was **extending** (or switching
-//! the term of) a lock it already held keeps it: the error takes away nothing it was granted
-//! before, and acquiring again with the same id settles the state.
+//! lease id used, before the error is returned (a record lock's first create included). A holder
+//! that was **extending** (or switching the term of) a lock it already held keeps it: the error
+//! takes away nothing it was granted before, and acquiring again with the same id settles the
+//! state. Nor is a blob found leased without a live claim given back: that lease may be the
+//! caller's own (a call that stopped between its grant and its claim); it runs out on its own.
 
 mod claim;
 pub mod native;
