@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use leasegate_tests::app::{
-    bad, call, expect_clear_errors, Answer, App, Manifest, Setup, TIMER_AUTH, TIMER_TOKEN,
+    bad, call, expect_clear_errors, Answer, App, Manifest, Setup, ADMIN_AUTH, ADMIN_TOKEN,
+    TIMER_AUTH, TIMER_TOKEN,
 };
 use leasegate_tests::proxy::{Fault, Seen};
 use leasegate_tests::sink::Behaviour;
@@ -267,7 +268,12 @@ fn never_done_without_a_successful_run() {
 fn reset_and_timers() {
     let app = start("initreset", "node-r", &[("init_name", "boot")], azure());
     assert_eq!(post(&app, "boot").json["ran"], true);
-    let reset = call("DELETE", &app.url("/api/init/boot"), &[TIMER_AUTH], b"");
+    // The reset is the admin token's: the tick token is refused and resets nothing.
+    let refused = call("DELETE", &app.url("/api/init/boot"), &[TIMER_AUTH], b"");
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    assert_eq!(refused.json["error"], "forbidden", "{}", refused.text);
+    assert_eq!(state(&app, "boot").json["state"], "done");
+    let reset = call("DELETE", &app.url("/api/init/boot"), &[ADMIN_AUTH], b"");
     assert_eq!(reset.status, 200, "{}", reset.text);
     assert_eq!(state(&app, "boot").json["state"], "pending");
     // Azure timer: runs it again.
@@ -306,7 +312,7 @@ fn reset_and_timers() {
     assert_eq!(runs(&[&app, &cron]).len(), 2);
     // Reset again: the next cron call runs it, once.
     let reset = wait_for("the reset", Duration::from_secs(20), || {
-        let r = call("DELETE", &app.url("/api/init/boot"), &[TIMER_AUTH], b"");
+        let r = call("DELETE", &app.url("/api/init/boot"), &[ADMIN_AUTH], b"");
         (r.status != 409).then_some(r)
     });
     assert_eq!(reset.status, 200, "{}", reset.text);
@@ -392,6 +398,7 @@ fn bad_input_to_the_init_routes() {
         bad("POST", "/api/init/Bad_Name", &[TIMER_AUTH], b"", 400),
         bad("POST", "/api/init/a/b", &[TIMER_AUTH], b"", 400),
         bad("PUT", "/api/init/seed", &[TIMER_AUTH], b"", 405),
+        bad("DELETE", "/api/init/seed", &[TIMER_AUTH], b"", 403),
         bad(
             "POST",
             "/api/init/seed",
@@ -405,7 +412,11 @@ fn bad_input_to_the_init_routes() {
     expect_clear_errors(
         &app,
         &cases,
-        &[TIMER_TOKEN, leasegate::account::DEV_ACCOUNT_KEY],
+        &[
+            TIMER_TOKEN,
+            ADMIN_TOKEN,
+            leasegate::account::DEV_ACCOUNT_KEY,
+        ],
     );
     assert!(runs(&[&app]).is_empty());
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use leasegate::lease::Locks;
 use leasegate::ops::ListBlobs;
 use leasegate_native::{block_on, NativeTransport};
-use leasegate_tests::app::{call, Answer, App, Manifest, Setup, TIMER_AUTH};
+use leasegate_tests::app::{call, Answer, App, Manifest, Setup, ADMIN_AUTH, TIMER_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::Azurite;
 use serde_json::{json, Value};
@@ -48,12 +48,18 @@ fn start(tag: &str, vars: &[(&str, &str)], manifest: Manifest, container: Option
     )
 }
 
-/// An authenticated HTTP scheduler tick for `at`.
+/// An authenticated HTTP scheduler tick for `at` (the tick token).
 fn tick_at(app: &App, at: u64) -> Answer {
+    tick_as(app, at, TIMER_AUTH)
+}
+
+/// A tick for `at` with the `auth` header: the admin token's for an occurrence more than
+/// `job_early_seconds` before the current one (a manual run of a past occurrence).
+fn tick_as(app: &App, at: u64, auth: (&'static str, &'static str)) -> Answer {
     call(
         "POST",
         &app.url(&format!("/api/jobs/{JOB}/tick")),
-        &[TIMER_AUTH, ("content-type", "application/json")],
+        &[auth, ("content-type", "application/json")],
         json!({ "at": rfc3339(at) }).to_string().as_bytes(),
     )
 }
@@ -226,8 +232,12 @@ fn a_retried_tick_resumes_the_occurrence_it_reserved() {
         None,
     );
     let base = (unix_now() / 60 + 2) * 60;
-    // First use (the container, the job's lock blob and the log exist afterwards).
-    assert_eq!(tick_at(&app, base - 600).json["decision"], "ran");
+    // First use (the container, the job's lock blob and the log exist afterwards): a past
+    // occurrence, run by an operator (the admin token).
+    assert_eq!(
+        tick_as(&app, base - 600, ADMIN_AUTH).json["decision"],
+        "ran"
+    );
     let mut problems = Vec::new();
     for (i, (part, fault)) in [
         (format!("/jobs/{JOB}/occurrences/"), Fault::LoseAnswer),
@@ -290,7 +300,8 @@ fn a_period_change_between_deployments_never_runs_an_occurrence_twice() {
     // A multiple of 600 between 83 and 73 minutes ago: within the new retention (6000 s),
     // beyond the old one (3600 s).
     let late = (now - 5000).div_ceil(600) * 600;
-    let first = tick_at(&new, late);
+    // Ticks that late are an operator's backfill (the admin token).
+    let first = tick_as(&new, late, ADMIN_AUTH);
     assert_eq!(first.json["decision"], "ran", "{}", first.text);
     // The old deployment runs a current occurrence, and cleans up after it.
     let current = tick_at(&old, (now / 60 + 2) * 60);
@@ -298,7 +309,7 @@ fn a_period_change_between_deployments_never_runs_an_occurrence_twice() {
     let left = reservations(&old);
     assert!(!left.contains(&late), "not cleaned up: {left:?}");
     // The same late tick again, on the new deployment.
-    let again = tick_at(&new, late);
+    let again = tick_as(&new, late, ADMIN_AUTH);
     let runs = job_posts(&new).iter().filter(|o| **o == late).count();
     assert_eq!(
         runs, 1,
@@ -315,9 +326,10 @@ fn a_period_change_between_deployments_never_runs_an_occurrence_twice() {
 fn a_too_old_tick_is_refused_every_time() {
     let app = start("revold", &[("instance_id", "node-o")], Manifest::Http, None);
     let ancient = (unix_now() - 3 * 3600) / 60 * 60;
-    let first = tick_at(&app, ancient);
+    // An occurrence that old is a manual run's (the admin token).
+    let first = tick_as(&app, ancient, ADMIN_AUTH);
     assert_eq!(first.status, 409, "{}", first.text);
-    let second = tick_at(&app, ancient);
+    let second = tick_as(&app, ancient, ADMIN_AUTH);
     assert_eq!(second.status, 409, "second tick: {}", second.text);
     assert!(job_posts(&app).is_empty());
 }
@@ -386,7 +398,7 @@ fn twenty_concurrent_winners_keep_their_log_entries() {
 }
 
 /// Sound (expected to pass): extreme trigger times and variables answer errors, never trap;
-/// allow-overlap with a long timeout (a lease record on the reservation blob itself) runs once.
+/// allow-overlap with a long timeout (no lease: the reservation alone decides) runs once.
 ///
 /// The old test fired cron events at Unix seconds 0, 1, `u64::MAX`, 9000-01-01 and one second
 /// after it; the real cron plugin fires only at its schedule's times, so these times go through
@@ -415,10 +427,11 @@ fn extremes_do_not_trap() {
         ("9000-01-01T00:00:01Z", 400, ""),
         ("9999-12-31T23:59:59Z", 400, ""),
     ] {
+        // The admin token: the times long past are manual runs.
         let a = call(
             "POST",
             &app.url(&format!("/api/jobs/{JOB}/tick")),
-            &[TIMER_AUTH, ("content-type", "application/json")],
+            &[ADMIN_AUTH, ("content-type", "application/json")],
             json!({ "at": at }).to_string().as_bytes(),
         );
         assert_eq!(a.status, status, "{at}: {}", a.text);

@@ -12,8 +12,8 @@ use leasegate::ops::{Condition, GetBlob, ListBlobs, PutBlob};
 use leasegate::BlobName;
 use leasegate_native::{block_on, NativeTransport};
 use leasegate_tests::app::{
-    bad, call, expect_clear_errors, Answer, App, Manifest, Setup, GATE_TOKEN, TIMER_AUTH,
-    TIMER_TOKEN,
+    bad, call, expect_clear_errors, Answer, App, Manifest, Setup, ADMIN_AUTH, GATE_TOKEN,
+    TIMER_AUTH, TIMER_TOKEN,
 };
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::sink::Behaviour;
@@ -62,10 +62,16 @@ struct Tick {
 
 /// An HTTP scheduler's tick (`POST /api/jobs/{job}/tick`) for a trigger time.
 fn tick_http(app: &App, secs: u64, millis: u64) -> Answer {
+    tick_http_as(app, secs, millis, TIMER_AUTH)
+}
+
+/// An HTTP tick with the `auth` header (the admin token's for an occurrence more than
+/// `job_early_seconds` before the current one: a manual run of a past occurrence).
+fn tick_http_as(app: &App, secs: u64, millis: u64, auth: (&'static str, &'static str)) -> Answer {
     call(
         "POST",
         &app.url(&format!("/api/jobs/{JOB}/tick")),
-        &[TIMER_AUTH, ("content-type", "application/json")],
+        &[auth, ("content-type", "application/json")],
         json!({"at": rfc3339(secs, millis)}).to_string().as_bytes(),
     )
 }
@@ -300,6 +306,7 @@ fn each_occurrence_runs_once_across_eight_deployments() {
         assert_eq!(p["instance"], runners[&occ].as_str());
         assert_eq!(p["job"], JOB);
         let token = p["fencingToken"].as_u64().unwrap();
+        assert_eq!(token, occ * 65536, "the token is the occurrence x 2^16");
         assert!(
             token > last_token,
             "tokens increase: {token} after {last_token}"
@@ -333,11 +340,15 @@ fn each_occurrence_runs_once_across_eight_deployments() {
         "old reservations left: {left:?}"
     );
     assert_eq!(left.len(), 30, "{left:?}");
-    // A late tick for an occurrence older than the retention is refused, whoever asks.
+    // A late tick for an occurrence older than the retention is refused, whoever asks: the
+    // tick token may not name it (403), the admin token (a manual run) gets 409.
     let late = tick_http(&apps[0], ancient[3] + 1, 0);
+    assert_eq!(late.status, 403, "{}", late.text);
+    assert_eq!(late.json["error"], "forbidden", "{}", late.text);
+    let late = tick_http_as(&apps[0], ancient[3] + 1, 0, ADMIN_AUTH);
     assert_eq!(late.status, 409, "{}", late.text);
     assert_eq!(late.json["decision"], "too_old", "{}", late.text);
-    let late = tick_http(&apps[1], ancient[5], 0);
+    let late = tick_http_as(&apps[1], ancient[5], 0, ADMIN_AUTH);
     assert_eq!(late.status, 409, "{}", late.text);
     assert_eq!(late.json["error"], "occurrence_too_old");
     let late = tick_azure(&apps[3], ancient[7], 0);
@@ -414,7 +425,7 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
             assert_eq!(p["job"], JOB, "{p}");
             let occ = p["occurrenceUnix"].as_u64().expect("occurrenceUnix");
             assert_eq!(occ % 2, 0, "an occurrence is a multiple of the period: {p}");
-            assert!(p["fencingToken"].as_u64().is_some(), "{p}");
+            assert_eq!(p["fencingToken"].as_u64(), Some(occ * 65536), "{p}");
             assert_eq!(p["idempotencyKey"].as_str().map(str::len), Some(32), "{p}");
             runs.entry(occ).or_default().push(id.to_string());
         }
@@ -574,7 +585,9 @@ fn storage_faults_fail_the_tick_and_the_next_occurrence_runs() {
     assert_eq!(skipped.json["reservedBy"], "node-f");
     assert_eq!(won.json["storageRoundTrips"], won_trips);
     assert_eq!(skipped.json["storageRoundTrips"], skipped_trips);
-    assert_eq!(won_trips, 11, "{}", won.text);
+    // Reserve (1), the job's lease (3), the outcome `running` on the reservation (1), the log
+    // (2), the outcome after the job (1), the log (2), the release (2), clean-up's listing (1).
+    assert_eq!(won_trips, 13, "{}", won.text);
     assert_eq!(skipped_trips, 2, "reserve (refused) + read the reserver");
     println!(
         "tick: winner {won_trips} storage requests in {won_time:?}; other {skipped_trips} in {skipped_time:?}"

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use leasegate_tests::app::{
-    bad, call, expect_clear_errors, Answer, App, Manifest, Setup, TIMER_AUTH, TIMER_TOKEN,
+    bad, call, expect_clear_errors, Answer, App, Manifest, Setup, ADMIN_AUTH, ADMIN_TOKEN,
+    TIMER_AUTH, TIMER_TOKEN,
 };
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::wait_for;
@@ -192,21 +193,31 @@ fn status_and_step_down() {
     // GET took nothing: the leader still extends with the same term.
     assert_eq!(status_trips, 1, "GET /api/leader is one HEAD");
     assert_eq!(tick(&a).json["term"], term);
+    // A step-down is the admin token's: the tick token is refused, and the leader stays.
+    let refused = call(
+        "DELETE",
+        &a.url("/api/leader?instance=node-a"),
+        &[TIMER_AUTH],
+        b"",
+    );
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    assert_eq!(refused.json["error"], "forbidden", "{}", refused.text);
+    assert_eq!(tick(&a).json["term"], term);
     // A step-down sent to another deployment.
     let wrong = call(
         "DELETE",
         &a.url("/api/leader?instance=node-b"),
-        &[TIMER_AUTH],
+        &[ADMIN_AUTH],
         b"",
     );
     assert_eq!(wrong.status, 409, "{}", wrong.text);
-    let not_leader = call("DELETE", &b.url("/api/leader"), &[TIMER_AUTH], b"");
+    let not_leader = call("DELETE", &b.url("/api/leader"), &[ADMIN_AUTH], b"");
     assert_eq!(not_leader.json["steppedDown"], false, "{}", not_leader.text);
     // The leader steps down: the next tick of b leads at once, with a larger term.
     let down = call(
         "DELETE",
         &a.url("/api/leader?instance=node-a"),
-        &[TIMER_AUTH],
+        &[ADMIN_AUTH],
         b"",
     );
     assert_eq!(down.status, 200, "{}", down.text);
@@ -267,11 +278,12 @@ fn bad_input_to_the_leader_routes() {
         bad("GET", "/api/leader/tick", &[TIMER_AUTH], b"", 405),
         bad("POST", "/api/leader/nope", &[TIMER_AUTH], b"", 404),
         bad("POST", "/api/leader/tick", &[TIMER_AUTH], b"{\"x\":1}", 400),
-        bad("DELETE", "/api/leader?who=me", &[TIMER_AUTH], b"", 400),
+        bad("DELETE", "/api/leader", &[TIMER_AUTH], b"", 403),
+        bad("DELETE", "/api/leader?who=me", &[ADMIN_AUTH], b"", 400),
         bad(
             "DELETE",
             "/api/leader?instance=a&instance=b",
-            &[TIMER_AUTH],
+            &[ADMIN_AUTH],
             b"",
             400,
         ),
@@ -281,7 +293,11 @@ fn bad_input_to_the_leader_routes() {
     expect_clear_errors(
         &app,
         &cases,
-        &[TIMER_TOKEN, leasegate::account::DEV_ACCOUNT_KEY],
+        &[
+            TIMER_TOKEN,
+            ADMIN_TOKEN,
+            leasegate::account::DEV_ACCOUNT_KEY,
+        ],
     );
     // Azure timer invocations work on this deployment.
     let az = call(

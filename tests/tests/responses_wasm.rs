@@ -5,7 +5,7 @@
 //! arrive in one read. The latency series (median, p90, max) are printed: a stall shows as a
 //! p90 near 40 ms.
 
-use leasegate_tests::app::{App, GATE_TOKEN, TELEMETRY_AUTH, TIMER_AUTH};
+use leasegate_tests::app::{App, ADMIN_AUTH, GATE_TOKEN, TELEMETRY_AUTH, TIMER_AUTH};
 use leasegate_tests::keepalive::KeepAlive;
 
 /// What is asked, how, and the status it gets.
@@ -108,10 +108,18 @@ fn every_component_answers_in_one_write_on_keep_alive_connections() {
             200,
         ),
         (
-            "ttl 400",
+            "ttl 403 (tick token)",
             "PUT",
             "/api/ttl/oneshot-swept/b",
             vec![TIMER_AUTH, json],
+            b"[]",
+            403,
+        ),
+        (
+            "ttl 400",
+            "PUT",
+            "/api/ttl/oneshot-swept/b",
+            vec![ADMIN_AUTH, json],
             b"[]",
             400,
         ),

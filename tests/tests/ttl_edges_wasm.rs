@@ -11,7 +11,7 @@ use leasegate::lease::Locks;
 use leasegate::ops::{CreateContainer, GetBlob, ListBlobs, Metadata, PutBlob};
 use leasegate::{BlobName, ContainerName};
 use leasegate_native::{block_on, NativeTransport};
-use leasegate_tests::app::{call, Answer, App, Setup, TIMER_AUTH};
+use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{unique_container, wait_for, Azurite};
 use serde_json::{json, Value};
@@ -132,11 +132,12 @@ fn state(app: &App) -> Answer {
     call("GET", &app.url("/api/sweeper"), &[TIMER_AUTH], b"")
 }
 
+/// Marks a blob: `PUT /api/ttl/...`, an operator's route (the admin token).
 fn mark(app: &App, container: &ContainerName, blob: &str, body: Value) -> Answer {
     call(
         "PUT",
         &app.url(&format!("/api/ttl/{}/{blob}", container.as_str())),
-        &[TIMER_AUTH, ("content-type", "application/json")],
+        &[ADMIN_AUTH, ("content-type", "application/json")],
         body.to_string().as_bytes(),
     )
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use leasegate_tests::app::{call, Answer, App, Setup, TIMER_AUTH};
+use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{container_sas, unique_container, Azurite};
 use serde_json::{json, Value};
@@ -191,11 +191,12 @@ fn total(answers: &[Answer], field: &str) -> u64 {
         .sum()
 }
 
+/// Marks a blob: `PUT /api/ttl/...`, an operator's route (the admin token).
 fn mark(app: &App, container: &str, path: &str, body: &Value) -> Answer {
     call(
         "PUT",
         &app.url(&format!("/api/ttl/{container}{path}")),
-        &[TIMER_AUTH, ("content-type", "application/json")],
+        &[ADMIN_AUTH, ("content-type", "application/json")],
         body.to_string().as_bytes(),
     )
 }

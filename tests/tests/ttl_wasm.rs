@@ -12,7 +12,9 @@ use leasegate::ops::{
 };
 use leasegate::{BlobName, ContainerName, LeaseDuration, LeaseId, LockName};
 use leasegate_native::{block_on, NativeTransport};
-use leasegate_tests::app::{bad, call, expect_clear_errors, Answer, App, TIMER_AUTH, TIMER_TOKEN};
+use leasegate_tests::app::{
+    bad, call, expect_clear_errors, Answer, App, ADMIN_AUTH, ADMIN_TOKEN, TIMER_AUTH, TIMER_TOKEN,
+};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{unique_container, wait_for, Azurite};
 use serde_json::{json, Value};
@@ -361,10 +363,20 @@ fn marking_api() {
     let app = sweeper("mark", &format!("{}/", c.as_str()), &[], None);
     let path = format!("/api/ttl/{}/doc", c.as_str());
     let json_ct = ("content-type", "application/json");
-    let marked = call(
+    // Marking is the admin token's: the tick token is refused and marks nothing.
+    let refused = call(
         "PUT",
         &app.url(&path),
         &[TIMER_AUTH, json_ct],
+        json!({"ttlSeconds": 3600}).to_string().as_bytes(),
+    );
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    assert_eq!(refused.json["error"], "forbidden", "{}", refused.text);
+    assert!(!list(&c)["doc"].1.contains_key("timetolive"));
+    let marked = call(
+        "PUT",
+        &app.url(&path),
+        &[ADMIN_AUTH, json_ct],
         json!({"ttlSeconds": 3600, "deadBlobContainer": "archive/doc/"})
             .to_string()
             .as_bytes(),
@@ -385,7 +397,7 @@ fn marking_api() {
     let again = call(
         "PUT",
         &app.url(&path),
-        &[TIMER_AUTH, json_ct],
+        &[ADMIN_AUTH, json_ct],
         json!({"expiresAt": "2030-01-01T00:00:00Z", "deadBlobContainer": null})
             .to_string()
             .as_bytes(),
@@ -415,99 +427,100 @@ fn marking_api() {
     let ok = body(json!({"ttlSeconds": 60}));
     let cases = [
         bad("PUT", &path, &[json_ct], &ok, 401),
-        bad("POST", &path, &[TIMER_AUTH, json_ct], &ok, 405),
-        bad("PUT", &path, &[TIMER_AUTH], &ok, 415),
-        bad("PUT", &path, &[TIMER_AUTH, json_ct], b"{", 400),
-        bad("PUT", &path, &[TIMER_AUTH, json_ct], &body(json!({})), 400),
+        bad("PUT", &path, &[TIMER_AUTH, json_ct], &ok, 403),
+        bad("POST", &path, &[ADMIN_AUTH, json_ct], &ok, 405),
+        bad("PUT", &path, &[ADMIN_AUTH], &ok, 415),
+        bad("PUT", &path, &[ADMIN_AUTH, json_ct], b"{", 400),
+        bad("PUT", &path, &[ADMIN_AUTH, json_ct], &body(json!({})), 400),
         bad(
             "PUT",
             &path,
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &body(json!({"ttlSeconds": 0})),
             400,
         ),
         bad(
             "PUT",
             &path,
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &body(json!({"ttlSeconds": 1e12})),
             400,
         ),
         bad(
             "PUT",
             &path,
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &body(json!({"ttlSeconds": -5})),
             400,
         ),
         bad(
             "PUT",
             &path,
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &body(json!({"ttlSeconds": 5, "expiresAt": "2030-01-01T00:00:00Z"})),
             400,
         ),
         bad(
             "PUT",
             &path,
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &body(json!({"expiresAt": "tomorrow"})),
             400,
         ),
         bad(
             "PUT",
             &path,
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &body(json!({"ttlSeconds": 5, "colour": 1})),
             400,
         ),
         bad(
             "PUT",
             &path,
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &body(json!({"ttlSeconds": 5, "deadBlobContainer": "Bad Name"})),
             400,
         ),
-        bad("PUT", "/api/ttl/", &[TIMER_AUTH, json_ct], &ok, 400),
+        bad("PUT", "/api/ttl/", &[ADMIN_AUTH, json_ct], &ok, 400),
         bad(
             "PUT",
             &format!("/api/ttl/{}", c.as_str()),
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &ok,
             400,
         ),
         bad(
             "PUT",
             "/api/ttl/UPPER/doc",
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &ok,
             400,
         ),
         bad(
             "PUT",
             &format!("/api/ttl/{}/a/../b", c.as_str()),
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &ok,
             400,
         ),
         bad(
             "PUT",
             "/api/ttl/other-container/doc",
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &ok,
             403,
         ),
         bad(
             "PUT",
             &format!("/api/ttl/{}/missing", c.as_str()),
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &ok,
             404,
         ),
         bad(
             "PUT",
             &format!("/api/ttl/{}/held", c.as_str()),
-            &[TIMER_AUTH, json_ct],
+            &[ADMIN_AUTH, json_ct],
             &ok,
             409,
         ),
@@ -518,7 +531,11 @@ fn marking_api() {
     expect_clear_errors(
         &app,
         &cases,
-        &[TIMER_TOKEN, leasegate::account::DEV_ACCOUNT_KEY],
+        &[
+            TIMER_TOKEN,
+            ADMIN_TOKEN,
+            leasegate::account::DEV_ACCOUNT_KEY,
+        ],
     );
 }
 
