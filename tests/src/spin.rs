@@ -277,6 +277,29 @@ kill -KILL 0"#;
         &self.dir
     }
 
+    /// Freezes Spin and everything it started (SIGSTOP to its process group): a deployment that
+    /// stalls mid-invocation (a paused VM, a stopped container) while its lease runs out.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a [`Spin::pause`]d instance go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Ok(child) = self.child.lock() {
+            let status = Command::new("kill")
+                .args([signal, "--", &format!("-{}", child.id())])
+                .status();
+            assert!(
+                status.is_ok_and(|s| s.success()),
+                "kill {signal} to spin's process group"
+            );
+        }
+    }
+
     /// Stops Spin (and the cron plugin) now and waits for it.
     pub fn stop(&self) {
         if let Ok(mut stdin) = self.stdin.lock() {

@@ -3,7 +3,7 @@
 //! stops, step-down, storage faults, bad input, and the leader on the real cron plugin.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use leasegate_tests::app::{
     bad, call, expect_clear_errors, Answer, App, Manifest, Setup, ADMIN_AUTH, ADMIN_TOKEN,
@@ -226,13 +226,23 @@ fn status_and_step_down() {
     assert_eq!(next.json["role"], "leader", "{}", next.text);
     assert!(next.json["term"].as_u64().unwrap() > term);
     assert_eq!(tick(&a).json["role"], "follower");
-    // Requests per tick: leader 3 (HEAD, acquire, claim), follower 1.
+    // Requests per tick: leader 3 (HEAD, acquire, claim), follower 1. The claim is rewritten
+    // only when it says more (a later expiry, in whole seconds): the counted tick comes in a
+    // later second than the leader's last one.
+    let last = unix_secs(SystemTime::now());
+    wait_for("a later second", Duration::from_secs(5), || {
+        (unix_secs(SystemTime::now()) > last).then_some(())
+    });
     let (l, leader_trips) = b.storage_requests(|| tick(&b));
     let (f, follower_trips) = a.storage_requests(|| tick(&a));
     assert_eq!(l.json["role"], "leader", "{}", l.text);
     assert_eq!(f.json["role"], "follower", "{}", f.text);
     assert_eq!(leader_trips, 3, "{}", l.text);
     assert_eq!(follower_trips, 1, "{}", f.text);
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
 }
 
 /// While storage fails, nobody claims leadership and no heartbeat goes out; a failing
