@@ -358,13 +358,22 @@ fn the_gate_api_always_asks_storage() {
     for _ in 0..3 {
         let (b, requests) = app.storage_requests(|| gate(&app, "POST", "g1?window=30&holder=beta"));
         assert_eq!(b.status, 429, "{}", b.text);
+        assert_eq!(b.json["holder"], "alpha", "{}", b.text);
         assert!(b.json["cached"].is_null(), "{}", b.text);
         assert_eq!(requests, 1);
     }
-    // alpha shortens its gate to 1 s: beta gets it once storage lets it go.
-    let short = gate(&app, "POST", "g1?window=1&holder=alpha");
+    // alpha shortens its gate to 1 s (with its lease id: the name selects none): beta gets it
+    // once storage lets it go.
+    let alpha = a.json["leaseId"].as_str().unwrap();
+    let short = call(
+        "POST",
+        &app.url("/api/gate/g1?window=1&holder=alpha"),
+        &[GATE_AUTH, ("lease-id", alpha)],
+        b"",
+    );
     assert_eq!(short.status, 200, "{}", short.text);
     assert_eq!(short.json["extended"], true);
+    assert_eq!(short.json["leaseId"], alpha);
     wait_for("beta to take the gate", Duration::from_secs(15), || {
         (gate(&app, "POST", "g1?window=30&holder=beta").status == 200).then_some(())
     });

@@ -8,7 +8,7 @@ use leasegate::lease::Locks;
 use leasegate::ops::{CreateContainer, ListBlobs, Metadata, PutBlob};
 use leasegate::{Account, BlobName, ContainerName};
 use leasegate_native::{block_on, NativeTransport};
-use leasegate_tests::app::{call, post_telemetry, Answer, App, TIMER_AUTH};
+use leasegate_tests::app::{call, post_telemetry, Answer, App, ADMIN_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::stub::{Behaviour, Stub};
 use leasegate_tests::{container_sas, unique_container, Azurite};
@@ -54,8 +54,8 @@ fn a_lost_first_create_of_a_long_window_leaves_the_key_free() {
 }
 
 /// Issue 21.13: one holder re-acquiring its gate from 16 callers at once: every call holds the
-/// lease (same holder, same lease id), so every call answers 200 with the same token, for a
-/// native lease and for a lease record alike.
+/// lease (the same `Lease-Id`, the one the first POST returned), so every call answers 200
+/// with the same token, for a native lease and for a lease record alike.
 #[test]
 fn one_holder_reacquiring_from_sixteen_callers_always_gets_its_gate() {
     let app = App::start("manycallers", &[]);
@@ -65,12 +65,14 @@ fn one_holder_reacquiring_from_sixteen_callers_always_gets_its_gate() {
         assert_eq!(first.status, 200, "{}", first.text);
         let token = first.json["fencingToken"].as_u64().unwrap();
         let lease_id = first.json["leaseId"].as_str().unwrap().to_string();
+        let own = [AUTH, ("lease-id", lease_id.as_str())];
+        let url = app.url(&format!("/api/gate/{path}"));
         let answers: Vec<Answer> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..16)
                 .map(|_| {
                     s.spawn(|| {
                         (0..20)
-                            .map(|_| gate(&app, "POST", &path))
+                            .map(|_| call("POST", &url, &own, b""))
                             .collect::<Vec<_>>()
                     })
                 })
@@ -159,7 +161,7 @@ fn a_blob_whose_metadata_holds_two_spaces_in_a_row_can_be_marked() {
     let marked = call(
         "PUT",
         &app.url(&format!("/api/ttl/{}/doc", c.as_str())),
-        &[TIMER_AUTH, ("content-type", "application/json")],
+        &[ADMIN_AUTH, ("content-type", "application/json")],
         json!({"ttlSeconds": 3600}).to_string().as_bytes(),
     );
     assert_eq!(marked.status, 200, "{}", marked.text);

@@ -76,11 +76,29 @@ fn holders_extend_their_own_gate_and_tokens_increase() {
             &[AUTH],
         );
         assert_eq!(a1.status, 200, "{}", a1.text);
-        let a2 = gate(
+        assert_eq!(a1.json["extended"], false);
+        let id = a1.json["leaseId"].as_str().unwrap().to_string();
+        // The holder's name selects no id: the same name without the lease id is refused,
+        // shown the holder it names.
+        let same_name = gate(
             &app,
             "POST",
             &format!("{key}?window={window}&holder=node-a"),
             &[AUTH],
+        );
+        assert_eq!(same_name.status, 429, "{}", same_name.text);
+        assert_eq!(same_name.json["holder"], "node-a");
+        assert!(
+            same_name.json.get("leaseId").is_none(),
+            "{}",
+            same_name.text
+        );
+        // The holder extends with the id its first POST returned.
+        let a2 = gate(
+            &app,
+            "POST",
+            &format!("{key}?window={window}&holder=node-a"),
+            &[AUTH, ("lease-id", id.as_str())],
         );
         assert_eq!(a2.status, 200, "holder re-acquire extends: {}", a2.text);
         assert_eq!(a1.json["leaseId"], a2.json["leaseId"]);
@@ -97,6 +115,8 @@ fn holders_extend_their_own_gate_and_tokens_increase() {
             &[AUTH],
         );
         assert_eq!(b.status, 429, "{}", b.text);
+        assert_eq!(b.json["holder"], "node-a");
+        assert_eq!(gate(&app, "GET", &key, &[AUTH]).json["holder"], "node-a");
         if window == "120" {
             // Records know how long is left.
             let left = b.json["retryAfterSeconds"].as_u64().unwrap();
@@ -531,6 +551,13 @@ fn bad_input_gets_clear_4xx_errors() {
             400,
         ),
         case("POST", "/api/gate/k?holder=", vec![AUTH], Vec::new(), 400),
+        case(
+            "POST",
+            "/api/gate/k?holder=n%C5%93ud",
+            vec![AUTH],
+            Vec::new(),
+            400,
+        ),
         case("DELETE", "/api/gate/k", vec![AUTH], Vec::new(), 400),
         case(
             "DELETE",
@@ -718,8 +745,9 @@ fn a_gate_whose_answer_was_lost_is_not_left_taken() {
     }
 }
 
-/// Holder lease ids are keyed with the server-side `lease_id_secret`: knowing the holder's
-/// name (and the gate token) is not enough to compute its lease id and release its gate.
+/// The gate derives no lease id from `holder` (the name is a label): knowing the holder's name
+/// (and the gate token) is not enough to compute its lease id and release its gate, under any
+/// `lease_id_secret`.
 #[test]
 fn holder_lease_ids_cannot_be_computed_from_the_name() {
     let app = App::start("keyed", &[]);
@@ -733,7 +761,8 @@ fn holder_lease_ids_cannot_be_computed_from_the_name() {
     let attempt = [AUTH, ("lease-id", guess.as_str())];
     assert_eq!(gate(&app, "DELETE", "leader", &attempt).status, 204);
     assert_eq!(gate(&app, "GET", "leader", &[AUTH]).json["state"], "held");
-    // Another deployment with another secret derives another id for the same holder.
+    // The same holder name from another deployment (another secret) gets a fresh id of its
+    // own, and here it is refused: the name selects nothing.
     let other = App::start(
         "keyed2",
         &[
@@ -745,4 +774,6 @@ fn holder_lease_ids_cannot_be_computed_from_the_name() {
     let c = gate(&app, "POST", "leader2?window=30&holder=node-a", &[AUTH]);
     assert_eq!(b.status, 200, "{}", b.text);
     assert_eq!(c.status, 429, "{}", c.text);
+    assert_eq!(c.json["holder"], "node-a");
+    assert_ne!(b.json["leaseId"], a.json["leaseId"]);
 }

@@ -175,9 +175,10 @@ fn gate(app: &App, method: &str, path_and_query: &str, headers: &[(&str, &str)])
 
 /// `DELETE` after a window change whose lease could not be let go frees the gate both ways.
 ///
-/// Holder `h` takes the gate with `window=30` (native lease), then moves to `window=120` (a
-/// record written under its lease, then the lease is given back). The give-back (the only
-/// `comp=lease` request of that call) fails, which `record::acquire` ignores: 200, acquired.
+/// Holder `h` takes the gate with `window=30` (native lease), then moves to `window=120` with
+/// its `Lease-Id` (a record written under its lease, then the lease is given back). The
+/// give-back (the only `comp=lease` request of that call) fails, which `record::acquire`
+/// ignores: 200, acquired.
 /// `DELETE` with `h`'s lease id then releases the native lease and `Locks::release` returns at
 /// once, leaving the 120 s record: another holder gets 429 for two minutes.
 #[test]
@@ -186,11 +187,14 @@ fn delete_frees_a_gate_after_a_window_change() {
     let key = "switched";
     let a = gate(&app, "POST", &format!("{key}?window=30&holder=h"), &[AUTH]);
     assert_eq!(a.status, 200, "{}", a.text);
+    let lease_id = a.json["leaseId"].as_str().unwrap().to_string();
+    let own = [AUTH, ("lease-id", lease_id.as_str())];
     app.storage.fault_on("comp=lease", Fault::Status(503));
-    let moved = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &[AUTH]);
+    let moved = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &own);
     app.storage.set_fault(None);
     assert_eq!(moved.status, 200, "{}", moved.text);
-    let lease_id = moved.json["leaseId"].as_str().unwrap().to_string();
+    assert_eq!(moved.json["leaseId"], lease_id.as_str());
+    assert_eq!(moved.json["extended"], true);
     let del = gate(
         &app,
         "DELETE",
@@ -221,8 +225,10 @@ fn a_lost_window_change_is_settled_by_the_holder() {
     let key = "lost-switch";
     let a = gate(&app, "POST", &format!("{key}?window=15&holder=h"), &[AUTH]);
     assert_eq!(a.status, 200, "{}", a.text);
+    let lease_id = a.json["leaseId"].as_str().unwrap().to_string();
+    let own = [AUTH, ("lease-id", lease_id.as_str())];
     app.storage.fault_on("comp=metadata", Fault::LoseAnswer);
-    let moved = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &[AUTH]);
+    let moved = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &own);
     app.storage.set_fault(None);
     assert_eq!(moved.status, 503, "{}", moved.text);
     let other = gate(
@@ -232,19 +238,15 @@ fn a_lost_window_change_is_settled_by_the_holder() {
         &[AUTH],
     );
     assert_eq!(other.status, 429, "{}", other.text);
-    let again = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &[AUTH]);
+    assert_eq!(other.json["holder"], "h");
+    let again = gate(&app, "POST", &format!("{key}?window=120&holder=h"), &own);
     assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json["leaseId"], lease_id.as_str());
     assert_eq!(
         again.json["fencingToken"], a.json["fencingToken"],
         "h's tenure goes on"
     );
-    let lease_id = again.json["leaseId"].as_str().unwrap().to_string();
-    let del = gate(
-        &app,
-        "DELETE",
-        key,
-        &[AUTH, ("lease-id", lease_id.as_str())],
-    );
+    let del = gate(&app, "DELETE", key, &own);
     assert_eq!(del.status, 204);
     let other = gate(
         &app,
@@ -258,20 +260,40 @@ fn a_lost_window_change_is_settled_by_the_holder() {
 /// A holder's failed extension keeps its gate: nobody else gets it while its earlier
 /// `expiresAt` is minutes away.
 ///
-/// `h` holds `window=300` (a record, `expiresAt` ≈ now + 300 s). Its extension's
-/// compare-and-swap answer is lost; `record::acquire` then clears the record "given back" with
-/// `h`'s id, which removes the tenure `h` already had. `other` acquires at once: both callers
-/// were told they hold the gate now.
+/// `h` holds `window=300` (a record, `expiresAt` ≈ now + 300 s). It extends with its
+/// `Lease-Id` and `window=301` (so that the extension says more than the record and its
+/// compare-and-swap is sent even within the same second), and that write's answer is lost;
+/// `record::acquire` once cleared the record "given back" with `h`'s id, which removed the
+/// tenure `h` already had, and `other` acquired at once: both callers were told they hold the
+/// gate now.
 #[test]
 fn a_failed_extension_keeps_the_holders_gate() {
     let app = App::start("gateext", &[]);
     let key = "leader";
     let a = gate(&app, "POST", &format!("{key}?window=300&holder=h"), &[AUTH]);
     assert_eq!(a.status, 200, "{}", a.text);
+    let lease_id = a.json["leaseId"].as_str().unwrap().to_string();
     app.storage.fault_on("comp=metadata", Fault::LoseAnswer);
-    let ext = gate(&app, "POST", &format!("{key}?window=300&holder=h"), &[AUTH]);
+    let (ext, seen) = app.counted(|| {
+        gate(
+            &app,
+            "POST",
+            &format!("{key}?window=301&holder=h"),
+            &[AUTH, ("lease-id", lease_id.as_str())],
+        )
+    });
     app.storage.set_fault(None);
     assert_eq!(ext.status, 503, "{}", ext.text);
+    let lost: Vec<String> = seen
+        .iter()
+        .filter(|o| o.fault == Some(Fault::LoseAnswer))
+        .map(|o| o.describe())
+        .collect();
+    assert_eq!(
+        lost,
+        ["PUT metadata"],
+        "the extension's write was sent and its answer lost: {seen:?}"
+    );
     let other = gate(
         &app,
         "POST",

@@ -458,7 +458,9 @@ fn one_devices_storage_failure_does_not_hold_back_the_others() {
     ]);
     let a = post_telemetry(&app, &batch);
     assert_eq!(a.status, 503, "{}", a.text);
-    assert_eq!(a.headers.get("retry-after").map(String::as_str), Some("1"));
+    // Storage answered 5xx (without a Retry-After of its own): 5 to 7 s, jittered.
+    let wait: u64 = a.headers["retry-after"].parse().unwrap();
+    assert!((5..=7).contains(&wait), "{wait}");
     assert_eq!(a.json["error"], "storage_unavailable");
     assert!(a.json["message"]
         .as_str()
@@ -571,13 +573,17 @@ fn storage_faults_answer_503_and_notify_nobody() {
             ("storage_timeout_ms", "1000"),
         ],
     );
+    // Each failure kind with the Retry-After it asks for (jittered): `Fault::Refuse` reads the
+    // request and then resets the connection (a broken connection, "anything else": 5 to 7 s;
+    // a connection refused outright is `http_fixes_wasm.rs::retry_after_backs_off_with_the_failure`);
+    // a 403 is no outage: 502 `storage_forbidden`, not retryable.
     let faults = [
-        ("refused", Fault::Refuse),
-        ("busy", Fault::Status(503)),
-        ("slow", Fault::Delay(Duration::from_secs(4))),
-        ("forbidden", Fault::Status(403)),
+        ("refused", Fault::Refuse, Some(5..=7)),
+        ("busy", Fault::Status(503), Some(5..=7)),
+        ("slow", Fault::Delay(Duration::from_secs(4)), Some(10..=14)),
+        ("forbidden", Fault::Status(403), None),
     ];
-    for (name, fault) in faults {
+    for (name, fault, wait) in faults {
         app.storage.set_fault(Some(fault));
         let started = Instant::now();
         let (a, webhook) = app.webhook.during(|| {
@@ -589,8 +595,13 @@ fn storage_faults_answer_503_and_notify_nobody() {
                 ]),
             )
         });
-        assert_eq!(a.status, 503, "{name}: {}", a.text);
-        assert_eq!(a.json["error"], "storage_unavailable", "{name}: {}", a.text);
+        let (status, error) = if wait.is_some() {
+            (503, "storage_unavailable")
+        } else {
+            (502, "storage_forbidden")
+        };
+        assert_eq!(a.status, status, "{name}: {}", a.text);
+        assert_eq!(a.json["error"], error, "{name}: {}", a.text);
         assert!(a.json["message"]
             .as_str()
             .unwrap()
@@ -600,7 +611,17 @@ fn storage_faults_answer_503_and_notify_nobody() {
             .unwrap()
             .iter()
             .all(|d| d["decision"] == "storage_unavailable"));
-        assert_eq!(a.headers.get("retry-after").map(String::as_str), Some("1"));
+        match wait {
+            Some(range) => {
+                let secs: u64 = a.headers["retry-after"].parse().unwrap();
+                assert!(range.contains(&secs), "{name}: {secs} not in {range:?}");
+            }
+            None => assert!(
+                !a.headers.contains_key("retry-after"),
+                "{name}: {:?}",
+                a.headers
+            ),
+        }
         assert!(
             started.elapsed() < Duration::from_secs(4),
             "{name}: {:?}",
