@@ -34,6 +34,8 @@ struct Sent {
     sent_at: Option<SystemTime>,
     lease_action: Option<String>,
     holder: Option<String>,
+    /// `x-ms-meta-leasegate_token`.
+    token: Option<String>,
 }
 
 impl Sent {
@@ -82,6 +84,7 @@ impl Transport for Scripted {
             sent_at: self.clock.get(),
             lease_action: h.get("x-ms-lease-action").map(str::to_string),
             holder: h.get("x-ms-meta-leasegate_holder").map(str::to_string),
+            token: h.get("x-ms-meta-leasegate_token").map(str::to_string),
         });
         if let Some(t) = self.clock.get() {
             self.clock.set(Some(t + self.step));
@@ -167,6 +170,10 @@ fn native_claim(id: LeaseId, expires: u64) -> Vec<(&'static str, String)> {
         ("leasegate_token", "7".into()),
         ("leasegate_label", String::new()),
     ]
+}
+
+fn precondition_failed() -> Answer {
+    reply(answer(412).with_header("x-ms-error-code", "ConditionNotMet"))
 }
 
 fn locks(transport: &Scripted) -> Locks<&Scripted> {
@@ -374,4 +381,34 @@ fn a_copy_answer_without_a_status_is_pending() {
         }
         other => panic!("started: {other:?}"),
     }
+}
+
+/// Review finding 5: the native claim's compare-and-swap never writes a token below the one
+/// the blob holds. The holder extends (token 7); its claim write is refused (412); the re-read
+/// shows the blob leased (by its id) but claimed by another holder with token 8.
+#[test]
+fn a_claim_write_never_puts_a_lower_token_over_a_higher_one() {
+    let me = id(12);
+    let mut other = native_claim(id(13), SERVER_SECS + 25);
+    for (k, v) in other.iter_mut() {
+        if *k == "leasegate_token" {
+            *v = "8".into();
+        }
+    }
+    let t = Scripted::new(vec![
+        head("leased", "a", &native_claim(me, SERVER_SECS + 20)),
+        granted(),
+        precondition_failed(),
+        head("leased", "b", &other),
+        written("c"),
+    ]);
+    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), me, server_now()));
+    let sent = t.sent();
+    let writes: Vec<&Sent> = sent.iter().filter(|s| s.is_metadata_write()).collect();
+    assert_eq!(writes.len(), 1, "only the refused write: {sent:#?}");
+    assert_eq!(writes[0].token.as_deref(), Some("7"), "{sent:#?}");
+    assert!(
+        !matches!(outcome, Ok(Acquire::Acquired(_))),
+        "not acquired over a higher token: {outcome:?}"
+    );
 }

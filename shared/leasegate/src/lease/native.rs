@@ -205,7 +205,9 @@ async fn take<T: Transport>(
 /// Every write since the grant was made under this lease, so by a concurrent call of the same
 /// holder: its claim is kept where it says more (a later expiry; a tenure it began with a
 /// token at least as high, whose token and start this call then tells too), so that a claim's
-/// expiry and token never go back and the calls of one holder tell one token.
+/// expiry and token never go back and the calls of one holder tell one token. A claim of
+/// another holder's with a higher token than this call's is never written over (whatever the
+/// lease says now, the lock changed hands since this call read it): `None`, taken meanwhile.
 async fn write_claim<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
@@ -226,6 +228,11 @@ async fn write_claim<T: Transport>(
                 claim.since = there.since;
             }
             claim.expires = claim.expires.max(there.expires);
+        }
+        if !same_holder && there.token > claim.token {
+            // Another holder's claim with a higher token: the lock was taken since this
+            // call read it (whatever the lease is now). A token never goes back: no write.
+            return Ok(None);
         }
         if same_holder
             && there.kind == claim.kind
