@@ -6,7 +6,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Acquired, LockStatus, Locks, Release, Term};
+use leasegate::lease::{Acquire, Acquired, IdOrigin, LockStatus, Locks, Release, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, GetProperties, Metadata, SetMetadata};
 use leasegate::{ContainerName, LeaseId, LockName, Transport, TransportError};
 use leasegate_native::{block_on, NativeTransport};
@@ -258,7 +258,15 @@ fn a_failure_after_taking_the_lock_gives_it_back() {
                 Step::Pass
             }
         });
-        let outcome = block_on(l.acquire(&name, term(window), random_id(), SystemTime::now()));
+        // An id this call generated (the lock is given back only then).
+        let outcome = block_on(l.acquire_with(
+            &name,
+            term(window),
+            random_id(),
+            IdOrigin::Fresh,
+            "",
+            SystemTime::now(),
+        ));
         if !hit.load(std::sync::atomic::Ordering::SeqCst) {
             // This design does not send that request on this path: nothing to test.
             continue;
@@ -614,7 +622,14 @@ fn a_far_future_server_date_is_refused_without_poisoning_the_lock() {
         Azurite::shared().account(),
         c.clone(),
     );
-    let got = block_on(hostile.acquire(&name, term(30), random_id(), SystemTime::now()));
+    let got = block_on(hostile.acquire_with(
+        &name,
+        term(30),
+        random_id(),
+        IdOrigin::Fresh,
+        "",
+        SystemTime::now(),
+    ));
     let err = got.expect_err("a Date in year 9999 is refused").to_string();
     assert!(err.contains("out of range"), "{err}");
     held(acquire(&l, &name, 30, random_id()));

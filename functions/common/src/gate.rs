@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasegate::lease::{Acquire, LockStatus, Release, Term};
+use leasegate::lease::{Acquire, IdOrigin, LockStatus, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
@@ -201,13 +201,19 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         };
         // The caller's own id (to extend, or chosen up front), else a fresh one: an id is
         // never derived from a name another caller could give too.
-        let lease_id = match lease_id_header(&request) {
-            Ok(Some(id)) => id,
-            Ok(None) => (ctx.new_lease_id)(),
+        // A fresh id is given back after a failure that may have granted it; the caller's own
+        // id is left as it is (a retry with it may hold the gate by now), and acquiring again
+        // with it settles the state.
+        let (lease_id, origin) = match lease_id_header(&request) {
+            Ok(Some(id)) => (id, IdOrigin::Known),
+            Ok(None) => ((ctx.new_lease_id)(), IdOrigin::Fresh),
             Err(r) => return r,
         };
         let label = query.holder.as_deref().unwrap_or("");
-        match locks.acquire_as(&key, term, lease_id, label, ctx.now).await {
+        match locks
+            .acquire_with(&key, term, lease_id, origin, label, ctx.now)
+            .await
+        {
             Ok(Acquire::Acquired(a)) => {
                 log(if a.extended { "extended" } else { "acquired" });
                 web::json(

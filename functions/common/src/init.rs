@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::json::Value;
-use leasegate::lease::{Acquire, LockStatus, Locks, Term};
+use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Term};
 use leasegate::ops::Metadata;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
@@ -191,7 +191,14 @@ async fn run<T, S: Transport, A: Transport>(
     let id = (ctx.new_lease_id)();
     let term = Term::for_window(settings.lease)?;
     let held = match locks
-        .acquire_as(&lock, term, id, &settings.instance_id, ctx.now)
+        .acquire_with(
+            &lock,
+            term,
+            id,
+            IdOrigin::Fresh,
+            &settings.instance_id,
+            ctx.now,
+        )
         .await?
     {
         Acquire::Acquired(held) => held,
@@ -553,7 +560,14 @@ async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &s
         let id = (ctx.new_lease_id)();
         let term = Term::for_window(settings.lease)?;
         match locks
-            .acquire_as(&lock, term, id, &settings.instance_id, ctx.now)
+            .acquire_with(
+                &lock,
+                term,
+                id,
+                IdOrigin::Fresh,
+                &settings.instance_id,
+                ctx.now,
+            )
             .await?
         {
             Acquire::Busy { holder, .. } => Ok(Err(holder.map(|h| h.label).unwrap_or_default())),

@@ -37,7 +37,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
 use leasegate::ops::{
     Condition, DeleteBlob, GetBlob, GetProperties, ListBlobs, Metadata, PutBlob, SetMetadata,
     WriteOutcome,
@@ -689,7 +689,14 @@ async fn run_reserved<T, S: Transport, J: Transport>(
     let leased = match settings.overlap {
         Overlap::Allow => false,
         Overlap::Skip => match job_locks
-            .acquire_as(&lock_name, settings.lease_term, lease_id, &label, ctx.now)
+            .acquire_with(
+                &lock_name,
+                settings.lease_term,
+                lease_id,
+                IdOrigin::Fresh,
+                &label,
+                ctx.now,
+            )
             .await?
         {
             Acquire::Acquired(_) => true,

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::json::Value;
 use futures::StreamExt;
-use leasegate::lease::{Acquire, Acquired, Release, Term};
+use leasegate::lease::{Acquire, Acquired, IdOrigin, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
 use sha2::{Digest, Sha256};
@@ -451,7 +451,9 @@ async fn gate_one<'r, T: Transport>(
     let counting = Counting::new(transport);
     let locks = settings.storage.locks(&counting, GATE_PREFIX);
     let id = (ctx.new_lease_id)();
-    let taken = locks.acquire(lock, parsed.term, id, ctx.now).await;
+    let taken = locks
+        .acquire_with(lock, parsed.term, id, IdOrigin::Fresh, "", ctx.now)
+        .await;
     let outcome = match taken {
         Ok(Acquire::Busy {
             retry_after,

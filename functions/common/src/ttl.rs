@@ -36,7 +36,7 @@ pub const DEFAULT_LOCK_RETENTION_SECS: u64 = 86_400;
 
 use crate::json::Value;
 use futures::StreamExt;
-use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
 use leasegate::ops::{
     public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, CreateContainer,
     DeleteBlob, DeleteBlobAndSnapshots, DeleteOutcome, GetBlob, GetProperties, ListBlobs,
@@ -855,7 +855,14 @@ async fn claim<T, S: Transport>(
     let waited = Instant::now();
     loop {
         match locks
-            .acquire_as(&lock, term, id, &settings.instance_id, ctx.now)
+            .acquire_with(
+                &lock,
+                term,
+                id,
+                IdOrigin::Fresh,
+                &settings.instance_id,
+                ctx.now,
+            )
             .await?
         {
             Acquire::Acquired(_) => break,

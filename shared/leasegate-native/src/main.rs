@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, LockStatus, Locks, Release, Term};
+use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Release, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, Lease, LeaseAction};
 use leasegate::{Account, ContainerName, Counting, HolderKey, LeaseId, LockName};
 use leasegate_native::{block_on, NativeTransport};
@@ -125,13 +125,24 @@ fn run(args: &[String]) -> Result<(), String> {
             let lock = lock_arg(1)?;
             let term =
                 Term::for_window(Duration::from_secs(o.window)).map_err(|e| e.to_string())?;
-            let id = match (&o.holder, &o.lease_id) {
+            // A random id is given back after a failure that may have granted it; a derived or
+            // given one is left (acquire again with it to settle the state).
+            let (id, origin) = match (&o.holder, &o.lease_id) {
                 (Some(_), Some(_)) => return Err("give --holder or --lease-id, not both".into()),
-                (Some(h), None) => LeaseId::for_holder(&key()?, HOLDER_PURPOSE, h, &lock),
-                (None, Some(id)) => LeaseId::try_new(id).map_err(|e| e.to_string())?,
-                (None, None) => LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes()),
+                (Some(h), None) => (
+                    LeaseId::for_holder(&key()?, HOLDER_PURPOSE, h, &lock),
+                    IdOrigin::Known,
+                ),
+                (None, Some(id)) => (
+                    LeaseId::try_new(id).map_err(|e| e.to_string())?,
+                    IdOrigin::Known,
+                ),
+                (None, None) => (
+                    LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes()),
+                    IdOrigin::Fresh,
+                ),
             };
-            acquire(&locks, &lock, term, id)
+            acquire_with(&locks, &lock, term, id, origin)
         }
         Some("show") => show(&locks, &lock_arg(1)?),
         Some("release") => {
@@ -200,6 +211,16 @@ fn acquire(
     term: Term,
     id: LeaseId,
 ) -> Result<(), String> {
+    acquire_with(locks, lock, term, id, IdOrigin::Known)
+}
+
+fn acquire_with(
+    locks: &Locks<&NativeTransport>,
+    lock: &LockName,
+    term: Term,
+    id: LeaseId,
+    origin: IdOrigin,
+) -> Result<(), String> {
     let counting = Counting::new(locks.transport());
     let counted = Locks::new(
         &counting,
@@ -207,8 +228,8 @@ fn acquire(
         locks.container().clone(),
     )
     .with_prefix("");
-    let outcome =
-        block_on(counted.acquire(lock, term, id, SystemTime::now())).map_err(|e| e.to_string())?;
+    let outcome = block_on(counted.acquire_with(lock, term, id, origin, "", SystemTime::now()))
+        .map_err(|e| e.to_string())?;
     match outcome {
         Acquire::Acquired(a) => println!(
             "{} {lock}: lease id {}, fencing token {}, expires {}, {} request(s)",

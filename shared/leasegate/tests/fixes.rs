@@ -6,7 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
 use leasegate::ops::{CopyBlob, CopyOutcome, CopyStatus};
 use leasegate::{
     Account, BlobName, ContainerName, Error, LeaseDuration, LeaseId, LockName, Method, Request,
@@ -172,8 +172,33 @@ fn native_claim(id: LeaseId, expires: u64) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A live record of `id`'s expiring at `expires` (server seconds), with the first token of
+/// the server's second.
+fn record_of(id: LeaseId, expires: u64) -> Vec<(&'static str, String)> {
+    vec![
+        ("leasegate_holder", id.to_string()),
+        ("leasegate_term", "record".into()),
+        ("leasegate_since", SERVER_SECS.to_string()),
+        ("leasegate_expires", expires.to_string()),
+        ("leasegate_token", ((SERVER_SECS + 1) << 16).to_string()),
+        ("leasegate_label", String::new()),
+    ]
+}
+
 fn precondition_failed() -> Answer {
     reply(answer(412).with_header("x-ms-error-code", "ConditionNotMet"))
+}
+
+fn created(etag: &str) -> Answer {
+    reply(answer(201).with_header("etag", format!("\"{etag}\"")))
+}
+
+fn released_record(s: &Sent) -> bool {
+    s.is_metadata_write() && s.holder.as_deref() == Some("")
+}
+
+fn lease_released(s: &Sent) -> bool {
+    s.lease_action.as_deref() == Some("release")
 }
 
 fn locks(transport: &Scripted) -> Locks<&Scripted> {
@@ -233,49 +258,74 @@ fn without_a_clock_the_callers_time_dates_the_requests() {
     }
 }
 
-/// Issue 21.3: a record lock's first create whose answer is lost (it landed) is cleared, as
-/// every other failure path does, so the key is free right after the error.
+/// Issue 21.3, with review finding 3: a record lock's first create whose answer is lost (it
+/// may have landed) names nobody, so the key is free right after the error: nothing to clear.
 #[test]
-fn a_lost_first_create_of_a_record_is_cleared() {
-    let me = id(3);
-    let record = vec![
-        ("leasegate_holder", me.to_string()),
-        ("leasegate_term", "record".into()),
-        ("leasegate_since", SERVER_SECS.to_string()),
-        ("leasegate_expires", (SERVER_SECS + 120).to_string()),
-        ("leasegate_token", ((SERVER_SECS + 1) << 16).to_string()),
-        ("leasegate_label", String::new()),
-    ];
+fn a_lost_first_create_of_a_record_leaves_nothing_to_clear() {
+    for origin in [IdOrigin::Fresh, IdOrigin::Known] {
+        let t = Scripted::new(vec![missing(), lost_answer()]);
+        let term = Term::Record(Duration::from_secs(120));
+        let outcome = pollster::block_on(locks(&t).acquire_with(
+            &name(),
+            term,
+            id(3),
+            origin,
+            "",
+            server_now(),
+        ));
+        assert!(
+            matches!(outcome, Err(Error::Transport(_))),
+            "the error is reported: {outcome:?}"
+        );
+        let sent = t.sent();
+        assert_eq!(sent.len(), 2, "{origin:?}: {sent:#?}");
+        assert!(
+            sent[1].holder.as_deref().unwrap_or("").is_empty(),
+            "the create names nobody: {sent:#?}"
+        );
+    }
+}
+
+/// A create answered 503 (which may have landed) names nobody either: the error, nothing else.
+#[test]
+fn a_first_create_answered_503_names_nobody() {
+    let t = Scripted::new(vec![missing(), busy_503()]);
+    let term = Term::Record(Duration::from_secs(120));
+    let outcome = pollster::block_on(locks(&t).acquire_with(
+        &name(),
+        term,
+        id(4),
+        IdOrigin::Fresh,
+        "",
+        server_now(),
+    ));
+    assert!(matches!(outcome, Err(Error::Storage(_))), "{outcome:?}");
+    assert_eq!(t.sent().len(), 2, "{:#?}", t.sent());
+}
+
+/// A call that generated its id gives back a record whose compare-and-swap answer was lost
+/// (it landed): the key is free right after the error.
+#[test]
+fn a_fresh_id_clears_a_record_whose_answer_was_lost() {
+    let me = id(9);
     let t = Scripted::new(vec![
-        missing(),
+        head("available", "a", &[]),
         lost_answer(),
-        // What a read finds then: the create landed.
-        head("available", "c", &record),
+        head("available", "c", &record_of(me, SERVER_SECS + 120)),
         written("d"),
     ]);
     let term = Term::Record(Duration::from_secs(120));
-    let outcome = pollster::block_on(locks(&t).acquire(&name(), term, me, server_now()));
-    assert!(
-        matches!(outcome, Err(Error::Transport(_))),
-        "the error is reported: {outcome:?}"
-    );
+    let outcome = pollster::block_on(locks(&t).acquire_with(
+        &name(),
+        term,
+        me,
+        IdOrigin::Fresh,
+        "",
+        server_now(),
+    ));
+    assert!(matches!(outcome, Err(Error::Transport(_))), "{outcome:?}");
     let sent = t.sent();
-    let cleared = sent
-        .iter()
-        .any(|s| s.is_metadata_write() && s.holder.as_deref() == Some(""));
-    assert!(cleared, "the claim the create left is cleared: {sent:#?}");
-}
-
-/// A create answered 503 (which may have landed) is cleared the same way.
-#[test]
-fn a_first_create_answered_503_is_cleared_if_it_landed() {
-    let me = id(4);
-    let t = Scripted::new(vec![missing(), busy_503(), missing()]);
-    let term = Term::Record(Duration::from_secs(120));
-    let outcome = pollster::block_on(locks(&t).acquire(&name(), term, me, server_now()));
-    assert!(matches!(outcome, Err(Error::Storage(_))), "{outcome:?}");
-    // It looked: nothing landed, nothing to clear.
-    assert_eq!(t.sent().len(), 3, "{:#?}", t.sent());
+    assert!(sent.iter().any(released_record), "{sent:#?}");
 }
 
 /// Issue 21.8: a holder re-acquiring in the last second of its native lease (its claim's
@@ -337,7 +387,8 @@ fn a_failed_acquire_of_a_leased_blob_without_claim_releases_nothing() {
     );
 }
 
-/// A new holder whose acquire may have been granted (503) still gives it back.
+/// A new holder whose acquire may have been granted (503) still gives it back, when this call
+/// generated its id.
 #[test]
 fn a_new_holder_still_gives_back_what_a_503_may_have_granted() {
     let t = Scripted::new(vec![
@@ -345,7 +396,14 @@ fn a_new_holder_still_gives_back_what_a_503_may_have_granted() {
         busy_503(),
         reply(answer(200)),
     ]);
-    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), id(8), server_now()));
+    let outcome = pollster::block_on(locks(&t).acquire_with(
+        &name(),
+        native30(),
+        id(8),
+        IdOrigin::Fresh,
+        "",
+        server_now(),
+    ));
     assert!(outcome.is_err(), "{outcome:?}");
     assert!(
         t.sent()
@@ -383,6 +441,63 @@ fn a_copy_answer_without_a_status_is_pending() {
     }
 }
 
+/// Review finding 1 (native): a call whose acquire answer was lost must not release a lease
+/// id that the caller chose (a client's retry with the same `Lease-Id` may hold the lock under
+/// it by now: two calls, one id). Call 2, the retry, found the blob leased with no claim,
+/// acquired and wrote its claim; call 1 then sees its own acquire's answer lost.
+#[test]
+fn a_lost_answer_never_releases_a_lease_id_the_caller_chose() {
+    let me = id(10);
+    let retry = Scripted::new(vec![head("leased", "a", &[]), granted(), written("b")]);
+    let got = pollster::block_on(locks(&retry).acquire(&name(), native30(), me, server_now()));
+    assert!(matches!(got, Ok(Acquire::Acquired(_))), "{got:?}");
+    let first = Scripted::new(vec![
+        head("available", "a", &[]),
+        lost_answer(),
+        reply(answer(200)),
+    ]);
+    let outcome = pollster::block_on(locks(&first).acquire(&name(), native30(), me, server_now()));
+    assert!(outcome.is_err(), "{outcome:?}");
+    let sent = first.sent();
+    assert!(
+        !sent.iter().any(lease_released),
+        "the retry's lease is released under it: {sent:#?}"
+    );
+}
+
+/// Review finding 1 (record): a call whose record write's answer was lost must not clear the
+/// record of a lease id the caller chose: a concurrent call with that id found the record its
+/// own and answered "acquired".
+#[test]
+fn a_lost_answer_never_clears_a_record_of_a_lease_id_the_caller_chose() {
+    let me = id(11);
+    let term = Term::Record(Duration::from_secs(120));
+    let retry = Scripted::new(vec![head(
+        "available",
+        "c",
+        &record_of(me, SERVER_SECS + 120),
+    )]);
+    let got = pollster::block_on(locks(&retry).acquire(&name(), term, me, server_now()));
+    assert!(matches!(got, Ok(Acquire::Acquired(_))), "{got:?}");
+    // The first call's first create, and its compare-and-swap on a free blob: each answer lost.
+    for before in [vec![missing()], vec![head("available", "a", &[])]] {
+        let mut script = before;
+        script.extend([
+            lost_answer(),
+            head("available", "c", &record_of(me, SERVER_SECS + 120)),
+            written("d"),
+        ]);
+        let first = Scripted::new(script);
+        let outcome = pollster::block_on(locks(&first).acquire(&name(), term, me, server_now()));
+        assert!(outcome.is_err(), "{outcome:?}");
+        let sent = first.sent();
+        assert!(
+            !sent.iter().any(released_record),
+            "the retry's record is cleared under it: {sent:#?}"
+        );
+    }
+}
+
 /// Review finding 5: the native claim's compare-and-swap never writes a token below the one
 /// the blob holds. The holder extends (token 7); its claim write is refused (412); the re-read
 /// shows the blob leased (by its id) but claimed by another holder with token 8.
@@ -411,4 +526,34 @@ fn a_claim_write_never_puts_a_lower_token_over_a_higher_one() {
         !matches!(outcome, Ok(Acquire::Acquired(_))),
         "not acquired over a higher token: {outcome:?}"
     );
+}
+
+/// Review finding 3: a record lock's first create names nobody (holder empty, first token), and
+/// the record is then taken with the ordinary compare-and-swap; a create that lands late (after
+/// its answer was lost) so grants nothing, and there is nothing to clear.
+#[test]
+fn a_record_locks_first_create_names_nobody() {
+    let me = id(14);
+    let term = Term::Record(Duration::from_secs(120));
+    let t = Scripted::new(vec![missing(), created("c"), written("d")]);
+    let outcome = pollster::block_on(locks(&t).acquire(&name(), term, me, server_now()));
+    match outcome {
+        Ok(Acquire::Acquired(a)) => {
+            assert_eq!(a.lease_id, me);
+            assert_eq!(a.fencing_token, Some((SERVER_SECS + 1) << 16));
+        }
+        other => panic!("acquired: {other:?}"),
+    }
+    let sent = t.sent();
+    assert_eq!(sent.len(), 3, "HEAD, create, compare-and-swap: {sent:#?}");
+    let create = &sent[1];
+    assert!(
+        create.method == Method::PUT && !create.uri.contains("comp="),
+        "{create:?}"
+    );
+    assert!(
+        create.holder.as_deref().unwrap_or("").is_empty(),
+        "the create names nobody: {create:?}"
+    );
+    assert_eq!(sent[2].holder.as_deref(), Some(me.to_string().as_str()));
 }

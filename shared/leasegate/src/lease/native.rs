@@ -16,8 +16,8 @@ use std::time::SystemTime;
 
 use super::claim::first_token;
 use super::{
-    at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Kind, Locks,
-    Read, Release, Snapshot, Tenure, MAX_ATTEMPTS,
+    at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin,
+    Kind, Locks, Read, Release, Snapshot, Tenure, MAX_ATTEMPTS,
 };
 use crate::error::ErrorClass;
 use crate::names::BlobName;
@@ -31,6 +31,7 @@ pub(super) async fn acquire<T: Transport>(
     blob: &BlobName,
     duration: LeaseDuration,
     id: LeaseId,
+    origin: IdOrigin,
     label: &str,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
@@ -81,18 +82,28 @@ pub(super) async fn acquire<T: Transport>(
             label: label.to_string(),
         });
         let marks = snap.marks();
-        let (granted, tenure) =
-            match take(locks, blob, &snap, duration, id, claim, tenure, now).await? {
-                Take::Granted(time, tenure) => (time, tenure),
-                Take::TakenMeanwhile => {
-                    return Ok(Acquire::Busy {
-                        retry_after: None,
-                        holder: None,
-                        stepped_down_until: None,
-                    })
-                }
-                Take::Moved => continue,
-            };
+        let (granted, tenure) = match take(
+            locks,
+            blob,
+            &snap,
+            duration,
+            (id, origin),
+            claim,
+            tenure,
+            now,
+        )
+        .await?
+        {
+            Take::Granted(time, tenure) => (time, tenure),
+            Take::TakenMeanwhile => {
+                return Ok(Acquire::Busy {
+                    retry_after: None,
+                    holder: None,
+                    stepped_down_until: None,
+                })
+            }
+            Take::Moved => continue,
+        };
         return Ok(Acquire::Acquired(Acquired {
             lease_id: id,
             fencing_token: Some(tenure.token),
@@ -118,22 +129,26 @@ enum Take {
 }
 
 /// Acquires at the snapshot's ETag, then writes `claim` under the lease. A failure after
-/// storage may have granted a new tenure gives the lease back; it gives nothing back when the
-/// caller may have held the lease before this call: an extension, or a blob leased when read
-/// without a live claim (whose lease only storage knows: maybe the caller's own, left by a
-/// call that stopped between its grant and its claim). Such a lease runs out on its own.
+/// storage may have granted a new tenure gives the lease back only when this call generated
+/// `id` ([`IdOrigin::Fresh`]), and it gives nothing back when the caller may have held the
+/// lease before this call: an extension, or a blob leased when read without a live claim
+/// (whose lease only storage knows: maybe the caller's own, left by a call that stopped between
+/// its grant and its claim). Such a lease runs out on its own. An id the caller chose or
+/// derived ([`IdOrigin::Known`]) may be held right now by another call with it (a client's
+/// retry), so its lease is left too: acquiring again with the id settles it.
 #[allow(clippy::too_many_arguments)]
 async fn take<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
     snap: &Snapshot,
     duration: LeaseDuration,
-    id: LeaseId,
+    (id, origin): (LeaseId, IdOrigin),
     claim: Option<Claim>,
     tenure: Tenure,
     now: SystemTime,
 ) -> Result<Take, Error> {
     let held_before = tenure.extended || snap.leased;
+    let give_back_on_failure = origin == IdOrigin::Fresh && !held_before;
     let op = locks
         .lease_op(
             blob,
@@ -152,7 +167,7 @@ async fn take<T: Transport>(
             {
                 Ok(t) => t,
                 Err(e) => {
-                    if !held_before {
+                    if give_back_on_failure {
                         give_back(locks, blob, id, now).await;
                     }
                     return Err(e);
@@ -165,7 +180,7 @@ async fn take<T: Transport>(
             return Ok(Take::Moved)
         }
         Err(e) => {
-            if may_have_granted(&e) && !held_before {
+            if may_have_granted(&e) && give_back_on_failure {
                 give_back(locks, blob, id, now).await;
             }
             return Err(e);
@@ -187,7 +202,7 @@ async fn take<T: Transport>(
         // The lease was broken between the grant and the claim: not ours after all.
         Ok(None) => Ok(Take::TakenMeanwhile),
         Err(e) => {
-            if !held_before {
+            if give_back_on_failure {
                 give_back(locks, blob, id, now).await;
             }
             Err(e)

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 
 use super::claim::first_token;
 use super::{
-    at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Kind, Locks,
-    Read, Snapshot, Tenure, MAX_ATTEMPTS, MAX_WINDOW_SECS,
+    at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin,
+    Kind, Locks, Read, Snapshot, Tenure, MAX_ATTEMPTS, MAX_WINDOW_SECS,
 };
 use crate::names::BlobName;
 use crate::ops::{Condition, Metadata, Refusal, SetMetadata, WriteOutcome};
@@ -29,6 +29,7 @@ pub(super) async fn acquire<T: Transport>(
     blob: &BlobName,
     length: Duration,
     id: LeaseId,
+    origin: IdOrigin,
     label: &str,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
@@ -39,83 +40,42 @@ pub(super) async fn acquire<T: Transport>(
         )));
     }
     for _ in 0..MAX_ATTEMPTS {
-        let snap = match locks.read(blob, now).await? {
-            Read::Found(snap) => snap,
-            Read::Missing(date) => {
-                let start = unix_secs(date);
-                let claim = Claim {
-                    holder: Some(id),
-                    kind: Kind::Record,
-                    since: start,
-                    expires: start + secs,
-                    token: first_token(date)?,
-                    label: label.to_string(),
-                };
-                let created = match locks.create(blob, claim.clone(), now).await {
-                    Ok(Some(created)) => created,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        // A create whose answer was lost (or a 5xx) may have landed, naming
-                        // this caller: clear it as every other failure path does.
-                        if may_have_granted(&e) {
-                            let _ = clear_if_held(locks, blob, id, now).await;
-                        }
-                        return Err(e);
-                    }
-                };
-                let tenure = Tenure {
-                    token: claim.token,
-                    since: start,
-                    extended: false,
-                };
-                // A create that landed in a later second than the read made its token from
-                // a stale clock: make it again from the create's Date before answering.
-                let token = first_token(created.server_date)?;
-                if token == claim.token {
-                    return Ok(granted(
-                        id,
-                        &claim,
-                        tenure,
-                        created.server_date,
-                        Metadata::new(),
-                    ));
+        let (snap, tenure) = match locks.read(blob, now).await? {
+            Read::Found(snap) => {
+                if let Some(busy) = snap.busy_for(id) {
+                    return Ok(busy);
                 }
-                let fixed = Claim { token, ..claim };
-                let write = SetMetadata {
-                    container: locks.container.clone(),
-                    blob: blob.clone(),
-                    metadata: created.with_claim(&fixed),
-                    lease_id: None,
-                    condition: Condition::IfMatch(created.etag.clone()),
+                let tenure = snap.tenure_for(id)?;
+                (snap, tenure)
+            }
+            Read::Missing(date) => {
+                // First use: create the blob with the first token in it but no holder (as the
+                // native path does), then take the record below with the compare-and-swap at
+                // the new blob's ETag. A create whose answer is lost so grants nothing, however
+                // late it lands: there is nothing to clear.
+                let pending = Claim {
+                    holder: None,
+                    kind: Kind::Record,
+                    since: unix_secs(date),
+                    expires: 0,
+                    token: first_token(date)?,
+                    label: String::new(),
                 };
-                return match locks.execute(&write, now).await {
-                    Ok((WriteOutcome::Written(w), date)) => {
-                        let written = checked_date(w.server_date.or(date).ok_or_else(no_date)?)?;
-                        Ok(granted(
-                            id,
-                            &fixed,
-                            Tenure { token, ..tenure },
-                            written,
-                            Metadata::new(),
-                        ))
+                match locks.create(blob, pending.clone(), now).await? {
+                    Some(created) => {
+                        // The token is the create's when it landed in a later second than the
+                        // read (a slow create).
+                        let tenure = Tenure {
+                            token: first_token(created.server_date)?.max(pending.token),
+                            since: pending.since,
+                            extended: false,
+                        };
+                        (created, tenure)
                     }
-                    Ok((WriteOutcome::Refused(_), _)) => Ok(Acquire::Busy {
-                        retry_after: None,
-                        holder: None,
-                        stepped_down_until: None,
-                    }),
-                    Err(e) => {
-                        // Ours (just created): give it back rather than leave it taken.
-                        let _ = clear_if_held(locks, blob, id, now).await;
-                        Err(e)
-                    }
-                };
+                    None => continue,
+                }
             }
         };
-        if let Some(busy) = snap.busy_for(id) {
-            return Ok(busy);
-        }
-        let tenure = snap.tenure_for(id)?;
         let claim = Claim {
             holder: Some(id),
             kind: Kind::Record,
@@ -167,9 +127,11 @@ pub(super) async fn acquire<T: Transport>(
             }
             Err(e) if is_missing(&e) => continue,
             Err(e) => {
-                // A new holder gives back what storage may have granted it; a holder that was
-                // extending or switching keeps the lock it held before this call.
-                if may_have_granted(&e) && !tenure.extended {
+                // A new holder gives back what storage may have granted it, when this call
+                // generated its id; a holder that was extending or switching keeps the lock it
+                // held before this call, and a known id may be another call's by now (the
+                // same id acquiring again settles it).
+                if may_have_granted(&e) && !tenure.extended && origin == IdOrigin::Fresh {
                     let _ = clear_if_held(locks, blob, id, now).await;
                 }
                 return Err(e);
