@@ -62,8 +62,9 @@ impl std::fmt::Display for ContainerName {
     }
 }
 
-/// A blob name: 1 to 1024 characters, no control characters, no `.` or `..` segment (a URL
-/// cannot carry those reliably: clients and servers resolve them). Everything else storage
+/// A blob name: 1 to 1024 characters, no control characters, no `.` or `..` segment, with both
+/// `/` and `\` taken as separators (a URL cannot carry those reliably: clients and servers
+/// resolve them, some after turning `\` into `/`). Everything else storage
 /// accepts is a name here, `a//b`, `dir/` and `a\b` included: each segment is percent-encoded
 /// on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -82,8 +83,11 @@ impl BlobName {
         if name.chars().any(char::is_control) {
             return Err(bad("control characters are not allowed"));
         }
-        if name.split('/').any(|seg| seg == "." || seg == "..") {
-            return Err(bad("'.' and '..' path segments are not allowed"));
+        // `\` counts as a separator here too: some clients and servers treat it as one.
+        if name.split(['/', '\\']).any(|seg| seg == "." || seg == "..") {
+            return Err(bad(
+                "'.' and '..' path segments (between '/' or '\\') are not allowed",
+            ));
         }
         Ok(BlobName(name.to_string()))
     }
@@ -304,6 +308,25 @@ mod tests {
         }
         for bad in ["", ".", "..", "a/./b", "a/../b", "x/..", "a\nb"] {
             assert!(BlobName::try_new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn blob_names_refuse_dot_segments_split_on_backslash() {
+        // Servers and clients may treat `\` as a separator: `logs/..\..\other/x` starts with
+        // a swept prefix but may name a blob outside it.
+        for bad in [
+            "logs/..\\..\\other/x",
+            "a\\..",
+            "..\\a",
+            "a\\.\\b",
+            "a/.\\b",
+        ] {
+            let e = BlobName::try_new(bad).unwrap_err().to_string();
+            assert!(e.contains("segments"), "{bad:?}: {e}");
+        }
+        for ok in ["a\\b", "a..\\b", "a\\.b", "\\lead"] {
+            BlobName::try_new(ok).unwrap();
         }
     }
 
