@@ -343,6 +343,13 @@ pub enum Decision {
         /// The run's log entry.
         entry: Entry,
     },
+    /// This instance's lease for this occurrence is held (by another tick of it, or by a
+    /// tick that failed before writing its outcome and could not release) and the reservation
+    /// has no outcome: not settled, to be retried after `retry_after` (the lease's time left).
+    InProgress {
+        /// How long the lease has left.
+        retry_after: Duration,
+    },
     /// The occurrence is older than the retention (or than the log's clean-up): refused,
     /// whoever asks and however often.
     TooOld {
@@ -723,11 +730,24 @@ async fn run_reserved<T, S: Transport, J: Transport>(
                     Ok(Ok(())) | Err(_) => Ok(Decision::Overlapped { entry }),
                 };
             }
-            Acquire::Busy { .. } => {
-                return Ok(Decision::Skipped {
-                    reserved_by: Some(settings.instance_id.clone()),
-                    reason: "another tick of this instance holds the job's lease for it".into(),
-                })
+            Acquire::Busy { retry_after, .. } => {
+                // This occurrence's lease (or one with no claim yet): settled only if the
+                // reservation now shows an outcome. Else its holder may be dead (its outcome
+                // write and its release failed): not settled, retried once the lease ends.
+                let (props, _) = head(locks, &reservation.blob, ctx.now).await?;
+                if let Some(run) = props.as_ref().and_then(|p| p.metadata.get(META_RUN)) {
+                    return Ok(settled(run));
+                }
+                let wait = retry_after.unwrap_or(match settings.lease_term {
+                    Term::Native(leasegate::LeaseDuration::Seconds(s)) => {
+                        Duration::from_secs(u64::from(s))
+                    }
+                    Term::Record(d) => d,
+                    Term::Native(_) => Duration::from_secs(60),
+                });
+                return Ok(Decision::InProgress {
+                    retry_after: wait.max(Duration::from_secs(1)),
+                });
             }
         },
     };
@@ -1061,6 +1081,7 @@ impl Decision {
             Decision::JobFailed { .. } => "failed",
             Decision::TooOld { .. } => "too_old",
             Decision::TooEarly { .. } => "too_early",
+            Decision::InProgress { .. } => "in_progress",
         }
     }
 }
@@ -1108,6 +1129,15 @@ pub fn describe(
                     v.set("reservedBy", json!(reserved_by));
                     v.set("reason", json!(reason));
                     StatusCode::OK
+                }
+                Decision::InProgress { retry_after } => {
+                    v.set("error", json!("occurrence_in_progress"));
+                    v.set("message", json!(format!(
+                        "this instance's lease for the occurrence is held but the occurrence has no outcome yet: retry in {} s (once the lease ends, a tick runs it)",
+                        retry_after.as_secs()
+                    )));
+                    v.set("retryAfterSeconds", json!(retry_after.as_secs()));
+                    StatusCode::SERVICE_UNAVAILABLE
                 }
                 Decision::TooEarly { early } => {
                     v.set("error", json!("occurrence_too_early"));
@@ -1298,7 +1328,8 @@ async fn api<T: Transport>(
     log_tick(&v);
     let mut r = web::json(status, &v);
     if status == StatusCode::SERVICE_UNAVAILABLE {
-        r.headers_mut().insert("retry-after", "1");
+        let wait = v["retryAfterSeconds"].as_u64().unwrap_or(1).to_string();
+        r.headers_mut().insert("retry-after", &wait);
     }
     r
 }
