@@ -73,19 +73,16 @@ impl Settings {
         let timeout = whole("init_timeout_seconds", 30.0, 1..=3600)?;
         let url = config::url(vars, "init_url")?;
         let storage = config::storage(vars)?;
-        // The run's lock must outlast its call and the marking after it (a HEAD and a write,
-        // each up to storage_timeout_ms); otherwise another caller takes the lock while the
-        // run still goes on, and duplicate initializations become routine.
-        let needed = timeout + storage.timeout * 2;
+        let (needed, requests) = lease_needed(timeout, storage.timeout, lease);
         if needed > lease {
             return Err(ConfigError(format!(
-                "variable init_timeout_seconds ({}s) plus two storage requests ({} ms each, \
-                 storage_timeout_ms) must fit within init_lease_seconds ({}s): raise \
+                "variable init_timeout_seconds ({}s) plus {requests} storage requests ({} ms \
+                 each, storage_timeout_ms) must fit within init_lease_seconds ({}s): raise \
                  init_lease_seconds to at least {}, or lower init_timeout_seconds",
                 timeout.as_secs(),
                 storage.timeout.as_millis(),
                 lease.as_secs(),
-                needed.as_secs() + u64::from(needed.subsec_nanos() > 0),
+                lease_suggested(timeout, storage.timeout, lease).as_secs(),
             )));
         }
         Ok(Settings {
@@ -96,6 +93,38 @@ impl Settings {
             lease,
             timeout,
         })
+    }
+}
+
+/// How long the run's lock must last for `init_lease_seconds = lease`, and the storage
+/// requests counted in it: the call and the marking after it (a HEAD and a write, each up to
+/// `storage_timeout`), and for a native lease (15 to 60 s) also the claim write after the
+/// grant (the lease runs from the grant). Otherwise another caller takes the lock while the run
+/// still goes on, and duplicate initializations become routine.
+pub fn lease_needed(
+    timeout: Duration,
+    storage_timeout: Duration,
+    lease: Duration,
+) -> (Duration, u32) {
+    let requests = if matches!(Term::for_window(lease), Ok(Term::Native(_))) {
+        3
+    } else {
+        2
+    };
+    (timeout + storage_timeout * requests, requests)
+}
+
+/// The smallest whole-second `init_lease_seconds` from `lease` up that [`lease_needed`]
+/// accepts.
+pub fn lease_suggested(timeout: Duration, storage_timeout: Duration, lease: Duration) -> Duration {
+    let mut secs = lease.as_secs().max(1);
+    // Ends: at `timeout + 3 x storage_timeout` (rounded up) every term is long enough.
+    loop {
+        let l = Duration::from_secs(secs);
+        if lease_needed(timeout, storage_timeout, l).0 <= l {
+            return l;
+        }
+        secs += 1;
     }
 }
 
@@ -600,5 +629,52 @@ async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &s
             format!("the initialization is running (on {by}): reset it once that run ends"),
         ),
         Err(e) => web::storage_unavailable(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Settings;
+    use std::collections::HashMap;
+
+    fn load(lease: &str, timeout: &str, storage_ms: &str) -> Result<Settings, String> {
+        let vars: HashMap<String, String> = [
+            ("instance_id", "node-a"),
+            ("init_url", "http://127.0.0.1:9/init"),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", "RXhhbXBsZUtleUZvclVuaXRUZXN0c09ubHk="),
+            ("init_lease_seconds", lease),
+            ("init_timeout_seconds", timeout),
+            ("storage_timeout_ms", storage_ms),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        Settings::load(&vars).map_err(|e| e.to_string())
+    }
+
+    /// A native lease (15 to 60 s) runs from its grant: the claim write after it counts too,
+    /// so the lease must hold the call and three storage requests; a record (above 60 s) is
+    /// written with its claim, so two.
+    #[test]
+    fn the_lease_holds_the_call_and_its_storage_requests() {
+        // 10 s + 3 x 2 s = 16 s > 15 s (native): refused, naming the lease needed.
+        let e = load("15", "10", "2000").err().expect("refused");
+        assert!(e.contains("3 storage requests"), "{e}");
+        assert!(e.contains("at least 16"), "{e}");
+        load("16", "10", "2000").unwrap();
+        load("15", "10", "1500").unwrap();
+        // 50 s + 3 x 5 s = 65 s > 60 s; a 61 s record needs 50 + 2 x 5 = 60 s.
+        let e = load("60", "50", "5000").err().expect("refused");
+        assert!(e.contains("at least 61"), "{e}");
+        load("61", "50", "5000").unwrap();
+        // A record: two requests.
+        let e = load("120", "115", "5000").err().expect("refused");
+        assert!(
+            e.contains("2 storage requests") && e.contains("at least 125"),
+            "{e}"
+        );
+        load("125", "115", "5000").unwrap();
     }
 }
