@@ -1242,13 +1242,24 @@ fn same_content(
         && copy.content_length == listed.content_length
 }
 
+/// Whether a successful copy of this source, written at `copied` (seconds), holds the version
+/// listed as written at `listed`: one written in a later second does; one written in the same
+/// second does only with the very content (`same_content`). An earlier copy never does, even
+/// with the same content: the source's metadata may have changed since (same MD5).
+fn holds_listed_version(copied: Option<u64>, listed: Option<u64>, same_content: bool) -> bool {
+    match (copied, listed) {
+        (Some(copied), Some(listed)) => copied > listed || (copied == listed && same_content),
+        _ => false,
+    }
+}
+
 /// Copies the listed version of `item` to its dead-blob container, never over another blob:
 /// to `{prefix}{name}`, or, when that name is taken by another blob, `{prefix}{name}.{etag}`.
 /// The copy sends no metadata, so storage keeps the source's exactly (names' case and values).
 /// A destination that already holds this version (copied from this source, successfully, and
-/// either written in a later second than the listed version or holding the listed version's
-/// very content, by `Content-MD5` and length: an earlier move that did not get to delete the
-/// source) counts as copied. `Err` is the outcome of a blob that must stay where it is.
+/// either written in a later second than the listed version or, in the same second, holding
+/// the listed version's very content, by `Content-MD5` and length: an earlier move that did
+/// not get to delete the source) counts as copied; an earlier copy never does. `Err` is the outcome of a blob that must stay where it is.
 #[allow(clippy::too_many_arguments)]
 async fn move_blob<T, S: Transport>(
     ctx: &Context<'_, T>,
@@ -1319,10 +1330,11 @@ async fn move_blob<T, S: Transport>(
                         if p.copy_status.as_deref() == Some("success")
                             && p.copy_source.as_deref().and_then(|s| s.split('?').next())
                                 == Some(source_uri.as_str())
-                            && (matches!(
-                                (p.last_modified.map(secs), listed_at),
-                                (Some(Some(copied)), Some(Some(listed))) if copied > listed
-                            ) || same_content(&p, &item.properties)) =>
+                            && holds_listed_version(
+                                p.last_modified.and_then(secs),
+                                listed_at.flatten(),
+                                same_content(&p, &item.properties),
+                            ) =>
                     {
                         return Ok(())
                     }
@@ -1881,6 +1893,21 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
 
 #[cfg(test)]
 mod tests {
+    /// A dead-blob copy written before the listed version is an older version (its metadata
+    /// may differ with the same content): never counted as copied; a later one is; one of the
+    /// same second is when its content is the listed one.
+    #[test]
+    fn only_a_copy_from_the_listed_second_on_counts_as_copied() {
+        use super::holds_listed_version as holds;
+        assert!(!holds(Some(99), Some(100), true), "an older copy, same MD5");
+        assert!(!holds(Some(99), Some(100), false));
+        assert!(holds(Some(101), Some(100), false));
+        assert!(holds(Some(100), Some(100), true));
+        assert!(!holds(Some(100), Some(100), false));
+        assert!(!holds(None, Some(100), true), "a copy of unknown age");
+        assert!(!holds(Some(100), None, true));
+    }
+
     use super::*;
     use std::collections::HashMap;
 
