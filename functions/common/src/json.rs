@@ -458,27 +458,6 @@ fn write_items<'a>(
     out.push(close);
 }
 
-/// Format (Cf) and separator (Zl, Zp) characters of the Basic Multilingual Plane that change
-/// how the text around them is shown: bidirectional controls, zero-width characters, line and
-/// paragraph separators, the byte-order mark.
-fn invisible(c: char) -> bool {
-    matches!(
-        c,
-        '\u{ad}'
-            | '\u{600}'..='\u{605}'
-            | '\u{61c}'
-            | '\u{6dd}'
-            | '\u{70f}'
-            | '\u{180e}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{206f}'
-            | '\u{feff}'
-            | '\u{fff9}'..='\u{fffb}'
-    )
-}
-
 fn write_str(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
@@ -493,8 +472,11 @@ fn write_str(out: &mut String, s: &str) {
             // Control characters, and the format and separator characters that reorder or
             // break text where it is shown (U+202E, U+2028, ...): text from users (blob names)
             // reaches answers and log lines escaped.
-            c if c.is_control() || invisible(c) => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+            // Above U+FFFF: a UTF-16 surrogate pair (`\\u` takes four hex digits).
+            c if c.is_control() || leasegate::is_format_or_separator(c) => {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    let _ = write!(out, "\\u{:04x}", unit);
+                }
             }
             c => out.push(c),
         }
@@ -1128,6 +1110,19 @@ mod tests {
             v.to_string(),
             "\"a\\u202eb\\u2028c\\u007fd\\u0085e\\ufefff caf\u{e9}\""
         );
+    }
+
+    /// Every format character is escaped, those above U+FFFF as a UTF-16 surrogate pair
+    /// (JSON's `\u` takes four hex digits), and read back as the same text.
+    #[test]
+    fn format_characters_outside_the_first_block_are_escaped() {
+        let text = "a\u{890}b\u{8e2}c\u{e0001}d\u{1d173}e\u{13430}f\u{110bd}g\u{1f642}";
+        let v = crate::json!(text);
+        assert_eq!(
+            v.to_string(),
+            "\"a\\u0890b\\u08e2c\\udb40\\udc01d\\ud834\\udd73e\\ud80d\\udc30f\\ud804\\udcbdg\u{1f642}\""
+        );
+        assert_eq!(theirs(&v), serde_json!(text));
     }
 
     #[test]
