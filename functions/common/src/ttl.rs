@@ -356,6 +356,9 @@ pub struct Report {
     /// Marked blobs whose names cannot be swept (a `.` or `..` segment), each reported once
     /// (the state remembers them): (container, name).
     pub unusable_names: Vec<(String, String)>,
+    /// Unusable names found past the [`MAX_UNUSABLE`] the state remembers: counted on every
+    /// pass that lists them, not named.
+    pub unusable_not_remembered: u64,
 }
 
 /// A swept container skipped for this pass.
@@ -599,6 +602,12 @@ impl ToJson for Report {
                 .collect();
             v.set("unusableNames", json!(list));
         }
+        if self.unusable_not_remembered > 0 {
+            v.set(
+                "unusableNamesNotRemembered",
+                json!(self.unusable_not_remembered),
+            );
+        }
         v
     }
 }
@@ -650,6 +659,8 @@ struct Tick {
     containers_skipped: Vec<SkippedContainer>,
     /// Unusable names this tick's claims found first.
     unusable_names: Vec<(String, String)>,
+    /// Unusable names this tick's claims found that the state had no room to remember.
+    unusable_overflow: u64,
 }
 
 /// One tick: claim and process pages until the budget is spent or the pass completes. The
@@ -669,6 +680,7 @@ pub async fn sweep<T: Transport>(
         maybe_active: false,
         containers_skipped: Vec::new(),
         unusable_names: Vec::new(),
+        unusable_overflow: 0,
     };
     let mut report = Report::default();
     let mut failure = None;
@@ -725,6 +737,7 @@ pub async fn sweep<T: Transport>(
     }
     report.containers_skipped = std::mem::take(&mut tick.containers_skipped);
     report.unusable_names = std::mem::take(&mut tick.unusable_names);
+    report.unusable_not_remembered = tick.unusable_overflow;
     (report, failure, counting.sent())
 }
 
@@ -916,6 +929,7 @@ async fn claim_held<S: Transport>(
     let mut page = None;
     let mut skipped = Vec::new();
     let mut unusable_new = Vec::new();
+    let mut unusable_overflow = 0;
     let outcome = if !page_wanted {
         Claim::Done
     } else if resting(&state, settings, server_now) {
@@ -956,7 +970,7 @@ async fn claim_held<S: Transport>(
         }
         if let Some((index, listed)) = found {
             if listed.kind == Kind::Ttl {
-                remember_unusable(&mut state, &listed, &mut unusable_new);
+                unusable_overflow = remember_unusable(&mut state, &listed, &mut unusable_new);
             }
             let e = &mut state.containers[index];
             e.marker = listed.page.next_marker.clone();
@@ -1000,6 +1014,7 @@ async fn claim_held<S: Transport>(
     tick.maybe_active = active;
     tick.containers_skipped.extend(skipped);
     tick.unusable_names.extend(unusable_new);
+    tick.unusable_overflow += unusable_overflow;
     Ok(page.map_or(outcome, Claim::Page))
 }
 
@@ -1017,9 +1032,11 @@ fn refuses_for_good(e: &leasegate::Error) -> bool {
 
 /// Records the page's marked blobs whose names cannot be swept (a `.` or `..` segment, a
 /// control character) in the state, and puts those it did not know into `new`: each is
-/// reported once, not on every pass.
-fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<(String, String)>) {
+/// reported once, not on every pass. Past [`MAX_UNUSABLE`] a name cannot be remembered, so it
+/// is not named (it would be on every pass): the answer is how many such names the page had.
+fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<(String, String)>) -> u64 {
     let pass = state.passes;
+    let mut overflow = 0;
     for item in &listed.page.blobs {
         if !item.properties.metadata.contains_key(TIME_TO_LIVE)
             || BlobName::try_new(&item.name).is_ok()
@@ -1038,11 +1055,14 @@ fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<(String,
                     state
                         .unusable
                         .push((container.to_string(), item.name.clone(), pass));
+                    new.push((container.to_string(), item.name.clone()));
+                } else {
+                    overflow += 1;
                 }
-                new.push((container.to_string(), item.name.clone()));
             }
         }
     }
+    overflow
 }
 
 /// Whether a new pass must wait: the last one ended less than `ttl_pass_interval_seconds` ago
@@ -1893,6 +1913,38 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
 
 #[cfg(test)]
 mod tests {
+    /// Past the names the state can remember, an unusable name is not reported by name (it
+    /// would be reported again on every pass): only counted.
+    #[test]
+    fn unusable_names_past_the_cap_are_counted_not_reported_every_pass() {
+        use super::*;
+        let mut state = State::default();
+        for k in 0..MAX_UNUSABLE {
+            state.unusable.push(("c".into(), format!("old/{k}/.."), 0));
+        }
+        let mut properties = leasegate::ops::BlobProperties::default();
+        properties.metadata.insert(TIME_TO_LIVE.into(), "60".into());
+        let listed = Claimed {
+            kind: Kind::Ttl,
+            container: ContainerName::try_new("logs").unwrap(),
+            page: ListBlobsPage {
+                blobs: vec![leasegate::ops::BlobItem {
+                    name: "a/../b".into(),
+                    properties,
+                }],
+                ..ListBlobsPage::default()
+            },
+            server_now: SystemTime::UNIX_EPOCH,
+        };
+        for _pass in 0..2 {
+            let mut new = Vec::new();
+            let overflow = remember_unusable(&mut state, &listed, &mut new);
+            assert!(new.is_empty(), "{new:?}");
+            assert_eq!(overflow, 1);
+            assert_eq!(state.unusable.len(), MAX_UNUSABLE);
+        }
+    }
+
     /// A dead-blob copy written before the listed version is an older version (its metadata
     /// may differ with the same content): never counted as copied; a later one is; one of the
     /// same second is when its content is the listed one.
