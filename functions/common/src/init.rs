@@ -660,17 +660,23 @@ mod tests {
     #[test]
     fn the_lease_holds_the_call_and_its_storage_requests() {
         // 10 s + 3 x 2 s = 16 s > 15 s (native): refused, naming the lease needed.
-        let e = load("15", "10", "2000").err().expect("refused");
+        let Err(e) = load("15", "10", "2000") else {
+            panic!("accepted")
+        };
         assert!(e.contains("3 storage requests"), "{e}");
         assert!(e.contains("at least 16"), "{e}");
         load("16", "10", "2000").unwrap();
         load("15", "10", "1500").unwrap();
         // 50 s + 3 x 5 s = 65 s > 60 s; a 61 s record needs 50 + 2 x 5 = 60 s.
-        let e = load("60", "50", "5000").err().expect("refused");
+        let Err(e) = load("60", "50", "5000") else {
+            panic!("accepted")
+        };
         assert!(e.contains("at least 61"), "{e}");
         load("61", "50", "5000").unwrap();
         // A record: two requests.
-        let e = load("120", "115", "5000").err().expect("refused");
+        let Err(e) = load("120", "115", "5000") else {
+            panic!("accepted")
+        };
         assert!(
             e.contains("2 storage requests") && e.contains("at least 125"),
             "{e}"
