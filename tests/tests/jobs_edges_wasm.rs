@@ -9,6 +9,7 @@ use leasegate::ops::ListBlobs;
 use leasegate_native::{block_on, NativeTransport};
 use leasegate_tests::app::{call, Answer, App, Manifest, Setup, ADMIN_AUTH, TIMER_AUTH};
 use leasegate_tests::proxy::Fault;
+use leasegate_tests::wait_for;
 use leasegate_tests::Azurite;
 use serde_json::{json, Value};
 
@@ -356,16 +357,35 @@ fn twenty_concurrent_winners_keep_their_log_entries() {
         ),
         Fault::Delay(Duration::from_millis(400)),
     );
-    let answers: Vec<Answer> = std::thread::scope(|s| {
+    let answers: Vec<(u64, Answer)> = std::thread::scope(|s| {
         let handles: Vec<_> = (1..=WRITERS)
             .map(|k| {
                 let app = &app;
-                s.spawn(move || tick_at(app, base + 60 * k))
+                s.spawn(move || (k, tick_at(app, base + 60 * k)))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     app.storage.set_fault(None);
+    // A tick that found the job's lease taken by a run whose claim was not written yet cannot
+    // tell whose it is: 503 occurrence_in_progress with a Retry-After, and its retry settles it.
+    let answers: Vec<Answer> = answers
+        .into_iter()
+        .map(|(k, a)| {
+            if a.status != 503 || a.json["error"] != "occurrence_in_progress" {
+                return a;
+            }
+            assert!(a.headers.contains_key("retry-after"), "{}", a.text);
+            wait_for(
+                "the retried tick to settle",
+                Duration::from_secs(120),
+                || {
+                    let r = tick_at(&app, base + 60 * k);
+                    (r.json["error"] != "occurrence_in_progress").then_some(r)
+                },
+            )
+        })
+        .collect();
     // Every tick has answered, so every storage request of theirs has reached the proxy.
     let log_puts: usize = app
         .storage
