@@ -524,9 +524,11 @@ fn hold_devices(app: &App, tokens: &Tokens, n: usize) {
     }
 }
 
-/// Each gate key is taken by the bench's holder.
-fn hold_gates(app: &App, tokens: &Tokens, n: usize) {
+/// Each gate key is taken by the bench's holder; returns each key's lease id (a holder extends
+/// its gate by sending it back in the `Lease-Id` header).
+fn hold_gates(app: &App, tokens: &Tokens, n: usize) -> Vec<String> {
     let auth = format!("Bearer {}", tokens.gate);
+    let mut ids = Vec::with_capacity(n);
     for i in 0..n {
         let a = call(
             "POST",
@@ -539,7 +541,9 @@ fn hold_gates(app: &App, tokens: &Tokens, n: usize) {
         if a.status != 200 {
             eprintln!("bench: warning: gate {i} not taken: {}", a.status);
         }
+        ids.push(a.json["leaseId"].as_str().unwrap_or_default().to_string());
     }
+    ids
 }
 
 fn telemetry_request(
@@ -611,7 +615,7 @@ fn app_rows(bench: &mut Bench, tokens: &Tokens, kv_declared: bool) -> (Row, Vec<
         throttled_expect(),
     );
     throttled.reference = Some(409);
-    hold_gates(&app, tokens, n);
+    let lease_ids = hold_gates(&app, tokens, n);
     let auth = format!("Bearer {}", tokens.gate);
     let get = |i: usize| {
         http_request(
@@ -638,7 +642,7 @@ fn app_rows(bench: &mut Bench, tokens: &Tokens, kv_declared: bool) -> (Row, Vec<
             "POST",
             &format!("/api/gate/bench%2Fgate-{i}?window={GATE_WINDOW}&holder={GATE_HOLDER}"),
             &host,
-            &[("authorization", &auth)],
+            &[("authorization", &auth), ("lease-id", &lease_ids[i])],
             b"",
         )
     };
