@@ -153,8 +153,11 @@ run() {
   local telemetry="${LEASEGATE_TELEMETRY_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   local timer="${LEASEGATE_TIMER_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   local admin="${LEASEGATE_ADMIN_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
+  # The key of derived lease ids (the leader's): one secret shared by every deployment.
+  local lease_secret="${LEASEGATE_LEASE_ID_SECRET:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(16))')}"
   local vars=(--variable gate_token="$token" --variable telemetry_token="$telemetry"
               --variable timer_token="$timer" --variable admin_token="$admin"
+              --variable lease_id_secret="$lease_secret"
               --variable instance_id="${LEASEGATE_INSTANCE_ID:-dev-local}"
               --variable ttl_containers="${LEASEGATE_TTL_CONTAINERS:-scratch}"
               --variable ttl_lock_retention_seconds=86400)

@@ -6,6 +6,7 @@
 //! 401s (no token sent), so no storage request is in the figures: only what the component's
 //! size can change (compiling, instantiating, running it).
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -96,7 +97,10 @@ fn spin_up(copy: &Path, cache: bool) -> Result<(Child, String, Duration), String
         .arg(copy.join("logs"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(Stdio::null())
+        // Its own process group: `spin up` starts `spin trigger http` as a child, which must
+        // go with it.
+        .process_group(0);
     if !cache {
         cmd.arg("--disable-cache");
     }
@@ -112,17 +116,20 @@ fn spin_up(copy: &Path, cache: bool) -> Result<(Child, String, Duration), String
             return Ok((child, addr, started.elapsed()));
         }
         if let Ok(Some(status)) = child.try_wait() {
+            stop(child);
             return Err(format!("spin up exited: {status}"));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    stop(child);
     Err("spin up did not serve within 180 s".into())
 }
 
+/// Stops `spin up` and the trigger process it started (its whole process group).
 fn stop(mut child: Child) {
-    let _ = child.kill();
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .status();
     let _ = child.wait();
 }
 
