@@ -184,6 +184,33 @@ pub struct Setup {
     pub cron: Vec<(&'static str, &'static str)>,
     /// A runtime config file's text for `spin up --runtime-config-file`.
     pub runtime_config: Option<String>,
+    /// Reach storage over HTTPS: the storage proxy's listener speaks TLS
+    /// ([`Proxy::start_tls`]), `storage_origin` is `https://localhost:{port}`, and the runtime
+    /// config (merged into [`Setup::runtime_config`]) gains a `[[client_tls]]` entry trusting the
+    /// test CA for `localhost` from every storage component the manifest has
+    /// ([`STORAGE_COMPONENTS`]).
+    pub storage_tls: bool,
+}
+
+/// The components that reach storage (those of them a manifest has get its `[[client_tls]]`
+/// entry under [`Setup::storage_tls`]).
+pub const STORAGE_COMPONENTS: [&str; 6] = [
+    "device-alerts",
+    "gate",
+    "scheduled-job",
+    "leader",
+    "init-once",
+    "ttl-sweeper",
+];
+
+/// The ids of the components `manifest` declares (`[component.<id>]`).
+pub fn manifest_components(manifest: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).expect("read the manifest");
+    let doc: toml::Table = text.parse().expect("the manifest parses");
+    doc.get("component")
+        .and_then(|c| c.as_table())
+        .map(|c| c.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// The app under the real `spin up`, with a recording, fault-injecting proxy in front of
@@ -201,14 +228,14 @@ pub struct App {
     pub webhook: Proxy,
     /// The app's variables.
     pub variables: HashMap<String, String>,
-    /// The folder of a generated manifest, removed with the app.
-    manifest_dir: Option<PathBuf>,
+    /// Folders of generated files (a manifest, the test CA's PEM), removed with the app.
+    scratch: Vec<PathBuf>,
 }
 
 impl Drop for App {
     fn drop(&mut self) {
         self.spin.stop();
-        if let Some(dir) = &self.manifest_dir {
+        for dir in &self.scratch {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
@@ -224,7 +251,12 @@ impl App {
     pub fn start_with(tag: &str, overrides: &[(&str, &str)], setup: Setup) -> App {
         build_components();
         let azurite = Azurite::shared();
-        let storage = Proxy::start(&format!("127.0.0.1:{}", azurite.port()));
+        let azurite_addr = format!("127.0.0.1:{}", azurite.port());
+        let storage = if setup.storage_tls {
+            Proxy::start_tls(&azurite_addr)
+        } else {
+            Proxy::start(&azurite_addr)
+        };
         let sink = Sink::start();
         let webhook = Proxy::start(&sink.authority());
         let container = setup.container.unwrap_or_else(|| unique_container(tag));
@@ -255,6 +287,23 @@ impl App {
         } else {
             (setup.manifest.path(), None)
         };
+        let mut scratch: Vec<PathBuf> = manifest.1.into_iter().collect();
+        let runtime_config = if setup.storage_tls {
+            let dir = crate::spin::scratch_dir("tls");
+            let ca_file = crate::tls::TestCa::shared().write_ca_pem(&dir);
+            scratch.push(dir);
+            let components: Vec<String> = manifest_components(&manifest.0)
+                .into_iter()
+                .filter(|c| STORAGE_COMPONENTS.contains(&c.as_str()))
+                .collect();
+            Some(crate::tls::client_tls_runtime_config(
+                setup.runtime_config.as_deref(),
+                &components,
+                &ca_file,
+            ))
+        } else {
+            setup.runtime_config
+        };
         let mut sorted: Vec<(String, String)> = variables.clone().into_iter().collect();
         sorted.sort();
         let spin = Spin::start(&SpinConfig {
@@ -262,7 +311,7 @@ impl App {
             variables: sorted,
             http,
             clock_offset_ms: setup.clock_offset_ms,
-            runtime_config: setup.runtime_config,
+            runtime_config,
         });
         App {
             spin,
@@ -271,7 +320,7 @@ impl App {
             storage,
             webhook,
             variables,
-            manifest_dir: manifest.1,
+            scratch,
         }
     }
 

@@ -21,6 +21,7 @@ pub mod proxy;
 pub mod sink;
 pub mod spin;
 pub mod stub;
+pub mod tls;
 
 /// A running Azurite blob service.
 pub struct Azurite {

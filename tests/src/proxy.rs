@@ -13,12 +13,18 @@
 //! every fault acts per request, never per connection. Each client connection is served by
 //! its own thread over its own upstream connection; every read has a timeout and every loop a
 //! bound, and dropping the proxy stops it.
+//!
+//! [`Proxy::start_tls`] starts the same proxy with a listener that speaks TLS (the server
+//! certificate of [`crate::tls::TestCa`], for `localhost` and `127.0.0.1`); the upstream stays
+//! plain HTTP. Both serve a connection with the same code, over any [`ClientStream`].
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+
+use rustls::{ServerConnection, StreamOwned};
 
 /// What the proxy does to a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +114,8 @@ struct Shared {
     /// [`Proxy::reset_peak`].
     flight: Mutex<(usize, usize)>,
     stop: AtomicBool,
+    /// The listener speaks TLS with this configuration; `None`: plain HTTP.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// One request in flight at the proxy, from when it was read until its answer was passed on
@@ -134,6 +142,7 @@ impl Drop for InFlight<'_> {
 /// The proxy. Dropping it stops accepting and ends every connection it serves.
 pub struct Proxy {
     port: u16,
+    tls: bool,
     shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -141,6 +150,17 @@ pub struct Proxy {
 impl Proxy {
     /// Starts a proxy on a free loopback port in front of `upstream` (`127.0.0.1:port`).
     pub fn start(upstream: &str) -> Proxy {
+        Proxy::start_with(upstream, None)
+    }
+
+    /// Starts a proxy like [`Proxy::start`] whose listener speaks TLS, with the server
+    /// certificate of this process's [`crate::tls::TestCa`] (for `localhost` and `127.0.0.1`);
+    /// it forwards to `upstream` in plain HTTP. Its origin is `https://localhost:{port}`.
+    pub fn start_tls(upstream: &str) -> Proxy {
+        Proxy::start_with(upstream, Some(crate::tls::TestCa::shared().server_config()))
+    }
+
+    fn start_with(upstream: &str, tls: Option<Arc<rustls::ServerConfig>>) -> Proxy {
         let upstream: SocketAddr = upstream.parse().expect("upstream is host:port");
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         listener.set_nonblocking(true).expect("non-blocking accept");
@@ -152,6 +172,7 @@ impl Proxy {
             open: Mutex::new(0),
             flight: Mutex::new((0, 0)),
             stop: AtomicBool::new(false),
+            tls,
         });
         let thread = {
             let shared = shared.clone();
@@ -159,14 +180,25 @@ impl Proxy {
         };
         Proxy {
             port,
+            tls: shared.tls.is_some(),
             shared,
             thread: Some(thread),
         }
     }
 
-    /// `http://127.0.0.1:{port}`: what the app is given as the upstream's origin.
+    /// `http://127.0.0.1:{port}` (`https://localhost:{port}` for [`Proxy::start_tls`]): what
+    /// the app is given as the upstream's origin.
     pub fn origin(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        if self.tls {
+            format!("https://localhost:{}", self.port)
+        } else {
+            format!("http://127.0.0.1:{}", self.port)
+        }
+    }
+
+    /// Whether the listener speaks TLS ([`Proxy::start_tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.tls
     }
 
     /// `127.0.0.1:{port}`.
@@ -247,7 +279,18 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 }
                 let shared = shared.clone();
                 std::thread::spawn(move || {
-                    serve(stream, &shared);
+                    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+                    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+                    let _ = stream.set_nodelay(true);
+                    match &shared.tls {
+                        None => serve(stream, &shared),
+                        // The handshake happens on the first read, in this thread.
+                        Some(config) => {
+                            if let Ok(conn) = ServerConnection::new(config.clone()) {
+                                serve(StreamOwned::new(conn, stream), &shared);
+                            }
+                        }
+                    }
                     *shared.open.lock().expect("open") -= 1;
                 });
             }
@@ -283,16 +326,46 @@ impl Message {
     }
 }
 
-fn serve(client: TcpStream, shared: &Shared) {
+/// A client connection the proxy serves: plain TCP, or TLS over TCP.
+trait ClientStream: Read + Write {
+    /// The TCP connection underneath.
+    fn tcp(&self) -> &TcpStream;
+
+    /// Ends the stream for writing, cleanly (a FIN; with TLS, a `close_notify` first).
+    fn finish(&mut self) {
+        let _ = self.flush();
+        let _ = self.tcp().shutdown(Shutdown::Write);
+    }
+}
+
+impl ClientStream for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl ClientStream for StreamOwned<ServerConnection, TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    fn finish(&mut self) {
+        self.conn.send_close_notify();
+        let _ = self.flush();
+        let _ = self.sock.shutdown(Shutdown::Write);
+    }
+}
+
+/// Writes all of `bytes` and flushes (with TLS, the records reach the socket).
+fn send<S: ClientStream>(stream: &mut S, bytes: &[u8]) -> std::io::Result<()> {
+    stream.write_all(bytes)?;
+    stream.flush()
+}
+
+fn serve<S: ClientStream>(client: S, shared: &Shared) {
     let started = Instant::now();
-    let _ = client.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = client.set_write_timeout(Some(IO_TIMEOUT));
-    let _ = client.set_nodelay(true);
-    let mut reader = BufReader::new(match client.try_clone() {
-        Ok(c) => c,
-        Err(_) => return,
-    });
-    let mut writer = client;
+    // Reads through the buffer; writes go straight to the stream underneath (`get_mut`).
+    let mut reader = BufReader::new(client);
     let mut upstream: Option<BufReader<TcpStream>> = None;
     while started.elapsed() < CONNECTION_LIMIT && !shared.stop.load(Ordering::Relaxed) {
         let request = match read_message(&mut reader, None) {
@@ -331,7 +404,7 @@ fn serve(client: TcpStream, shared: &Shared) {
         match fault {
             Some(Fault::Refuse) => {
                 drop(in_flight);
-                return reset(writer);
+                return reset(reader.into_inner());
             }
             Some(Fault::Status(status)) => {
                 let code = if status == 503 {
@@ -344,7 +417,7 @@ fn serve(client: TcpStream, shared: &Shared) {
                     httpdate::fmt_http_date(SystemTime::now())
                 );
                 drop(in_flight);
-                if writer.write_all(answer.as_bytes()).is_err() {
+                if send(reader.get_mut(), answer.as_bytes()).is_err() {
                     return;
                 }
                 continue;
@@ -356,20 +429,20 @@ fn serve(client: TcpStream, shared: &Shared) {
         let answer = forward(shared, &mut upstream, &request, &method);
         drop(in_flight);
         let Some(answer) = answer else {
-            return reset(writer);
+            return reset(reader.into_inner());
         };
         match fault {
-            Some(Fault::LoseAnswer) => return reset(writer),
+            Some(Fault::LoseAnswer) => return reset(reader.into_inner()),
             Some(Fault::BreakBody) => {
-                let _ = writer.write_all(&answer.head);
+                let _ = reader.get_mut().write_all(&answer.head);
                 let keep = answer.body.len().saturating_sub(1) / 2;
-                let _ = writer.write_all(&answer.body[..keep]);
-                let _ = writer.flush();
-                return reset(writer);
+                let _ = reader.get_mut().write_all(&answer.body[..keep]);
+                let _ = reader.get_mut().flush();
+                return reset(reader.into_inner());
             }
             _ => {}
         }
-        if writer.write_all(&answer.bytes()).is_err() {
+        if send(reader.get_mut(), &answer.bytes()).is_err() {
             return;
         }
         let close = |m: &Message| {
@@ -377,7 +450,7 @@ fn serve(client: TcpStream, shared: &Shared) {
                 .is_some_and(|v| v.eq_ignore_ascii_case("close"))
         };
         if close(&request) || close(&answer) {
-            let _ = writer.shutdown(Shutdown::Write);
+            reader.get_mut().finish();
             return;
         }
     }
@@ -414,18 +487,16 @@ fn forward(
     }
 }
 
-/// Resets the connection (RST, not FIN): the peer sees a broken connection.
-fn reset(stream: TcpStream) {
-    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+/// Resets the connection (RST, not FIN; with TLS, no `close_notify` either): the peer sees a
+/// broken connection.
+fn reset<S: ClientStream>(stream: S) {
+    let _ = socket2::SockRef::from(stream.tcp()).set_linger(Some(Duration::ZERO));
     drop(stream);
 }
 
 /// Reads one message: a request (`request_method` `None`) or the answer to a request made
 /// with `request_method`. `None` when the connection ended or the message was malformed.
-fn read_message(
-    reader: &mut BufReader<TcpStream>,
-    request_method: Option<&str>,
-) -> Option<Message> {
+fn read_message<R: BufRead>(reader: &mut R, request_method: Option<&str>) -> Option<Message> {
     let mut head = Vec::new();
     loop {
         let before = head.len();
