@@ -165,6 +165,19 @@ fn wait_listening(child: &mut Child, port: u16, limit: Duration) -> Result<(), S
     ))
 }
 
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_secs()
+}
+
+/// `secs` since the epoch as RFC 3339 in whole seconds (`2026-11-25T04:00:00Z`).
+pub fn rfc3339_secs(secs: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
 /// A fresh container name, unique in this process and across runs.
 pub fn unique_container(tag: &str) -> ContainerName {
     static NEXT: AtomicU32 = AtomicU32::new(0);

@@ -11,21 +11,10 @@ use leasegate_tests::app::{call, Answer, App, Manifest, Setup, ADMIN_AUTH, TIMER
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::wait_for;
 use leasegate_tests::Azurite;
+use leasegate_tests::{rfc3339_secs as rfc3339, unix_now};
 use serde_json::{json, Value};
 
 const JOB: &str = "example-job";
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn rfc3339(secs: u64) -> String {
-    humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
-        .to_string()
-}
 
 /// An Azure Functions timer invocation body with this `UtcNow`.
 fn azure_payload(utc_now: &str) -> Vec<u8> {

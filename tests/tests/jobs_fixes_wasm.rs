@@ -16,22 +16,11 @@ use leasegate_tests::app::{
     TIMER_TOKEN,
 };
 use leasegate_tests::proxy::Fault;
+use leasegate_tests::{rfc3339_secs as rfc3339, unix_now};
 use leasegate_tests::{unique_container, Azurite};
 use serde_json::{json, Value};
 
 const JOB: &str = "example-job";
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn rfc3339(secs: u64) -> String {
-    humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
-        .to_string()
-}
 
 /// An HTTP scheduler's tick for the time `at`, with `auth`.
 fn tick_with(app: &App, auth: (&str, &str), at: u64) -> Answer {

@@ -17,6 +17,7 @@ use leasegate_tests::app::{
 };
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::sink::Behaviour;
+use leasegate_tests::unix_now;
 use leasegate_tests::{wait_for, Azurite};
 use serde_json::{json, Value};
 
@@ -24,13 +25,6 @@ const JOB: &str = "example-job";
 
 /// A second-level schedule for the cron plugin, and the period that matches it.
 const EVERY_2S: (&str, &str) = ("scheduled-job", "*/2 * * * * *");
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 fn rfc3339(secs: u64, millis: u64) -> String {
     humantime::format_rfc3339_millis(

@@ -329,26 +329,9 @@ fn beats_of(app: &App) -> Vec<Value> {
 
 /// The leader ticks `app` logged that came from the cron trigger.
 fn cron_ticks(app: &App) -> Vec<Value> {
-    component_json(app, "leader")
+    app.json_lines()
         .into_iter()
         .filter(|l| l["fn"] == "leader" && l["trigger"] == "cron")
-        .collect()
-}
-
-/// The JSON lines `component` wrote to its stdout, in order and each once: read from its own
-/// file in Spin's `--log-dir` (Spin, and the cron plugin, also echo component output into their
-/// own output, which `App::json_lines` reads too).
-fn component_json(app: &App, component: &str) -> Vec<Value> {
-    let path = app
-        .spin
-        .dir()
-        .join("logs")
-        .join(format!("{component}_stdout.txt"));
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(Value::is_object)
         .collect()
 }
 

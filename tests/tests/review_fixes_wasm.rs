@@ -2,25 +2,14 @@
 //! scheduled-job's retried tick that finds its own occurrence's lease but no outcome on the
 //! reservation (review finding 2).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use leasegate_tests::app::{call, Answer, App, TIMER_AUTH};
 use leasegate_tests::proxy::Fault;
+use leasegate_tests::{rfc3339_secs as rfc3339, unix_now};
 use serde_json::json;
 
 const JOB: &str = "example-job";
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn rfc3339(secs: u64) -> String {
-    humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
-        .to_string()
-}
 
 fn tick_at(app: &App, at: u64) -> Answer {
     call(
