@@ -842,6 +842,38 @@ impl<T: Transport> Locks<T> {
         }
     }
 
+    /// First use of a lock: creates its blob with the first token in it but no holder (so that
+    /// tokens never go back, whoever takes it, and a create whose answer is lost grants
+    /// nothing however late it lands). Returns the new blob and the tenure its first holder
+    /// starts from, or `None` when a concurrent caller created it first (read it again).
+    async fn create_first(
+        &self,
+        blob: &BlobName,
+        kind: Kind,
+        date: SystemTime,
+        now: SystemTime,
+    ) -> Result<Option<(Snapshot, Tenure)>, Error> {
+        let pending = Claim {
+            holder: None,
+            kind,
+            since: unix_secs(date),
+            expires: 0,
+            token: claim::first_token(date)?,
+            label: String::new(),
+        };
+        let Some(created) = self.create(blob, pending.clone(), now).await? else {
+            return Ok(None);
+        };
+        // The token is the create's when it landed in a later second than the read (a slow
+        // create).
+        let tenure = Tenure {
+            token: claim::first_token(created.server_date)?.max(pending.token),
+            since: pending.since,
+            extended: false,
+        };
+        Ok(Some((created, tenure)))
+    }
+
     /// Creates the lock blob (an empty page blob with `claim` in its metadata), and its
     /// container if that is missing. Returns the new blob as a snapshot, or `None` when a
     /// concurrent caller created it first (not an error: read it).

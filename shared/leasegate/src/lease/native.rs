@@ -14,7 +14,6 @@
 
 use std::time::SystemTime;
 
-use super::claim::first_token;
 use super::{
     at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin,
     Kind, Locks, Read, Release, Snapshot, Tenure, MAX_ATTEMPTS,
@@ -50,25 +49,11 @@ pub(super) async fn acquire<T: Transport>(
                 // write the claim under the lease. Another caller can take the lease at the new
                 // blob first: until the winner's claim is there, a reader must not see the
                 // creator named on a leased blob.
-                let pending = Claim {
-                    holder: None,
-                    kind: Kind::Native(duration),
-                    since: unix_secs(date),
-                    expires: 0,
-                    token: first_token(date)?,
-                    label: String::new(),
-                };
-                match locks.create(blob, pending.clone(), now).await? {
-                    Some(created) => {
-                        // The token is the create's when it landed in a later second than the
-                        // read (a slow create).
-                        let tenure = Tenure {
-                            token: first_token(created.server_date)?.max(pending.token),
-                            since: pending.since,
-                            extended: false,
-                        };
-                        (created, tenure, true)
-                    }
+                match locks
+                    .create_first(blob, Kind::Native(duration), date, now)
+                    .await?
+                {
+                    Some((created, tenure)) => (created, tenure, true),
                     None => continue,
                 }
             }

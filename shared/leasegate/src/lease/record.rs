@@ -13,7 +13,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::claim::first_token;
 use super::{
     at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin,
     Kind, Locks, Read, Snapshot, Tenure, MAX_ATTEMPTS, MAX_WINDOW_SECS,
@@ -53,25 +52,8 @@ pub(super) async fn acquire<T: Transport>(
                 // native path does), then take the record below with the compare-and-swap at
                 // the new blob's ETag. A create whose answer is lost so grants nothing, however
                 // late it lands: there is nothing to clear.
-                let pending = Claim {
-                    holder: None,
-                    kind: Kind::Record,
-                    since: unix_secs(date),
-                    expires: 0,
-                    token: first_token(date)?,
-                    label: String::new(),
-                };
-                match locks.create(blob, pending.clone(), now).await? {
-                    Some(created) => {
-                        // The token is the create's when it landed in a later second than the
-                        // read (a slow create).
-                        let tenure = Tenure {
-                            token: first_token(created.server_date)?.max(pending.token),
-                            since: pending.since,
-                            extended: false,
-                        };
-                        (created, tenure)
-                    }
+                match locks.create_first(blob, Kind::Record, date, now).await? {
+                    Some(created) => created,
                     None => continue,
                 }
             }
