@@ -55,7 +55,8 @@ pub struct Seen {
     /// How it was authorized (never the credential): `SharedKey`, `Bearer`, `SAS` (a `sig=` in
     /// the query) or `none`.
     pub auth: &'static str,
-    /// Its `x-ms-*` headers (names lowercased), in the order sent.
+    /// Its `x-ms-*` headers and its conditions (`if-match`, `if-none-match`), names
+    /// lowercased, in the order sent.
     pub ms_headers: Vec<(String, String)>,
     /// When it arrived.
     pub at: SystemTime,
@@ -69,7 +70,7 @@ impl Seen {
         self.target.split('?').next().unwrap_or("")
     }
 
-    /// The value of an `x-ms-*` header.
+    /// The value of an `x-ms-*` header, `if-match` or `if-none-match`.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.ms_headers
             .iter()
@@ -391,7 +392,10 @@ fn serve<S: ClientStream>(client: S, shared: &Shared) {
             ms_headers: request
                 .headers
                 .iter()
-                .filter(|(k, _)| k.to_ascii_lowercase().starts_with("x-ms-"))
+                .filter(|(k, _)| {
+                    let k = k.to_ascii_lowercase();
+                    k.starts_with("x-ms-") || k == "if-match" || k == "if-none-match"
+                })
                 .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
                 .collect(),
             method: method.clone(),
