@@ -1,7 +1,1054 @@
-//! `POST /api/telemetry`: device alerts, at most one per device per window.
-//! The logic is in `leasegate_functions::telemetry`; this is the Spin entry point.
+//! `POST /api/telemetry`: at most one alert per device per window.
+//!
+//! The handler is four steps, one function each:
+//! 1. [`parse`]: authenticate (`Authorization: Bearer <telemetry_token>`, before any other
+//!    setting is read), check the request, read the settings and the readings.
+//! 2. [`gate`]: each device of the batch once, with its hottest reading at or above the
+//!    threshold, takes its gate: a lease on `alerts/{deviceId}` for `alert_window_seconds`,
+//!    with a fresh lease id per event (so two readings never both win).
+//! 3. [`notify`]: a device that won its gate posts the notification, with an idempotency key.
+//! 4. [`answer`]: one decision per reading.
+//!
+//! Steps 2 and 3 run per device as one pipeline, devices concurrently, at most `max_in_flight`
+//! at once. Each device ends in an [`Outcome`], and every outcome that took a gate says what
+//! became of it: kept on purpose (the alert went out, or may have) or given back.
+//!
+//! Failures stay per device: a device whose storage failed is answered `storage_unavailable`
+//! (nothing sent for it) while the others of the batch are handled; the whole answer is then a
+//! 503 so that clients retry, and a retry never repeats an alert: a device already notified is
+//! throttled by its gate for the rest of its window.
+#![deny(missing_docs)]
+// Helpers return `Err(Response)`: the finished 4xx answer, once per request.
+#![allow(clippy::result_large_err)]
 
-leasegate_functions::http_export!(
-    leasegate_functions::telemetry::handle,
-    leasegate_functions::telemetry::MAX_BODY_BYTES
-);
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use leasegate::lease::{Acquire, Acquired, IdOrigin, Release, Term};
+use leasegate::{Counting, LeaseId, LockName, Transport, TransportErrorKind};
+use leasegate::{Request, Response, StatusCode};
+use leasegate_spin::json::Value;
+use sha2::{Digest, Sha256};
+
+use leasegate_spin::config::{self, ConfigError, Storage, Variables};
+use leasegate_spin::json;
+use leasegate_spin::web::{self, rfc3339};
+use leasegate_spin::{auth, cache, elapsed_ms, log_line, Context};
+
+/// The largest body accepted, in bytes.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// The most readings in one batch.
+pub const MAX_READINGS: usize = 1000;
+/// Blob name prefix of the device gates.
+pub const GATE_PREFIX: &str = "alerts/";
+
+/// The device-alerts settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Storage.
+    pub storage: Storage,
+    /// Readings at or above this alert.
+    pub threshold: f64,
+    /// At most one alert per device per this long.
+    pub window: Duration,
+    /// Whether notifications carry the gate's fencing token (`alert_fencing`).
+    pub fencing: bool,
+    /// Where notifications are posted.
+    pub notify_url: String,
+    /// The gate cache (`kv_cache`).
+    pub cache: cache::Mode,
+    /// How long one invocation may go on starting devices (`alert_deadline_ms`): a device not
+    /// started by then is answered `deadline_exceeded`, nothing done for it.
+    pub deadline: Duration,
+    /// The device ids served (`device_ids`); empty: any.
+    pub device_ids: Vec<DevicePattern>,
+}
+
+/// One entry of `device_ids`: an exact id, or a prefix (written with a trailing `*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DevicePattern {
+    /// This id only.
+    Exact(String),
+    /// Every id that starts with this.
+    Prefix(String),
+}
+
+impl DevicePattern {
+    /// Reads `device_ids`: entries separated by `,`, each an id or a prefix followed by one
+    /// `*` (`sensor-*`); `*` alone allows any id.
+    pub fn parse_list(value: &str) -> Result<Vec<DevicePattern>, ConfigError> {
+        let mut list = Vec::new();
+        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (stem, prefix) = match entry.strip_suffix('*') {
+                Some(stem) => (stem, true),
+                None => (entry, false),
+            };
+            if stem.contains('*') {
+                return Err(ConfigError(format!(
+                    "variable device_ids: '{}' may hold '*' only at its end (a prefix)",
+                    entry.chars().take(64).collect::<String>()
+                )));
+            }
+            list.push(if prefix {
+                DevicePattern::Prefix(stem.to_string())
+            } else {
+                DevicePattern::Exact(stem.to_string())
+            });
+        }
+        Ok(list)
+    }
+
+    fn matches(&self, id: &str) -> bool {
+        match self {
+            DevicePattern::Exact(e) => e == id,
+            DevicePattern::Prefix(p) => id.starts_with(p.as_str()),
+        }
+    }
+}
+
+/// Whether `list` (empty: any) serves the device `id`.
+pub fn device_allowed(list: &[DevicePattern], id: &str) -> bool {
+    list.is_empty() || list.iter().any(|p| p.matches(id))
+}
+
+impl Settings {
+    /// Reads the settings from variables.
+    pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        let threshold = config::number(
+            vars,
+            "temperature_threshold",
+            30.0,
+            -1_000_000_000..=1_000_000_000,
+        )?;
+        let window = config::number(vars, "alert_window_seconds", 60.0, 1..=86_400)?;
+        if window.fract() != 0.0 {
+            return Err(ConfigError(
+                "variable alert_window_seconds must be whole seconds".into(),
+            ));
+        }
+        let fencing = match config::var(vars, "alert_fencing").as_deref() {
+            None | Some("on") | Some("true") => true,
+            Some("off") | Some("false") => false,
+            Some(_) => {
+                return Err(ConfigError(
+                    "variable alert_fencing must be on or off".into(),
+                ))
+            }
+        };
+        let notify_url = config::url(vars, "notify_url")?;
+        let deadline = config::number(vars, "alert_deadline_ms", 20_000.0, 100..=600_000)?;
+        let device_ids =
+            DevicePattern::parse_list(&config::var(vars, "device_ids").unwrap_or_default())?;
+        Ok(Settings {
+            storage: config::storage(vars)?,
+            threshold,
+            window: Duration::from_secs(window as u64),
+            fencing,
+            notify_url,
+            cache: cache::Mode::load(vars)?,
+            deadline: Duration::from_millis(deadline as u64),
+            device_ids,
+        })
+    }
+}
+
+/// One valid reading.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    /// The device id as sent.
+    pub device_id: String,
+    /// The device's lock name.
+    pub device: LockName,
+    /// The temperature.
+    pub temperature: f64,
+    /// The reading's own timestamp, if it had one.
+    pub timestamp: Option<String>,
+}
+
+/// Reads one reading, or says what is wrong with it.
+pub fn parse_reading(value: &Value) -> Result<Reading, String> {
+    let obj = value.as_object().ok_or("a reading must be a JSON object")?;
+    let device_id = match obj.get("deviceId") {
+        None | Some(Value::Null) => return Err("deviceId is missing".into()),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err("deviceId must be a string".into()),
+    };
+    let device = LockName::try_new(&device_id).map_err(|e| match e {
+        leasegate::Error::InvalidName { reason, .. } => format!("deviceId {reason}"),
+        other => format!("deviceId: {other}"),
+    })?;
+    let temperature = match obj.get("temperature") {
+        None | Some(Value::Null) => return Err("temperature is missing".into()),
+        Some(Value::Number(n)) => n.as_f64().ok_or("temperature must be a finite number")?,
+        Some(_) => return Err("temperature must be a number".into()),
+    };
+    if !temperature.is_finite() {
+        return Err("temperature must be a finite number".into());
+    }
+    let timestamp = match obj.get("timestamp") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => {
+            humantime::parse_rfc3339_weak(s)
+                .map_err(|_| "timestamp must be an RFC 3339 time (2026-11-21T14:00:00Z)")?;
+            Some(s.clone())
+        }
+        Some(_) => return Err("timestamp must be a string".into()),
+    };
+    Ok(Reading {
+        device_id,
+        device,
+        temperature,
+        timestamp,
+    })
+}
+
+/// The readings of a body: one object or an array of them. `Err` is the 4xx answer.
+pub fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Response> {
+    let value: Value = leasegate_spin::json::from_slice(body).map_err(|e| {
+        web::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("the body is not valid JSON: {e}"),
+        )
+    })?;
+    match value {
+        Value::Object(_) => match parse_reading(&value) {
+            Ok(r) => Ok(vec![Ok(r)]),
+            Err(reason) => Err(web::error(
+                StatusCode::BAD_REQUEST,
+                "invalid_reading",
+                reason,
+            )),
+        },
+        Value::Array(items) if items.is_empty() => Err(web::error(
+            StatusCode::BAD_REQUEST,
+            "no_readings",
+            "the array holds no readings",
+        )),
+        Value::Array(items) if items.len() > MAX_READINGS => Err(web::error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_readings",
+            format!(
+                "at most {MAX_READINGS} readings per request, got {}",
+                items.len()
+            ),
+        )),
+        Value::Array(items) => Ok(items.iter().map(parse_reading).collect()),
+        _ => Err(web::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+            "the body must be a reading object or an array of readings",
+        )),
+    }
+}
+
+/// A checked request: its settings, its readings and the gate term.
+pub struct Parsed {
+    /// The settings.
+    pub settings: Settings,
+    /// Each reading, or why it is unusable.
+    pub readings: Vec<Result<Reading, String>>,
+    /// The term of the device gates.
+    pub term: Term,
+}
+
+/// Step 1: authenticates, checks the request, reads settings and readings. `Err` is the
+/// answer (401, 405, 415, 413, 400, or 503 `not_configured`).
+pub fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, Response> {
+    auth::authenticate(vars, "telemetry_token", "telemetry_auth", request)?;
+    if request.method() != leasegate::Method::POST {
+        return Err(web::method_not_allowed("POST"));
+    }
+    web::require_json(request)?;
+    if request.body().len() > MAX_BODY_BYTES {
+        return Err(web::too_large(MAX_BODY_BYTES));
+    }
+    let not_configured = |e: &dyn std::fmt::Display| {
+        web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e)
+    };
+    let settings = Settings::load(vars).map_err(|e| not_configured(&e))?;
+    let term = Term::for_window(settings.window).map_err(|e| not_configured(&e))?;
+    let mut readings = parse_body(request.body())?;
+    // Devices not served cost nothing: no storage request, no notification.
+    let refused = |r: &Reading| !device_allowed(&settings.device_ids, &r.device_id);
+    if readings.len() == 1 && readings[0].as_ref().is_ok_and(refused) && body_is_object(request) {
+        return Err(web::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_reading",
+            "deviceId is not one of the devices served (device_ids)",
+        ));
+    }
+    for r in &mut readings {
+        if r.as_ref().is_ok_and(refused) {
+            *r = Err("deviceId is not one of the devices served (device_ids)".into());
+        }
+    }
+    Ok(Parsed {
+        settings,
+        readings,
+        term,
+    })
+}
+
+fn body_is_object(request: &Request) -> bool {
+    request
+        .body()
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{')
+}
+
+/// One device of the batch that is at or above the threshold, with its hottest reading.
+#[derive(Debug, Clone, Copy)]
+pub struct HotDevice<'r> {
+    /// Index of the hottest reading (the first of equals).
+    pub index: usize,
+    /// The reading.
+    pub reading: &'r Reading,
+}
+
+/// The hot devices of a batch, each once (in the order they first appear), with its hottest
+/// reading. A list searched linearly rather than a map: a batch has at most [`MAX_READINGS`]
+/// readings, and a map's code would be a few KB more of each component.
+pub fn hot_devices(readings: &[Result<Reading, String>], threshold: f64) -> Vec<HotDevice<'_>> {
+    let mut hottest: Vec<HotDevice> = Vec::new();
+    for (index, r) in readings.iter().enumerate() {
+        if let Ok(reading) = r {
+            let seen = hottest
+                .iter_mut()
+                .find(|d| d.reading.device_id == reading.device_id);
+            match seen {
+                Some(best) if reading.temperature > best.reading.temperature => {
+                    *best = HotDevice { index, reading };
+                }
+                Some(_) => {}
+                None => hottest.push(HotDevice { index, reading }),
+            }
+        }
+    }
+    hottest.retain(|d| d.reading.temperature >= threshold);
+    hottest
+}
+
+/// What became of one hot device. Every outcome that took a gate says what became of it.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The gate was taken and the webhook confirmed the notification (2xx). The gate is kept:
+    /// the window's one alert went out.
+    Notified(Acquired),
+    /// The device's gate is held elsewhere (an earlier reading, another instance): nothing sent.
+    Throttled {
+        /// Time left on the holder's gate, where storage can tell.
+        retry_after: Option<Duration>,
+        /// Told by the gate cache, without asking storage.
+        cached: bool,
+    },
+    /// Storage failed: nothing was sent for this device. A gate the lease module may have
+    /// taken was given back by it (best effort), so a retry can alert.
+    StorageFailed(leasegate::Error),
+    /// The notification certainly did not arrive (the webhook could not be reached, nothing
+    /// was sent): the gate was given back (`released`) so a later reading can alert.
+    NotDelivered {
+        /// Why.
+        reason: String,
+        /// Whether the gate was given back.
+        released: bool,
+    },
+    /// The invocation's deadline (`alert_deadline_ms`) had passed when this device's turn
+    /// came: nothing was done for it.
+    NotStarted,
+    /// The webhook may have received the notification (it answered late, broke off, or
+    /// answered an error): the gate is kept on purpose, so this window sends nothing more.
+    Unconfirmed {
+        /// The gate, still held.
+        held: Acquired,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// A device's outcome and the storage requests it took.
+#[derive(Debug)]
+pub struct Gated<'r> {
+    /// The device.
+    pub device: HotDevice<'r>,
+    /// What became of it.
+    pub outcome: Outcome,
+    /// Storage requests sent for this device (gate and, if any, its release).
+    pub round_trips: u32,
+}
+
+/// Steps 2 and 3 for every hot device: devices concurrently, at most `max_in_flight` at once
+/// (each device has at most one request in flight at a time), in the order given.
+pub async fn gate<'r, T: Transport>(
+    ctx: &Context<'_, T>,
+    transport: &T,
+    parsed: &Parsed,
+    hot: &[HotDevice<'r>],
+    deadline: Instant,
+) -> Vec<Gated<'r>> {
+    // The cache is read for every device first, at the invocation's time (`ctx.now`): a device
+    // gated late in a long batch is not judged by an entry read against a stale clock.
+    let cached: Vec<(HotDevice<'r>, Option<Duration>)> = hot
+        .iter()
+        .map(|&device| {
+            let left = cache_key(parsed, device).and_then(|k| cache::held(ctx.cache, &k, ctx.now));
+            (device, left)
+        })
+        .collect();
+    futures::stream::iter(cached)
+        .map(|(device, cached)| gate_one(ctx, transport, parsed, device, cached, deadline))
+        .buffered(parsed.settings.storage.max_in_flight)
+        .collect()
+        .await
+}
+
+/// The device's key in the gate cache, when the cache is on.
+fn cache_key(parsed: &Parsed, device: HotDevice<'_>) -> Option<String> {
+    (parsed.settings.cache != cache::Mode::Off).then(|| {
+        parsed
+            .settings
+            .storage
+            .cache_key(&format!("{GATE_PREFIX}{}", device.reading.device.as_str()))
+    })
+}
+
+/// One device: take its gate, notify if taken, give the gate back only if the notification
+/// certainly did not arrive. A gate the cache said is held (`cached`, its time left) is
+/// throttled without storage.
+async fn gate_one<'r, T: Transport>(
+    ctx: &Context<'_, T>,
+    transport: &T,
+    parsed: &Parsed,
+    device: HotDevice<'r>,
+    cached: Option<Duration>,
+    deadline: Instant,
+) -> Gated<'r> {
+    let settings = &parsed.settings;
+    // A device starts only before the deadline (one already started finishes: each of its
+    // requests is bounded by storage_timeout_ms).
+    if Instant::now() >= deadline {
+        return Gated {
+            device,
+            outcome: Outcome::NotStarted,
+            round_trips: 0,
+        };
+    }
+    let lock = &device.reading.device;
+    let key = cache_key(parsed, device);
+    if let Some(left) = cached {
+        return Gated {
+            device,
+            outcome: Outcome::Throttled {
+                retry_after: Some(left),
+                cached: true,
+            },
+            round_trips: 0,
+        };
+    }
+    let remember = |left: Option<Duration>| {
+        if let (Some(k), Some(left)) = (&key, left) {
+            cache::remember(ctx.cache, k, ctx.now, left);
+        }
+    };
+    let counting = Counting::new(transport);
+    let locks = settings.storage.locks(&counting, GATE_PREFIX);
+    let id = (ctx.new_lease_id)();
+    let taken = locks
+        .acquire_with(lock, parsed.term, id, IdOrigin::Fresh, "", ctx.now)
+        .await;
+    let outcome = match taken {
+        Ok(Acquire::Busy {
+            retry_after,
+            holder,
+            ..
+        }) => {
+            // Another tenure, old enough that its holder is done notifying: it keeps its gate.
+            let settled = holder.as_ref().is_some_and(|h| {
+                let server_now = h
+                    .expires_at
+                    .zip(retry_after)
+                    .and_then(|(e, l)| e.checked_sub(l));
+                server_now
+                    .zip(h.since)
+                    .and_then(|(now, since)| now.duration_since(since).ok())
+                    .is_some_and(|age| age >= cache::settled_after(settings.storage.timeout))
+            });
+            if settled {
+                remember(retry_after);
+            }
+            Outcome::Throttled {
+                retry_after,
+                cached: false,
+            }
+        }
+        Err(e) => Outcome::StorageFailed(e),
+        Ok(Acquire::Acquired(mut held)) => {
+            if !settings.fencing {
+                held.fencing_token = None;
+            }
+            let left = held
+                .expires_at
+                .and_then(|e| e.duration_since(held.server_date).ok());
+            match notify(transport, settings, device.reading, &held).await {
+                Ok(()) => {
+                    remember(left);
+                    Outcome::Notified(held)
+                }
+                Err(Undelivered::NotSent(reason)) => {
+                    // The entry goes first. Best effort: this invocation wrote none for this
+                    // tenure, and others write one only once it is settled, after any
+                    // give-back; keeping the gate would cost the alert the release is for.
+                    let reason = if key.as_ref().is_some_and(|k| ctx.cache.delete(k).is_err()) {
+                        format!("{reason}; the key-value store could not be cleared")
+                    } else {
+                        reason
+                    };
+                    let released = matches!(
+                        locks.release(lock, held.lease_id, ctx.now).await,
+                        Ok(Release::Released)
+                    );
+                    Outcome::NotDelivered { reason, released }
+                }
+                Err(Undelivered::Unknown(reason)) => {
+                    remember(left);
+                    Outcome::Unconfirmed { held, reason }
+                }
+            }
+        }
+    };
+    Gated {
+        device,
+        outcome,
+        round_trips: counting.sent(),
+    }
+}
+
+/// Why a notification was not confirmed.
+enum Undelivered {
+    /// Nothing reached the webhook (the connection could not be made, or the host refused to
+    /// send): safe to alert again.
+    NotSent(String),
+    /// The webhook may have received it.
+    Unknown(String),
+}
+
+/// The idempotency key of a device's alert: unique per device and gate tenure (a window), the
+/// same for any resend of that window's alert. A hex SHA-256 of the device id and the gate's
+/// lease id; it reveals neither.
+pub fn idempotency_key(device_id: &str, lease_id: LeaseId) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"leasegate alert v1\0")
+        .chain_update(device_id.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(lease_id.to_string().as_bytes())
+        .finalize();
+    leasegate_spin::web::hex(&digest[..16])
+}
+
+/// Step 3: posts the notification (with `Idempotency-Key`); `Err` says why it is not
+/// confirmed (no secret, no URL).
+async fn notify<T: Transport>(
+    transport: &T,
+    settings: &Settings,
+    reading: &Reading,
+    held: &Acquired,
+) -> Result<(), Undelivered> {
+    let key = idempotency_key(&reading.device_id, held.lease_id);
+    let body = json!({
+        "deviceId": reading.device_id,
+        "temperature": reading.temperature,
+        "timestamp": reading.timestamp,
+        "message": format!(
+            "device {} reported {} °C, at or above the threshold of {} °C",
+            reading.device_id,
+            web::number(reading.temperature),
+            web::number(settings.threshold)
+        ),
+        "fencingToken": held.fencing_token,
+        "windowEndsAt": held.expires_at.map(rfc3339),
+        "idempotencyKey": key,
+    })
+    .to_string()
+    .into_bytes();
+    let request = web::json_post(&settings.notify_url, &key, body).ok_or_else(|| {
+        Undelivered::NotSent("the notification request could not be built".into())
+    })?;
+    match transport.send_for_status(request).await {
+        Ok(response) if response.status().is_success() => Ok(()),
+        Ok(response) => Err(Undelivered::Unknown(format!(
+            "webhook answered {}",
+            response.status().as_u16()
+        ))),
+        Err(e) if e.kind == TransportErrorKind::Connect => Err(Undelivered::NotSent(format!(
+            "webhook unreachable: {}",
+            e.message
+        ))),
+        Err(e) => Err(Undelivered::Unknown(format!(
+            "webhook did not confirm: {}",
+            e.message
+        ))),
+    }
+}
+
+/// Step 4: one decision per reading, in order; the other readings of a gated device share its
+/// outcome (`coveredBy`). 503 when any device's storage failed, else 200.
+pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -> Response {
+    let window_secs = parsed.settings.window.as_secs();
+    // Each device is gated once (see `hot_devices`): its entry, found by a linear search.
+    let by_device = |id: &str| gated.iter().find(|g| g.device.reading.device_id == id);
+    let decisions: Vec<Value> = parsed
+        .readings
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let (device_id, mut d, trips) = match r {
+                Err(reason) => ("", json!({ "decision": "invalid", "reason": reason }), 0),
+                Ok(r) if r.temperature < parsed.settings.threshold => (
+                    r.device_id.as_str(),
+                    json!({ "decision": "below_threshold" }),
+                    0,
+                ),
+                Ok(r) => match by_device(&r.device_id) {
+                    None => (
+                        r.device_id.as_str(),
+                        json!({ "decision": "below_threshold" }),
+                        0,
+                    ),
+                    Some(g) if g.device.index == i => (
+                        r.device_id.as_str(),
+                        decision(&g.outcome, window_secs),
+                        g.round_trips,
+                    ),
+                    Some(g) => {
+                        let mut d = match &g.outcome {
+                            // Not acted on: the same as the reading that stood for them.
+                            Outcome::StorageFailed(_)
+                            | Outcome::NotDelivered { .. }
+                            | Outcome::NotStarted => decision(&g.outcome, window_secs),
+                            _ => {
+                                json!({ "decision": "throttled", "retryAfterSeconds": window_secs })
+                            }
+                        };
+                        d.set("coveredBy", json!(g.device.index));
+                        (r.device_id.as_str(), d, 0)
+                    }
+                },
+            };
+            log_decision(
+                device_id,
+                d["decision"].as_str().unwrap_or(""),
+                trips,
+                started,
+            );
+            d.set("index", json!(i));
+            if let Ok(r) = r {
+                d.set("deviceId", json!(r.device_id));
+                d.set("temperature", json!(r.temperature));
+            }
+            d
+        })
+        .collect();
+    let mut body = json!({
+        "decisions": decisions,
+        "threshold": parsed.settings.threshold,
+        "windowSeconds": window_secs,
+    });
+    let failed: Vec<&leasegate::Error> = gated
+        .iter()
+        .filter_map(|g| match &g.outcome {
+            Outcome::StorageFailed(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    let not_started = gated
+        .iter()
+        .filter(|g| matches!(g.outcome, Outcome::NotStarted))
+        .count();
+    let Some(first) = failed.first() else {
+        if not_started == 0 {
+            return web::json(StatusCode::OK, &body);
+        }
+        body.set("error", json!("deadline_exceeded"));
+        body.set(
+            "message",
+            json!(format!(
+                "the invocation reached its deadline (alert_deadline_ms) before {not_started} of \
+                 {} devices were started; nothing was done for them. Retrying the whole batch \
+                 is safe: devices already notified are throttled for the rest of their window",
+                gated.len()
+            )),
+        );
+        let mut r = web::json(StatusCode::SERVICE_UNAVAILABLE, &body);
+        r.headers_mut()
+            .insert("retry-after", web::retry_after(None, jitter).to_string());
+        return r;
+    };
+    // A 403 for any device: the deployment must be fixed (502, not retryable).
+    let first = failed
+        .iter()
+        .find(|e| web::is_forbidden(e))
+        .unwrap_or(first);
+    body.set("error", json!(web::storage_error_code(first)));
+    let message = if web::is_forbidden(first) {
+        format!(
+            "{}; nothing was sent for {} of {} devices ({first})",
+            web::FORBIDDEN_FIX,
+            failed.len(),
+            gated.len()
+        )
+    } else {
+        format!(
+            "lease storage failed for {} of {} devices ({first}); nothing was sent for them. \
+         Retrying the whole batch is safe: devices already notified are throttled for the \
+         rest of their window",
+            failed.len(),
+            gated.len()
+        )
+    };
+    body.set("message", json!(message));
+    if let leasegate::Error::Storage(s) = first {
+        body.set("storageStatus", json!(s.status.as_u16()));
+        body.set("storageErrorCode", json!(s.code));
+    }
+    let status = web::storage_status(first);
+    let mut r = web::json(status, &body);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // The longest wait any failure asks for (a timeout longer than a refusal; storage's
+        // own Retry-After when it sent one), jittered so that clients do not retry in step.
+        let wait = failed
+            .iter()
+            .map(|e| web::retry_after(Some(e), jitter))
+            .max()
+            .unwrap_or(1);
+        r.headers_mut().insert("retry-after", wait.to_string());
+    }
+    r
+}
+
+/// The decision for a device's own (hottest) reading.
+fn decision(outcome: &Outcome, window_secs: u64) -> Value {
+    match outcome {
+        Outcome::Notified(held) => json!({
+            "decision": "notified",
+            "fencingToken": held.fencing_token,
+            "windowEndsAt": held.expires_at.map(rfc3339),
+        }),
+        Outcome::Throttled {
+            retry_after,
+            cached,
+        } => {
+            let mut d = json!({
+                "decision": "throttled",
+                // What storage says of the holder's gate; the window when it cannot tell.
+                "retryAfterSeconds": retry_after.map_or(window_secs, |d| d.as_secs().max(1)),
+            });
+            if *cached {
+                d.set("cached", json!(true));
+            }
+            d
+        }
+        Outcome::StorageFailed(e) => json!({
+            "decision": "storage_unavailable",
+            "reason": e.to_string(),
+        }),
+        Outcome::NotDelivered { reason, released } => json!({
+            "decision": "notify_failed",
+            "reason": reason,
+            "delivery": "not_delivered",
+            "gateReleased": released,
+        }),
+        Outcome::NotStarted => json!({
+            "decision": "deadline_exceeded",
+            "reason": "the invocation's deadline (alert_deadline_ms) passed before this device's turn: nothing was done for it",
+        }),
+        Outcome::Unconfirmed { reason, .. } => json!({
+            "decision": "notify_failed",
+            "reason": reason,
+            "delivery": "unknown",
+            "gateReleased": false,
+        }),
+    }
+}
+
+fn log_decision(device_id: &str, decision: &str, storage_round_trips: u32, started: Instant) {
+    log_line(json!({
+        "fn": "device-alerts",
+        "deviceId": device_id,
+        "decision": decision,
+        "storageRoundTrips": storage_round_trips,
+        "durationMs": elapsed_ms(started),
+    }));
+}
+
+/// Handles `POST /api/telemetry`: the four steps.
+pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
+    let started = Instant::now();
+    let parsed = match parse(ctx.variables, &request) {
+        Ok(p) => p,
+        Err(response) => return response,
+    };
+    let transport = (ctx.connect)(parsed.settings.storage.timeout);
+    let hot = hot_devices(&parsed.readings, parsed.settings.threshold);
+    let deadline = started + parsed.settings.deadline;
+    let gated = gate(ctx, &transport, &parsed, &hot, deadline).await;
+    answer(
+        &parsed,
+        &gated,
+        started,
+        web::jitter_seed((ctx.new_lease_id)()),
+    )
+}
+
+// The Spin entry points.
+#[cfg(target_arch = "wasm32")]
+leasegate_spin::http_export!(handle, MAX_BODY_BYTES);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::time::SystemTime;
+
+    /// Scripted storage and webhook: requests on `alerts/bad` fail with 500; the blob
+    /// `alerts/good` exists, unleased; everything else succeeds. Records what was sent.
+    struct Scripted {
+        sent: RefCell<Vec<(String, String, Option<String>)>>,
+    }
+
+    impl Transport for Scripted {
+        async fn send(&self, request: Request) -> Result<Response, leasegate::TransportError> {
+            let action = request
+                .headers()
+                .get("x-ms-lease-action")
+                .map(str::to_string);
+            let path = request.path().to_string();
+            self.sent.borrow_mut().push((
+                request.method().to_string(),
+                path.clone(),
+                action.clone(),
+            ));
+            let r = |status: StatusCode| {
+                Response::new(status).with_header("date", "Sat, 21 Nov 2026 14:00:00 GMT")
+            };
+            Ok(if path.ends_with("/alerts/bad") {
+                r(StatusCode::INTERNAL_SERVER_ERROR).with_header("x-ms-error-code", "InternalError")
+            } else if *request.method() == leasegate::Method::HEAD {
+                r(StatusCode::OK)
+                    .with_header("etag", "\"0x1\"")
+                    .with_header("x-ms-lease-state", "available")
+            } else if action.as_deref() == Some("acquire") {
+                let id = request.headers().get("x-ms-proposed-lease-id").unwrap();
+                r(StatusCode::CREATED).with_header("x-ms-lease-id", id)
+            } else if action.is_some() || request.query() == Some("comp=metadata") {
+                r(StatusCode::OK)
+            } else {
+                r(StatusCode::NO_CONTENT)
+            })
+        }
+    }
+
+    #[test]
+    fn one_failing_device_does_not_hold_back_the_others() {
+        let transport = Scripted {
+            sent: RefCell::new(Vec::new()),
+        };
+        let vars: HashMap<String, String> = [
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("notify_url", "http://127.0.0.1:3001/notify"),
+            ("telemetry_token", "t0ken"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let ctx = Context {
+            connect: &|_| &transport,
+            variables: &vars,
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800),
+            new_lease_id: &|| LeaseId::from_random_bytes([9; 16]),
+            sleep: &|_| Box::pin(async {}),
+            cache: &leasegate_spin::cache::NoCache,
+        };
+        let body = json!([
+            {"deviceId": "good", "temperature": 40},
+            {"deviceId": "bad", "temperature": 40}
+        ]);
+        let request = Request::new(leasegate::Method::POST, "/api/telemetry")
+            .with_header("content-type", "application/json")
+            .with_header("authorization", "Bearer t0ken")
+            .with_body(body.to_string().into_bytes());
+        let response = pollster::block_on(handle(&ctx, request));
+        assert_eq!(response.status(), 503);
+        let answer: Value = leasegate_spin::json::from_slice(response.body()).unwrap();
+        assert_eq!(answer["error"], "storage_unavailable");
+        assert_eq!(answer["storageErrorCode"], "InternalError");
+        assert_eq!(answer["decisions"][0]["decision"], "notified", "{answer}");
+        assert_eq!(answer["decisions"][1]["decision"], "storage_unavailable");
+        let sent = transport.sent.borrow();
+        // The good device's alert went out, and its gate was kept (no release).
+        assert_eq!(
+            sent.iter().filter(|(_, path, _)| path == "/notify").count(),
+            1,
+            "{sent:?}"
+        );
+        assert!(
+            !sent
+                .iter()
+                .any(|(_, _, action)| action.as_deref() == Some("release")),
+            "{sent:?}"
+        );
+    }
+
+    /// Storage that notes each request in a log the cache below writes to as well.
+    struct Noted<'a> {
+        inner: Scripted,
+        log: &'a RefCell<Vec<&'static str>>,
+    }
+
+    impl Transport for Noted<'_> {
+        async fn send(&self, request: Request) -> Result<Response, leasegate::TransportError> {
+            self.log.borrow_mut().push("send");
+            self.inner.send(request).await
+        }
+    }
+
+    /// A cache that misses, noting each read.
+    struct NotedCache<'a>(&'a RefCell<Vec<&'static str>>);
+
+    impl leasegate_spin::cache::Cache for NotedCache<'_> {
+        fn get(&self, _key: &str) -> Result<Option<Vec<u8>>, leasegate_spin::cache::Unavailable> {
+            self.0.borrow_mut().push("get");
+            Ok(None)
+        }
+        fn set(&self, _key: &str, _value: &[u8]) -> Result<(), leasegate_spin::cache::Unavailable> {
+            Ok(())
+        }
+        fn delete(&self, _key: &str) -> Result<(), leasegate_spin::cache::Unavailable> {
+            Ok(())
+        }
+    }
+
+    /// Every device's entry is read before any device is gated, so that the invocation's time
+    /// (`ctx.now`) is the time it is judged by, however long the batch takes.
+    #[test]
+    fn the_cache_is_read_for_every_device_before_storage_is_asked() {
+        let log = RefCell::new(Vec::new());
+        let transport = Noted {
+            inner: Scripted {
+                sent: RefCell::new(Vec::new()),
+            },
+            log: &log,
+        };
+        let cache = NotedCache(&log);
+        let vars: HashMap<String, String> = [
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("notify_url", "http://127.0.0.1:3001/notify"),
+            ("telemetry_token", "t0ken"),
+            ("max_in_flight", "1"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let ctx = Context {
+            connect: &|_| &transport,
+            variables: &vars,
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800),
+            new_lease_id: &|| LeaseId::from_random_bytes([9; 16]),
+            sleep: &|_| Box::pin(async {}),
+            cache: &cache,
+        };
+        let body = json!([
+            {"deviceId": "a", "temperature": 40},
+            {"deviceId": "b", "temperature": 40},
+            {"deviceId": "c", "temperature": 40}
+        ]);
+        let request = Request::new(leasegate::Method::POST, "/api/telemetry")
+            .with_header("content-type", "application/json")
+            .with_header("authorization", "Bearer t0ken")
+            .with_body(body.to_string().into_bytes());
+        pollster::block_on(handle(&ctx, request));
+        let log = log.borrow();
+        let first_send = log.iter().position(|e| *e == "send").unwrap();
+        assert_eq!(&log[..first_send], ["get", "get", "get"], "{log:?}");
+        assert!(!log[first_send..].contains(&"get"), "{log:?}");
+    }
+
+    #[test]
+    fn idempotency_keys_are_per_device_and_tenure() {
+        let a = LeaseId::from_random_bytes([1; 16]);
+        let b = LeaseId::from_random_bytes([2; 16]);
+        assert_eq!(idempotency_key("d", a), idempotency_key("d", a));
+        assert_ne!(idempotency_key("d", a), idempotency_key("d", b));
+        assert_ne!(idempotency_key("d", a), idempotency_key("e", a));
+        assert_eq!(idempotency_key("d", a).len(), 32);
+        assert!(!idempotency_key("d", a).contains(&a.to_string()));
+    }
+
+    #[test]
+    fn readings_are_checked_field_by_field() {
+        let cases = [
+            (json!(5), "a reading must be a JSON object"),
+            (json!({}), "deviceId is missing"),
+            (
+                json!({"deviceId": 7, "temperature": 1}),
+                "deviceId must be a string",
+            ),
+            (
+                json!({"deviceId": "", "temperature": 1}),
+                "deviceId must not be empty",
+            ),
+            (
+                json!({"deviceId": "../x", "temperature": 1}),
+                "deviceId empty, '.' and '..' segments",
+            ),
+            (
+                json!({"deviceId": "a\u{1}", "temperature": 1}),
+                "deviceId control characters",
+            ),
+            (json!({"deviceId": "d"}), "temperature is missing"),
+            (
+                json!({"deviceId": "d", "temperature": "31"}),
+                "temperature must be a number",
+            ),
+            (
+                json!({"deviceId": "d", "temperature": 31, "timestamp": 5}),
+                "timestamp must be a string",
+            ),
+            (
+                json!({"deviceId": "d", "temperature": 31, "timestamp": "yesterday"}),
+                "RFC 3339",
+            ),
+        ];
+        for (value, want) in cases {
+            let err = parse_reading(&value).unwrap_err();
+            assert!(err.contains(want), "{value}: {err}");
+        }
+        let ok = parse_reading(
+            &json!({"deviceId": "d/1", "temperature": 31.5, "timestamp": "2026-11-21T14:00:00Z"}),
+        )
+        .unwrap();
+        assert_eq!(ok.temperature, 31.5);
+        assert_eq!(ok.timestamp.as_deref(), Some("2026-11-21T14:00:00Z"));
+    }
+
+    #[test]
+    fn bodies_are_checked_as_a_whole() {
+        let status = |body: &str| parse_body(body.as_bytes()).unwrap_err().status().as_u16();
+        assert_eq!(status("{"), 400);
+        assert_eq!(status("\"text\""), 400);
+        assert_eq!(status("[]"), 400);
+        assert_eq!(status("{\"deviceId\": 1}"), 400);
+        let many = format!(
+            "[{}]",
+            vec!["{\"deviceId\":\"d\",\"temperature\":1}"; 1001].join(",")
+        );
+        assert_eq!(status(&many), 413);
+        let mixed = parse_body(b"[{\"deviceId\":\"d\",\"temperature\":1}, 3]").unwrap();
+        assert!(mixed[0].is_ok() && mixed[1].is_err());
+    }
+}

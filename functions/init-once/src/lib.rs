@@ -1,9 +1,695 @@
-//! `init-once`: a setup step runs once across every deployment.
-//! The logic is in `leasegate_functions::init`; these are the Spin entry points: the HTTP
-//! trigger (`/api/init/{name}`, Azure Functions timer invocations) and Spin's cron trigger.
+//! `init-once`: a setup step (seeding data after a deployment) runs once; the other instances
+//! see that it runs or is done and do not repeat it.
+//!
+//! A call (`POST /api/init/{name}`, or a tick of Spin's cron trigger or an Azure Functions timer
+//! for `init_name`) reads the lock `init/{name}` (one HEAD): marked `progress=done`, it answers
+//! `done`; held, `running` (202 with `Retry-After`). Otherwise it takes the lock (a fresh lease
+//! id, for `init_lease_seconds`), checks the mark again as it was at the grant, and runs the
+//! initialization: a POST of the name, the fencing token and an idempotency key to `init_url`.
+//! Only when that answers 2xx does it mark the lock `progress=done` (under its lease: a caller
+//! that lost the lock meanwhile cannot), then it lets the lock go. A failed initialization is
+//! not marked done; the next call runs it again.
+//!
+//! An initializer that dies leaves its lease to run out, and the next caller runs the
+//! initialization again, with a larger fencing token: the action can repeat then, so it should
+//! check the token (refuse a lower one than the highest it has seen) or be idempotent by the
+//! idempotency key, which is one per name and token. `DELETE /api/init/{name}` resets it, for
+//! operators.
+#![deny(missing_docs)]
+// Helpers return `Err(Response)`: the finished 4xx answer, once per request.
+#![allow(clippy::result_large_err)]
 
-leasegate_functions::http_export!(
-    leasegate_functions::init::handle_http,
-    leasegate_functions::init::MAX_BODY_BYTES
-);
-leasegate_functions::cron_export!(leasegate_functions::init::handle_cron);
+use std::time::{Duration, Instant, SystemTime};
+
+use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Term};
+use leasegate::ops::Metadata;
+use leasegate::{Counting, LockName, Transport, TransportErrorKind};
+use leasegate::{Request, Response, StatusCode};
+use leasegate_spin::json::Value;
+use sha2::{Digest, Sha256};
+
+use leasegate_spin::config::check_name;
+use leasegate_spin::config::{self, ConfigError, Storage, Variables};
+use leasegate_spin::json;
+use leasegate_spin::timer::{self, Source};
+use leasegate_spin::web::{self, rfc3339};
+use leasegate_spin::{auth, elapsed_ms, log_line, Context};
+
+/// Route prefix of the HTTP API.
+pub const ROUTE_PREFIX: &str = "/api/init/";
+/// Blob name prefix of the do-once locks.
+pub const PREFIX: &str = "init/";
+/// The mark of a finished initialization.
+pub const DONE: &str = "done";
+
+/// The init-once settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Storage.
+    pub storage: Storage,
+    /// This deployment's identity.
+    pub instance_id: String,
+    /// The name the timer forms run (`init_name`).
+    pub name: String,
+    /// Where the initialization is POSTed.
+    pub url: String,
+    /// How long one run may hold the lock; past it, the next caller runs it again.
+    pub lease: Duration,
+    /// How long the initialization's call may take.
+    pub timeout: Duration,
+}
+
+impl Settings {
+    /// Reads the settings from variables.
+    pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        let instance_id = timer::instance_id(vars)?;
+        let name = config::var(vars, "init_name").unwrap_or_else(|| "example-init".into());
+        check_name(&name, "name").map_err(|e| ConfigError(format!("variable init_name: {e}")))?;
+        let whole = |var: &str, default: f64, range: std::ops::RangeInclusive<i64>| {
+            let v = config::number(vars, var, default, range)?;
+            if v.fract() != 0.0 {
+                return Err(ConfigError(format!("variable {var} must be whole seconds")));
+            }
+            Ok(Duration::from_secs(v as u64))
+        };
+        let lease = whole("init_lease_seconds", 60.0, 15..=86_400)?;
+        let timeout = whole("init_timeout_seconds", 30.0, 1..=3600)?;
+        let url = config::url(vars, "init_url")?;
+        let storage = config::storage(vars)?;
+        let (needed, requests) = lease_needed(timeout, storage.timeout, lease);
+        if needed > lease {
+            return Err(ConfigError(format!(
+                "variable init_timeout_seconds ({}s) plus {requests} storage requests ({} ms \
+                 each, storage_timeout_ms) must fit within init_lease_seconds ({}s): raise \
+                 init_lease_seconds to at least {}, or lower init_timeout_seconds",
+                timeout.as_secs(),
+                storage.timeout.as_millis(),
+                lease.as_secs(),
+                lease_suggested(timeout, storage.timeout, lease).as_secs(),
+            )));
+        }
+        Ok(Settings {
+            storage,
+            instance_id,
+            name,
+            url,
+            lease,
+            timeout,
+        })
+    }
+}
+
+/// How long the run's lock must last for `init_lease_seconds = lease`, and the storage
+/// requests counted in it: the call and the marking after it (a HEAD and a write, each up to
+/// `storage_timeout`), and for a native lease (15 to 60 s) also the claim write after the
+/// grant (the lease runs from the grant). Otherwise another caller takes the lock while the run
+/// still goes on, and duplicate initializations become routine.
+pub fn lease_needed(
+    timeout: Duration,
+    storage_timeout: Duration,
+    lease: Duration,
+) -> (Duration, u32) {
+    let requests = if matches!(Term::for_window(lease), Ok(Term::Native(_))) {
+        3
+    } else {
+        2
+    };
+    (timeout + storage_timeout * requests, requests)
+}
+
+/// The smallest whole-second `init_lease_seconds` from `lease` up that [`lease_needed`]
+/// accepts.
+pub fn lease_suggested(timeout: Duration, storage_timeout: Duration, lease: Duration) -> Duration {
+    let mut secs = lease.as_secs().max(1);
+    // Ends: at `timeout + 3 x storage_timeout` (rounded up) every term is long enough.
+    loop {
+        let l = Duration::from_secs(secs);
+        if lease_needed(timeout, storage_timeout, l).0 <= l {
+            return l;
+        }
+        secs += 1;
+    }
+}
+
+/// The idempotency key of one run: the name and the run's fencing token.
+pub fn idempotency_key(name: &str, token: u64) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"leasegate init v1\0")
+        .chain_update(name.as_bytes())
+        .chain_update(format!("\0{token}").as_bytes())
+        .finalize();
+    leasegate_spin::web::hex(&digest[..16])
+}
+
+/// What a call came to.
+#[derive(Debug)]
+pub enum State {
+    /// Done: by this call (`ran`) or earlier.
+    Done {
+        /// Whether this call ran it.
+        ran: bool,
+        /// The run's fencing token, when this call ran it.
+        token: Option<u64>,
+    },
+    /// Someone runs it now.
+    Running {
+        /// Who, as its claim says.
+        by: String,
+        /// How long its lock has left.
+        retry_after: Option<Duration>,
+    },
+    /// This call ran it and the initialization failed: not marked done.
+    Failed {
+        /// Why.
+        reason: String,
+        /// The run's fencing token.
+        token: u64,
+    },
+    /// This call ran it, but lost the lock before it could mark it done (its lease ran out
+    /// while the initialization ran): not marked done; another caller may be running it.
+    LostLock {
+        /// The run's fencing token.
+        token: u64,
+    },
+    /// This call ran it (the initialization answered 2xx), but storage failed while it marked
+    /// it done: the mark may or may not have landed.
+    MarkFailed {
+        /// The run's fencing token.
+        token: u64,
+        /// What storage did.
+        error: String,
+    },
+}
+
+/// Runs one call for `name`. Storage requests: one when done or running, eight when this
+/// call runs it (the read, the acquire's three, the mark's two, the release's two).
+pub async fn call<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    name: &str,
+) -> (Result<State, leasegate::Error>, u32) {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
+    let locks = settings.storage.locks(&counting, PREFIX);
+    let action = (ctx.connect)(settings.timeout);
+    let state = run(ctx, &locks, &action, settings, name).await;
+    (state, counting.sent())
+}
+
+async fn run<T, S: Transport, A: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<S>,
+    action: &A,
+    settings: &Settings,
+    name: &str,
+) -> Result<State, leasegate::Error> {
+    let lock = LockName::try_new(name)?;
+    let info = locks.inspect(&lock, ctx.now).await?;
+    if is_done(&info.marks) {
+        return Ok(State::Done {
+            ran: false,
+            token: None,
+        });
+    }
+    if let LockStatus::Held {
+        label, expires_at, ..
+    } = &info.status
+    {
+        return Ok(State::Running {
+            by: label.clone(),
+            retry_after: left(*expires_at, info.server_date),
+        });
+    }
+    let id = (ctx.new_lease_id)();
+    let term = Term::for_window(settings.lease)?;
+    let held = match locks
+        .acquire_with(
+            &lock,
+            term,
+            id,
+            IdOrigin::Fresh,
+            &settings.instance_id,
+            ctx.now,
+        )
+        .await?
+    {
+        Acquire::Acquired(held) => held,
+        Acquire::Busy {
+            holder,
+            retry_after,
+            ..
+        } => {
+            return Ok(State::Running {
+                by: holder.map(|h| h.label).unwrap_or_default(),
+                retry_after,
+            })
+        }
+    };
+    let token = held.fencing_token.unwrap_or(0);
+    let state = if is_done(&held.marks) {
+        // Done between the read and the grant.
+        State::Done {
+            ran: false,
+            token: None,
+        }
+    } else if let Err(reason) = post(action, settings, name, token).await {
+        State::Failed { reason, token }
+    } else {
+        let mut marks = Metadata::new();
+        marks.insert("progress".into(), DONE.into());
+        marks.insert("done_by".into(), settings.instance_id.clone());
+        marks.insert("done_token".into(), token.to_string());
+        match locks.set_marks(&lock, id, &marks, ctx.now).await {
+            Ok(true) => State::Done {
+                ran: true,
+                token: Some(token),
+            },
+            Ok(false) => State::LostLock { token },
+            Err(e) => State::MarkFailed {
+                token,
+                error: e.to_string(),
+            },
+        }
+    };
+    // Let the lock go whatever came of it: an unmarked run is run again by the next caller,
+    // not held up until the lease runs out.
+    let _ = locks.release(&lock, id, ctx.now).await;
+    Ok(state)
+}
+
+fn is_done(marks: &Metadata) -> bool {
+    marks.get("progress").map(String::as_str) == Some(DONE)
+}
+
+fn left(expires: Option<SystemTime>, now: Option<SystemTime>) -> Option<Duration> {
+    expires?.duration_since(now?).ok()
+}
+
+async fn post<A: Transport>(
+    action: &A,
+    settings: &Settings,
+    name: &str,
+    token: u64,
+) -> Result<(), String> {
+    let key = idempotency_key(name, token);
+    let body = json!({
+        "name": name,
+        "fencingToken": token,
+        "idempotencyKey": key,
+        "instance": settings.instance_id,
+    })
+    .to_string()
+    .into_bytes();
+    let request = web::json_post(&settings.url, &key, body)
+        .ok_or_else(|| "the initialization request could not be built".to_string())?;
+    match action.send_for_status(request).await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!(
+            "the initialization answered {}",
+            r.status().as_u16()
+        )),
+        Err(e) if e.kind == TransportErrorKind::Connect => {
+            Err(format!("the initialization is unreachable: {}", e.message))
+        }
+        Err(e) => Err(format!("the initialization did not confirm: {}", e.message)),
+    }
+}
+
+/// The answer for a call: its status and JSON.
+pub fn describe(
+    settings: &Settings,
+    name: &str,
+    state: &Result<State, leasegate::Error>,
+    round_trips: u32,
+    started: Instant,
+    source: Source,
+) -> (StatusCode, Value, Option<u64>) {
+    let mut v = json!({
+        "name": name,
+        "instance": settings.instance_id,
+        "trigger": source.as_str(),
+        "storageRoundTrips": round_trips,
+        "durationMs": elapsed_ms(started),
+    });
+    let mut retry = None;
+    let status = match state {
+        Ok(State::Done { ran, token }) => {
+            v.set("state", json!("done"));
+            v.set("ran", json!(ran));
+            if let Some(t) = token {
+                v.set("fencingToken", json!(t));
+            }
+            StatusCode::OK
+        }
+        Ok(State::Running { by, retry_after }) => {
+            v.set("state", json!("running"));
+            v.set("runningOn", json!(by));
+            let secs = retry_after.map_or(1, |d| d.as_secs().max(1));
+            v.set("retryAfterSeconds", json!(secs));
+            retry = Some(secs);
+            StatusCode::ACCEPTED
+        }
+        Ok(State::Failed { reason, token }) => {
+            v.set("state", json!("failed"));
+            v.set("fencingToken", json!(token));
+            v.set("error", json!("init_failed"));
+            v.set(
+                "message",
+                json!(format!(
+                    "{reason}; not marked done: the next call runs it again"
+                )),
+            );
+            StatusCode::BAD_GATEWAY
+        }
+        Ok(State::LostLock { token }) => {
+            v.set("state", json!("unknown"));
+            v.set("fencingToken", json!(token));
+            v.set("error", json!("lease_lost"));
+            v.set("message", json!(
+                "the initialization answered, but this call's lease ran out before it could be marked done; another caller may run it again"
+            ));
+            StatusCode::CONFLICT
+        }
+        Ok(State::MarkFailed { token, error }) => {
+            v.set("state", json!("unknown"));
+            v.set("ran", json!(true));
+            v.set("fencingToken", json!(token));
+            v.set("error", json!("mark_failed"));
+            v.set("message", json!(format!(
+                "the initialization ran (it answered 2xx) but marking it done failed ({error}): GET tells whether the mark landed; if not, the next call runs it again with a larger fencing token"
+            )));
+            retry = Some(1);
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        Err(e) => {
+            v.set("state", json!("unknown"));
+            v.set("error", json!(web::storage_error_code(e)));
+            v.set("message", json!(web::storage_failed(e, "nothing was run")));
+            let status = web::storage_status(e);
+            retry = (status == StatusCode::SERVICE_UNAVAILABLE).then_some(1);
+            status
+        }
+    };
+    (status, v, retry)
+}
+
+fn log_call(v: &Value) {
+    let mut line = v.clone();
+    line.set("fn", json!("init-once"));
+    log_line(line);
+}
+
+/// Handles `handle-cron-event` for `init_name`: `Ok` when done or running elsewhere, `Err` when
+/// it failed or storage did.
+pub async fn handle_cron<T: Transport>(
+    ctx: &Context<'_, T>,
+    _timestamp: u64,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let settings = Settings::load(ctx.variables).map_err(|e| {
+        log_line(json!({"fn": "init-once", "error": "not_configured", "message": format!("{e}")}));
+        e.to_string()
+    })?;
+    let name = settings.name.clone();
+    let (state, trips) = call(ctx, &settings, &name).await;
+    let (status, v, _) = describe(&settings, &name, &state, trips, started, Source::Cron);
+    log_call(&v);
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(v["message"]
+            .as_str()
+            .unwrap_or("the call failed")
+            .to_string())
+    }
+}
+
+/// The largest request body the routes read.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Handles the component's HTTP requests: `POST|GET /api/init/{name}` (bearer `timer_token`
+/// or `admin_token`), `DELETE /api/init/{name}` (the reset: bearer `admin_token` only), and `POST /{FunctionName}` (any other path: an Azure Functions timer
+/// invocation for `init_name`, served only by that deployment).
+pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
+    let started = Instant::now();
+    let path = request.path();
+    if let Some(rest) = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
+        (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
+    }) {
+        let power = match auth::authenticate_timer(ctx.variables, &request) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        if request.method() == leasegate::Method::DELETE {
+            if let Err(r) = auth::require_admin(ctx.variables, power, "a reset") {
+                return r;
+            }
+        }
+        return api(ctx, &request, rest.trim_end_matches('/'), started).await;
+    }
+    if !timer::azure_channel(ctx.variables) {
+        return timer::no_route();
+    }
+    if request.method() != leasegate::Method::POST {
+        return web::method_not_allowed("POST");
+    }
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => {
+            return timer::azure_answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "not_configured", "message": format!("{e}")}),
+                vec![format!("init-once: {e}")],
+            )
+        }
+    };
+    if let Err(m) = timer::parse_azure_timer(request.body(), ctx.now) {
+        return timer::azure_answer(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "invalid_invocation", "message": m}),
+            vec![format!("init-once: {m}")],
+        );
+    }
+    let name = settings.name.clone();
+    let (state, trips) = call(ctx, &settings, &name).await;
+    let (status, v, _) = describe(&settings, &name, &state, trips, started, Source::Azure);
+    log_call(&v);
+    let summary = format!(
+        "init-once {name}: {} on {}",
+        v["state"].as_str().unwrap_or("unknown"),
+        settings.instance_id
+    );
+    // A run still going elsewhere is settled for this invocation: 2xx.
+    let status = if status == StatusCode::ACCEPTED {
+        StatusCode::OK
+    } else {
+        status
+    };
+    timer::azure_answer(status, v, vec![summary])
+}
+
+async fn api<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: &Request,
+    name: &str,
+    started: Instant,
+) -> Response {
+    if let Err(m) = check_name(name, "name") {
+        return web::error(StatusCode::BAD_REQUEST, "invalid_name", m);
+    }
+    let method = request.method().clone();
+    if method != leasegate::Method::POST
+        && method != leasegate::Method::GET
+        && method != leasegate::Method::DELETE
+    {
+        return web::method_not_allowed("GET, POST, DELETE");
+    }
+    if !request.body().iter().all(u8::is_ascii_whitespace) {
+        return web::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+            "these routes take no body",
+        );
+    }
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+    };
+    if method == leasegate::Method::GET {
+        return state_answer(ctx, &settings, name).await;
+    }
+    if method == leasegate::Method::DELETE {
+        return reset(ctx, &settings, name).await;
+    }
+    let (state, trips) = call(ctx, &settings, name).await;
+    let (status, v, retry) = describe(&settings, name, &state, trips, started, Source::Http);
+    log_call(&v);
+    let mut r = web::json(status, &v);
+    if let Some(secs) = retry {
+        r.headers_mut().insert("retry-after", secs.to_string());
+    }
+    r
+}
+
+/// `GET /api/init/{name}`: `pending`, `running` (and on which instance) or `done` (by whom,
+/// with which token): one HEAD.
+async fn state_answer<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    name: &str,
+) -> Response {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    // Counted like the other paths: one instance of the lease code per component.
+    let transport = Counting::new(&transport);
+    let locks = settings.storage.locks(&transport, PREFIX);
+    let info = match LockName::try_new(name) {
+        Ok(lock) => locks.inspect(&lock, ctx.now).await,
+        Err(e) => Err(e),
+    };
+    match info {
+        Ok(info) => {
+            let mut v = json!({ "name": name });
+            if is_done(&info.marks) {
+                v.set("state", json!("done"));
+                v.set("doneBy", json!(info.marks.get("done_by")));
+                v.set(
+                    "doneToken",
+                    json!(info
+                        .marks
+                        .get("done_token")
+                        .and_then(|t| t.parse::<u64>().ok())),
+                );
+            } else if let LockStatus::Held {
+                label,
+                since,
+                expires_at,
+                ..
+            } = &info.status
+            {
+                v.set("state", json!("running"));
+                v.set("runningOn", json!(label));
+                v.set("since", json!(since.map(rfc3339)));
+                v.set("expiresAt", json!(expires_at.map(rfc3339)));
+            } else {
+                v.set("state", json!("pending"));
+            }
+            v.set("fencingToken", json!(info.fencing_token));
+            web::json(StatusCode::OK, &v)
+        }
+        Err(e) => web::storage_unavailable(&e),
+    }
+}
+
+/// `DELETE /api/init/{name}`: forgets that it is done (the next call runs it again). Refused
+/// (409) while a run holds the lock.
+async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &str) -> Response {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    // Counted like the other paths: one instance of the lease code per component.
+    let transport = Counting::new(&transport);
+    let locks = settings.storage.locks(&transport, PREFIX);
+    let result = async {
+        let lock = LockName::try_new(name)?;
+        let id = (ctx.new_lease_id)();
+        let term = Term::for_window(settings.lease)?;
+        match locks
+            .acquire_with(
+                &lock,
+                term,
+                id,
+                IdOrigin::Fresh,
+                &settings.instance_id,
+                ctx.now,
+            )
+            .await?
+        {
+            Acquire::Busy { holder, .. } => Ok(Err(holder.map(|h| h.label).unwrap_or_default())),
+            Acquire::Acquired(_) => {
+                let mut marks = Metadata::new();
+                for k in ["progress", "done_by", "done_token"] {
+                    marks.insert(k.to_string(), String::new());
+                }
+                let cleared = locks.set_marks(&lock, id, &marks, ctx.now).await;
+                // Released even when clearing failed: the lock is not left taken.
+                let _ = locks.release(&lock, id, ctx.now).await;
+                Ok(Ok(cleared?))
+            }
+        }
+    }
+    .await;
+    match result {
+        Ok(Ok(true)) => {
+            log_line(json!({"fn": "init-once", "name": name, "decision": "reset"}));
+            web::json(StatusCode::OK, &json!({"name": name, "state": "pending"}))
+        }
+        Ok(Ok(false)) => web::error(
+            StatusCode::CONFLICT,
+            "busy",
+            "the lock was taken while resetting; try again",
+        ),
+        Ok(Err(by)) => web::error(
+            StatusCode::CONFLICT,
+            "running",
+            format!("the initialization is running (on {by}): reset it once that run ends"),
+        ),
+        Err(e) => web::storage_unavailable(&e),
+    }
+}
+
+// The Spin entry points.
+#[cfg(target_arch = "wasm32")]
+leasegate_spin::http_export!(handle_http, MAX_BODY_BYTES);
+#[cfg(target_arch = "wasm32")]
+leasegate_spin::cron_export!(crate::handle_cron);
+
+#[cfg(test)]
+mod tests {
+    use super::Settings;
+    use std::collections::HashMap;
+
+    fn load(lease: &str, timeout: &str, storage_ms: &str) -> Result<Settings, String> {
+        let vars: HashMap<String, String> = [
+            ("instance_id", "node-a"),
+            ("init_url", "http://127.0.0.1:9/init"),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", "RXhhbXBsZUtleUZvclVuaXRUZXN0c09ubHk="),
+            ("init_lease_seconds", lease),
+            ("init_timeout_seconds", timeout),
+            ("storage_timeout_ms", storage_ms),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        Settings::load(&vars).map_err(|e| e.to_string())
+    }
+
+    /// A native lease (15 to 60 s) runs from its grant: the claim write after it counts too,
+    /// so the lease must hold the call and three storage requests; a record (above 60 s) is
+    /// written with its claim, so two.
+    #[test]
+    fn the_lease_holds_the_call_and_its_storage_requests() {
+        // 10 s + 3 x 2 s = 16 s > 15 s (native): refused, naming the lease needed.
+        let Err(e) = load("15", "10", "2000") else {
+            panic!("accepted")
+        };
+        assert!(e.contains("3 storage requests"), "{e}");
+        assert!(e.contains("at least 16"), "{e}");
+        load("16", "10", "2000").unwrap();
+        load("15", "10", "1500").unwrap();
+        // 50 s + 3 x 5 s = 65 s > 60 s; a 61 s record needs 50 + 2 x 5 = 60 s.
+        let Err(e) = load("60", "50", "5000") else {
+            panic!("accepted")
+        };
+        assert!(e.contains("at least 61"), "{e}");
+        load("61", "50", "5000").unwrap();
+        // A record: two requests.
+        let Err(e) = load("120", "115", "5000") else {
+            panic!("accepted")
+        };
+        assert!(
+            e.contains("2 storage requests") && e.contains("at least 125"),
+            "{e}"
+        );
+        load("125", "115", "5000").unwrap();
+    }
+}

@@ -1,10 +1,1413 @@
-//! `scheduled-job`: each scheduled occurrence runs on exactly one deployment.
-//! The logic is in `leasegate_functions::jobs`; these are the Spin entry points: the HTTP
-//! trigger (an HTTP scheduler's ticks, the reservation log, Azure Functions timer invocations)
-//! and Spin's cron trigger (`handle-cron-event`).
+//! `scheduled-job`: a job deployed on several nodes for redundancy runs each scheduled
+//! occurrence on exactly one of them.
+//!
+//! A tick (Spin's cron trigger, an Azure Functions timer, `POST /api/jobs/{job}/tick`; see
+//! [`leasegate_spin::timer`]) names a trigger time; the **occurrence** is that time rounded to the
+//! nearest multiple of the job's period, so deployments whose clocks or triggers differ by less
+//! than half a period agree on it. Then:
+//!
+//! 1. **Reserve** the occurrence: create `jobs/{job}/occurrences/{unix}` only if absent
+//!    (`If-None-Match: *`). Storage lets one creator win; the others answer `skipped`, naming
+//!    the reserving instance (read from the reservation). A tick of the reserving instance
+//!    itself (a retry, a manual tick beside the timer, replicas sharing an `instance_id`) goes
+//!    on, unless the reservation already carries an outcome.
+//! 2. With `job_overlap = skip` (the default), **take the job's lease** (`jobs/{job}/lock`, a
+//!    fresh lease id per run, labelled with the instance and the occurrence, for the job's
+//!    timeout plus the storage steps, rounded up to whole seconds). If a run of another
+//!    occurrence holds it, the occurrence is skipped (outcome `skipped_overlap`, logged); if a
+//!    tick of this same occurrence holds it, this tick leaves it alone. With `allow`, no lease:
+//!    runs of successive occurrences may overlap.
+//! 3. **Write the outcome `running` on the reservation** by compare-and-swap on its ETag,
+//!    unless it has one: of all the ticks of an occurrence, the one that writes it runs the
+//!    job, every other answers `skipped`. The reservation keeps the outcome as long as it
+//!    exists (the retention), so a retry however late cannot run the occurrence again.
+//! 4. **Log** the run in the reservation log (`jobs/{job}/log.json`: the last 10, newest first,
+//!    with the storage server's time), by compare-and-swap on its ETag. The log refuses an
+//!    occurrence below its clean-up watermark; that (or a storage failure before the job is
+//!    called) undoes step 3, so a later tick decides afresh.
+//! 5. **Run**: POST the occurrence, its fencing token (the occurrence times 2^16: tokens rise
+//!    with the occurrence) and an idempotency key (one per job and occurrence) to `job_url`.
+//! 6. **Record the result** on the reservation and in the log, give the lease back, and delete
+//!    reservations older than the retention (a tick for an occurrence that old is refused, so
+//!    none can run twice).
+//!
+//! A run is not retried: an occurrence whose job failed (or whose instance stopped after
+//! writing `running`) is recorded so and the next occurrence runs normally. At most once,
+//! never twice. The rules are in `docs/timer-functions.md`.
+#![deny(missing_docs)]
+// Helpers return `Err(Response)`: the finished 4xx answer, once per request.
+#![allow(clippy::result_large_err)]
 
-leasegate_functions::http_export!(
-    leasegate_functions::jobs::handle_http,
-    leasegate_functions::jobs::MAX_BODY_BYTES
-);
-leasegate_functions::cron_export!(leasegate_functions::jobs::handle_cron);
+use std::time::{Duration, Instant, SystemTime};
+
+use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
+use leasegate::ops::{
+    Condition, DeleteBlob, GetBlob, GetProperties, ListBlobs, Metadata, PutBlob, SetMetadata,
+    WriteOutcome,
+};
+use leasegate::{BlobName, Counting, LockName, Transport, TransportErrorKind};
+use leasegate::{Request, Response, StatusCode};
+use sha2::{Digest, Sha256};
+
+use leasegate_spin::config::{self, check_name, ConfigError, Storage, Variables};
+use leasegate_spin::json;
+use leasegate_spin::json::{Fields, ToJson, Value};
+use leasegate_spin::storage::execute_creating_container;
+use leasegate_spin::timer::{self, Source, Tick};
+use leasegate_spin::web::{self, rfc3339};
+use leasegate_spin::{auth, elapsed_ms, log_line, Context};
+
+/// Entries the reservation log keeps.
+pub const LOG_ENTRIES: usize = 10;
+/// The longest job name, in bytes.
+pub const MAX_JOB_NAME: usize = leasegate_spin::config::MAX_NAME;
+/// How many times a compare-and-swap of the log is tried before giving up.
+const LOG_ATTEMPTS: usize = 8;
+/// Seconds added to the job's timeout for the lease: the lease outlives the call it guards.
+const LEASE_MARGIN_SECS: u64 = 10;
+/// Route prefix of the HTTP API.
+pub const ROUTE_PREFIX: &str = "/api/jobs/";
+
+/// Whether a run may start while the previous one still holds the job's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// Skip the occurrence (and log it).
+    Skip,
+    /// Run anyway, under a lease of its own.
+    Allow,
+}
+
+/// The scheduled-job settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Storage.
+    pub storage: Storage,
+    /// This deployment's identity.
+    pub instance_id: String,
+    /// The job's name.
+    pub job: String,
+    /// Its period: occurrences are multiples of it (plus `offset`) since the Unix epoch.
+    pub period: Duration,
+    /// The occurrences' offset within the period (a nightly job at 02:00: 7200 s).
+    pub offset: Duration,
+    /// Where the job is POSTed.
+    pub job_url: String,
+    /// How long the job's call may take.
+    pub timeout: Duration,
+    /// Overlap policy.
+    pub overlap: Overlap,
+    /// Reservations are kept this long; older occurrences are refused.
+    pub retention: Duration,
+    /// How far ahead of the storage server's clock an occurrence may be; later ones are
+    /// refused (a clock or a caller running ahead). Also how far behind this instance's
+    /// clock an HTTP tick with the tick token may name an occurrence.
+    pub early: Duration,
+    /// The job's lease term (`job_overlap = skip`): the job's timeout, plus the storage steps
+    /// around it (4 storage timeouts), plus a margin, rounded up to whole seconds; checked when
+    /// the settings load.
+    pub lease_term: Term,
+}
+
+/// A job name: 1 to 63 lowercase letters, digits, `-`, `_` or `.`, starting with a letter or
+/// digit (it appears in blob names, URLs and Azure Functions function names).
+pub fn check_job_name(name: &str) -> Result<(), String> {
+    check_name(name, "job name")
+}
+
+impl Settings {
+    /// Reads the settings from variables.
+    pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        let instance_id = timer::instance_id(vars)?;
+        let job = config::var(vars, "job_name").unwrap_or_else(|| "job".into());
+        check_job_name(&job).map_err(|e| ConfigError(format!("variable job_name: {e}")))?;
+        let whole = |name: &str, default: f64, range: std::ops::RangeInclusive<i64>| {
+            let v = config::number(vars, name, default, range)?;
+            if v.fract() != 0.0 {
+                return Err(ConfigError(format!(
+                    "variable {name} must be whole seconds"
+                )));
+            }
+            Ok(Duration::from_secs(v as u64))
+        };
+        let period = whole("job_period_seconds", 60.0, 1..=31_536_000)?;
+        let offset = whole("job_offset_seconds", 0.0, 0..=31_536_000)?;
+        if offset >= period {
+            return Err(ConfigError(
+                "variable job_offset_seconds must be less than job_period_seconds".into(),
+            ));
+        }
+        let timeout = whole("job_timeout_seconds", 30.0, 1..=3600)?;
+        let default_retention = (period.as_secs() * LOG_ENTRIES as u64).max(3600) as f64;
+        let retention = whole("job_retention_seconds", default_retention, 60..=31_536_000)?;
+        if retention < period {
+            return Err(ConfigError(
+                "variable job_retention_seconds must be at least one period".into(),
+            ));
+        }
+        let early = whole("job_early_seconds", 300.0, 1..=31_536_000)?;
+        let overlap = match config::var(vars, "job_overlap").as_deref() {
+            None | Some("skip") => Overlap::Skip,
+            Some("allow") => Overlap::Allow,
+            Some(_) => {
+                return Err(ConfigError(
+                    "variable job_overlap must be skip or allow".into(),
+                ))
+            }
+        };
+        let job_url = config::url(vars, "job_url")?;
+        let storage = config::storage(vars)?;
+        let lease_term = lease_term(timeout, storage.timeout)?;
+        Ok(Settings {
+            storage,
+            lease_term,
+            instance_id,
+            job,
+            period,
+            offset,
+            job_url,
+            timeout,
+            overlap,
+            retention,
+            early,
+        })
+    }
+
+    fn occurrences_prefix(&self) -> String {
+        format!("jobs/{}/occurrences/", self.job)
+    }
+
+    fn reservation(&self, occurrence: u64) -> Result<BlobName, leasegate::Error> {
+        BlobName::try_new(&format!("{}{occurrence:012}", self.occurrences_prefix()))
+    }
+
+    fn log_blob(&self) -> Result<BlobName, leasegate::Error> {
+        BlobName::try_new(&format!("jobs/{}/log.json", self.job))
+    }
+}
+
+/// The job's lease term: `timeout + 4 x storage_timeout + 10 s`, rounded up to whole seconds
+/// (terms are whole seconds; `storage_timeout_ms = 5100` makes 60.4 s, taken as 61 s).
+pub fn lease_term(timeout: Duration, storage_timeout: Duration) -> Result<Term, ConfigError> {
+    let window = timeout + storage_timeout * 4 + Duration::from_secs(LEASE_MARGIN_SECS);
+    let secs = window.as_secs() + u64::from(window.subsec_nanos() > 0);
+    Term::for_window(Duration::from_secs(secs)).map_err(|e| {
+        ConfigError(format!(
+            "variables job_timeout_seconds and storage_timeout_ms: the job's lease term \
+             (job_timeout_seconds + 4 x storage_timeout_ms + {LEASE_MARGIN_SECS} s = {secs} s) \
+             is not usable: {e}"
+        ))
+    })
+}
+
+/// One entry of the reservation log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The occurrence (RFC 3339).
+    pub occurrence: String,
+    /// The occurrence in Unix seconds (what entries are ordered by).
+    pub occurrence_unix: u64,
+    /// The instance that reserved it.
+    pub instance: String,
+    /// When it was reserved, by the storage server's clock.
+    pub reserved_at: String,
+    /// `running`, `succeeded`, `failed`, `skipped_overlap`.
+    pub status: String,
+    /// The run's fencing token.
+    pub fencing_token: Option<u64>,
+    /// `cron`, `azure` or `http`.
+    pub trigger: String,
+    /// Azure's `IsPastDue`.
+    pub past_due: bool,
+    /// When the run ended, by the storage server's clock.
+    pub finished_at: Option<String>,
+    /// Why it failed or was skipped.
+    pub reason: Option<String>,
+}
+
+/// The reservation log blob.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Log {
+    /// The job.
+    pub job: String,
+    /// The last reservations, newest (latest occurrence) first.
+    pub entries: Vec<Entry>,
+    /// Reservations of occurrences before this one (Unix seconds) may have been deleted: a
+    /// tick for them is refused, whatever retention its deployment has.
+    pub cleaned_before: u64,
+}
+
+/// The JSON of an entry (camelCase keys; absent options left out).
+impl ToJson for Entry {
+    fn to_json(&self) -> Value {
+        let mut v = json!({
+            "occurrence": self.occurrence,
+            "occurrenceUnix": self.occurrence_unix,
+            "instance": self.instance,
+            "reservedAt": self.reserved_at,
+            "status": self.status,
+        });
+        if let Some(t) = self.fencing_token {
+            v.set("fencingToken", json!(t));
+        }
+        v.set("trigger", json!(self.trigger));
+        v.set("pastDue", json!(self.past_due));
+        if let Some(t) = &self.finished_at {
+            v.set("finishedAt", json!(t));
+        }
+        if let Some(r) = &self.reason {
+            v.set("reason", json!(r));
+        }
+        v
+    }
+}
+
+impl Entry {
+    /// Reads an entry as [`ToJson`] writes it.
+    pub fn from_json(value: &Value) -> Result<Entry, String> {
+        let f = Fields::of(value)?;
+        Ok(Entry {
+            occurrence: f.string("occurrence")?,
+            occurrence_unix: f
+                .opt_u64("occurrenceUnix")?
+                .ok_or("occurrenceUnix is missing")?,
+            instance: f.string("instance")?,
+            reserved_at: f.string("reservedAt")?,
+            status: f.string("status")?,
+            fencing_token: f.opt_u64("fencingToken")?,
+            trigger: f.string("trigger")?,
+            past_due: f.bool_or_false("pastDue")?,
+            finished_at: f.opt_string("finishedAt")?,
+            reason: f.opt_string("reason")?,
+        })
+    }
+}
+
+impl ToJson for Log {
+    fn to_json(&self) -> Value {
+        json!({
+            "job": self.job,
+            "entries": self.entries,
+            "cleanedBefore": self.cleaned_before,
+        })
+    }
+}
+
+impl Log {
+    /// Reads a log as [`ToJson`] writes it.
+    pub fn from_json(value: &Value) -> Result<Log, String> {
+        let f = Fields::of(value)?;
+        Ok(Log {
+            job: f.string("job")?,
+            entries: f.list("entries", Entry::from_json)?,
+            cleaned_before: f.u64_or_zero("cleanedBefore")?,
+        })
+    }
+}
+
+/// What a tick came to.
+#[derive(Debug)]
+pub enum Decision {
+    /// This instance ran the occurrence; the job answered 2xx.
+    Ran {
+        /// The run's log entry.
+        entry: Entry,
+    },
+    /// Another instance reserved it (or this one did, on an earlier tick).
+    Skipped {
+        /// Who reserved it, as its reservation says.
+        reserved_by: Option<String>,
+        /// Why.
+        reason: String,
+    },
+    /// This instance reserved it, but a previous run still holds the job's lease.
+    Overlapped {
+        /// The log entry.
+        entry: Entry,
+    },
+    /// This instance ran it and the job failed (not retried).
+    JobFailed {
+        /// The run's log entry.
+        entry: Entry,
+    },
+    /// This instance's lease for this occurrence is held (by another tick of it, or by a
+    /// tick that failed before writing its outcome and could not release) and the reservation
+    /// has no outcome: not settled, to be retried after `retry_after` (the lease's time left).
+    InProgress {
+        /// How long the lease has left.
+        retry_after: Duration,
+    },
+    /// The occurrence is older than the retention (or than the log's clean-up): refused,
+    /// whoever asks and however often.
+    TooOld {
+        /// The retention.
+        retention: Duration,
+    },
+    /// The occurrence is further ahead of the storage server's clock than `job_early_seconds`:
+    /// refused (a clock or a caller running ahead would take future occurrences).
+    TooEarly {
+        /// The tolerance.
+        early: Duration,
+    },
+}
+
+/// A tick's outcome: the occurrence, the decision (or the storage failure), the storage
+/// requests it took.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The occurrence (Unix seconds).
+    pub occurrence: u64,
+    /// What happened.
+    pub decision: Result<Decision, leasegate::Error>,
+    /// Storage requests sent.
+    pub round_trips: u32,
+}
+
+/// Runs one tick: reserve, lease, log, run, log, release, clean up.
+pub async fn tick<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, tick: &Tick) -> Outcome {
+    let occurrence = timer::occurrence(tick.at, settings.period, settings.offset);
+    let occurrence = unix(occurrence);
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
+    let job_transport = (ctx.connect)(settings.timeout);
+    let decision = run_tick(ctx, &counting, &job_transport, settings, tick, occurrence).await;
+    Outcome {
+        occurrence,
+        decision,
+        round_trips: counting.sent(),
+    }
+}
+
+/// Reservation metadata: the instance that reserved the occurrence, and the tick's source.
+const META_RESERVED_BY: &str = "leasegate_reserved_by";
+const META_TRIGGER: &str = "leasegate_trigger";
+/// Reservation metadata: the occurrence's outcome (`running`, `succeeded`, `failed`,
+/// `skipped_overlap`), written by compare-and-swap before the job is called: the one record
+/// that says whether the occurrence ran, kept as long as the reservation.
+const META_RUN: &str = "leasegate_run";
+/// Reservation metadata: a nonce of the tick that wrote the outcome (to recognise one's own
+/// write after a lost answer), and the run's fencing token.
+const META_RUN_TICK: &str = "leasegate_run_tick";
+const META_RUN_TOKEN: &str = "leasegate_run_token";
+
+/// A reservation as this tick knows it: its ETag and metadata (what a compare-and-swap
+/// writes over), and whether this tick created it.
+#[derive(Debug, Clone)]
+struct Reservation {
+    blob: BlobName,
+    etag: Option<leasegate::ETag>,
+    metadata: Metadata,
+    created: bool,
+}
+
+/// The fencing token of an occurrence's run: the occurrence in Unix seconds times 2^16 (the
+/// scale of the lease tokens, which are server seconds times 2^16), so tokens rise with the
+/// occurrence whatever the overlap policy and whenever each run starts. One run per occurrence
+/// (its reservation's outcome), so one token per run.
+pub fn occurrence_token(occurrence: u64) -> Result<u64, leasegate::Error> {
+    occurrence
+        .checked_mul(1 << 16)
+        .filter(|t| *t <= leasegate::lease::MAX_TOKEN)
+        .ok_or_else(|| {
+            leasegate::Error::InvalidArgument(format!(
+                "occurrence {occurrence} is too far ahead for a fencing token"
+            ))
+        })
+}
+
+async fn run_tick<T, S: Transport, J: Transport>(
+    ctx: &Context<'_, T>,
+    storage: &S,
+    job: &J,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+) -> Result<Decision, leasegate::Error> {
+    let s = &settings.storage;
+    let locks = Locks::new(storage, s.account.clone(), s.container.clone());
+    let blob = settings.reservation(occurrence)?;
+    // 1. Reserve.
+    let mut metadata = Metadata::new();
+    metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
+    metadata.insert(META_TRIGGER.into(), tick.source.as_str().into());
+    let body = json!({
+        "job": settings.job,
+        "occurrence": rfc3339(at(occurrence)),
+        "instance": settings.instance_id,
+    })
+    .to_string()
+    .into_bytes();
+    let put = PutBlob::block(s.container.clone(), blob.clone(), body)
+        .with_content_type("application/json")
+        .with_condition(Condition::IfNotExists)
+        .with_metadata(metadata.clone());
+    let (reserved, date) = execute_creating_container(&locks, &put, ctx.now).await?;
+    let (reserved_at, server_now, reservation) = match reserved {
+        WriteOutcome::Written(w) => {
+            let t = w.server_date.or(date).unwrap_or(ctx.now);
+            let r = Reservation {
+                blob,
+                etag: w.etag,
+                metadata,
+                created: true,
+            };
+            (t, t, r)
+        }
+        WriteOutcome::Refused(_) => {
+            let (props, date) = head(&locks, &blob, ctx.now).await?;
+            let props = props.unwrap_or_default();
+            let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
+            if reserved_by.as_deref() != Some(settings.instance_id.as_str()) {
+                return Ok(Decision::Skipped {
+                    reserved_by,
+                    reason: "another instance reserved it".into(),
+                });
+            }
+            // This instance reserved it on an earlier tick (or another tick of it is at work
+            // on it now): its outcome on the reservation says whether it is settled.
+            let t = props.last_modified.unwrap_or(ctx.now);
+            let r = Reservation {
+                blob,
+                etag: props.etag,
+                metadata: props.metadata,
+                created: false,
+            };
+            (t, date.unwrap_or(ctx.now), r)
+        }
+    };
+    // 2. Occurrences too far from the storage server's clock are refused, every time: the
+    // reservation this tick made is taken back.
+    let refusal = if unix(server_now).saturating_sub(settings.retention.as_secs()) > occurrence {
+        Some(Decision::TooOld {
+            retention: settings.retention,
+        })
+    } else if occurrence > unix(server_now).saturating_add(settings.early.as_secs()) {
+        Some(Decision::TooEarly {
+            early: settings.early,
+        })
+    } else {
+        None
+    };
+    if let Some(refusal) = refusal {
+        if reservation.created {
+            take_back(&locks, &reservation, ctx.now).await;
+        }
+        return Ok(refusal);
+    }
+    run_reserved(
+        ctx,
+        &locks,
+        job,
+        settings,
+        tick,
+        occurrence,
+        reserved_at,
+        reservation,
+    )
+    .await
+}
+
+/// One HEAD of a reservation.
+async fn head<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    now: SystemTime,
+) -> Result<(Option<leasegate::ops::BlobProperties>, Option<SystemTime>), leasegate::Error> {
+    locks
+        .execute(
+            &GetProperties {
+                container: locks.container().clone(),
+                blob: blob.clone(),
+            },
+            now,
+        )
+        .await
+}
+
+/// Deletes the reservation this tick made (as it last wrote it): best effort.
+async fn take_back<T: Transport>(locks: &Locks<T>, reservation: &Reservation, now: SystemTime) {
+    if let Some(etag) = &reservation.etag {
+        let delete = DeleteBlob {
+            container: locks.container().clone(),
+            blob: reservation.blob.clone(),
+            lease_id: None,
+            condition: Condition::IfMatch(etag.clone()),
+        };
+        let _ = locks.execute(&delete, now).await;
+    }
+}
+
+/// What writing an outcome on a reservation came to.
+enum Commit {
+    /// This tick wrote it: the reservation as written.
+    Written(Reservation),
+    /// A tick before it wrote one (this outcome).
+    Settled(String),
+}
+
+/// Writes `outcome` on the reservation by compare-and-swap, unless it has one already: of all
+/// the ticks of one occurrence, one writes an outcome, and only that one runs the job (or
+/// records the skip). A write whose answer is lost is read back (its `nonce`).
+async fn commit<T: Transport>(
+    locks: &Locks<T>,
+    reservation: &Reservation,
+    outcome: &str,
+    nonce: &str,
+    token: u64,
+    now: SystemTime,
+) -> Result<Commit, leasegate::Error> {
+    let mut seen = reservation.clone();
+    for _ in 0..LOG_ATTEMPTS {
+        if let Some(run) = seen.metadata.get(META_RUN) {
+            return Ok(Commit::Settled(run.clone()));
+        }
+        if let Some(etag) = seen.etag.clone() {
+            let mut metadata = seen.metadata.clone();
+            metadata.insert(META_RUN.into(), outcome.into());
+            metadata.insert(META_RUN_TICK.into(), nonce.into());
+            metadata.insert(META_RUN_TOKEN.into(), token.to_string());
+            let write = SetMetadata {
+                container: locks.container().clone(),
+                blob: seen.blob.clone(),
+                metadata: metadata.clone(),
+                lease_id: None,
+                condition: Condition::IfMatch(etag),
+            };
+            match locks.execute(&write, now).await {
+                Ok((WriteOutcome::Written(w), _)) => {
+                    return Ok(Commit::Written(Reservation {
+                        etag: w.etag,
+                        metadata,
+                        ..seen
+                    }))
+                }
+                Ok((WriteOutcome::Refused(_), _)) => {}
+                Err(e) => {
+                    // Storage may have written it: read back whose outcome is there.
+                    return match head(locks, &seen.blob, now).await {
+                        Ok((Some(p), _))
+                            if p.metadata.get(META_RUN_TICK).map(String::as_str) == Some(nonce) =>
+                        {
+                            Ok(Commit::Written(Reservation {
+                                etag: p.etag,
+                                metadata: p.metadata,
+                                ..seen
+                            }))
+                        }
+                        _ => Err(e),
+                    };
+                }
+            }
+        }
+        // Changed since it was read (or read without an ETag): read it again.
+        let (props, _) = head(locks, &seen.blob, now).await?;
+        let Some(props) = props else {
+            return Ok(Commit::Settled("deleted".into()));
+        };
+        seen.etag = props.etag;
+        seen.metadata = props.metadata;
+    }
+    Err(leasegate::Error::InvalidArgument(format!(
+        "the reservation {} kept changing: gave up after {LOG_ATTEMPTS} tries",
+        reservation.blob.as_str()
+    )))
+}
+
+/// Undoes this tick's outcome before the job was called (the log refused the occurrence, or
+/// storage failed): a reservation this tick created is deleted, an older one gets its metadata
+/// back, so a later tick decides afresh. Best effort.
+async fn uncommit<T: Transport>(
+    locks: &Locks<T>,
+    original: &Reservation,
+    written: &Reservation,
+    now: SystemTime,
+) {
+    let Some(etag) = written.etag.clone() else {
+        return;
+    };
+    if original.created {
+        take_back(locks, written, now).await;
+        return;
+    }
+    let write = SetMetadata {
+        container: locks.container().clone(),
+        blob: original.blob.clone(),
+        metadata: original.metadata.clone(),
+        lease_id: None,
+        condition: Condition::IfMatch(etag),
+    };
+    let _ = locks.execute(&write, now).await;
+}
+
+/// Steps 3 to 7 of [`run_tick`], once the occurrence is reserved and in range.
+#[allow(clippy::too_many_arguments)]
+async fn run_reserved<T, S: Transport, J: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<&S>,
+    job: &J,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+    reserved_at: SystemTime,
+    reservation: Reservation,
+) -> Result<Decision, leasegate::Error> {
+    let settled = |run: &str| Decision::Skipped {
+        reserved_by: Some(settings.instance_id.clone()),
+        reason: format!("this instance settled it on an earlier tick ({run})"),
+    };
+    if let Some(run) = reservation.metadata.get(META_RUN) {
+        return Ok(settled(run));
+    }
+    let token = occurrence_token(occurrence)?;
+    let mut entry = Entry {
+        occurrence: rfc3339(at(occurrence)),
+        occurrence_unix: occurrence,
+        instance: settings.instance_id.clone(),
+        reserved_at: rfc3339(reserved_at),
+        status: "running".into(),
+        fencing_token: Some(token),
+        trigger: tick.source.as_str().into(),
+        past_due: tick.past_due,
+        finished_at: None,
+        reason: None,
+    };
+    let nonce = (ctx.new_lease_id)().to_string();
+    // 3. The job's lease (skip: one run at a time), labelled with the instance and the
+    // occurrence, so that a tick finding its own occurrence's run in it leaves that run alone.
+    let job_locks = locks
+        .clone()
+        .with_prefix(&format!("jobs/{}/", settings.job));
+    let lock_name = LockName::try_new("lock")?;
+    let label = format!("{} {occurrence}", settings.instance_id);
+    let lease_id = (ctx.new_lease_id)();
+    let leased = match settings.overlap {
+        Overlap::Allow => false,
+        Overlap::Skip => match job_locks
+            .acquire_with(
+                &lock_name,
+                settings.lease_term,
+                lease_id,
+                IdOrigin::Fresh,
+                &label,
+                ctx.now,
+            )
+            .await?
+        {
+            Acquire::Acquired(_) => true,
+            Acquire::Busy {
+                holder: Some(h), ..
+            } if h.label != label => {
+                // Another occurrence's run: this occurrence is skipped, once.
+                entry.status = "skipped_overlap".into();
+                entry.reason = Some("the previous run still holds the job's lease".into());
+                let written =
+                    match commit(locks, &reservation, &entry.status, &nonce, token, ctx.now).await?
+                    {
+                        Commit::Settled(run) => return Ok(settled(&run)),
+                        Commit::Written(w) => w,
+                    };
+                return match append(locks, settings, &entry, ctx.now).await {
+                    Ok(Err(LogRefusal::TooOld)) => {
+                        uncommit(locks, &reservation, &written, ctx.now).await;
+                        Ok(Decision::TooOld {
+                            retention: settings.retention,
+                        })
+                    }
+                    // The skip is recorded on the reservation; the log is its view.
+                    Ok(Ok(())) | Err(_) => Ok(Decision::Overlapped { entry }),
+                };
+            }
+            Acquire::Busy { retry_after, .. } => {
+                // This occurrence's lease (or one with no claim yet): settled only if the
+                // reservation now shows an outcome. Else its holder may be dead (its outcome
+                // write and its release failed): not settled, retried once the lease ends.
+                let (props, _) = head(locks, &reservation.blob, ctx.now).await?;
+                if let Some(run) = props.as_ref().and_then(|p| p.metadata.get(META_RUN)) {
+                    return Ok(settled(run));
+                }
+                let wait = retry_after.unwrap_or(match settings.lease_term {
+                    Term::Native(leasegate::LeaseDuration::Seconds(s)) => {
+                        Duration::from_secs(u64::from(s))
+                    }
+                    Term::Record(d) => d,
+                    Term::Native(_) => Duration::from_secs(60),
+                });
+                return Ok(Decision::InProgress {
+                    retry_after: wait.max(Duration::from_secs(1)),
+                });
+            }
+        },
+    };
+    let release = || {
+        let (job_locks, lock_name) = (&job_locks, &lock_name);
+        async move {
+            if leased {
+                let _ = job_locks.release(lock_name, lease_id, ctx.now).await;
+            }
+        }
+    };
+    // 4. The outcome "running" on the reservation: the one tick that writes it runs the job.
+    let written = match commit(locks, &reservation, "running", &nonce, token, ctx.now).await {
+        Ok(Commit::Written(w)) => w,
+        Ok(Commit::Settled(run)) => {
+            release().await;
+            return Ok(settled(&run));
+        }
+        Err(e) => {
+            release().await;
+            return Err(e);
+        }
+    };
+    // 5. Log the run before it starts, so a run that never ends still shows; the log refuses an
+    // occurrence below its clean-up watermark. Either refusal, or a storage failure, undoes
+    // the outcome: the job was not called, and a later tick decides afresh.
+    match append(locks, settings, &entry, ctx.now).await {
+        Ok(Ok(())) => {}
+        refused => {
+            uncommit(locks, &reservation, &written, ctx.now).await;
+            release().await;
+            return match refused {
+                Err(e) => Err(e),
+                Ok(_) => Ok(Decision::TooOld {
+                    retention: settings.retention,
+                }),
+            };
+        }
+    }
+    // 6. Run.
+    let result = call_job(job, settings, &entry).await;
+    // 7. Record the result on the reservation and in the log (raising the clean-up watermark),
+    // release, clean up below it.
+    let (status, reason) = match &result {
+        Ok(()) => ("succeeded", None),
+        Err(reason) => ("failed", Some(reason.clone())),
+    };
+    entry.status = status.into();
+    entry.reason = reason;
+    if let Some(etag) = written.etag.clone() {
+        let mut metadata = written.metadata.clone();
+        metadata.insert(META_RUN.into(), status.into());
+        let write = SetMetadata {
+            container: locks.container().clone(),
+            blob: written.blob.clone(),
+            metadata,
+            lease_id: None,
+            condition: Condition::IfMatch(etag),
+        };
+        let _ = locks.execute(&write, ctx.now).await;
+    }
+    let finished = update(locks, settings, &entry, ctx.now).await;
+    release().await;
+    if let Ok((end, cleaned_before)) = &finished {
+        entry.finished_at = Some(rfc3339(*end));
+        let _ = clean_up(locks, settings, *cleaned_before, ctx.now).await;
+    }
+    Ok(match result {
+        Ok(()) => Decision::Ran { entry },
+        Err(_) => Decision::JobFailed { entry },
+    })
+}
+
+/// POSTs the occurrence to the job; `Err` says why it did not confirm (no URL, no secret).
+async fn call_job<J: Transport>(job: &J, settings: &Settings, entry: &Entry) -> Result<(), String> {
+    let key = idempotency_key(&settings.job, entry.occurrence_unix);
+    let body = json!({
+        "job": settings.job,
+        "occurrence": entry.occurrence,
+        "occurrenceUnix": entry.occurrence_unix,
+        "fencingToken": entry.fencing_token,
+        "idempotencyKey": key,
+        "instance": settings.instance_id,
+        "trigger": entry.trigger,
+        "pastDue": entry.past_due,
+    })
+    .to_string()
+    .into_bytes();
+    let request = web::json_post(&settings.job_url, &key, body)
+        .ok_or_else(|| "the job request could not be built".to_string())?;
+    match job.send_for_status(request).await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!("the job answered {}", r.status().as_u16())),
+        Err(e) if e.kind == TransportErrorKind::Connect => {
+            Err(format!("the job is unreachable: {}", e.message))
+        }
+        Err(e) => Err(format!("the job did not confirm: {}", e.message)),
+    }
+}
+
+/// The idempotency key of an occurrence's run: the same for any resend of it, another for every
+/// other occurrence or job.
+pub fn idempotency_key(job: &str, occurrence: u64) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"leasegate job v1\0")
+        .chain_update(job.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(occurrence.to_string().as_bytes())
+        .finalize();
+    leasegate_spin::web::hex(&digest[..16])
+}
+
+/// Reads the log: its content, its ETag (`None`: no log yet) and the server's `Date`.
+pub async fn read_log<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    now: SystemTime,
+) -> Result<(Log, Option<leasegate::ETag>, SystemTime), leasegate::Error> {
+    let (blob, date) = locks
+        .execute(
+            &GetBlob {
+                container: locks.container().clone(),
+                blob: settings.log_blob()?,
+            },
+            now,
+        )
+        .await?;
+    let date = date.unwrap_or(now);
+    match blob {
+        None => Ok((
+            Log {
+                job: settings.job.clone(),
+                ..Log::default()
+            },
+            None,
+            date,
+        )),
+        Some(content) => {
+            let log = json::from_slice(&content.body).map_err(|e| e.to_string());
+            let log = log.and_then(|v| Log::from_json(&v)).map_err(|_| {
+                leasegate::Error::CorruptLock(format!(
+                    "the reservation log of job {} is not valid JSON",
+                    settings.job
+                ))
+            })?;
+            Ok((log, content.properties.etag, date))
+        }
+    }
+}
+
+/// Changes the log with `change` (given the server's time of the read) by compare-and-swap,
+/// retrying lost races. `change` may refuse (`Err`): nothing is written. Returns the server's
+/// `Date` of the write and the log as written.
+async fn change_log<T: Transport, R>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    now: SystemTime,
+    change: impl Fn(&mut Log, SystemTime) -> Result<(), R>,
+) -> Result<Result<(SystemTime, Log), R>, leasegate::Error> {
+    for _ in 0..LOG_ATTEMPTS {
+        let (mut log, etag, read_at) = read_log(locks, settings, now).await?;
+        if let Err(refusal) = change(&mut log, read_at) {
+            return Ok(Err(refusal));
+        }
+        // Newest first, stable: an insertion sort over the few entries (the standard library's
+        // sort is far more code in a component).
+        let entries = &mut log.entries;
+        for i in 1..entries.len() {
+            let mut j = i;
+            while j > 0 && entries[j - 1].occurrence_unix < entries[j].occurrence_unix {
+                entries.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        log.entries.truncate(LOG_ENTRIES);
+        let body = json::to_pretty(&log.to_json()).into_bytes();
+        let condition = match etag {
+            Some(e) => Condition::IfMatch(e),
+            None => Condition::IfNotExists,
+        };
+        let put = PutBlob::block(locks.container().clone(), settings.log_blob()?, body)
+            .with_content_type("application/json")
+            .with_condition(condition);
+        match locks.execute(&put, now).await? {
+            (WriteOutcome::Written(w), date) => {
+                return Ok(Ok((w.server_date.or(date).unwrap_or(now), log)))
+            }
+            (WriteOutcome::Refused(_), _) => continue,
+        }
+    }
+    Err(leasegate::Error::InvalidArgument(format!(
+        "the reservation log of job {} kept changing: gave up after {LOG_ATTEMPTS} tries",
+        settings.job
+    )))
+}
+
+/// Why the log refused an entry.
+enum LogRefusal {
+    /// The occurrence is before the log's clean-up watermark.
+    TooOld,
+}
+
+/// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
+/// before the clean-up watermark.
+async fn append<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    entry: &Entry,
+    now: SystemTime,
+) -> Result<Result<(), LogRefusal>, leasegate::Error> {
+    let changed = change_log(locks, settings, now, |log, _| {
+        if entry.occurrence_unix < log.cleaned_before {
+            return Err(LogRefusal::TooOld);
+        }
+        log.job = settings.job.clone();
+        log.entries
+            .retain(|e| e.occurrence_unix != entry.occurrence_unix);
+        log.entries.push(entry.clone());
+        Ok(())
+    })
+    .await?;
+    Ok(changed.map(|_| ()))
+}
+
+/// Records the run's result, its end stamped with the server's clock, and moves the clean-up
+/// watermark up to the retention. Returns the end and the watermark.
+async fn update<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    entry: &Entry,
+    now: SystemTime,
+) -> Result<(SystemTime, u64), leasegate::Error> {
+    let written = change_log(locks, settings, now, |log, read_at| {
+        // The run's own entry (added again if the log lost it: the reservation holds the
+        // outcome, the log shows it).
+        log.entries
+            .retain(|e| e.occurrence_unix != entry.occurrence_unix);
+        let mut done = entry.clone();
+        done.finished_at = Some(rfc3339(read_at));
+        log.entries.push(done);
+        let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
+        log.cleaned_before = log.cleaned_before.max(cutoff);
+        Ok::<(), ()>(())
+    })
+    .await?;
+    let (date, log) = written.unwrap_or_else(|()| (now, Log::default()));
+    Ok((date, log.cleaned_before))
+}
+
+/// Deletes reservations before the log's clean-up watermark (oldest first, a page at a time):
+/// the watermark was raised first, so a tick for such an occurrence is refused, whatever
+/// retention its deployment has, and none can run twice.
+async fn clean_up<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    cutoff: u64,
+    now: SystemTime,
+) -> Result<usize, leasegate::Error> {
+    let list = ListBlobs {
+        prefix: Some(settings.occurrences_prefix()),
+        max_results: Some(16),
+        ..ListBlobs::new(locks.container().clone())
+    };
+    let (page, _) = locks.execute(&list, now).await?;
+    let mut deleted = 0;
+    for item in page.blobs {
+        let occurrence: u64 = item
+            .name
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u64::MAX);
+        if occurrence >= cutoff {
+            break;
+        }
+        let Ok(blob) = BlobName::try_new(&item.name) else {
+            continue;
+        };
+        let delete = DeleteBlob {
+            container: locks.container().clone(),
+            blob,
+            lease_id: None,
+            condition: item
+                .properties
+                .etag
+                .map(Condition::IfMatch)
+                .unwrap_or_default(),
+        };
+        if locks.execute(&delete, now).await.is_ok() {
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+impl Decision {
+    /// `ran`, `skipped`, `overlapped`, `failed` or `too_old`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Decision::Ran { .. } => "ran",
+            Decision::Skipped { .. } => "skipped",
+            Decision::Overlapped { .. } => "overlapped",
+            Decision::JobFailed { .. } => "failed",
+            Decision::TooOld { .. } => "too_old",
+            Decision::TooEarly { .. } => "too_early",
+            Decision::InProgress { .. } => "in_progress",
+        }
+    }
+}
+
+/// The answer for a tick: its status (2xx when the occurrence is settled: run here, run
+/// elsewhere, skipped on purpose) and a JSON value with the decision.
+pub fn describe(
+    settings: &Settings,
+    tick: &Tick,
+    outcome: &Outcome,
+    started: Instant,
+) -> (StatusCode, Value) {
+    let mut v = json!({
+        "job": settings.job,
+        "instance": settings.instance_id,
+        "occurrence": rfc3339(at(outcome.occurrence)),
+        "trigger": tick.source.as_str(),
+        "storageRoundTrips": outcome.round_trips,
+        "durationMs": elapsed_ms(started),
+    });
+    let status = match &outcome.decision {
+        Ok(d) => {
+            v.set("decision", json!(d.name()));
+            match d {
+                Decision::Ran { entry } | Decision::Overlapped { entry } => {
+                    v.set("entry", json!(entry));
+                    StatusCode::OK
+                }
+                Decision::JobFailed { entry } => {
+                    v.set("entry", json!(entry));
+                    v.set("error", json!("job_failed"));
+                    v.set(
+                        "message",
+                        json!(format!(
+                            "{}; it is not retried: the next occurrence runs normally",
+                            entry.reason.clone().unwrap_or_default()
+                        )),
+                    );
+                    StatusCode::BAD_GATEWAY
+                }
+                Decision::Skipped {
+                    reserved_by,
+                    reason,
+                } => {
+                    v.set("reservedBy", json!(reserved_by));
+                    v.set("reason", json!(reason));
+                    StatusCode::OK
+                }
+                Decision::InProgress { retry_after } => {
+                    v.set("error", json!("occurrence_in_progress"));
+                    v.set("message", json!(format!(
+                        "this instance's lease for the occurrence is held but the occurrence has no outcome yet: retry in {} s (once the lease ends, a tick runs it)",
+                        retry_after.as_secs()
+                    )));
+                    v.set("retryAfterSeconds", json!(retry_after.as_secs()));
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                Decision::TooEarly { early } => {
+                    v.set("error", json!("occurrence_too_early"));
+                    v.set("message", json!(format!(
+                        "the occurrence is more than {} s ahead of the storage server's clock (job_early_seconds): is this instance's clock ahead?",
+                        early.as_secs()
+                    )));
+                    StatusCode::CONFLICT
+                }
+                Decision::TooOld { retention } => {
+                    v.set("error", json!("occurrence_too_old"));
+                    v.set("message", json!(format!(
+                        "the occurrence is more than {} s old (job_retention_seconds): it may have run, so it is not run",
+                        retention.as_secs()
+                    )));
+                    StatusCode::CONFLICT
+                }
+            }
+        }
+        Err(e) => {
+            v.set("decision", json!("storage_unavailable"));
+            v.set("error", json!(web::storage_error_code(e)));
+            v.set(
+                "message",
+                json!(web::storage_failed(e, "the job did not run")),
+            );
+            web::storage_status(e)
+        }
+    };
+    (status, v)
+}
+
+fn log_tick(v: &Value) {
+    let mut line = v.clone();
+    line.set("fn", json!("scheduled-job"));
+    if let Some(obj) = line.as_object_mut() {
+        obj.remove("entry");
+    }
+    log_line(line);
+}
+
+/// Handles `handle-cron-event` (Spin's cron trigger): `Err` when the occurrence was not settled
+/// (the job failed, storage failed, misconfiguration), so the trigger logs it.
+pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> Result<(), String> {
+    let started = Instant::now();
+    let settings = Settings::load(ctx.variables).map_err(|e| {
+        log_line(
+            json!({"fn": "scheduled-job", "error": "not_configured", "message": format!("{e}")}),
+        );
+        e.to_string()
+    })?;
+    let latest = unix(timer::latest_time());
+    if timestamp > latest {
+        return Err(format!(
+            "the cron event's timestamp {timestamp} is out of range (after {latest})"
+        ));
+    }
+    let tick = Tick {
+        at: at(timestamp),
+        source: Source::Cron,
+        past_due: false,
+    };
+    let outcome = self::tick(ctx, &settings, &tick).await;
+    let (status, v) = describe(&settings, &tick, &outcome, started);
+    log_tick(&v);
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(v["message"]
+            .as_str()
+            .unwrap_or("the tick failed")
+            .to_string())
+    }
+}
+
+/// The largest request body the HTTP routes read.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Handles the component's HTTP requests:
+/// * `POST /api/jobs/{job}/tick` (bearer `timer_token` or `admin_token`): a tick from an HTTP
+///   scheduler, for the time in an optional JSON body `{"at": "2026-11-21T14:55:00Z"}` (else
+///   now); an occurrence more than `job_early_seconds` before the current one (by this
+///   instance's clock) is a manual run of a past occurrence: `admin_token` only;
+/// * `GET /api/jobs/{job}` (bearer, either token): the reservation log;
+/// * `POST /{FunctionName}`, any other path: an Azure Functions timer invocation (the custom
+///   handler's channel, served only by the Azure Functions manifest).
+pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
+    let started = Instant::now();
+    let path = request.path();
+    let rest = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
+        (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
+    });
+    if let Some(rest) = rest {
+        let power = match auth::authenticate_timer(ctx.variables, &request) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        return api(ctx, &request, rest, power, started).await;
+    }
+    if !timer::azure_channel(ctx.variables) {
+        return timer::no_route();
+    }
+    azure(ctx, &request, started).await
+}
+
+async fn api<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: &Request,
+    rest: &str,
+    power: auth::Power,
+    started: Instant,
+) -> Response {
+    let (job, action) = match rest.trim_end_matches('/').split_once('/') {
+        Some((job, action)) => (job, Some(action)),
+        None => (rest.trim_end_matches('/'), None),
+    };
+    if let Err(m) = check_job_name(job) {
+        return web::error(StatusCode::BAD_REQUEST, "invalid_job", m);
+    }
+    let method = request.method().clone();
+    match (action, &method) {
+        (None, &leasegate::Method::GET) | (Some("tick"), &leasegate::Method::POST) => {}
+        (None, _) => return web::method_not_allowed("GET"),
+        (Some("tick"), _) => return web::method_not_allowed("POST"),
+        (Some(_), _) => {
+            return web::error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "routes: GET /api/jobs/{job}, POST /api/jobs/{job}/tick",
+            )
+        }
+    }
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+    };
+    if job != settings.job {
+        return web::error(
+            StatusCode::NOT_FOUND,
+            "unknown_job",
+            format!("this component runs job {}", settings.job),
+        );
+    }
+    if method == leasegate::Method::GET {
+        let transport = (ctx.connect)(settings.storage.timeout);
+        let locks = Locks::new(
+            &transport,
+            settings.storage.account.clone(),
+            settings.storage.container.clone(),
+        );
+        return match read_log(&locks, &settings, ctx.now).await {
+            Ok((log, _, _)) => web::json(
+                StatusCode::OK,
+                &json!({
+                    "job": settings.job,
+                    "periodSeconds": settings.period.as_secs(),
+                    "overlap": match settings.overlap { Overlap::Skip => "skip", Overlap::Allow => "allow" },
+                    "reservations": log.entries,
+                }),
+            ),
+            Err(e) => web::storage_unavailable(&e),
+        };
+    }
+    let at_time = match tick_time(request) {
+        Ok(t) => t.unwrap_or(ctx.now),
+        Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_tick", m),
+    };
+    // A tick for an occurrence more than job_early_seconds before the one this instance's
+    // clock stands for is a manual run of a past occurrence: the admin token's.
+    let named = unix(timer::occurrence(at_time, settings.period, settings.offset));
+    let current = unix(timer::occurrence(ctx.now, settings.period, settings.offset));
+    if named.saturating_add(settings.early.as_secs()) < current {
+        if let Err(r) = auth::require_admin(
+            ctx.variables,
+            power,
+            "a tick for a past occurrence (a manual run)",
+        ) {
+            return r;
+        }
+    }
+    let tick = Tick {
+        at: at_time,
+        source: Source::Http,
+        past_due: false,
+    };
+    let outcome = self::tick(ctx, &settings, &tick).await;
+    let (status, v) = describe(&settings, &tick, &outcome, started);
+    log_tick(&v);
+    let mut r = web::json(status, &v);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        let wait = v["retryAfterSeconds"].as_u64().unwrap_or(1).to_string();
+        r.headers_mut().insert("retry-after", &wait);
+    }
+    r
+}
+
+/// The optional `{"at": "RFC 3339"}` of a tick body.
+fn tick_time(request: &Request) -> Result<Option<SystemTime>, String> {
+    if request.body().iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    if request.body().len() > MAX_BODY_BYTES {
+        return Err(format!("the body may be at most {MAX_BODY_BYTES} bytes"));
+    }
+    let v =
+        json::from_slice(request.body()).map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let obj = v.as_object().ok_or("the body must be a JSON object")?;
+    if let Some((k, _)) = obj.iter().find(|(k, _)| k.as_str() != "at") {
+        let shown: String = k.chars().take(32).collect();
+        return Err(format!("unknown field '{shown}' (use at)"));
+    }
+    match obj.get("at") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => timer::parse_time(s)
+            .map(Some)
+            .ok_or_else(|| "at must be an RFC 3339 time (2026-11-21T14:55:00Z)".to_string()),
+        Some(_) => Err("at must be a string".into()),
+    }
+}
+
+async fn azure<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: &Request,
+    started: Instant,
+) -> Response {
+    if request.method() != leasegate::Method::POST {
+        return web::method_not_allowed("POST");
+    }
+    let settings = match Settings::load(ctx.variables) {
+        Ok(s) => s,
+        Err(e) => {
+            return timer::azure_answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "not_configured", "message": format!("{e}")}),
+                vec![format!("scheduled-job: {e}")],
+            )
+        }
+    };
+    if request.body().len() > MAX_BODY_BYTES {
+        return web::too_large(MAX_BODY_BYTES);
+    }
+    let tick = match timer::parse_azure_timer(request.body(), ctx.now) {
+        Ok(t) => t,
+        Err(m) => {
+            return timer::azure_answer(
+                StatusCode::BAD_REQUEST,
+                json!({"error": "invalid_invocation", "message": m}),
+                vec![format!("scheduled-job: {m}")],
+            )
+        }
+    };
+    let outcome = self::tick(ctx, &settings, &tick).await;
+    let (status, v) = describe(&settings, &tick, &outcome, started);
+    log_tick(&v);
+    let summary = format!(
+        "scheduled-job {}: occurrence {} {} on {}",
+        settings.job,
+        v["occurrence"].as_str().unwrap_or(""),
+        v["decision"].as_str().unwrap_or(""),
+        settings.instance_id
+    );
+    timer::azure_answer(status, v, vec![summary])
+}
+
+// The Spin entry points.
+#[cfg(target_arch = "wasm32")]
+leasegate_spin::http_export!(handle_http, MAX_BODY_BYTES);
+#[cfg(target_arch = "wasm32")]
+leasegate_spin::cron_export!(crate::handle_cron);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_terms_round_up_to_whole_seconds() {
+        let secs = Duration::from_secs;
+        // 30 + 4 x 5.1 + 10 = 60.4 s: a 61 s record, not an error.
+        assert_eq!(
+            lease_term(secs(30), Duration::from_millis(5100)).unwrap(),
+            Term::Record(secs(61))
+        );
+        assert_eq!(
+            lease_term(secs(30), Duration::from_millis(5000)).unwrap(),
+            Term::Native(leasegate::LeaseDuration::Seconds(60))
+        );
+        // Every setting in range gives a usable term (storage_timeout_ms: 100..=60000).
+        for t in [1, 30, 3600] {
+            for ms in [100, 101, 5100, 33_333, 60_000] {
+                assert!(
+                    lease_term(secs(t), Duration::from_millis(ms)).is_ok(),
+                    "{t} {ms}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tokens_rise_with_the_occurrence() {
+        let a = occurrence_token(1_795_574_280).unwrap();
+        let b = occurrence_token(1_795_574_281).unwrap();
+        assert!(a < b);
+        assert!(occurrence_token(u64::MAX / 2).is_err());
+    }
+}

@@ -4,7 +4,7 @@
 //! spin-sdk's whole surface is far more code in a component than the few calls made.
 //!
 //! `wit_bindgen` is re-exported for the cron trigger's export, which each component generates
-//! (see `leasegate_functions::cron_export!`).
+//! (see `leasegate_spin::cron_export!`).
 
 wit_bindgen::generate!({
     path: "wit/spin.wit",

@@ -707,7 +707,7 @@ macro_rules! cron_export {
                     }
                 ",
                 world: "spin-cron",
-                runtime_path: "::leasegate_functions::__private::wit_bindgen::rt",
+                runtime_path: "::leasegate_spin::__private::wit_bindgen::rt",
             });
 
             struct Cron;

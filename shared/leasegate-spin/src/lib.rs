@@ -1,11 +1,11 @@
-//! What leasegate's Spin components share.
+//! The toolkit for leasegate's Spin functions: what every gated function needs.
 //!
 //! * [`auth`]: bearer tokens, checked before any other setting is read.
 //! * [`config`]: settings from Spin variables (storage account, container, thresholds), with
 //!   errors that name variables, never their values.
 //! * [`web`]: JSON answers, content-type and size checks.
-//! * [`telemetry`] and [`gate`]: the two HTTP functions' logic, written against
-//!   [`leasegate::Transport`] so it runs natively in unit tests and as Wasm in Spin.
+//! * [`storage`]: storage steps more than one function takes.
+//! * [`timer`]: ticks (Spin's cron trigger, the Azure Functions timer envelope, HTTP ticks).
 //! * [`spin`]: the Spin side: outbound HTTP through `wasi:http` (with a timeout), variables,
 //!   the key-value store, reading the incoming request with a size cap, and the export macros.
 #![deny(missing_docs)]
@@ -15,15 +15,10 @@
 pub mod auth;
 pub mod cache;
 pub mod config;
-pub mod gate;
-pub mod init;
-pub mod jobs;
 pub mod json;
-pub mod leader;
 pub mod spin;
-pub mod telemetry;
+pub mod storage;
 pub mod timer;
-pub mod ttl;
 pub mod web;
 
 use std::time::{Duration, SystemTime};

@@ -244,6 +244,27 @@ pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
     })
 }
 
+/// The longest job, term or init name, in bytes.
+pub const MAX_NAME: usize = 63;
+
+/// A job, term or init name (`noun`: what the message calls it).
+pub fn check_name(name: &str, noun: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a {noun} is 1 to {MAX_NAME} lowercase letters, digits, '-', '_' or '.', \
+             starting with a letter or digit"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
