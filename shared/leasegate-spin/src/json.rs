@@ -1047,6 +1047,16 @@ macro_rules! json {
     ($other:expr) => { $crate::json::ToJson::to_json(&$other) };
 }
 
+/// Transitional: lets a [`Value`] go where serde values go (the toolkit's answers and log
+/// lines take `impl Serialize`).
+impl serde::Serialize for Value {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let value: serde_json::Value =
+            serde_json::from_str(&self.to_string()).map_err(serde::ser::Error::custom)?;
+        value.serialize(serializer)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{from_slice, to_pretty, Value, MAX_DEPTH, MAX_KEYS};

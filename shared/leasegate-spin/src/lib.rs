@@ -58,25 +58,10 @@ pub mod __private {
 }
 
 /// Writes one JSON log line to stdout. Callers put no secret in it.
-///
-/// In a component the line goes straight to `wasi:cli/stdout` (what `println!` ends in, without
-/// std's buffered, locked stdout and its error formatting: ~4 KB of each component). A failed
-/// write is dropped, as `println!` would panic on it.
-pub fn log_line(fields: crate::json::Value) {
-    let mut line = fields.to_string();
-    line.push('\n');
-    #[cfg(target_arch = "wasm32")]
-    {
-        let stdout = wasi::cli::stdout::get_stdout();
-        // At most 4096 bytes a call (wasi:io's limit for blocking writes).
-        for chunk in line.as_bytes().chunks(4096) {
-            if stdout.blocking_write_and_flush(chunk).is_err() {
-                break;
-            }
-        }
+pub fn log_line(fields: impl serde::Serialize) {
+    if let Ok(line) = serde_json::to_string(&fields) {
+        println!("{line}");
     }
-    #[cfg(not(target_arch = "wasm32"))]
-    print!("{line}");
 }
 
 /// Milliseconds since `start`, for log lines.

@@ -16,7 +16,6 @@ use crate::json::Value;
 use leasegate::{Response, StatusCode};
 
 use crate::config::{self, ConfigError, Variables};
-use crate::json;
 use crate::web;
 
 /// Where a tick came from.
@@ -211,10 +210,14 @@ pub fn no_route() -> Response {
 /// The answer to an Azure Functions invocation: `status` (2xx: done; any other marks the
 /// invocation failed) and `{"Outputs":{},"Logs":[...],"ReturnValue":...}`. An empty body would
 /// hang the invocation until the function timeout, so there is always one.
-pub fn azure_answer(status: StatusCode, return_value: Value, logs: Vec<String>) -> Response {
+pub fn azure_answer(
+    status: StatusCode,
+    return_value: impl serde::Serialize,
+    logs: Vec<String>,
+) -> Response {
     web::json(
         status,
-        &json!({ "Outputs": {}, "Logs": logs, "ReturnValue": return_value }),
+        &serde_json::json!({ "Outputs": {}, "Logs": logs, "ReturnValue": return_value }),
     )
 }
 

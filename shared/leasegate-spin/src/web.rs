@@ -4,10 +4,12 @@ use crate::json;
 use leasegate::{Request, Response, StatusCode};
 
 /// A JSON answer.
-pub fn json(status: StatusCode, body: &crate::json::Value) -> Response {
+pub fn json(status: StatusCode, body: &impl serde::Serialize) -> Response {
+    // Serializing a value the handlers build cannot fail (string keys, finite numbers).
+    let body = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
     Response::new(status)
         .with_header("content-type", "application/json")
-        .with_body(body.to_string().into_bytes())
+        .with_body(body)
 }
 
 /// A JSON error: `{"error": code, "message": message}`. The message must hold no secret.
