@@ -25,12 +25,12 @@ use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Term};
 use leasegate::ops::Metadata;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
-use leasegate_spin::json::Value;
+use serde::Serialize;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use leasegate_spin::config::check_name;
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
-use leasegate_spin::json;
 use leasegate_spin::timer::{self, Source};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, log_line, Context};
@@ -285,6 +285,18 @@ fn left(expires: Option<SystemTime>, now: Option<SystemTime>) -> Option<Duration
     expires?.duration_since(now?).ok()
 }
 
+/// The initialization's body, as `init_url` receives it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Initialization<'a> {
+    name: &'a str,
+    /// The run's fencing token: refuse one lower than the highest seen.
+    fencing_token: u64,
+    /// One per name and token: a repeated run of the same token carries the same key.
+    idempotency_key: &'a str,
+    instance: &'a str,
+}
+
 async fn post<A: Transport>(
     action: &A,
     settings: &Settings,
@@ -292,22 +304,19 @@ async fn post<A: Transport>(
     token: u64,
 ) -> Result<(), String> {
     let key = idempotency_key(name, token);
-    let body = json!({
-        "name": name,
-        "fencingToken": token,
-        "idempotencyKey": key,
-        "instance": settings.instance_id,
-    })
-    .to_string()
-    .into_bytes();
+    let body = Initialization {
+        name,
+        fencing_token: token,
+        idempotency_key: &key,
+        instance: &settings.instance_id,
+    };
+    // Serializing strings and an integer cannot fail.
+    let body = serde_json::to_vec(&body).expect("an initialization serializes");
     let request = web::json_post(&settings.url, &key, body)
         .ok_or_else(|| "the initialization request could not be built".to_string())?;
     match action.send_for_status(request).await {
         Ok(r) if r.status().is_success() => Ok(()),
-        Ok(r) => Err(format!(
-            "the initialization answered {}",
-            r.status().as_u16()
-        )),
+        Ok(r) => Err(format!("the initialization answered {}", r.status())),
         Err(e) if e.kind == TransportErrorKind::Connect => {
             Err(format!("the initialization is unreachable: {}", e.message))
         }
@@ -334,57 +343,54 @@ pub fn describe(
     let mut retry = None;
     let status = match state {
         Ok(State::Done { ran, token }) => {
-            v.set("state", json!("done"));
-            v.set("ran", json!(ran));
+            v["state"] = json!("done");
+            v["ran"] = json!(ran);
             if let Some(t) = token {
-                v.set("fencingToken", json!(t));
+                v["fencingToken"] = json!(t);
             }
             StatusCode::OK
         }
         Ok(State::Running { by, retry_after }) => {
-            v.set("state", json!("running"));
-            v.set("runningOn", json!(by));
+            v["state"] = json!("running");
+            v["runningOn"] = json!(by);
             let secs = retry_after.map_or(1, |d| d.as_secs().max(1));
-            v.set("retryAfterSeconds", json!(secs));
+            v["retryAfterSeconds"] = json!(secs);
             retry = Some(secs);
             StatusCode::ACCEPTED
         }
         Ok(State::Failed { reason, token }) => {
-            v.set("state", json!("failed"));
-            v.set("fencingToken", json!(token));
-            v.set("error", json!("init_failed"));
-            v.set(
-                "message",
-                json!(format!(
-                    "{reason}; not marked done: the next call runs it again"
-                )),
-            );
+            v["state"] = json!("failed");
+            v["fencingToken"] = json!(token);
+            v["error"] = json!("init_failed");
+            v["message"] = json!(format!(
+                "{reason}; not marked done: the next call runs it again"
+            ));
             StatusCode::BAD_GATEWAY
         }
         Ok(State::LostLock { token }) => {
-            v.set("state", json!("unknown"));
-            v.set("fencingToken", json!(token));
-            v.set("error", json!("lease_lost"));
-            v.set("message", json!(
+            v["state"] = json!("unknown");
+            v["fencingToken"] = json!(token);
+            v["error"] = json!("lease_lost");
+            v["message"] = json!(
                 "the initialization answered, but this call's lease ran out before it could be marked done; another caller may run it again"
-            ));
+            );
             StatusCode::CONFLICT
         }
         Ok(State::MarkFailed { token, error }) => {
-            v.set("state", json!("unknown"));
-            v.set("ran", json!(true));
-            v.set("fencingToken", json!(token));
-            v.set("error", json!("mark_failed"));
-            v.set("message", json!(format!(
+            v["state"] = json!("unknown");
+            v["ran"] = json!(true);
+            v["fencingToken"] = json!(token);
+            v["error"] = json!("mark_failed");
+            v["message"] = json!(format!(
                 "the initialization ran (it answered 2xx) but marking it done failed ({error}): GET tells whether the mark landed; if not, the next call runs it again with a larger fencing token"
-            )));
+            ));
             retry = Some(1);
             StatusCode::SERVICE_UNAVAILABLE
         }
         Err(e) => {
-            v.set("state", json!("unknown"));
-            v.set("error", json!(web::storage_error_code(e)));
-            v.set("message", json!(web::storage_failed(e, "nothing was run")));
+            v["state"] = json!("unknown");
+            v["error"] = json!(web::storage_error_code(e));
+            v["message"] = json!(web::storage_failed(e, "nothing was run"));
             let status = web::storage_status(e);
             retry = (status == StatusCode::SERVICE_UNAVAILABLE).then_some(1);
             status
@@ -395,7 +401,7 @@ pub fn describe(
 
 fn log_call(v: &Value) {
     let mut line = v.clone();
-    line.set("fn", json!("init-once"));
+    line["fn"] = json!("init-once");
     log_line(line);
 }
 
@@ -550,15 +556,12 @@ async fn state_answer<T: Transport>(
         Ok(info) => {
             let mut v = json!({ "name": name });
             if is_done(&info.marks) {
-                v.set("state", json!("done"));
-                v.set("doneBy", json!(info.marks.get("done_by")));
-                v.set(
-                    "doneToken",
-                    json!(info
-                        .marks
-                        .get("done_token")
-                        .and_then(|t| t.parse::<u64>().ok())),
-                );
+                v["state"] = json!("done");
+                v["doneBy"] = json!(info.marks.get("done_by"));
+                v["doneToken"] = json!(info
+                    .marks
+                    .get("done_token")
+                    .and_then(|t| t.parse::<u64>().ok()));
             } else if let LockStatus::Held {
                 label,
                 since,
@@ -566,14 +569,14 @@ async fn state_answer<T: Transport>(
                 ..
             } = &info.status
             {
-                v.set("state", json!("running"));
-                v.set("runningOn", json!(label));
-                v.set("since", json!(since.map(rfc3339)));
-                v.set("expiresAt", json!(expires_at.map(rfc3339)));
+                v["state"] = json!("running");
+                v["runningOn"] = json!(label);
+                v["since"] = json!(since.map(rfc3339));
+                v["expiresAt"] = json!(expires_at.map(rfc3339));
             } else {
-                v.set("state", json!("pending"));
+                v["state"] = json!("pending");
             }
-            v.set("fencingToken", json!(info.fencing_token));
+            v["fencingToken"] = json!(info.fencing_token);
             web::json(StatusCode::OK, &v)
         }
         Err(e) => web::storage_unavailable(&e),

@@ -27,12 +27,12 @@ use leasegate::{
     Counting, HolderKey, LeaseDuration, LeaseId, LockName, Transport, TransportErrorKind,
 };
 use leasegate::{Request, Response, StatusCode};
-use leasegate_spin::json::Value;
+use serde::Serialize;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use leasegate_spin::config::check_name;
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
-use leasegate_spin::json;
 use leasegate_spin::timer::{self, Source, Tick};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, log_line, Context};
@@ -146,22 +146,22 @@ pub async fn tick<T: Transport>(
     let status = match outcome {
         Ok(Acquire::Acquired(held)) => {
             let term = held.fencing_token.unwrap_or(0);
-            v.set("role", json!("leader"));
-            v.set("term", json!(term));
-            v.set("since", json!(rfc3339(held.since)));
-            v.set("expiresAt", json!(held.expires_at.map(rfc3339)));
-            v.set("tookOver", json!(!held.extended));
+            v["role"] = json!("leader");
+            v["term"] = json!(term);
+            v["since"] = json!(rfc3339(held.since));
+            v["expiresAt"] = json!(held.expires_at.map(rfc3339));
+            v["tookOver"] = json!(!held.extended);
             let key = heartbeat_key(&settings.group, term, held.server_date);
-            v.set("idempotencyKey", json!(key));
+            v["idempotencyKey"] = json!(key);
             match heartbeat(&transport, settings, term, &held, &key).await {
                 Ok(()) => {
-                    v.set("heartbeat", json!("delivered"));
+                    v["heartbeat"] = json!("delivered");
                     StatusCode::OK
                 }
                 Err(reason) => {
-                    v.set("heartbeat", json!("failed"));
-                    v.set("error", json!("heartbeat_failed"));
-                    v.set("message", json!(reason));
+                    v["heartbeat"] = json!("failed");
+                    v["error"] = json!("heartbeat_failed");
+                    v["message"] = json!(reason);
                     StatusCode::BAD_GATEWAY
                 }
             }
@@ -171,35 +171,45 @@ pub async fn tick<T: Transport>(
             stepped_down_until,
             ..
         }) => {
-            v.set("role", json!("follower"));
+            v["role"] = json!("follower");
             if let Some(until) = stepped_down_until {
                 // This instance stepped down: it leaves the lease to the others until then.
-                v.set("steppedDownUntil", json!(rfc3339(until)));
+                v["steppedDownUntil"] = json!(rfc3339(until));
             }
             if let Some(h) = holder {
-                v.set("leader", json!(h.label));
-                v.set("term", json!(h.token));
-                v.set("since", json!(h.since.map(rfc3339)));
-                v.set("expiresAt", json!(h.expires_at.map(rfc3339)));
+                v["leader"] = json!(h.label);
+                v["term"] = json!(h.token);
+                v["since"] = json!(h.since.map(rfc3339));
+                v["expiresAt"] = json!(h.expires_at.map(rfc3339));
             }
             StatusCode::OK
         }
         Err(e) => {
-            v.set("role", json!("unknown"));
-            v.set("error", json!(web::storage_error_code(&e)));
-            v.set(
-                "message",
-                json!(web::storage_failed(
-                    &e,
-                    "this instance does not act as leader"
-                )),
-            );
+            v["role"] = json!("unknown");
+            v["error"] = json!(web::storage_error_code(&e));
+            v["message"] = json!(web::storage_failed(
+                &e,
+                "this instance does not act as leader"
+            ));
             web::storage_status(&e)
         }
     };
-    v.set("storageRoundTrips", json!(counting.sent()));
-    v.set("durationMs", json!(elapsed_ms(started)));
+    v["storageRoundTrips"] = json!(counting.sent());
+    v["durationMs"] = json!(elapsed_ms(started));
     (status, v)
+}
+
+/// The heartbeat's body, as `leader_url` receives it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Heartbeat<'a> {
+    group: &'a str,
+    leader: &'a str,
+    /// The leader's term (its fencing token): refuse one lower than the highest seen.
+    term: u64,
+    since: String,
+    expires_at: Option<String>,
+    idempotency_key: &'a str,
 }
 
 async fn heartbeat<T: Transport>(
@@ -209,24 +219,21 @@ async fn heartbeat<T: Transport>(
     held: &leasegate::lease::Acquired,
     key: &str,
 ) -> Result<(), String> {
-    let body = json!({
-        "group": settings.group,
-        "leader": settings.instance_id,
-        "term": term,
-        "since": rfc3339(held.since),
-        "expiresAt": held.expires_at.map(rfc3339),
-        "idempotencyKey": key,
-    })
-    .to_string()
-    .into_bytes();
+    let body = Heartbeat {
+        group: &settings.group,
+        leader: &settings.instance_id,
+        term,
+        since: rfc3339(held.since),
+        expires_at: held.expires_at.map(rfc3339),
+        idempotency_key: key,
+    };
+    // Serializing strings and an integer cannot fail.
+    let body = serde_json::to_vec(&body).expect("a heartbeat serializes");
     let request = web::json_post(&settings.url, key, body)
         .ok_or_else(|| "the heartbeat request could not be built".to_string())?;
     match transport.send_for_status(request).await {
         Ok(r) if r.status().is_success() => Ok(()),
-        Ok(r) => Err(format!(
-            "the heartbeat receiver answered {}",
-            r.status().as_u16()
-        )),
+        Ok(r) => Err(format!("the heartbeat receiver answered {}", r.status())),
         Err(e) if e.kind == TransportErrorKind::Connect => Err(format!(
             "the heartbeat receiver is unreachable: {}",
             e.message
@@ -237,7 +244,7 @@ async fn heartbeat<T: Transport>(
 
 fn log_tick(v: &Value) {
     let mut line = v.clone();
-    line.set("fn", json!("leader"));
+    line["fn"] = json!("leader");
     log_line(line);
 }
 
@@ -425,18 +432,18 @@ async fn status_answer<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) 
                     label,
                     ..
                 } => {
-                    v.set("state", json!("led"));
-                    v.set("leader", json!(label));
-                    v.set("since", json!(since.map(rfc3339)));
-                    v.set("expiresAt", json!(expires_at.map(rfc3339)));
-                    v.set("term", json!(info.fencing_token));
+                    v["state"] = json!("led");
+                    v["leader"] = json!(label);
+                    v["since"] = json!(since.map(rfc3339));
+                    v["expiresAt"] = json!(expires_at.map(rfc3339));
+                    v["term"] = json!(info.fencing_token);
                 }
                 LockStatus::Available => {
-                    v.set("state", json!("vacant"));
-                    v.set("lastTerm", json!(info.fencing_token));
+                    v["state"] = json!("vacant");
+                    v["lastTerm"] = json!(info.fencing_token);
                 }
             }
-            v.set("serverTime", json!(info.server_date.map(rfc3339)));
+            v["serverTime"] = json!(info.server_date.map(rfc3339));
             web::json(StatusCode::OK, &v)
         }
         Err(e) => web::storage_unavailable(&e),
