@@ -47,11 +47,11 @@ use leasegate::ops::{
 };
 use leasegate::{BlobName, Counting, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use leasegate_spin::config::{self, check_name, ConfigError, Storage, Variables};
-use leasegate_spin::json;
-use leasegate_spin::json::{Fields, ToJson, Value};
 use leasegate_spin::storage::execute_creating_container;
 use leasegate_spin::timer::{self, Source, Tick};
 use leasegate_spin::web::{self, rfc3339};
@@ -199,8 +199,10 @@ pub fn lease_term(timeout: Duration, storage_timeout: Duration) -> Result<Term, 
     })
 }
 
-/// One entry of the reservation log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One entry of the reservation log. A stored record: unknown fields are ignored and none is
+/// renamed, so deployments of older and newer versions read each other's logs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Entry {
     /// The occurrence (RFC 3339).
     pub occurrence: String,
@@ -213,95 +215,34 @@ pub struct Entry {
     /// `running`, `succeeded`, `failed`, `skipped_overlap`.
     pub status: String,
     /// The run's fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
     /// `cron`, `azure` or `http`.
     pub trigger: String,
     /// Azure's `IsPastDue`.
+    #[serde(default)]
     pub past_due: bool,
     /// When the run ended, by the storage server's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
     /// Why it failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
-/// The reservation log blob.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The reservation log blob, written as indented JSON. A stored record, like [`Entry`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Log {
     /// The job.
     pub job: String,
     /// The last reservations, newest (latest occurrence) first.
+    #[serde(default)]
     pub entries: Vec<Entry>,
     /// Reservations of occurrences before this one (Unix seconds) may have been deleted: a
     /// tick for them is refused, whatever retention its deployment has.
+    #[serde(default)]
     pub cleaned_before: u64,
-}
-
-/// The JSON of an entry (camelCase keys; absent options left out).
-impl ToJson for Entry {
-    fn to_json(&self) -> Value {
-        let mut v = json!({
-            "occurrence": self.occurrence,
-            "occurrenceUnix": self.occurrence_unix,
-            "instance": self.instance,
-            "reservedAt": self.reserved_at,
-            "status": self.status,
-        });
-        if let Some(t) = self.fencing_token {
-            v.set("fencingToken", json!(t));
-        }
-        v.set("trigger", json!(self.trigger));
-        v.set("pastDue", json!(self.past_due));
-        if let Some(t) = &self.finished_at {
-            v.set("finishedAt", json!(t));
-        }
-        if let Some(r) = &self.reason {
-            v.set("reason", json!(r));
-        }
-        v
-    }
-}
-
-impl Entry {
-    /// Reads an entry as [`ToJson`] writes it.
-    pub fn from_json(value: &Value) -> Result<Entry, String> {
-        let f = Fields::of(value)?;
-        Ok(Entry {
-            occurrence: f.string("occurrence")?,
-            occurrence_unix: f
-                .opt_u64("occurrenceUnix")?
-                .ok_or("occurrenceUnix is missing")?,
-            instance: f.string("instance")?,
-            reserved_at: f.string("reservedAt")?,
-            status: f.string("status")?,
-            fencing_token: f.opt_u64("fencingToken")?,
-            trigger: f.string("trigger")?,
-            past_due: f.bool_or_false("pastDue")?,
-            finished_at: f.opt_string("finishedAt")?,
-            reason: f.opt_string("reason")?,
-        })
-    }
-}
-
-impl ToJson for Log {
-    fn to_json(&self) -> Value {
-        json!({
-            "job": self.job,
-            "entries": self.entries,
-            "cleanedBefore": self.cleaned_before,
-        })
-    }
-}
-
-impl Log {
-    /// Reads a log as [`ToJson`] writes it.
-    pub fn from_json(value: &Value) -> Result<Log, String> {
-        let f = Fields::of(value)?;
-        Ok(Log {
-            job: f.string("job")?,
-            entries: f.list("entries", Entry::from_json)?,
-            cleaned_before: f.u64_or_zero("cleanedBefore")?,
-        })
-    }
 }
 
 /// What a tick came to.
@@ -389,6 +330,15 @@ const META_RUN: &str = "leasegate_run";
 const META_RUN_TICK: &str = "leasegate_run_tick";
 const META_RUN_TOKEN: &str = "leasegate_run_token";
 
+/// The body of a reservation blob (what is in it is for people; the metadata is what ticks
+/// read). A stored record: no field renamed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ReservationBody {
+    job: String,
+    occurrence: String,
+    instance: String,
+}
+
 /// A reservation as this tick knows it: its ETag and metadata (what a compare-and-swap
 /// writes over), and whether this tick created it.
 #[derive(Debug, Clone)]
@@ -429,13 +379,14 @@ async fn run_tick<T, S: Transport, J: Transport>(
     let mut metadata = Metadata::new();
     metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
     metadata.insert(META_TRIGGER.into(), tick.source.as_str().into());
-    let body = json!({
-        "job": settings.job,
-        "occurrence": rfc3339(at(occurrence)),
-        "instance": settings.instance_id,
-    })
-    .to_string()
-    .into_bytes();
+    let body = ReservationBody {
+        job: settings.job.clone(),
+        occurrence: rfc3339(at(occurrence)),
+        instance: settings.instance_id.clone(),
+    };
+    let body = serde_json::to_vec(&body).map_err(|e| {
+        leasegate::Error::InvalidArgument(format!("the reservation could not be written: {e}"))
+    })?;
     let put = PutBlob::block(s.container.clone(), blob.clone(), body)
         .with_content_type("application/json")
         .with_condition(Condition::IfNotExists)
@@ -807,21 +758,35 @@ async fn run_reserved<T, S: Transport, J: Transport>(
     })
 }
 
+/// What the job is POSTed: the occurrence, its fencing token and idempotency key, who runs it
+/// and why.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JobRequest<'a> {
+    job: &'a str,
+    occurrence: &'a str,
+    occurrence_unix: u64,
+    fencing_token: Option<u64>,
+    idempotency_key: &'a str,
+    instance: &'a str,
+    trigger: &'a str,
+    past_due: bool,
+}
+
 /// POSTs the occurrence to the job; `Err` says why it did not confirm (no URL, no secret).
 async fn call_job<J: Transport>(job: &J, settings: &Settings, entry: &Entry) -> Result<(), String> {
     let key = idempotency_key(&settings.job, entry.occurrence_unix);
-    let body = json!({
-        "job": settings.job,
-        "occurrence": entry.occurrence,
-        "occurrenceUnix": entry.occurrence_unix,
-        "fencingToken": entry.fencing_token,
-        "idempotencyKey": key,
-        "instance": settings.instance_id,
-        "trigger": entry.trigger,
-        "pastDue": entry.past_due,
+    let body = serde_json::to_vec(&JobRequest {
+        job: &settings.job,
+        occurrence: &entry.occurrence,
+        occurrence_unix: entry.occurrence_unix,
+        fencing_token: entry.fencing_token,
+        idempotency_key: &key,
+        instance: &settings.instance_id,
+        trigger: &entry.trigger,
+        past_due: entry.past_due,
     })
-    .to_string()
-    .into_bytes();
+    .map_err(|e| format!("the job request could not be built: {e}"))?;
     let request = web::json_post(&settings.job_url, &key, body)
         .ok_or_else(|| "the job request could not be built".to_string())?;
     match job.send_for_status(request).await {
@@ -872,8 +837,7 @@ pub async fn read_log<T: Transport>(
             date,
         )),
         Some(content) => {
-            let log = json::from_slice(&content.body).map_err(|e| e.to_string());
-            let log = log.and_then(|v| Log::from_json(&v)).map_err(|_| {
+            let log: Log = serde_json::from_slice(&content.body).map_err(|_| {
                 leasegate::Error::CorruptLock(format!(
                     "the reservation log of job {} is not valid JSON",
                     settings.job
@@ -898,18 +862,16 @@ async fn change_log<T: Transport, R>(
         if let Err(refusal) = change(&mut log, read_at) {
             return Ok(Err(refusal));
         }
-        // Newest first, stable: an insertion sort over the few entries (the standard library's
-        // sort is far more code in a component).
-        let entries = &mut log.entries;
-        for i in 1..entries.len() {
-            let mut j = i;
-            while j > 0 && entries[j - 1].occurrence_unix < entries[j].occurrence_unix {
-                entries.swap(j - 1, j);
-                j -= 1;
-            }
-        }
+        // Newest first (a stable sort: entries of one occurrence keep their order).
+        log.entries
+            .sort_by_key(|e| std::cmp::Reverse(e.occurrence_unix));
         log.entries.truncate(LOG_ENTRIES);
-        let body = json::to_pretty(&log.to_json()).into_bytes();
+        let body = serde_json::to_vec_pretty(&log).map_err(|e| {
+            leasegate::Error::InvalidArgument(format!(
+                "the reservation log of job {} could not be written: {e}",
+                settings.job
+            ))
+        })?;
         let condition = match etag {
             Some(e) => Condition::IfMatch(e),
             None => Condition::IfNotExists,
@@ -1072,77 +1034,72 @@ pub fn describe(
     });
     let status = match &outcome.decision {
         Ok(d) => {
-            v.set("decision", json!(d.name()));
+            v["decision"] = json!(d.name());
             match d {
                 Decision::Ran { entry } | Decision::Overlapped { entry } => {
-                    v.set("entry", json!(entry));
+                    v["entry"] = json!(entry);
                     StatusCode::OK
                 }
                 Decision::JobFailed { entry } => {
-                    v.set("entry", json!(entry));
-                    v.set("error", json!("job_failed"));
-                    v.set(
-                        "message",
-                        json!(format!(
-                            "{}; it is not retried: the next occurrence runs normally",
-                            entry.reason.clone().unwrap_or_default()
-                        )),
-                    );
+                    v["entry"] = json!(entry);
+                    v["error"] = json!("job_failed");
+                    v["message"] = json!(format!(
+                        "{}; it is not retried: the next occurrence runs normally",
+                        entry.reason.clone().unwrap_or_default()
+                    ));
                     StatusCode::BAD_GATEWAY
                 }
                 Decision::Skipped {
                     reserved_by,
                     reason,
                 } => {
-                    v.set("reservedBy", json!(reserved_by));
-                    v.set("reason", json!(reason));
+                    v["reservedBy"] = json!(reserved_by);
+                    v["reason"] = json!(reason);
                     StatusCode::OK
                 }
                 Decision::InProgress { retry_after } => {
-                    v.set("error", json!("occurrence_in_progress"));
-                    v.set("message", json!(format!(
+                    v["error"] = json!("occurrence_in_progress");
+                    v["message"] = json!(format!(
                         "this instance's lease for the occurrence is held but the occurrence has no outcome yet: retry in {} s (once the lease ends, a tick runs it)",
                         retry_after.as_secs()
-                    )));
-                    v.set("retryAfterSeconds", json!(retry_after.as_secs()));
+                    ));
+                    v["retryAfterSeconds"] = json!(retry_after.as_secs());
                     StatusCode::SERVICE_UNAVAILABLE
                 }
                 Decision::TooEarly { early } => {
-                    v.set("error", json!("occurrence_too_early"));
-                    v.set("message", json!(format!(
+                    v["error"] = json!("occurrence_too_early");
+                    v["message"] = json!(format!(
                         "the occurrence is more than {} s ahead of the storage server's clock (job_early_seconds): is this instance's clock ahead?",
                         early.as_secs()
-                    )));
+                    ));
                     StatusCode::CONFLICT
                 }
                 Decision::TooOld { retention } => {
-                    v.set("error", json!("occurrence_too_old"));
-                    v.set("message", json!(format!(
+                    v["error"] = json!("occurrence_too_old");
+                    v["message"] = json!(format!(
                         "the occurrence is more than {} s old (job_retention_seconds): it may have run, so it is not run",
                         retention.as_secs()
-                    )));
+                    ));
                     StatusCode::CONFLICT
                 }
             }
         }
         Err(e) => {
-            v.set("decision", json!("storage_unavailable"));
-            v.set("error", json!(web::storage_error_code(e)));
-            v.set(
-                "message",
-                json!(web::storage_failed(e, "the job did not run")),
-            );
+            v["decision"] = json!("storage_unavailable");
+            v["error"] = json!(web::storage_error_code(e));
+            v["message"] = json!(web::storage_failed(e, "the job did not run"));
             web::storage_status(e)
         }
     };
     (status, v)
 }
 
+/// The log line of a tick: its answer without the entry, naming the function.
 fn log_tick(v: &Value) {
     let mut line = v.clone();
-    line.set("fn", json!("scheduled-job"));
+    line["fn"] = json!("scheduled-job");
     if let Some(obj) = line.as_object_mut() {
-        obj.remove("entry");
+        obj.shift_remove("entry");
     }
     log_line(line);
 }
@@ -1302,7 +1259,20 @@ async fn api<T: Transport>(
     r
 }
 
-/// The optional `{"at": "RFC 3339"}` of a tick body.
+/// The body of an HTTP tick: `{"at": "2026-11-21T14:55:00Z"}`, `at` optional. Any other field
+/// is a caller's mistake (a misspelt `at` would tick now), so it is refused.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TickBody {
+    #[serde(default)]
+    at: Option<String>,
+}
+
+/// The longest part of a refused body's error that an answer repeats (serde's messages quote
+/// what they refuse, a field name as long as the body included).
+const MAX_ERROR_CHARS: usize = 200;
+
+/// The optional `{"at": "RFC 3339"}` of a tick body (none when the body is empty).
 fn tick_time(request: &Request) -> Result<Option<SystemTime>, String> {
     if request.body().iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
@@ -1310,19 +1280,27 @@ fn tick_time(request: &Request) -> Result<Option<SystemTime>, String> {
     if request.body().len() > MAX_BODY_BYTES {
         return Err(format!("the body may be at most {MAX_BODY_BYTES} bytes"));
     }
-    let v =
-        json::from_slice(request.body()).map_err(|e| format!("the body is not valid JSON: {e}"))?;
-    let obj = v.as_object().ok_or("the body must be a JSON object")?;
-    if let Some((k, _)) = obj.iter().find(|(k, _)| k.as_str() != "at") {
-        let shown: String = k.chars().take(32).collect();
-        return Err(format!("unknown field '{shown}' (use at)"));
+    let shown = |e: serde_json::Error| {
+        let mut e = e.to_string();
+        if let Some((cut, _)) = e.char_indices().nth(MAX_ERROR_CHARS) {
+            e.truncate(cut);
+            e.push_str("...");
+        }
+        e
+    };
+    let value: Value = serde_json::from_slice(request.body())
+        .map_err(|e| format!("the body is not valid JSON: {}", shown(e)))?;
+    // An object only: serde would also take a struct from an array (`["..."]`).
+    if !value.is_object() {
+        return Err(r#"the body must be a JSON object {"at": "<RFC 3339 time>"}"#.into());
     }
-    match obj.get("at") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => timer::parse_time(s)
+    let body = TickBody::deserialize(&value)
+        .map_err(|e| format!("the body is not a tick: {}", shown(e)))?;
+    match body.at {
+        None => Ok(None),
+        Some(s) => timer::parse_time(&s)
             .map(Some)
             .ok_or_else(|| "at must be an RFC 3339 time (2026-11-21T14:55:00Z)".to_string()),
-        Some(_) => Err("at must be a string".into()),
     }
 }
 
@@ -1368,6 +1346,173 @@ async fn azure<T: Transport>(
         settings.instance_id
     );
     timer::azure_answer(status, v, vec![summary])
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    /// A log as the versions before serde wrote it (their own JSON writer): a run, a failure,
+    /// an overlap skip (no fencing token, no end).
+    const OLD_LOG: &str = r#"{
+  "job": "nightly",
+  "entries": [
+    {
+      "occurrence": "2026-11-21T14:55:00Z",
+      "occurrenceUnix": 1795359300,
+      "instance": "node-a",
+      "reservedAt": "2026-11-21T14:55:00.412Z",
+      "status": "succeeded",
+      "fencingToken": 117660667084800,
+      "trigger": "cron",
+      "pastDue": false,
+      "finishedAt": "2026-11-21T14:55:01.020Z"
+    },
+    {
+      "occurrence": "2026-11-21T14:54:00Z",
+      "occurrenceUnix": 1795359240,
+      "instance": "node-b",
+      "reservedAt": "2026-11-21T14:54:00.101Z",
+      "status": "failed",
+      "fencingToken": 117660663152640,
+      "trigger": "azure",
+      "pastDue": true,
+      "finishedAt": "2026-11-21T14:54:30.500Z",
+      "reason": "the job answered 500"
+    },
+    {
+      "occurrence": "2026-11-21T14:53:00Z",
+      "occurrenceUnix": 1795359180,
+      "instance": "node-a",
+      "reservedAt": "2026-11-21T14:53:00.007Z",
+      "status": "skipped_overlap",
+      "trigger": "http",
+      "pastDue": false,
+      "reason": "the previous run still holds the job's lease"
+    }
+  ],
+  "cleanedBefore": 1795355700
+}"#;
+
+    #[test]
+    fn old_logs_read_and_are_written_back_byte_for_byte() {
+        let log: Log = serde_json::from_str(OLD_LOG).unwrap();
+        assert_eq!(log.job, "nightly");
+        assert_eq!(log.cleaned_before, 1_795_355_700);
+        assert_eq!(log.entries.len(), 3);
+        assert_eq!(
+            log.entries[1],
+            Entry {
+                occurrence: "2026-11-21T14:54:00Z".into(),
+                occurrence_unix: 1_795_359_240,
+                instance: "node-b".into(),
+                reserved_at: "2026-11-21T14:54:00.101Z".into(),
+                status: "failed".into(),
+                fencing_token: Some(occurrence_token(1_795_359_240).unwrap()),
+                trigger: "azure".into(),
+                past_due: true,
+                finished_at: Some("2026-11-21T14:54:30.500Z".into()),
+                reason: Some("the job answered 500".into()),
+            }
+        );
+        assert_eq!(log.entries[2].fencing_token, None);
+        assert_eq!(log.entries[2].finished_at, None);
+        // What this version writes is what the old one wrote (and reads).
+        let written = serde_json::to_vec_pretty(&log).unwrap();
+        assert_eq!(String::from_utf8(written).unwrap(), OLD_LOG);
+        let empty = Log {
+            job: "x".into(),
+            ..Log::default()
+        };
+        assert_eq!(
+            serde_json::to_string_pretty(&empty).unwrap(),
+            "{\n  \"job\": \"x\",\n  \"entries\": [],\n  \"cleanedBefore\": 0\n}"
+        );
+    }
+
+    #[test]
+    fn logs_of_other_versions_read() {
+        // The first versions wrote no watermark; a newer one may add fields; absent options
+        // and nulls are absent.
+        let log: Log = serde_json::from_str(
+            r#"{"job": "j", "addedLater": [1], "entries": [{"occurrence": "1970-01-01T00:01:00Z",
+              "occurrenceUnix": 60, "instance": "i", "reservedAt": "1970-01-01T00:01:00Z",
+              "status": "running", "trigger": "cron", "reason": null, "note": "new"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(log.cleaned_before, 0);
+        let e = &log.entries[0];
+        assert_eq!((e.occurrence_unix, e.past_due), (60, false));
+        assert_eq!((&e.fencing_token, &e.reason), (&None, &None));
+        // A log without its job or with a broken entry is refused, not half read.
+        assert!(serde_json::from_str::<Log>(r#"{"entries": []}"#).is_err());
+        assert!(serde_json::from_str::<Log>(r#"{"job": "j", "entries": [{}]}"#).is_err());
+    }
+
+    #[test]
+    fn records_keep_their_field_names() {
+        let body = serde_json::to_string(&ReservationBody {
+            job: "j".into(),
+            occurrence: "1970-01-01T00:01:00Z".into(),
+            instance: "i".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            body,
+            r#"{"job":"j","occurrence":"1970-01-01T00:01:00Z","instance":"i"}"#
+        );
+        let call = serde_json::to_string(&JobRequest {
+            job: "j",
+            occurrence: "1970-01-01T00:01:00Z",
+            occurrence_unix: 60,
+            fencing_token: Some(3_932_160),
+            idempotency_key: "k",
+            instance: "i",
+            trigger: "http",
+            past_due: false,
+        })
+        .unwrap();
+        assert_eq!(
+            call,
+            r#"{"job":"j","occurrence":"1970-01-01T00:01:00Z","occurrenceUnix":60,"fencingToken":3932160,"idempotencyKey":"k","instance":"i","trigger":"http","pastDue":false}"#
+        );
+    }
+
+    fn tick_body(body: &str) -> Result<Option<SystemTime>, String> {
+        let request = Request::new(leasegate::Method::POST, "/api/jobs/j/tick")
+            .with_body(body.as_bytes().to_vec());
+        tick_time(&request)
+    }
+
+    #[test]
+    fn tick_bodies() {
+        assert_eq!(tick_body(""), Ok(None));
+        assert_eq!(tick_body(" \n"), Ok(None));
+        assert_eq!(tick_body("{}"), Ok(None));
+        assert_eq!(tick_body(r#"{"at": null}"#), Ok(None));
+        assert_eq!(
+            tick_body(r#"{"at": "1970-01-01T00:01:00Z"}"#),
+            Ok(Some(at(60)))
+        );
+        for (body, names) in [
+            (r#"{"at": "yesterday"}"#, "RFC 3339"),
+            (r#"{"at": 60}"#, "expected a string"),
+            (
+                r#"{"when": "1970-01-01T00:01:00Z"}"#,
+                "unknown field `when`",
+            ),
+            (r#"["1970-01-01T00:01:00Z"]"#, r#"a JSON object {"at""#),
+            ("at=60", "not valid JSON"),
+            (r#"{"at": "1970-01-01T00:01:00Z"} x"#, "trailing characters"),
+        ] {
+            let e = tick_body(body).unwrap_err();
+            assert!(e.contains(names), "{body}: {e}");
+        }
+        // A long stray field is not repeated whole.
+        let long = format!(r#"{{"{}": 1}}"#, "a".repeat(10_000));
+        let e = tick_body(&long).unwrap_err();
+        assert!(e.len() < 300 && e.ends_with("..."), "{e}");
+    }
 }
 
 // The Spin entry points.
