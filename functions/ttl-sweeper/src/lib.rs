@@ -46,11 +46,11 @@ use leasegate::ops::{
 };
 use leasegate::{BlobName, ContainerName, Counting, LeaseState, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
-use leasegate_spin::json::Value;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::json;
+use std::collections::BTreeMap;
 
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
-use leasegate_spin::json;
-use leasegate_spin::json::{Fields, ToJson};
 use leasegate_spin::storage::execute_creating_container;
 use leasegate_spin::timer::{self, Source};
 use leasegate_spin::web::{self, rfc3339};
@@ -82,8 +82,9 @@ const MAX_UNUSABLE: usize = 100;
 /// The variable that allows dead-blob containers.
 const DEAD_CONTAINERS_VAR: &str = "ttl_dead_containers";
 
-/// What a sweep entry sweeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a sweep entry sweeps (`"ttl"` or `"locks"` in the state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// Blobs marked with a time-to-live.
     Ttl,
@@ -91,12 +92,18 @@ pub enum Kind {
     Locks,
 }
 
+// The state blob (`sweeper/state.json`) is JSON with camelCase keys, written pretty; absent
+// options, an empty `unusable` and `off: false` are left out. It stays readable both ways
+// during a rolling upgrade: unknown fields are ignored (a newer writer's), missing counters
+// and lists read as 0 and empty, and no field is renamed.
+
 /// One swept container (and prefix) in the state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// The container.
     pub container: String,
     /// The prefix swept (empty: all).
+    #[serde(default)]
     pub prefix: String,
     /// What it sweeps.
     pub kind: Kind,
@@ -104,33 +111,64 @@ pub struct Entry {
     /// was claimed this pass).
     pub status: String,
     /// Where the next page starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marker: Option<String>,
     /// No longer configured: skipped, its progress kept.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub off: bool,
 }
 
 /// The sweep state blob.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct State {
     /// The swept containers, in order.
     pub containers: Vec<Entry>,
     /// Passes completed.
+    #[serde(default)]
     pub passes: u64,
     /// When the last pass completed (server clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_pass_completed_at: Option<String>,
     /// Blobs deleted (moved ones included) since the state began.
+    #[serde(default)]
     pub purged: u64,
     /// Of those, moved to a dead-blob container.
+    #[serde(default)]
     pub moved: u64,
     /// Lock blobs removed.
+    #[serde(default)]
     pub locks_removed: u64,
     /// Pages claimed.
+    #[serde(default)]
     pub pages: u64,
     /// The ticks of the last minutes (see [`TickEntry`]).
+    #[serde(default)]
     pub ticks: Vec<TickEntry>,
-    /// Marked blobs whose names cannot be swept, as (container, name, the pass that last
-    /// listed them): reported once, forgotten when a pass no longer lists them.
-    pub unusable: Vec<(String, String, u64)>,
+    /// Marked blobs whose names cannot be swept: reported once, forgotten when a pass no
+    /// longer lists them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unusable: Vec<Unusable>,
+}
+
+/// A marked blob whose name cannot be swept, as the state remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unusable {
+    /// Its container.
+    pub container: String,
+    /// Its name.
+    pub name: String,
+    /// The pass that last listed it.
+    #[serde(default)]
+    pub pass: u64,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The sweeper's settings.
@@ -328,8 +366,9 @@ impl Settings {
     }
 }
 
-/// What one tick did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+/// What one tick did (the answer and the log line; never stored).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Report {
     /// Pages claimed and processed.
     pub pages: u64,
@@ -346,7 +385,7 @@ pub struct Report {
     /// Lock blobs removed.
     pub locks_removed: u64,
     /// Blobs left alone, by reason.
-    pub skipped: Vec<(String, u64)>,
+    pub skipped: BTreeMap<String, u64>,
     /// Requests that failed (the blob is left as it was; a later pass retries it).
     pub errors: u64,
     /// Whether this tick completed a pass.
@@ -355,26 +394,39 @@ pub struct Report {
     pub stopped: String,
     /// Swept containers whose listing failed for good this pass (a 403, a 400): skipped until
     /// the next pass, the others swept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub containers_skipped: Vec<SkippedContainer>,
     /// Marked blobs whose names cannot be swept (a `.` or `..` segment), each reported once
-    /// (the state remembers them): (container, name).
-    pub unusable_names: Vec<(String, String)>,
+    /// (the state remembers them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unusable_names: Vec<UnusableName>,
     /// Unusable names found past the [`MAX_UNUSABLE`] the state remembers: counted on every
     /// pass that lists them, not named.
-    pub unusable_not_remembered: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unusable_names_not_remembered: u64,
+}
+
+/// A marked blob whose name cannot be swept, as a tick reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnusableName {
+    /// Its container.
+    pub container: String,
+    /// Its name.
+    pub name: String,
 }
 
 /// A swept container skipped for this pass.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SkippedContainer {
     /// The container.
     pub container: String,
     /// The prefix swept.
     pub prefix: String,
-    /// Storage's status, when storage answered.
-    pub status: Option<u16>,
-    /// Storage's error code, when it sent one.
-    pub code: Option<String>,
+    /// Storage's status, when storage answered (`null` otherwise).
+    pub storage_status: Option<u16>,
+    /// Storage's error code, when it sent one (`null` otherwise).
+    pub storage_error_code: Option<String>,
     /// What failed.
     pub message: String,
 }
@@ -384,12 +436,9 @@ impl Report {
         self.skip_n(reason, 1);
     }
 
-    /// Counts `n` blobs left alone for `reason` (a handful of reasons: a list, not a map).
+    /// Counts `n` blobs left alone for `reason`.
     fn skip_n(&mut self, reason: &str, n: u64) {
-        match self.skipped.iter_mut().find(|(r, _)| r == reason) {
-            Some((_, count)) => *count += n,
-            None => self.skipped.push((reason.to_string(), n)),
-        }
+        *self.skipped.entry(reason.to_string()).or_default() += n;
     }
 }
 
@@ -401,8 +450,10 @@ struct Claimed {
     server_now: SystemTime,
 }
 
-/// Counters kept in the state.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Counters kept in the state (a tick's entry holds them as its own fields; missing ones are
+/// 0).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct Counters {
     /// Blobs deleted (moved ones included).
     pub purged: u64,
@@ -446,7 +497,7 @@ impl Counters {
 /// claimed, and the pass does not end; `credited` is what it has added to the state's counters
 /// so far. A tick leaves it inactive when it is done; entries of other ticks are dropped once
 /// older than [`Settings::tick_bound`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TickEntry {
     /// The tick's random id.
     pub id: String,
@@ -456,197 +507,9 @@ pub struct TickEntry {
     pub since: String,
     /// Whether it may still be processing a page.
     pub active: bool,
-    /// What it has added to the counters.
+    /// What it has added to the counters (`purged`, `moved`, `locksRemoved`).
+    #[serde(flatten)]
     pub credited: Counters,
-}
-
-// The state blob's JSON: camelCase keys, absent options and `off: false` left out; readers
-// take missing counters as 0.
-
-impl ToJson for Kind {
-    fn to_json(&self) -> Value {
-        json!(match self {
-            Kind::Ttl => "ttl",
-            Kind::Locks => "locks",
-        })
-    }
-}
-
-impl ToJson for Entry {
-    fn to_json(&self) -> Value {
-        let mut v = json!({
-            "container": self.container,
-            "prefix": self.prefix,
-            "kind": self.kind,
-            "status": self.status,
-        });
-        if let Some(m) = &self.marker {
-            v.set("marker", json!(m));
-        }
-        if self.off {
-            v.set("off", json!(true));
-        }
-        v
-    }
-}
-
-impl Entry {
-    fn from_json(value: &Value) -> Result<Entry, String> {
-        let f = Fields::of(value)?;
-        Ok(Entry {
-            container: f.string("container")?,
-            prefix: f.opt_string("prefix")?.unwrap_or_default(),
-            kind: match f.string("kind")?.as_str() {
-                "ttl" => Kind::Ttl,
-                "locks" => Kind::Locks,
-                _ => return Err("kind must be ttl or locks".into()),
-            },
-            status: f.string("status")?,
-            marker: f.opt_string("marker")?,
-            off: f.bool_or_false("off")?,
-        })
-    }
-}
-
-impl ToJson for State {
-    fn to_json(&self) -> Value {
-        let mut v = json!({ "containers": self.containers, "passes": self.passes });
-        if let Some(t) = &self.last_pass_completed_at {
-            v.set("lastPassCompletedAt", json!(t));
-        }
-        v.set("purged", json!(self.purged));
-        v.set("moved", json!(self.moved));
-        v.set("locksRemoved", json!(self.locks_removed));
-        v.set("pages", json!(self.pages));
-        v.set("ticks", json!(self.ticks));
-        if !self.unusable.is_empty() {
-            let list: Vec<Value> = self
-                .unusable
-                .iter()
-                .map(|(c, n, p)| json!({"container": c, "name": n, "pass": p}))
-                .collect();
-            v.set("unusable", json!(list));
-        }
-        v
-    }
-}
-
-impl State {
-    fn from_json(value: &Value) -> Result<State, String> {
-        let f = Fields::of(value)?;
-        if !f.has("containers") {
-            return Err("containers is missing".into());
-        }
-        Ok(State {
-            containers: f.list("containers", Entry::from_json)?,
-            passes: f.u64_or_zero("passes")?,
-            last_pass_completed_at: f.opt_string("lastPassCompletedAt")?,
-            purged: f.u64_or_zero("purged")?,
-            moved: f.u64_or_zero("moved")?,
-            locks_removed: f.u64_or_zero("locksRemoved")?,
-            pages: f.u64_or_zero("pages")?,
-            ticks: f.list("ticks", TickEntry::from_json)?,
-            unusable: if f.has("unusable") {
-                f.list("unusable", |u| {
-                    let u = Fields::of(u)?;
-                    Ok((
-                        u.string("container")?,
-                        u.string("name")?,
-                        u.u64_or_zero("pass")?,
-                    ))
-                })?
-            } else {
-                Vec::new()
-            },
-        })
-    }
-}
-
-impl ToJson for Report {
-    fn to_json(&self) -> Value {
-        let mut skipped = json!({});
-        for (reason, n) in &self.skipped {
-            skipped.set(reason, json!(n));
-        }
-        let mut v = json!({
-            "pages": self.pages,
-            "scanned": self.scanned,
-            "unmarked": self.unmarked,
-            "notExpired": self.not_expired,
-            "deleted": self.deleted,
-            "moved": self.moved,
-            "locksRemoved": self.locks_removed,
-            "skipped": skipped,
-            "errors": self.errors,
-            "passCompleted": self.pass_completed,
-            "stopped": self.stopped,
-        });
-        if !self.containers_skipped.is_empty() {
-            let list: Vec<Value> = self
-                .containers_skipped
-                .iter()
-                .map(|c| {
-                    json!({
-                        "container": c.container,
-                        "prefix": c.prefix,
-                        "storageStatus": c.status,
-                        "storageErrorCode": c.code,
-                        "message": c.message,
-                    })
-                })
-                .collect();
-            v.set("containersSkipped", json!(list));
-        }
-        if !self.unusable_names.is_empty() {
-            let list: Vec<Value> = self
-                .unusable_names
-                .iter()
-                .map(|(c, n)| json!({"container": c, "name": n}))
-                .collect();
-            v.set("unusableNames", json!(list));
-        }
-        if self.unusable_not_remembered > 0 {
-            v.set(
-                "unusableNamesNotRemembered",
-                json!(self.unusable_not_remembered),
-            );
-        }
-        v
-    }
-}
-
-impl ToJson for TickEntry {
-    fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "instance": self.instance,
-            "since": self.since,
-            "active": self.active,
-            "purged": self.credited.purged,
-            "moved": self.credited.moved,
-            "locksRemoved": self.credited.locks_removed,
-        })
-    }
-}
-
-impl TickEntry {
-    fn from_json(value: &Value) -> Result<TickEntry, String> {
-        let f = Fields::of(value)?;
-        Ok(TickEntry {
-            id: f.string("id")?,
-            instance: f.string("instance")?,
-            since: f.string("since")?,
-            active: match f.bool_or_false("active")? {
-                _ if !f.has("active") => return Err("active is missing".into()),
-                a => a,
-            },
-            credited: Counters {
-                purged: f.u64_or_zero("purged")?,
-                moved: f.u64_or_zero("moved")?,
-                locks_removed: f.u64_or_zero("locksRemoved")?,
-            },
-        })
-    }
 }
 
 /// One tick's bookkeeping.
@@ -661,7 +524,7 @@ struct Tick {
     /// Containers skipped by this tick's claims (see [`Report::containers_skipped`]).
     containers_skipped: Vec<SkippedContainer>,
     /// Unusable names this tick's claims found first.
-    unusable_names: Vec<(String, String)>,
+    unusable_names: Vec<UnusableName>,
     /// Unusable names this tick's claims found that the state had no room to remember.
     unusable_overflow: u64,
 }
@@ -740,7 +603,7 @@ pub async fn sweep<T: Transport>(
     }
     report.containers_skipped = std::mem::take(&mut tick.containers_skipped);
     report.unusable_names = std::mem::take(&mut tick.unusable_names);
-    report.unusable_not_remembered = tick.unusable_overflow;
+    report.unusable_names_not_remembered = tick.unusable_overflow;
     (report, failure, counting.sent())
 }
 
@@ -792,10 +655,9 @@ async fn read_state<S: Transport>(
     match blob {
         None => Ok((State::default(), None, date)),
         Some(b) => {
-            let state = json::from_slice(&b.body).map_err(|e| e.to_string());
-            let state = state.and_then(|v| State::from_json(&v)).map_err(|_| {
+            let state: State = serde_json::from_slice(&b.body).map_err(|e| {
                 leasegate::Error::CorruptLock(format!(
-                    "the sweep state {STATE_BLOB} is not valid JSON (delete it to start over)"
+                    "the sweep state {STATE_BLOB} is not a sweep state ({e}; delete it to start over)"
                 ))
             })?;
             Ok((state, b.properties.etag, date))
@@ -810,7 +672,8 @@ async fn write_state<S: Transport>(
     etag: Option<leasegate::ETag>,
     now: SystemTime,
 ) -> Result<bool, leasegate::Error> {
-    let body = json::to_pretty(&state.to_json()).into_bytes();
+    // Serializing the state cannot fail (string keys, integers); pretty, as it always was.
+    let body = serde_json::to_vec_pretty(state).expect("the state serializes");
     let put = PutBlob::block(
         settings.storage.container.clone(),
         settings.state_blob()?,
@@ -954,15 +817,15 @@ async fn claim_held<S: Transport>(
                 // pass, and reported.
                 Err(e) if refuses_for_good(&e) => {
                     let entry = &mut state.containers[index];
-                    let (status, code) = match &e {
+                    let (storage_status, storage_error_code) = match &e {
                         leasegate::Error::Storage(s) => (Some(s.status.as_u16()), s.code.clone()),
                         _ => (None, None),
                     };
                     skipped.push(SkippedContainer {
                         container: entry.container.clone(),
                         prefix: entry.prefix.clone(),
-                        status,
-                        code,
+                        storage_status,
+                        storage_error_code,
                         message: format!("listing failed: {e}"),
                     });
                     entry.status = "last".into();
@@ -997,7 +860,7 @@ async fn claim_held<S: Transport>(
             }
             // Unusable names this pass did not list again are gone (or renamed).
             let this_pass = state.passes;
-            state.unusable.retain(|u| u.2 == this_pass);
+            state.unusable.retain(|u| u.pass == this_pass);
             state.passes += 1;
             state.last_pass_completed_at = Some(rfc3339(server_now));
             Claim::PassComplete
@@ -1026,7 +889,11 @@ async fn claim_held<S: Transport>(
 fn refuses_for_good(e: &leasegate::Error) -> bool {
     match e {
         leasegate::Error::Storage(s) => {
-            s.status.is_client_error() && !matches!(s.status.as_u16(), 408 | 429)
+            s.status.is_client_error()
+                && !matches!(
+                    s.status,
+                    StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS
+                )
         }
         leasegate::Error::InvalidName { .. } | leasegate::Error::InvalidArgument(_) => true,
         _ => false,
@@ -1037,7 +904,7 @@ fn refuses_for_good(e: &leasegate::Error) -> bool {
 /// control character) in the state, and puts those it did not know into `new`: each is
 /// reported once, not on every pass. Past [`MAX_UNUSABLE`] a name cannot be remembered, so it
 /// is not named (it would be on every pass): the answer is how many such names the page had.
-fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<(String, String)>) -> u64 {
+fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<UnusableName>) -> u64 {
     let pass = state.passes;
     let mut overflow = 0;
     for item in &listed.page.blobs {
@@ -1050,15 +917,20 @@ fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<(String,
         match state
             .unusable
             .iter_mut()
-            .find(|u| u.0 == container && u.1 == item.name)
+            .find(|u| u.container == container && u.name == item.name)
         {
-            Some(known) => known.2 = pass,
+            Some(known) => known.pass = pass,
             None => {
                 if state.unusable.len() < MAX_UNUSABLE {
-                    state
-                        .unusable
-                        .push((container.to_string(), item.name.clone(), pass));
-                    new.push((container.to_string(), item.name.clone()));
+                    state.unusable.push(Unusable {
+                        container: container.to_string(),
+                        name: item.name.clone(),
+                        pass,
+                    });
+                    new.push(UnusableName {
+                        container: container.to_string(),
+                        name: item.name.clone(),
+                    });
                 } else {
                     overflow += 1;
                 }
@@ -1487,47 +1359,72 @@ async fn sweep_lock<T, S: Transport>(
     }
 }
 
-/// The answer of a tick: its report, and the failure that ended it if one did.
-fn describe(
-    settings: &Settings,
+/// The answer of a tick (and, with `fn`, its log line): its report, and the failure that
+/// ended it if one did.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TickAnswer<'a> {
+    #[serde(flatten)]
+    report: &'a Report,
+    instance: &'a str,
+    trigger: &'static str,
+    storage_round_trips: u32,
+    duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+fn describe<'a>(
+    settings: &'a Settings,
     source: Source,
-    report: &Report,
+    report: &'a Report,
     failure: Option<&leasegate::Error>,
     round_trips: u32,
     started: Instant,
-) -> (StatusCode, Value) {
-    let mut v = json!(report);
-    v.set("instance", json!(settings.instance_id));
-    v.set("trigger", json!(source.as_str()));
-    v.set("storageRoundTrips", json!(round_trips));
-    v.set("durationMs", json!(elapsed_ms(started)));
+) -> (StatusCode, TickAnswer<'a>) {
+    let mut answer = TickAnswer {
+        report,
+        instance: &settings.instance_id,
+        trigger: source.as_str(),
+        storage_round_trips: round_trips,
+        duration_ms: elapsed_ms(started),
+        error: None,
+        message: None,
+    };
     match failure {
-        None => (StatusCode::OK, v),
+        None => (StatusCode::OK, answer),
         Some(e) => {
-            v.set(
-                "error",
-                json!(if matches!(
+            answer.error = Some(
+                if matches!(
                     e,
                     leasegate::Error::CorruptLock(_) | leasegate::Error::UnusableLock { .. }
                 ) {
                     "state_unusable"
                 } else {
                     web::storage_error_code(e)
-                }),
+                },
             );
-            v.set(
-                "message",
-                json!(web::storage_failed(e, "the sweep state could not be used")),
-            );
-            (web::storage_status(e), v)
+            answer.message = Some(web::storage_failed(e, "the sweep state could not be used"));
+            (web::storage_status(e), answer)
         }
     }
 }
 
-fn log_tick(v: &Value) {
-    let mut line = v.clone();
-    line.set("fn", json!("ttl-sweeper"));
-    log_line(line);
+/// A tick's log line: its answer, and `"fn": "ttl-sweeper"`.
+#[derive(Serialize)]
+struct LogTickLine<'a> {
+    #[serde(flatten)]
+    answer: &'a TickAnswer<'a>,
+    r#fn: &'static str,
+}
+
+fn log_tick(answer: &TickAnswer) {
+    log_line(LogTickLine {
+        answer,
+        r#fn: "ttl-sweeper",
+    });
 }
 
 /// Handles `handle-cron-event`: one tick; `Err` when the sweep state could not be used.
@@ -1543,7 +1440,7 @@ pub async fn handle_cron<T: Transport>(
         e.to_string()
     })?;
     let (report, failure, trips) = sweep(ctx, &settings, started).await;
-    let (status, v) = describe(
+    let (status, answer) = describe(
         &settings,
         Source::Cron,
         &report,
@@ -1551,14 +1448,13 @@ pub async fn handle_cron<T: Transport>(
         trips,
         started,
     );
-    log_tick(&v);
+    log_tick(&answer);
     if status.is_success() {
         Ok(())
     } else {
-        Err(v["message"]
-            .as_str()
-            .unwrap_or("the sweep failed")
-            .to_string())
+        Err(answer
+            .message
+            .unwrap_or_else(|| "the sweep failed".to_string()))
     }
 }
 
@@ -1622,12 +1518,12 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
             let transport = Counting::new(&transport);
             let locks = settings.storage.locks(&transport, "sweeper/");
             return match read_state(&locks, &settings, ctx.now).await {
-                Ok((state, _, _)) => web::json(StatusCode::OK, &json!(state)),
+                Ok((state, _, _)) => web::json(StatusCode::OK, &state),
                 Err(e) => web::storage_unavailable(&e),
             };
         }
         let (report, failure, trips) = sweep(ctx, &settings, started).await;
-        let (status, v) = describe(
+        let (status, answer) = describe(
             &settings,
             Source::Http,
             &report,
@@ -1635,8 +1531,8 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
             trips,
             started,
         );
-        log_tick(&v);
-        return web::json(status, &v);
+        log_tick(&answer);
+        return web::json(status, &answer);
     }
     if !timer::azure_channel(ctx.variables) {
         return timer::no_route();
@@ -1662,7 +1558,7 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
         );
     }
     let (report, failure, trips) = sweep(ctx, &settings, started).await;
-    let (status, v) = describe(
+    let (status, answer) = describe(
         &settings,
         Source::Azure,
         &report,
@@ -1670,38 +1566,40 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
         trips,
         started,
     );
-    log_tick(&v);
+    log_tick(&answer);
     let summary = format!(
         "ttl-sweeper on {}: {} pages, {} deleted, {} moved",
-        settings.instance_id, v["pages"], v["deleted"], v["moved"]
+        settings.instance_id, report.pages, report.deleted, report.moved
     );
-    timer::azure_answer(status, v, vec![summary])
+    timer::azure_answer(status, &answer, vec![summary])
 }
 
-/// The body of a marking request: `expiresAt` or `ttlSeconds`, and `deadBlobContainer`
-/// (`Some(None)` for an explicit `null`, `None` when missing); no other field.
-#[derive(Debug)]
+/// The body of a marking request: `expiresAt` or `ttlSeconds` (`null` counts as missing), and
+/// `deadBlobContainer` (`Some(None)` for an explicit `null`, `None` when missing); no other
+/// field (a stray one is the caller's mistake).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Marking {
+    #[serde(default)]
     expires_at: Option<String>,
+    #[serde(default)]
     ttl_seconds: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
     dead_blob_container: Option<Option<String>>,
 }
 
 impl Marking {
-    fn from_json(value: &Value) -> Result<Marking, String> {
-        let f = Fields::of(value)?;
-        f.only(&["expiresAt", "ttlSeconds", "deadBlobContainer"])?;
-        let dead = "deadBlobContainer";
-        Ok(Marking {
-            expires_at: f.opt_string("expiresAt")?,
-            ttl_seconds: f.opt_u64("ttlSeconds")?,
-            dead_blob_container: if f.has(dead) {
-                Some(f.opt_string(dead)?)
-            } else {
-                None
-            },
-        })
+    /// Reads a marking from a request body, which must be a JSON object (serde alone would
+    /// also take a struct from an array of its fields).
+    fn from_body(body: &[u8]) -> Result<Marking, serde_json::Error> {
+        let fields: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)?;
+        serde_json::from_value(serde_json::Value::Object(fields))
     }
+}
+
+/// A field that is there, `null` included (`default` gives `None` when it is missing).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// `PUT /api/ttl/{container}/{blob}`: sets `TimeToLive` (and `DeadBlobContainer`) on an
@@ -1738,8 +1636,7 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
     if let Err(r) = web::require_json(request) {
         return r;
     }
-    let marking = json::from_slice(request.body()).map_err(|e| e.to_string());
-    let marking = match marking.and_then(|v| Marking::from_json(&v)) {
+    let marking = match Marking::from_body(request.body()) {
         Ok(m) => m,
         Err(e) => return bad("invalid_body", format!("the body is not a marking: {e}")),
     };
@@ -1898,7 +1795,8 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "metadata_unwritable",
                     format!(
-                        "storage refused the blob's metadata as it is (400 {}), nothing was changed; names: {}",
+                        "storage refused the blob's metadata as it is ({} {}), nothing was changed; names: {}",
+                        e.status,
                         e.code.as_deref().unwrap_or("without a code"),
                         names.join(", ")
                     ),
@@ -1929,7 +1827,11 @@ mod tests {
         use super::*;
         let mut state = State::default();
         for k in 0..MAX_UNUSABLE {
-            state.unusable.push(("c".into(), format!("old/{k}/.."), 0));
+            state.unusable.push(Unusable {
+                container: "c".into(),
+                name: format!("old/{k}/.."),
+                pass: 0,
+            });
         }
         let mut properties = leasegate::ops::BlobProperties::default();
         properties.metadata.insert(TIME_TO_LIVE.into(), "60".into());
@@ -2157,6 +2059,185 @@ mod tests {
         assert_eq!(parse_location("dead/a/b/").unwrap().1, "a/b/");
         for bad in ["", "Dead", "dead/a", "d", "dead//"] {
             assert!(parse_location(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A sweep state as the hand-written JSON writer wrote it (pretty, camelCase, options and
+    /// `off: false` left out), with a field from a newer writer and an entry of a tick without
+    /// counters: it reads, and written back it is the same text but the unknown field.
+    #[test]
+    fn an_old_state_reads_and_writes_back_the_same() {
+        let old = r#"{
+  "containers": [
+    {
+      "container": "logs",
+      "prefix": "",
+      "kind": "ttl",
+      "status": "current",
+      "marker": "m-7"
+    },
+    {
+      "container": "leasegate",
+      "prefix": "gates/",
+      "kind": "locks",
+      "status": "init",
+      "off": true
+    }
+  ],
+  "passes": 3,
+  "lastPassCompletedAt": "2026-11-21T14:00:00Z",
+  "purged": 12,
+  "moved": 2,
+  "locksRemoved": 5,
+  "pages": 40,
+  "ticks": [
+    {
+      "id": "t-1",
+      "instance": "node-a",
+      "since": "2026-11-21T14:00:01Z",
+      "active": true,
+      "purged": 4,
+      "moved": 1,
+      "locksRemoved": 0
+    }
+  ],
+  "unusable": [
+    {
+      "container": "logs",
+      "name": "a/../b",
+      "pass": 3
+    }
+  ]
+}"#;
+        let state: State = serde_json::from_str(old).unwrap();
+        assert_eq!(state.containers.len(), 2);
+        assert_eq!(state.containers[0].marker.as_deref(), Some("m-7"));
+        assert!(state.containers[1].off && state.containers[1].kind == Kind::Locks);
+        assert_eq!(
+            (state.passes, state.purged, state.locks_removed),
+            (3, 12, 5)
+        );
+        assert_eq!(
+            state.ticks[0].credited,
+            Counters {
+                purged: 4,
+                moved: 1,
+                locks_removed: 0
+            }
+        );
+        assert_eq!(state.unusable[0].name, "a/../b");
+        assert_eq!(serde_json::to_string_pretty(&state).unwrap(), old);
+
+        // A newer writer's field is ignored; missing counters and lists read as 0 and empty.
+        let sparse = r#"{"containers": [{"container": "logs", "kind": "ttl", "status": "init",
+            "since": "a newer field"}], "ticks": [{"id": "t", "instance": "i",
+            "since": "2026-11-21T14:00:01Z", "active": false}], "shards": 4}"#;
+        let state: State = serde_json::from_str(sparse).unwrap();
+        assert_eq!(state.containers[0].prefix, "");
+        assert_eq!(state.ticks[0].credited, Counters::default());
+        assert_eq!((state.passes, state.unusable.len()), (0, 0));
+        let written = serde_json::to_string(&state).unwrap();
+        assert!(!written.contains("lastPassCompletedAt") && !written.contains("unusable"));
+
+        // Not a state: refused, never a panic.
+        for bad in [r#"{}"#, r#"{"containers": [{"kind": "ttl"}]}"#, "[]", "{"] {
+            assert!(serde_json::from_str::<State>(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A tick's answer keeps its field names and forms: the report's, then the tick's; options
+    /// of a container skipped without a storage answer are `null`; `fn` ends the log line.
+    #[test]
+    fn a_tick_answer_keeps_its_fields() {
+        let s = settings(&[("ttl_containers", "xxx")]).unwrap();
+        let mut report = Report {
+            pages: 2,
+            stopped: "budget".into(),
+            ..Report::default()
+        };
+        report.skip("leased");
+        report.skip_n("leased", 2);
+        report.containers_skipped.push(SkippedContainer {
+            container: "xxx".into(),
+            prefix: String::new(),
+            storage_status: None,
+            storage_error_code: None,
+            message: "listing failed".into(),
+        });
+        let (status, answer) = describe(&s, Source::Http, &report, None, 7, Instant::now());
+        assert_eq!(status, StatusCode::OK);
+        let v = serde_json::to_value(&answer).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "pages",
+                "scanned",
+                "unmarked",
+                "notExpired",
+                "deleted",
+                "moved",
+                "locksRemoved",
+                "skipped",
+                "errors",
+                "passCompleted",
+                "stopped",
+                "containersSkipped",
+                "instance",
+                "trigger",
+                "storageRoundTrips",
+                "durationMs"
+            ]
+        );
+        assert_eq!(v["skipped"], json!({"leased": 3}));
+        assert_eq!(v["containersSkipped"][0]["storageStatus"], json!(null));
+        assert_eq!(v["containersSkipped"][0]["storageErrorCode"], json!(null));
+        assert_eq!(v["storageRoundTrips"], 7);
+        let line = serde_json::to_value(LogTickLine {
+            answer: &answer,
+            r#fn: "ttl-sweeper",
+        })
+        .unwrap();
+        assert_eq!(line["fn"], "ttl-sweeper");
+        assert_eq!(line["pages"], 2);
+        let failed = leasegate::Error::CorruptLock("x".into());
+        let (status, answer) =
+            describe(&s, Source::Cron, &report, Some(&failed), 7, Instant::now());
+        assert!(!status.is_success());
+        let v = serde_json::to_value(&answer).unwrap();
+        assert_eq!(v["error"], "state_unusable");
+        assert!(v["message"].is_string());
+    }
+
+    /// Marking bodies: the fields callers send, `null` for `deadBlobContainer` apart from a
+    /// missing one; a stray field, a wrong type or a fraction is an error naming the problem.
+    #[test]
+    fn marking_bodies() {
+        let m = Marking::from_body(br#"{"ttlSeconds": 60}"#).unwrap();
+        assert_eq!((m.ttl_seconds, m.dead_blob_container), (Some(60), None));
+        let m = Marking::from_body(
+            br#"{"expiresAt": "2030-01-01T00:00:00Z", "deadBlobContainer": null}"#,
+        )
+        .unwrap();
+        assert_eq!(m.expires_at.as_deref(), Some("2030-01-01T00:00:00Z"));
+        assert_eq!(m.dead_blob_container, Some(None));
+        let m =
+            Marking::from_body(br#"{"ttlSeconds": null, "deadBlobContainer": "dead/a/"}"#).unwrap();
+        assert_eq!(m.ttl_seconds, None);
+        assert_eq!(m.dead_blob_container, Some(Some("dead/a/".into())));
+        for (bad, names) in [
+            (r#"{"ttlSeconds": 5, "colour": 1}"#, "colour"),
+            (r#"{"ttlSeconds": 1e12}"#, "floating point"),
+            (r#"{"ttlSeconds": -5}"#, "-5"),
+            (r#"{"ttlSeconds": "5"}"#, "string"),
+            (r#"{"deadBlobContainer": 3}"#, "integer"),
+            ("[]", "expected a map"),
+            ("[null, 60]", "expected a map"),
+            ("{", "EOF"),
+            ("{} {}", "trailing characters"),
+        ] {
+            let e = Marking::from_body(bad.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains(names), "{bad}: {e}");
         }
     }
 }
