@@ -21,17 +21,19 @@
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use leasegate::lease::{Acquire, Acquired, IdOrigin, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
-use leasegate_spin::json::Value;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
-use leasegate_spin::json;
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, cache, elapsed_ms, log_line, Context};
 
@@ -165,46 +167,68 @@ pub struct Reading {
     pub timestamp: Option<String>,
 }
 
+/// A reading as sent. Other fields are ignored: a device may send more than this function
+/// reads. A field sent as `null` counts as missing. A field of the wrong type is named.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SentReading {
+    #[serde(default, deserialize_with = "device_id")]
+    device_id: Option<String>,
+    #[serde(default, deserialize_with = "temperature")]
+    temperature: Option<f64>,
+    #[serde(default, deserialize_with = "timestamp")]
+    timestamp: Option<String>,
+}
+
+/// An optional field, or `message` when it has the wrong type.
+fn field<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+    message: &str,
+) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d).map_err(|_| D::Error::custom(message))
+}
+
+fn device_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    field(d, "deviceId must be a string")
+}
+
+fn temperature<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    field(d, "temperature must be a number")
+}
+
+fn timestamp<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    field(d, "timestamp must be a string")
+}
+
 /// Reads one reading, or says what is wrong with it.
 pub fn parse_reading(value: &Value) -> Result<Reading, String> {
-    let obj = value.as_object().ok_or("a reading must be a JSON object")?;
-    let device_id = match obj.get("deviceId") {
-        None | Some(Value::Null) => return Err("deviceId is missing".into()),
-        Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err("deviceId must be a string".into()),
-    };
+    // Checked first: serde would also read an array as the fields in order.
+    if !value.is_object() {
+        return Err("a reading must be a JSON object".into());
+    }
+    let sent = SentReading::deserialize(value).map_err(|e| e.to_string())?;
+    let device_id = sent.device_id.ok_or("deviceId is missing")?;
     let device = LockName::try_new(&device_id).map_err(|e| match e {
         leasegate::Error::InvalidName { reason, .. } => format!("deviceId {reason}"),
         other => format!("deviceId: {other}"),
     })?;
-    let temperature = match obj.get("temperature") {
-        None | Some(Value::Null) => return Err("temperature is missing".into()),
-        Some(Value::Number(n)) => n.as_f64().ok_or("temperature must be a finite number")?,
-        Some(_) => return Err("temperature must be a number".into()),
-    };
-    if !temperature.is_finite() {
-        return Err("temperature must be a finite number".into());
+    // Finite: the JSON reader refuses a number out of the range of `f64`.
+    let temperature = sent.temperature.ok_or("temperature is missing")?;
+    if let Some(t) = &sent.timestamp {
+        humantime::parse_rfc3339_weak(t)
+            .map_err(|_| "timestamp must be an RFC 3339 time (2026-11-21T14:00:00Z)")?;
     }
-    let timestamp = match obj.get("timestamp") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => {
-            humantime::parse_rfc3339_weak(s)
-                .map_err(|_| "timestamp must be an RFC 3339 time (2026-11-21T14:00:00Z)")?;
-            Some(s.clone())
-        }
-        Some(_) => return Err("timestamp must be a string".into()),
-    };
     Ok(Reading {
         device_id,
         device,
         temperature,
-        timestamp,
+        timestamp: sent.timestamp,
     })
 }
 
 /// The readings of a body: one object or an array of them. `Err` is the 4xx answer.
 pub fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Response> {
-    let value: Value = leasegate_spin::json::from_slice(body).map_err(|e| {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
         web::error(
             StatusCode::BAD_REQUEST,
             "invalid_json",
@@ -308,21 +332,20 @@ pub struct HotDevice<'r> {
 }
 
 /// The hot devices of a batch, each once (in the order they first appear), with its hottest
-/// reading. A list searched linearly rather than a map: a batch has at most [`MAX_READINGS`]
-/// readings, and a map's code would be a few KB more of each component.
+/// reading.
 pub fn hot_devices(readings: &[Result<Reading, String>], threshold: f64) -> Vec<HotDevice<'_>> {
     let mut hottest: Vec<HotDevice> = Vec::new();
-    for (index, r) in readings.iter().enumerate() {
-        if let Ok(reading) = r {
-            let seen = hottest
-                .iter_mut()
-                .find(|d| d.reading.device_id == reading.device_id);
-            match seen {
-                Some(best) if reading.temperature > best.reading.temperature => {
-                    *best = HotDevice { index, reading };
-                }
-                Some(_) => {}
-                None => hottest.push(HotDevice { index, reading }),
+    // Each device's place in `hottest`.
+    let mut place: HashMap<&str, usize> = HashMap::new();
+    for (index, reading) in readings.iter().enumerate() {
+        let Ok(reading) = reading else { continue };
+        let device = HotDevice { index, reading };
+        match place.get(reading.device_id.as_str()) {
+            Some(&i) if reading.temperature > hottest[i].reading.temperature => hottest[i] = device,
+            Some(_) => {}
+            None => {
+                place.insert(&reading.device_id, hottest.len());
+                hottest.push(device);
             }
         }
     }
@@ -561,9 +584,7 @@ async fn notify<T: Transport>(
         "timestamp": reading.timestamp,
         "message": format!(
             "device {} reported {} °C, at or above the threshold of {} °C",
-            reading.device_id,
-            web::number(reading.temperature),
-            web::number(settings.threshold)
+            reading.device_id, reading.temperature, settings.threshold
         ),
         "fencingToken": held.fencing_token,
         "windowEndsAt": held.expires_at.map(rfc3339),
@@ -595,8 +616,11 @@ async fn notify<T: Transport>(
 /// outcome (`coveredBy`). 503 when any device's storage failed, else 200.
 pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -> Response {
     let window_secs = parsed.settings.window.as_secs();
-    // Each device is gated once (see `hot_devices`): its entry, found by a linear search.
-    let by_device = |id: &str| gated.iter().find(|g| g.device.reading.device_id == id);
+    // Each device is gated once (see `hot_devices`).
+    let by_device: HashMap<&str, &Gated> = gated
+        .iter()
+        .map(|g| (g.device.reading.device_id.as_str(), g))
+        .collect();
     let decisions: Vec<Value> = parsed
         .readings
         .iter()
@@ -609,7 +633,7 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -
                     json!({ "decision": "below_threshold" }),
                     0,
                 ),
-                Ok(r) => match by_device(&r.device_id) {
+                Ok(r) => match by_device.get(r.device_id.as_str()) {
                     None => (
                         r.device_id.as_str(),
                         json!({ "decision": "below_threshold" }),
@@ -630,7 +654,7 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -
                                 json!({ "decision": "throttled", "retryAfterSeconds": window_secs })
                             }
                         };
-                        d.set("coveredBy", json!(g.device.index));
+                        d["coveredBy"] = json!(g.device.index);
                         (r.device_id.as_str(), d, 0)
                     }
                 },
@@ -641,10 +665,10 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -
                 trips,
                 started,
             );
-            d.set("index", json!(i));
+            d["index"] = json!(i);
             if let Ok(r) = r {
-                d.set("deviceId", json!(r.device_id));
-                d.set("temperature", json!(r.temperature));
+                d["deviceId"] = json!(r.device_id);
+                d["temperature"] = json!(r.temperature);
             }
             d
         })
@@ -669,16 +693,13 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -
         if not_started == 0 {
             return web::json(StatusCode::OK, &body);
         }
-        body.set("error", json!("deadline_exceeded"));
-        body.set(
-            "message",
-            json!(format!(
-                "the invocation reached its deadline (alert_deadline_ms) before {not_started} of \
+        body["error"] = json!("deadline_exceeded");
+        body["message"] = json!(format!(
+            "the invocation reached its deadline (alert_deadline_ms) before {not_started} of \
                  {} devices were started; nothing was done for them. Retrying the whole batch \
                  is safe: devices already notified are throttled for the rest of their window",
-                gated.len()
-            )),
-        );
+            gated.len()
+        ));
         let mut r = web::json(StatusCode::SERVICE_UNAVAILABLE, &body);
         r.headers_mut()
             .insert("retry-after", web::retry_after(None, jitter).to_string());
@@ -689,7 +710,7 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -
         .iter()
         .find(|e| web::is_forbidden(e))
         .unwrap_or(first);
-    body.set("error", json!(web::storage_error_code(first)));
+    body["error"] = json!(web::storage_error_code(first));
     let message = if web::is_forbidden(first) {
         format!(
             "{}; nothing was sent for {} of {} devices ({first})",
@@ -706,10 +727,10 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -
             gated.len()
         )
     };
-    body.set("message", json!(message));
+    body["message"] = json!(message);
     if let leasegate::Error::Storage(s) = first {
-        body.set("storageStatus", json!(s.status.as_u16()));
-        body.set("storageErrorCode", json!(s.code));
+        body["storageStatus"] = json!(s.status.as_u16());
+        body["storageErrorCode"] = json!(s.code);
     }
     let status = web::storage_status(first);
     let mut r = web::json(status, &body);
@@ -744,7 +765,7 @@ fn decision(outcome: &Outcome, window_secs: u64) -> Value {
                 "retryAfterSeconds": retry_after.map_or(window_secs, |d| d.as_secs().max(1)),
             });
             if *cached {
-                d.set("cached", json!(true));
+                d["cached"] = json!(true);
             }
             d
         }
@@ -882,7 +903,7 @@ mod tests {
             .with_body(body.to_string().into_bytes());
         let response = pollster::block_on(handle(&ctx, request));
         assert_eq!(response.status(), 503);
-        let answer: Value = leasegate_spin::json::from_slice(response.body()).unwrap();
+        let answer: Value = serde_json::from_slice(response.body()).unwrap();
         assert_eq!(answer["error"], "storage_unavailable");
         assert_eq!(answer["storageErrorCode"], "InternalError");
         assert_eq!(answer["decisions"][0]["decision"], "notified", "{answer}");
@@ -1023,6 +1044,15 @@ mod tests {
                 json!({"deviceId": "d", "temperature": 31, "timestamp": "yesterday"}),
                 "RFC 3339",
             ),
+            (json!(["d", 31]), "a reading must be a JSON object"),
+            (
+                json!({"deviceId": null, "temperature": 31}),
+                "deviceId is missing",
+            ),
+            (
+                json!({"deviceId": "d", "temperature": null}),
+                "temperature is missing",
+            ),
         ];
         for (value, want) in cases {
             let err = parse_reading(&value).unwrap_err();
@@ -1034,6 +1064,37 @@ mod tests {
         .unwrap();
         assert_eq!(ok.temperature, 31.5);
         assert_eq!(ok.timestamp.as_deref(), Some("2026-11-21T14:00:00Z"));
+    }
+
+    /// A device may send more than the function reads: the other fields are ignored.
+    #[test]
+    fn other_fields_of_a_reading_are_ignored() {
+        let r = parse_reading(
+            &json!({"humidity": 40, "deviceId": "d", "temperature": 31, "timestamp": null}),
+        )
+        .unwrap();
+        assert_eq!((r.device_id.as_str(), r.temperature), ("d", 31.0));
+        assert_eq!(r.timestamp, None);
+    }
+
+    #[test]
+    fn each_hot_device_is_gated_once_with_its_hottest_reading() {
+        let body = json!([
+            {"deviceId": "b", "temperature": 31},
+            {"deviceId": "a", "temperature": 29},
+            {"deviceId": "b", "temperature": 35},
+            {"deviceId": "c", "temperature": 12},
+            {"deviceId": "a", "temperature": 30},
+            {"deviceId": "b", "temperature": 35},
+        ]);
+        let readings = parse_body(body.to_string().as_bytes()).unwrap();
+        let hot: Vec<(&str, usize)> = hot_devices(&readings, 30.0)
+            .iter()
+            .map(|d| (d.reading.device_id.as_str(), d.index))
+            .collect();
+        // In the order the devices first appear; the first of equal readings; at the
+        // threshold is hot.
+        assert_eq!(hot, [("b", 2), ("a", 4)]);
     }
 
     #[test]

@@ -30,9 +30,10 @@ use leasegate::lease::{Acquire, IdOrigin, LockStatus, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
+use serde::Serialize;
+use serde_json::json;
 
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
-use leasegate_spin::json;
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, log_line, Context};
 
@@ -150,6 +151,32 @@ fn parse_query(query: Option<&str>) -> Result<Acquisition, String> {
     })
 }
 
+/// The 429 of a busy gate.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Busy<'a> {
+    acquired: bool,
+    key: &'a str,
+    retry_after_seconds: u64,
+    /// The holder's name, when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holder: Option<&'a str>,
+}
+
+/// The answer of a `GET`. The holder's lease id is not shown: it is what releases the gate.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Inspected<'a> {
+    key: &'a str,
+    state: &'static str,
+    expires_at: Option<String>,
+    since: Option<String>,
+    fencing_token: u64,
+    /// The holder's name, when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holder: Option<String>,
+}
+
 /// Handles a gate request.
 pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
     let started = Instant::now();
@@ -183,11 +210,13 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             "durationMs": elapsed_ms(started),
         }))
     };
-    let busy = |secs: u64, holder: &str| {
-        let mut body = json!({ "acquired": false, "key": key.as_str(), "retryAfterSeconds": secs });
-        if !holder.is_empty() {
-            body.set("holder", json!(holder));
-        }
+    let busy = |secs: u64, holder: Option<&str>| {
+        let body = Busy {
+            acquired: false,
+            key: key.as_str(),
+            retry_after_seconds: secs,
+            holder,
+        };
         let mut r = web::json(StatusCode::TOO_MANY_REQUESTS, &body);
         r.headers_mut().insert("retry-after", secs.to_string());
         r
@@ -242,7 +271,10 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
                 // cannot tell (an infinite lease, a holder that took it a moment ago).
                 busy(
                     retry_after.map_or(query.window, |d| d.as_secs().max(1)),
-                    holder.as_ref().map_or("", |h| h.label.as_str()),
+                    holder
+                        .as_ref()
+                        .map(|h| h.label.as_str())
+                        .filter(|label| !label.is_empty()),
                 )
             }
             Err(e) => {
@@ -280,26 +312,28 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         match locks.inspect(&key, ctx.now).await {
             Ok(info) => {
                 log("inspected");
-                let (state, expires, since, holder) = match info.status {
-                    LockStatus::Available => ("available", None, None, String::new()),
+                let (state, expires_at, since, holder) = match info.status {
+                    LockStatus::Available => ("available", None, None, None),
                     LockStatus::Held {
                         expires_at,
                         since,
                         label,
                         ..
-                    } => ("held", expires_at.map(rfc3339), since.map(rfc3339), label),
+                    } => (
+                        "held",
+                        expires_at.map(rfc3339),
+                        since.map(rfc3339),
+                        Some(label).filter(|label| !label.is_empty()),
+                    ),
                 };
-                // The holder's lease id is not shown: it is what releases the gate.
-                let mut body = json!({
-                    "key": key.as_str(),
-                    "state": state,
-                    "expiresAt": expires,
-                    "since": since,
-                    "fencingToken": info.fencing_token,
-                });
-                if !holder.is_empty() {
-                    body.set("holder", json!(holder));
-                }
+                let body = Inspected {
+                    key: key.as_str(),
+                    state,
+                    expires_at,
+                    since,
+                    fencing_token: info.fencing_token,
+                    holder,
+                };
                 web::json(StatusCode::OK, &body)
             }
             Err(e) => {
@@ -351,6 +385,39 @@ mod tests {
         assert_eq!(key_of(&req("/api/gatex")).unwrap_err().status(), 400);
         let long = format!("/api/gate/{}", "k".repeat(300));
         assert_eq!(key_of(&req(&long)).unwrap_err().status(), 400);
+    }
+
+    /// The answers' field names and forms, and `holder` only when the holder gave a name.
+    #[test]
+    fn answers_name_a_holder_only_when_it_has_a_name() {
+        let busy = |holder| {
+            serde_json::to_value(Busy {
+                acquired: false,
+                key: "k",
+                retry_after_seconds: 5,
+                holder,
+            })
+            .unwrap()
+        };
+        assert_eq!(
+            busy(None),
+            json!({"acquired": false, "key": "k", "retryAfterSeconds": 5})
+        );
+        assert_eq!(busy(Some("node a"))["holder"], "node a");
+        let available = serde_json::to_value(Inspected {
+            key: "k",
+            state: "available",
+            expires_at: None,
+            since: None,
+            fencing_token: 0,
+            holder: None,
+        })
+        .unwrap();
+        assert_eq!(
+            available,
+            json!({"key": "k", "state": "available", "expiresAt": null, "since": null,
+                   "fencingToken": 0})
+        );
     }
 
     #[test]
