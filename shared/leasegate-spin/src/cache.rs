@@ -107,18 +107,18 @@ fn millis(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// An entry is `{"until": T}`: held until T (Unix milliseconds, the instance's clock, the margin
-/// taken off).
-///
+/// An entry: held until `until` (Unix milliseconds, the instance's clock, the margin taken off),
+/// stored as `{"until": T}`. Unknown fields are ignored (a newer writer's).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Entry {
+    until: u64,
+}
+
 /// The time left on a live entry under `key`. `None` for a miss, an expired or unreadable
 /// entry, or a store that fails.
 pub fn held(cache: &dyn Cache, key: &str, now: SystemTime) -> Option<Duration> {
     let raw = cache.get(key).ok()??;
-    let value = crate::json::from_slice(&raw).ok()?;
-    let until = crate::json::Fields::of(&value)
-        .ok()?
-        .opt_u64("until")
-        .ok()??;
+    let Entry { until } = serde_json::from_slice(&raw).ok()?;
     let left = Duration::from_millis(until.checked_sub(millis(now))?);
     (!left.is_zero() && left <= LONGEST).then_some(left)
 }
@@ -131,8 +131,9 @@ pub fn remember(cache: &dyn Cache, key: &str, now: SystemTime, left: Duration) {
     };
     let left = left.min(LONGEST);
     let until = millis(now).saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
-    let value = crate::json!({ "until": until }).to_string();
-    let _ = cache.set(key, value.as_bytes());
+    if let Ok(value) = serde_json::to_vec(&Entry { until }) {
+        let _ = cache.set(key, &value);
+    }
 }
 
 /// How old another holder's tenure must be before its gate counts as kept. Its age is

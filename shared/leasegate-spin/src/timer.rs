@@ -12,8 +12,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::json::Value;
 use leasegate::{Response, StatusCode};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 
 use crate::config::{self, ConfigError, Variables};
 use crate::web;
@@ -137,58 +138,173 @@ fn parse_any_time(s: &str) -> Option<SystemTime> {
 /// Reads an Azure Functions timer invocation body (`{"Data":{"timer":{...}},"Metadata":{...}}`)
 /// leniently: the trigger time is `Metadata.sys.UtcNow`, else the timer's `ScheduleStatus.Next`
 /// or `Last`, else `fallback` (the instance's clock); `IsPastDue` may be missing, a boolean or
-/// a string; `ScheduleStatus` may be null. `Err` says what is wrong with the body.
+/// a string; `ScheduleStatus` may be null. `Err` says what is wrong with the body, naming the
+/// field.
 pub fn parse_azure_timer(body: &[u8], fallback: SystemTime) -> Result<Tick, String> {
-    let value: Value = crate::json::from_slice(body)
-        .map_err(|e| format!("the invocation body is not JSON: {e}"))?;
-    if !value.is_object() {
+    let not_json = |e| format!("the invocation body is not JSON: {e}");
+    // A struct also reads from an array: refuse anything but an object first.
+    if !body.trim_ascii_start().starts_with(b"{") {
+        serde_json::from_slice::<serde::de::IgnoredAny>(body).map_err(not_json)?;
         return Err("the invocation body must be a JSON object".into());
     }
-    let timer = value
-        .at(&["Data", "timer"])
-        .or_else(|| {
-            value
-                .get("Data")
-                .and_then(|d| d.as_object()?.values().next())
-        })
-        .cloned()
-        .unwrap_or(Value::Null);
-    // The timer binding's value may also arrive as a JSON string holding the object.
-    let timer = match timer {
-        // Read as bytes: one JSON reader in the component (`from_str` would be a second).
-        Value::String(s) => crate::json::from_slice(s.as_bytes()).unwrap_or(Value::Null),
-        other => other,
-    };
-    let past_due = match timer.get("IsPastDue") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => false,
-        Some(_) => return Err("IsPastDue must be true or false".into()),
-    };
-    let time_at = |path: &[&str]| -> Result<Option<SystemTime>, String> {
-        let name = || path.join("/");
-        match value.at(path).or_else(|| timer.at(path)) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
-            Some(Value::String(s)) => parse_time(s)
-                .map(Some)
-                .ok_or_else(|| format!("{} is not a time", name())),
-            Some(_) => Err(format!("{} must be a string", name())),
+    let invocation: Invocation = serde_json::from_slice(body).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            not_json(e)
+        } else {
+            format!("the invocation body is not a timer invocation: {e}")
         }
+    })?;
+    let timer = invocation.timer;
+    // The invocation's own fields first, then the same ones inside the timer's value.
+    let utc_now = invocation
+        .metadata
+        .sys
+        .utc_now
+        .or(timer.metadata.sys.utc_now);
+    let status = |s: fn(&ScheduleStatus) -> Option<SystemTime>| {
+        s(&invocation.schedule_status).or_else(|| s(&timer.schedule_status))
     };
-    let at = match time_at(&["Metadata", "sys", "UtcNow"])? {
-        Some(t) => t,
-        None => match time_at(&["ScheduleStatus", "Next"])? {
-            Some(t) => t,
-            None => time_at(&["ScheduleStatus", "Last"])?.unwrap_or(fallback),
-        },
-    };
+    let at = utc_now
+        .or_else(|| status(|s| s.next))
+        .or_else(|| status(|s| s.last))
+        .unwrap_or(fallback);
     Ok(Tick {
         at,
         source: Source::Azure,
-        past_due,
+        past_due: timer.is_past_due,
     })
+}
+
+/// An Azure Functions invocation: [the custom handler's request
+/// payload](https://learn.microsoft.com/azure/azure-functions/functions-custom-handlers#request-payload).
+/// Every field may be missing; fields not read are ignored.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Invocation {
+    /// The trigger's binding (named `timer` in this app's `function.json`, but any name is
+    /// taken when it is the only one).
+    #[serde(rename = "Data", deserialize_with = "timer_binding")]
+    timer: TimerInfo,
+    #[serde(rename = "Metadata", deserialize_with = "object_or_default")]
+    metadata: InvocationMetadata,
+    /// Not where Azure writes it, but read there too.
+    #[serde(rename = "ScheduleStatus", deserialize_with = "object_or_default")]
+    schedule_status: ScheduleStatus,
+}
+
+/// The timer binding's value: `TimerInfo`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct TimerInfo {
+    #[serde(rename = "ScheduleStatus", deserialize_with = "object_or_default")]
+    schedule_status: ScheduleStatus,
+    #[serde(rename = "IsPastDue", deserialize_with = "past_due")]
+    is_past_due: bool,
+    /// Not where Azure writes it, but read there too.
+    #[serde(rename = "Metadata", deserialize_with = "object_or_default")]
+    metadata: InvocationMetadata,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ScheduleStatus {
+    #[serde(rename = "Next", deserialize_with = "next")]
+    next: Option<SystemTime>,
+    #[serde(rename = "Last", deserialize_with = "last")]
+    last: Option<SystemTime>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct InvocationMetadata {
+    #[serde(deserialize_with = "object_or_default")]
+    sys: Sys,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Sys {
+    #[serde(rename = "UtcNow", deserialize_with = "utc_now")]
+    utc_now: Option<SystemTime>,
+}
+
+/// `Data`: the binding named `timer`, else the first one. Its value may also arrive as a JSON
+/// string holding the object. Anything that is not an object reads as an empty timer.
+fn timer_binding<'de, D: Deserializer<'de>>(d: D) -> Result<TimerInfo, D::Error> {
+    let data = serde_json::Value::deserialize(d)?;
+    let Some(bindings) = data.as_object() else {
+        return Ok(TimerInfo::default());
+    };
+    let binding = bindings
+        .get("timer")
+        .or_else(|| bindings.values().next())
+        .cloned();
+    let value = match binding {
+        Some(serde_json::Value::String(s)) => serde_json::from_str(&s).unwrap_or_default(),
+        Some(v) => v,
+        None => return Ok(TimerInfo::default()),
+    };
+    if value.is_object() {
+        TimerInfo::deserialize(value).map_err(D::Error::custom)
+    } else {
+        Ok(TimerInfo::default())
+    }
+}
+
+/// An object read as `T`; `null` or anything else that is not an object as `T`'s default.
+fn object_or_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + serde::de::DeserializeOwned,
+{
+    let value = serde_json::Value::deserialize(d)?;
+    if value.is_object() {
+        T::deserialize(value).map_err(D::Error::custom)
+    } else {
+        Ok(T::default())
+    }
+}
+
+/// `IsPastDue`: missing or `null` (false), a boolean, or `"true"`/`"false"` in any case.
+fn past_due<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flag {
+        Bool(bool),
+        Text(String),
+    }
+    match Option::<Flag>::deserialize(d) {
+        Ok(None) => Ok(false),
+        Ok(Some(Flag::Bool(b))) => Ok(b),
+        Ok(Some(Flag::Text(s))) if s.eq_ignore_ascii_case("true") => Ok(true),
+        Ok(Some(Flag::Text(s))) if s.eq_ignore_ascii_case("false") => Ok(false),
+        _ => Err(D::Error::custom("IsPastDue must be true or false")),
+    }
+}
+
+fn utc_now<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+    time_field(d, "Metadata/sys/UtcNow")
+}
+
+fn next<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+    time_field(d, "ScheduleStatus/Next")
+}
+
+fn last<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+    time_field(d, "ScheduleStatus/Last")
+}
+
+/// A time field (`name` is its path, for the error): missing, `null` or blank is `None`; a
+/// string is read by [`parse_time`].
+fn time_field<'de, D: Deserializer<'de>>(d: D, name: &str) -> Result<Option<SystemTime>, D::Error> {
+    let text = Option::<String>::deserialize(d)
+        .map_err(|_| D::Error::custom(format!("{name} must be a string")))?;
+    match text {
+        Some(s) if !s.trim().is_empty() => parse_time(&s)
+            .map(Some)
+            .ok_or_else(|| D::Error::custom(format!("{name} is not a time"))),
+        _ => Ok(None),
+    }
 }
 
 /// Whether this deployment takes Azure Functions timer invocations (`POST /{FunctionName}`):
@@ -279,9 +395,19 @@ mod tests {
             at("2026-11-21T14:55:00Z")
         );
         assert_eq!(parse_azure_timer(b"{}", now).unwrap().at, now);
+        // A binding of another name, its value a JSON string holding the object.
+        let renamed = br#"{"Data":{"myTimer":"{\"IsPastDue\":true,\"ScheduleStatus\":{\"Last\":\"2026-11-21T14:50:00Z\"}}"}}"#;
+        let t = parse_azure_timer(renamed, now).unwrap();
+        assert!(t.past_due);
+        assert_eq!(t.at, at("2026-11-21T14:50:00Z"));
+        // Fields this reader does not know, and containers of other kinds, are ignored.
+        let odd = br#"{"Data":[],"Metadata":"x","Extra":{"IsPastDue":3}}"#;
+        assert_eq!(parse_azure_timer(odd, now).unwrap().at, now);
         for (bad, want) in [
             (&b"nope"[..], "not JSON"),
             (b"[1]", "JSON object"),
+            (b" \"x\"", "JSON object"),
+            (b"{\"Data\":", "not JSON"),
             (br#"{"Data":{"timer":{"IsPastDue":3}}}"#, "IsPastDue"),
             (
                 br#"{"Metadata":{"sys":{"UtcNow":"yesterday"}}}"#,
