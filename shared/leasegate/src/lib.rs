@@ -72,7 +72,6 @@ pub mod ops;
 pub mod signing;
 pub mod transport;
 pub mod types;
-mod xml;
 
 pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken};
 pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};

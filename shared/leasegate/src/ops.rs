@@ -14,7 +14,6 @@ use crate::message::{valid_header_value, Method, Request, Response, StatusCode};
 use crate::names::{encode_path, BlobName, ContainerName};
 use crate::signing::authorize;
 use crate::types::{ETag, LeaseDuration, LeaseId, LeaseState};
-use crate::xml;
 use crate::Error;
 
 /// A Blob service operation: how to ask, and how to read the answer.
@@ -85,94 +84,9 @@ pub enum Condition {
 }
 
 /// Metadata: names (C# identifiers, compared case-insensitively by storage) to ASCII values,
-/// kept sorted by name (a blob has a handful; a sorted list is a fraction of a B-tree's code in
-/// a component).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Metadata(Vec<(String, String)>);
-
-impl Metadata {
-    /// No metadata.
-    pub fn new() -> Metadata {
-        Metadata(Vec::new())
-    }
-
-    fn find(&self, name: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| k.as_str().cmp(name))
-    }
-
-    /// The value of `name`.
-    pub fn get(&self, name: &str) -> Option<&String> {
-        self.find(name).ok().map(|i| &self.0[i].1)
-    }
-
-    /// Sets `name`; returns the value it replaced.
-    pub fn insert(&mut self, name: String, value: String) -> Option<String> {
-        match self.find(&name) {
-            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
-            Err(i) => {
-                self.0.insert(i, (name, value));
-                None
-            }
-        }
-    }
-
-    /// Takes `name` out.
-    pub fn remove(&mut self, name: &str) -> Option<String> {
-        self.find(name).ok().map(|i| self.0.remove(i).1)
-    }
-
-    /// Whether `name` is set.
-    pub fn contains_key(&self, name: &str) -> bool {
-        self.find(name).is_ok()
-    }
-
-    /// Names and values, sorted by name.
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
-        self.0.iter().map(|(k, v)| (k, v))
-    }
-
-    /// The names, sorted.
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
-        self.0.iter().map(|(k, _)| k)
-    }
-
-    /// How many names.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl<'a> IntoIterator for &'a Metadata {
-    type Item = (&'a String, &'a String);
-    type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, String)>,
-        fn(&'a (String, String)) -> (&'a String, &'a String),
-    >;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(k, v)| (k, v))
-    }
-}
-
-impl FromIterator<(String, String)> for Metadata {
-    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Metadata {
-        let mut m = Metadata::new();
-        for (k, v) in pairs {
-            m.insert(k, v);
-        }
-        m
-    }
-}
-
-impl<const N: usize> From<[(String, String); N]> for Metadata {
-    fn from(pairs: [(String, String); N]) -> Metadata {
-        pairs.into_iter().collect()
-    }
-}
+/// sorted by name (the order SharedKey canonicalizes `x-ms-meta-*` headers in, once
+/// lowercased).
+pub type Metadata = std::collections::BTreeMap<String, String>;
 
 // ---------------------------------------------------------------------------------------------
 // Shared request and response helpers.
@@ -306,12 +220,38 @@ pub fn storage_error(response: &Response) -> StorageError {
     }
 }
 
+/// The `<Code>` of an [error body](https://learn.microsoft.com/rest/api/storageservices/status-and-error-codes2)
+/// (`<Error><Code>...</Code><Message>...</Message></Error>`); `None` for a body that is not
+/// such a document.
 fn xml_error_code(body: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
-    let doc = xml::parse(text.trim_start_matches('\u{feff}')).ok()?;
-    doc.find("Code")
-        .and_then(|n| n.text.as_deref())
-        .map(|s| s.trim().to_string())
+    let doc = roxmltree::Document::parse(text.trim_start_matches('\u{feff}')).ok()?;
+    let code = doc.descendants().find(|n| n.has_tag_name("Code"))?;
+    Some(xml_text(code)?.trim().to_string())
+}
+
+/// An element's character data, its pieces (text and CDATA, around comments) joined; `None`
+/// when it has none.
+fn xml_text(node: roxmltree::Node<'_, '_>) -> Option<String> {
+    let mut pieces = node
+        .children()
+        .filter(|c| c.is_text())
+        .filter_map(|c| c.text());
+    let first = pieces.next()?;
+    Some(pieces.fold(first.to_string(), |text, piece| text + piece))
+}
+
+/// The first child element of `node` named `name`.
+fn xml_child<'a, 'input>(
+    node: roxmltree::Node<'a, 'input>,
+    name: &str,
+) -> Option<roxmltree::Node<'a, 'input>> {
+    node.children().find(|c| c.has_tag_name(name))
+}
+
+/// The text of the first child element of `node` named `name`.
+fn xml_child_text(node: roxmltree::Node<'_, '_>, name: &str) -> Option<String> {
+    xml_child(node, name).and_then(xml_text)
 }
 
 /// Success statuses expected by each operation; anything else is an error.
@@ -1194,47 +1134,46 @@ impl Operation for ListBlobs {
     }
 }
 
-/// Parses an `EnumerationResults` document.
+/// Parses an `EnumerationResults` document ([List Blobs' response
+/// body](https://learn.microsoft.com/rest/api/storageservices/list-blobs#response-body)).
 pub fn parse_list_blobs(body: &[u8]) -> Result<ListBlobsPage, String> {
     let text = std::str::from_utf8(body).map_err(|_| "listing is not UTF-8".to_string())?;
-    let root = xml::parse(text.trim_start_matches('\u{feff}'))
+    let doc = roxmltree::Document::parse(text.trim_start_matches('\u{feff}'))
         .map_err(|e| format!("listing is not XML: {e}"))?;
-    if root.name != "EnumerationResults" {
+    let root = doc.root_element();
+    if !root.has_tag_name("EnumerationResults") {
         return Err("listing has no EnumerationResults".into());
     }
-    let child_text = |node: &xml::Element, name: &str| node.child_text(name).map(str::to_string);
     let mut page = ListBlobsPage {
-        next_marker: child_text(&root, "NextMarker").filter(|m| !m.is_empty()),
+        next_marker: xml_child_text(root, "NextMarker").filter(|m| !m.is_empty()),
         ..Default::default()
     };
-    let Some(blobs) = root.child("Blobs") else {
+    let Some(blobs) = xml_child(root, "Blobs") else {
         return Ok(page);
     };
-    for blob in blobs.children.iter().filter(|n| n.name == "Blob") {
-        let name = child_text(blob, "Name").ok_or("a listed blob has no Name")?;
+    for blob in blobs.children().filter(|n| n.has_tag_name("Blob")) {
+        let name = xml_child(blob, "Name").ok_or("a listed blob has no Name")?;
+        let name = listed_name(name)?;
         let mut properties = BlobProperties::default();
-        if let Some(props) = blob.child("Properties") {
+        if let Some(props) = xml_child(blob, "Properties") {
+            let text = |name: &str| xml_child_text(props, name);
             // Note the listing's spelling: `Etag`, not `ETag`.
-            properties.etag = props.child_text("Etag").map(ETag::new);
-            properties.last_modified = props
-                .child_text("Last-Modified")
-                .and_then(|d| httpdate::parse_http_date(d).ok());
-            properties.content_length = props
-                .child_text("Content-Length")
-                .and_then(|s| s.parse().ok());
-            properties.content_type = child_text(props, "Content-Type");
-            properties.content_md5 = child_text(props, "Content-MD5").filter(|m| !m.is_empty());
-            properties.lease_state = props.child_text("LeaseState").and_then(LeaseState::parse);
-            properties.blob_type = child_text(props, "BlobType");
-            properties.sequence_number = props
-                .child_text("x-ms-blob-sequence-number")
-                .and_then(|s| s.parse().ok());
+            properties.etag = text("Etag").map(|e| ETag::new(&e));
+            properties.last_modified =
+                text("Last-Modified").and_then(|d| httpdate::parse_http_date(&d).ok());
+            properties.content_length = text("Content-Length").and_then(|s| s.parse().ok());
+            properties.content_type = text("Content-Type");
+            properties.content_md5 = text("Content-MD5").filter(|m| !m.is_empty());
+            properties.lease_state = text("LeaseState").and_then(|s| LeaseState::parse(&s));
+            properties.blob_type = text("BlobType");
+            properties.sequence_number =
+                text("x-ms-blob-sequence-number").and_then(|s| s.parse().ok());
         }
-        if let Some(meta) = blob.child("Metadata") {
-            for entry in &meta.children {
+        if let Some(meta) = xml_child(blob, "Metadata") {
+            for entry in meta.children().filter(roxmltree::Node::is_element) {
                 properties.metadata.insert(
-                    entry.name.to_ascii_lowercase(),
-                    entry.text.clone().unwrap_or_default(),
+                    entry.tag_name().name().to_ascii_lowercase(),
+                    xml_text(entry).unwrap_or_default(),
                 );
             }
         }
@@ -1243,12 +1182,25 @@ pub fn parse_list_blobs(body: &[u8]) -> Result<ListBlobsPage, String> {
     Ok(page)
 }
 
+/// A listed blob's `<Name>`. A name holding characters XML cannot carry comes percent-encoded
+/// (UTF-8) and marked `Encoded="true"`: it is decoded.
+fn listed_name(name: roxmltree::Node<'_, '_>) -> Result<String, String> {
+    let text = xml_text(name).ok_or("a listed blob has no Name")?;
+    if name.attribute("Encoded") != Some("true") {
+        return Ok(text);
+    }
+    percent_encoding::percent_decode_str(&text)
+        .decode_utf8()
+        .map(String::from)
+        .map_err(|_| "a listed blob's encoded Name is not UTF-8".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn metadata_is_a_sorted_map() {
+    fn metadata_is_a_map_sorted_by_name() {
         let mut m: Metadata = [("b".to_string(), "2".to_string())].into();
         assert_eq!(m.insert("c".into(), "3".into()), None);
         assert_eq!(m.insert("a".into(), "1".into()), None);
@@ -1257,27 +1209,6 @@ mod tests {
             m.keys().map(String::as_str).collect::<Vec<_>>(),
             ["a", "b", "c"]
         );
-        assert_eq!(m.get("b").map(String::as_str), Some("two"));
-        assert_eq!(m.get("c").map(String::as_str), Some("3"));
-        assert!(m.contains_key("a") && !m.contains_key("d"));
-        assert_eq!(m.remove("a"), Some("1".into()));
-        assert_eq!(m.remove("a"), None);
-        assert_eq!(m.len(), 2);
-        let pairs: Vec<_> = (&m).into_iter().collect();
-        assert_eq!(
-            pairs,
-            [
-                (&"b".to_string(), &"two".to_string()),
-                (&"c".into(), &"3".into())
-            ]
-        );
-        let collected: Metadata = [("z", "1"), ("y", "2"), ("z", "3")]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        assert_eq!(collected.iter().count(), 2);
-        assert_eq!(collected.get("z").map(String::as_str), Some("3"));
-        assert!(Metadata::new().is_empty());
     }
 
     #[test]
@@ -1323,5 +1254,57 @@ mod tests {
         assert_eq!(page, ListBlobsPage::default());
         assert!(parse_list_blobs(b"<html>").is_err());
         assert!(parse_list_blobs(b"<Other/>").is_err());
+    }
+
+    #[test]
+    fn encoded_names_are_decoded() {
+        // Azure percent-encodes (UTF-8) a name holding characters XML cannot carry (here U+FFFF
+        // and a control character) and marks it `Encoded="true"`; other names come as they are.
+        let xml = "<EnumerationResults><Blobs>\
+<Blob><Name Encoded=\"true\">ttl%2Fa%EF%BF%BFb%01%25</Name><Properties/></Blob>\
+<Blob><Name Encoded=\"false\">ttl/100%25</Name></Blob>\
+<Blob><Name>ttl/%41</Name></Blob>\
+</Blobs></EnumerationResults>";
+        let page = parse_list_blobs(xml.as_bytes()).unwrap();
+        let names: Vec<&str> = page.blobs.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["ttl/a\u{ffff}b\u{1}%", "ttl/100%25", "ttl/%41"]);
+        let bad = b"<EnumerationResults><Blobs><Blob><Name Encoded=\"true\">a%FF</Name></Blob>\
+</Blobs></EnumerationResults>";
+        let err = parse_list_blobs(bad).unwrap_err();
+        assert!(err.contains("encoded Name is not UTF-8"), "{err}");
+    }
+
+    #[test]
+    fn malformed_listings_are_clear_errors() {
+        for bad in [
+            &b""[..],
+            b"<EnumerationResults><Blobs>",
+            b"<EnumerationResults></Blobs></EnumerationResults>",
+            b"<EnumerationResults><Blobs><Blob><Name>a &nope; b</Name></Blob></Blobs></EnumerationResults>",
+            b"<!DOCTYPE x [<!ENTITY a \"aaaa\">]><EnumerationResults/>",
+            b"<EnumerationResults/><EnumerationResults/>",
+            b"\xff\xfe<EnumerationResults/>",
+        ] {
+            let err = parse_list_blobs(bad).unwrap_err();
+            assert!(
+                err.starts_with("listing is not XML: ") || err == "listing is not UTF-8",
+                "{err}"
+            );
+        }
+        let nameless =
+            b"<EnumerationResults><Blobs><Blob><Name/></Blob></Blobs></EnumerationResults>";
+        assert_eq!(
+            parse_list_blobs(nameless).unwrap_err(),
+            "a listed blob has no Name"
+        );
+        // An error body that is not XML has no code, and no panic.
+        for body in [&b"<Error><Code>"[..], b"\xff", b"Code", b""] {
+            assert_eq!(xml_error_code(body), None);
+        }
+        assert_eq!(
+            xml_error_code(b"<Error><Code> LeaseIdMissing </Code><Message>x</Message></Error>")
+                .as_deref(),
+            Some("LeaseIdMissing")
+        );
     }
 }
