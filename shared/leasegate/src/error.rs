@@ -104,15 +104,23 @@ pub struct StorageError {
 
 impl std::fmt::Display for StorageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "storage answered {}", self.status.as_u16())?;
+        write!(f, "storage answered {}", status_name(self.status))?;
         if let Some(code) = &self.code {
-            write!(f, " {code}")?;
+            write!(f, ": {code}")?;
         }
         write!(f, " ({:?})", self.class)?;
         if let Some(id) = &self.request_id {
             write!(f, ", request id {id}")?;
         }
         Ok(())
+    }
+}
+
+/// A status with its reason phrase where it has one (`403 Forbidden`, `499`).
+fn status_name(status: StatusCode) -> String {
+    match status.canonical_reason() {
+        Some(reason) => format!("{} {reason}", status.as_u16()),
+        None => status.as_u16().to_string(),
     }
 }
 
@@ -194,7 +202,7 @@ pub enum Error {
         reason: String,
     },
     /// Storage answered something this crate cannot read.
-    #[error("unexpected response ({}): {detail}", status.as_u16())]
+    #[error("unexpected response ({}): {detail}", status_name(*status))]
     UnexpectedResponse {
         /// The status of the response.
         status: StatusCode,

@@ -7,6 +7,7 @@
 //! on its own: [`canonicalized_headers`], [`canonicalized_resource`], [`string_to_sign`],
 //! [`sign`].
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -125,7 +126,7 @@ pub fn canonicalized_headers(request: &Request) -> String {
             (name.to_string(), trimmed.to_string())
         })
         .collect();
-    sort_small(&mut pairs);
+    pairs.sort();
     let mut out = String::new();
     for (name, value) in pairs {
         out.push_str(&name);
@@ -143,7 +144,8 @@ pub fn canonicalized_headers(request: &Request) -> String {
 /// appears twice: `/devstoreaccount1/devstoreaccount1/c/b`.
 pub fn canonicalized_resource(request: &Request, account_name: &str) -> String {
     let mut out = format!("/{account_name}{}", request.path());
-    let mut params: Vec<(String, Vec<String>)> = Vec::new();
+    // Names (lowercased) to their values, sorted by name.
+    let mut params: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for pair in request.query().unwrap_or("").split('&') {
         if pair.is_empty() {
             continue;
@@ -157,32 +159,16 @@ pub fn canonicalized_resource(request: &Request, account_name: &str) -> String {
         };
         let name = decode(name).to_ascii_lowercase();
         let value = decode(value);
-        match params.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, values)) => values.push(value),
-            None => params.push((name, vec![value])),
-        }
+        params.entry(name).or_default().push(value);
     }
-    sort_small(&mut params);
     for (name, mut values) in params {
-        sort_small(&mut values);
+        values.sort();
         out.push('\n');
         out.push_str(&name);
         out.push(':');
         out.push_str(&values.join(","));
     }
     out
-}
-
-/// Sorts the few headers or query parameters of one request: an insertion sort, far smaller in
-/// a component than the standard library's sort for each element type.
-fn sort_small<T: Ord>(items: &mut [T]) {
-    for i in 1..items.len() {
-        let mut j = i;
-        while j > 0 && items[j - 1] > items[j] {
-            items.swap(j - 1, j);
-            j -= 1;
-        }
-    }
 }
 
 /// Permissions of a service SAS, written in the canonical order `racwdl`.

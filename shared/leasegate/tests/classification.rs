@@ -314,7 +314,7 @@ fn errors_keep_status_code_and_request_id() {
     let err = acquire().parse(&response(403, None, xml_403)).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "storage answered 403 AuthenticationFailed (Auth), request id 0f6d1b0e-501e-0035-5a1c-1c2b3a000000"
+        "storage answered 403 Forbidden: AuthenticationFailed (Auth), request id 0f6d1b0e-501e-0035-5a1c-1c2b3a000000"
     );
 }
 

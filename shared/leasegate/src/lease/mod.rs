@@ -367,14 +367,11 @@ impl Snapshot {
 
     /// The blob's own marks: its metadata other than the claim.
     fn marks(&self) -> Metadata {
-        // Inserted one by one: collecting into a map would sort (more code in a component).
-        let mut marks = Metadata::new();
-        for (k, v) in &self.metadata {
-            if !claim::is_claim_field(k) {
-                marks.insert(k.clone(), v.clone());
-            }
-        }
-        marks
+        self.metadata
+            .iter()
+            .filter(|(k, _)| !claim::is_claim_field(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// The live record of `id`, whether or not the blob is leased too (a holder that switched
