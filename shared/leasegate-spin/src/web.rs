@@ -110,7 +110,7 @@ pub fn number(x: f64) -> String {
 
 /// What an answer for a 403 from storage says: the deployment must be fixed, retrying does
 /// not help.
-pub const FORBIDDEN_FIX: &str = "storage refused this app's credential or the request's signature (403): check the storage key or SAS (its permissions, expiry, allowed IPs), or the identity's role on the account; retrying does not help";
+pub const FORBIDDEN_FIX: &str = "storage refused this app's credential or the request's signature (403 Forbidden): check the storage key or SAS (its permissions, expiry, allowed IPs), or the identity's role on the account; retrying does not help";
 
 /// Whether storage refused the credential or the request's signature (a 403): a
 /// configuration fault, answered 502 `storage_forbidden`, never 503.
