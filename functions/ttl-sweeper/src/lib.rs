@@ -1790,7 +1790,7 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
                 )
             }
             Err(leasegate::Error::Storage(e)) if e.status == StatusCode::BAD_REQUEST => {
-                let names: Vec<&str> = metadata.iter().map(|(k, _)| k.as_str()).collect();
+                let names: Vec<&str> = metadata.keys().map(|k| k.as_str()).collect();
                 return web::error(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "metadata_unwritable",

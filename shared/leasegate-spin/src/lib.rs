@@ -15,7 +15,6 @@
 pub mod auth;
 pub mod cache;
 pub mod config;
-pub mod json;
 pub mod spin;
 pub mod storage;
 pub mod timer;
