@@ -59,6 +59,28 @@ pub fn build_components() {
     });
 }
 
+/// Builds the example `examples/ship-once` for wasm32-wasip2 in release, once per test
+/// process.
+pub fn build_example() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .current_dir(root())
+            .args([
+                "build",
+                "--release",
+                "--locked",
+                "--target",
+                "wasm32-wasip2",
+                "-p",
+                "ship-once",
+            ])
+            .status()
+            .expect("run cargo to build the example");
+        assert!(status.success(), "building the example ship-once failed");
+    });
+}
+
 /// A `.wasm` component's path.
 pub fn wasm(name: &str) -> PathBuf {
     root().join(format!("target/wasm32-wasip2/release/{name}.wasm"))
@@ -68,6 +90,8 @@ pub fn wasm(name: &str) -> PathBuf {
 pub const GATE_TOKEN: &str = "test-gate-token-7f3a";
 /// The bearer token the test app's telemetry endpoint expects.
 pub const TELEMETRY_TOKEN: &str = "test-telemetry-token-91c2";
+/// The bearer token the example ship-once expects.
+pub const SHIP_TOKEN: &str = "test-ship-token-2a6f";
 /// The test app's `lease_id_secret`.
 pub const LEASE_ID_SECRET: &str = "test-lease-id-secret-5d0e";
 /// The bearer token of the test app's timer routes (`/api/jobs/...`).
@@ -92,6 +116,10 @@ pub enum Manifest {
     /// The Azure Functions deployment's manifest: `spin.toml` plus
     /// `deploy/azure-functions/timer-routes.toml`, as `assemble.py` makes it.
     Azure,
+    /// `examples/ship-once/spin.toml`: the example of a user's own function. It gets only
+    /// the variables its manifest declares, `shipping_origin` pointing at the webhook proxy
+    /// and `ship_token` = [`SHIP_TOKEN`].
+    ShipOnce,
 }
 
 impl Manifest {
@@ -100,6 +128,7 @@ impl Manifest {
         match self {
             Manifest::Http => root().join("spin.toml"),
             Manifest::Cron => root().join("spin-cron.toml"),
+            Manifest::ShipOnce => root().join("examples/ship-once/spin.toml"),
             Manifest::Azure => {
                 static WRITTEN: OnceLock<PathBuf> = OnceLock::new();
                 WRITTEN
@@ -213,6 +242,16 @@ pub fn manifest_components(manifest: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The application variables `manifest` declares (`[variables]`).
+pub fn manifest_variables(manifest: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).expect("read the manifest");
+    let doc: toml::Table = text.parse().expect("the manifest parses");
+    doc.get("variables")
+        .and_then(|c| c.as_table())
+        .map(|c| c.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
 /// The app under the real `spin up`, with a recording, fault-injecting proxy in front of
 /// storage and another in front of the webhook sink.
 pub struct App {
@@ -249,7 +288,11 @@ impl App {
 
     /// Starts the app from `setup`'s manifest, clock and container.
     pub fn start_with(tag: &str, overrides: &[(&str, &str)], setup: Setup) -> App {
-        build_components();
+        if setup.manifest == Manifest::ShipOnce {
+            build_example();
+        } else {
+            build_components();
+        }
         let azurite = Azurite::shared();
         let azurite_addr = format!("127.0.0.1:{}", azurite.port());
         let storage = if setup.storage_tls {
@@ -275,6 +318,12 @@ impl App {
             ("init_origin".into(), webhook.origin()),
             ("storage_timeout_ms".into(), "3000".into()),
         ]);
+        if setup.manifest == Manifest::ShipOnce {
+            let declared = manifest_variables(&setup.manifest.path());
+            variables.retain(|k, _| declared.contains(k));
+            variables.insert("shipping_origin".into(), webhook.origin());
+            variables.insert("ship_token".into(), SHIP_TOKEN.into());
+        }
         for (k, v) in overrides {
             variables.insert(k.to_string(), v.to_string());
         }

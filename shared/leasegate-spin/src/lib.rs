@@ -4,6 +4,8 @@
 //! * [`config`]: settings from Spin variables (storage account, container, thresholds), with
 //!   errors that name variables, never their values.
 //! * [`web`]: JSON answers, content-type and size checks.
+//! * [`once`]: the verb "run this at most once per key per window", its outcome and its
+//!   HTTP answer.
 //! * [`storage`]: storage steps more than one function takes.
 //! * [`timer`]: ticks (Spin's cron trigger, the Azure Functions timer envelope, HTTP ticks).
 //! * [`spin`]: the Spin side: outbound HTTP through `wasi:http` (with a timeout), variables,
@@ -15,6 +17,7 @@
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod once;
 pub mod spin;
 pub mod storage;
 pub mod timer;
