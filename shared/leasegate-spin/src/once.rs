@@ -267,3 +267,290 @@ fn too_many<R: Serialize>(mut body: Body<'_, R>, retry_after: Duration) -> Respo
     r.headers_mut().insert("retry-after", secs.to_string());
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::{HashMap, VecDeque};
+
+    use leasegate::{Account, ContainerName, LeaseId, Method, Request, TransportError};
+
+    /// The storage server's clock in every scripted answer.
+    const SERVER_SECS: u64 = 1_795_096_800;
+    /// `SERVER_SECS` as an HTTP date.
+    const SERVER_DATE: &str = "Thu, 19 Nov 2026 14:00:00 GMT";
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// Answers each request with the next scripted response and records what it was sent.
+    #[derive(Default)]
+    struct Scripted {
+        answers: RefCell<VecDeque<Response>>,
+        sent: RefCell<Vec<(Method, String)>>,
+    }
+
+    impl Scripted {
+        fn new(answers: Vec<Response>) -> Self {
+            Scripted {
+                answers: RefCell::new(answers.into()),
+                sent: RefCell::default(),
+            }
+        }
+    }
+
+    impl Transport for Scripted {
+        async fn send(&self, request: Request) -> Result<Response, TransportError> {
+            self.sent
+                .borrow_mut()
+                .push((request.method().clone(), request.uri().to_string()));
+            Ok(self
+                .answers
+                .borrow_mut()
+                .pop_front()
+                .unwrap_or_else(|| panic!("no scripted answer left for {request:?}")))
+        }
+    }
+
+    fn reply(status: u16) -> Response {
+        Response::new(StatusCode::from_u16(status).unwrap()).with_header("date", SERVER_DATE)
+    }
+
+    /// A HEAD of an existing, unleased lock blob with this record (if any).
+    fn head(record: Option<(LeaseId, u64)>) -> Response {
+        let mut r = reply(200)
+            .with_header("etag", "\"e1\"")
+            .with_header("x-ms-lease-state", "available")
+            .with_header("x-ms-blob-type", "PageBlob")
+            .with_header("content-length", "0");
+        if let Some((holder, since)) = record {
+            for (k, v) in [
+                ("holder", holder.to_string()),
+                ("term", "record".into()),
+                ("since", since.to_string()),
+                ("expires", (since + 3600).to_string()),
+                ("token", (7u64 << 16).to_string()),
+                ("label", String::new()),
+            ] {
+                r = r.with_header(&format!("x-ms-meta-leasegate_{k}"), v);
+            }
+        }
+        r
+    }
+
+    fn written() -> Response {
+        reply(200).with_header("etag", "\"e2\"")
+    }
+
+    fn me() -> LeaseId {
+        LeaseId::from_random_bytes([1; 16])
+    }
+
+    fn other() -> LeaseId {
+        LeaseId::from_random_bytes([2; 16])
+    }
+
+    /// Runs `once_per_window` on "order-1" for an hour against `script`, with work that
+    /// returns `result` and records the token it was handed.
+    fn run(
+        script: Vec<Response>,
+        result: Result<&'static str, &'static str>,
+    ) -> (
+        Result<Once<&'static str, &'static str>, Error>,
+        Option<u64>,
+        Scripted,
+    ) {
+        let transport = Scripted::new(script);
+        let locks = Locks::new(
+            &transport,
+            Account::from_connection_string("UseDevelopmentStorage=true").unwrap(),
+            ContainerName::try_new("leasegate").unwrap(),
+        )
+        .with_prefix("orders/");
+        let variables = HashMap::new();
+        let ctx = Context {
+            connect: &|_| (),
+            variables: &variables,
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(SERVER_SECS),
+            new_lease_id: &me,
+            sleep: &|_| Box::pin(async {}),
+            cache: &crate::cache::NoCache,
+        };
+        let handed = RefCell::new(None);
+        let outcome = pollster::block_on(once_per_window(
+            &ctx,
+            &locks,
+            &LockName::try_new("order-1").unwrap(),
+            HOUR,
+            async |token| {
+                *handed.borrow_mut() = Some(token);
+                result
+            },
+        ));
+        (outcome, handed.into_inner(), transport)
+    }
+
+    #[test]
+    fn a_free_key_runs_the_work_with_its_token_and_keeps_the_lock() {
+        let (outcome, handed, t) = run(vec![head(None), written()], Ok("shipped"));
+        let Ok(Once::Ran {
+            fencing_token,
+            expires_at,
+            output,
+        }) = outcome
+        else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(output, "shipped");
+        assert_eq!(handed, Some(fencing_token));
+        assert!(fencing_token > 7 << 16, "{fencing_token}");
+        assert_eq!(
+            expires_at,
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(SERVER_SECS + 3600))
+        );
+        // A HEAD and the record's compare-and-swap; no release.
+        let sent = t.sent.borrow();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[0].0, Method::HEAD);
+        assert!(sent[0].1.contains("/leasegate/orders/order-1"), "{sent:?}");
+        assert_eq!(sent[1].0, Method::PUT);
+    }
+
+    #[test]
+    fn a_key_taken_a_moment_ago_is_busy_and_the_work_does_not_run() {
+        let (outcome, handed, t) = run(vec![head(Some((other(), SERVER_SECS - 10)))], Ok("x"));
+        assert_eq!(
+            outcome.unwrap(),
+            Once::Busy {
+                retry_after: Duration::from_secs(50)
+            }
+        );
+        assert_eq!(handed, None);
+        assert_eq!(t.sent.borrow().len(), 1);
+    }
+
+    #[test]
+    fn a_key_taken_long_ago_is_throttled_for_the_rest_of_its_window() {
+        let (outcome, handed, _) = run(vec![head(Some((other(), SERVER_SECS - 600)))], Ok("x"));
+        assert_eq!(
+            outcome.unwrap(),
+            Once::Throttled {
+                retry_after: Duration::from_secs(3000)
+            }
+        );
+        assert_eq!(handed, None);
+    }
+
+    #[test]
+    fn failed_work_gives_the_lock_back() {
+        // Take (HEAD, write), the work fails, release (HEAD showing our record, clear it).
+        let script = vec![
+            head(None),
+            written(),
+            head(Some((me(), SERVER_SECS))),
+            written(),
+        ];
+        let (outcome, handed, t) = run(script, Err("the webhook answered 503"));
+        let Ok(Once::Failed {
+            fencing_token,
+            error,
+            released,
+        }) = outcome
+        else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(handed, Some(fencing_token));
+        assert_eq!(error, "the webhook answered 503");
+        assert!(released);
+        assert_eq!(t.sent.borrow().len(), 4);
+    }
+
+    #[test]
+    fn a_storage_failure_is_an_error_and_runs_nothing() {
+        let failing = reply(503).with_header("x-ms-error-code", "ServerBusy");
+        let (outcome, handed, _) = run(vec![failing], Ok("x"));
+        assert!(outcome.is_err(), "{outcome:?}");
+        assert_eq!(handed, None);
+    }
+
+    fn body(r: &Response) -> serde_json::Value {
+        serde_json::from_slice(r.body()).unwrap()
+    }
+
+    #[test]
+    fn outcomes_are_answered_in_one_place() {
+        let ran: Result<Once<u16, String>, Error> = Ok(Once::Ran {
+            fencing_token: 42,
+            expires_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(SERVER_SECS)),
+            output: 204,
+        });
+        let r = answer_of("order-1", ran);
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            body(&r),
+            serde_json::json!({
+                "key": "order-1", "outcome": "ran", "fencingToken": 42,
+                "expiresAt": "2026-11-19T14:00:00Z", "output": 204,
+            })
+        );
+        // Whichever way the race fell, the loser gets 429 with Retry-After.
+        for (once, name, secs) in [
+            (
+                Once::Busy {
+                    retry_after: Duration::from_millis(1500),
+                },
+                "busy",
+                2,
+            ),
+            (
+                Once::Throttled {
+                    retry_after: Duration::from_secs(3000),
+                },
+                "throttled",
+                3000,
+            ),
+        ] {
+            let r = answer_of::<u16, String>("order-1", Ok(once));
+            assert_eq!(r.status(), 429);
+            assert_eq!(
+                r.headers().get("retry-after"),
+                Some(secs.to_string().as_str())
+            );
+            assert_eq!(
+                body(&r),
+                serde_json::json!({"key": "order-1", "outcome": name, "retryAfterSeconds": secs})
+            );
+        }
+        let failed: Result<Once<u16, String>, Error> = Ok(Once::Failed {
+            fencing_token: 42,
+            error: "the webhook answered 503".into(),
+            released: true,
+        });
+        let r = answer_of("order-1", failed);
+        assert_eq!(r.status(), 502);
+        assert_eq!(body(&r)["error"], "work_failed");
+        assert_eq!(body(&r)["released"], true);
+        let r = answer_of::<u16, String>(
+            "order-1",
+            Err(Term::for_window(Duration::ZERO).unwrap_err()),
+        );
+        assert_eq!(r.status(), 500);
+        assert_eq!(body(&r)["error"], "invalid_window");
+    }
+
+    fn answer_of<R: Serialize, E: std::fmt::Display>(
+        key: &str,
+        outcome: Result<Once<R, E>, Error>,
+    ) -> Response {
+        answer(key, outcome)
+    }
+
+    #[test]
+    fn keys_are_checked() {
+        assert_eq!(key("order%2D1").unwrap().as_str(), "order-1");
+        for bad in ["", "..", "%ff", "a%00b", &"k".repeat(300)] {
+            let r = key(bad).unwrap_err();
+            assert_eq!(r.status(), 400, "{bad}");
+            assert_eq!(body(&r)["error"], "invalid_key");
+        }
+    }
+}
