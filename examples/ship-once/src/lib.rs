@@ -8,6 +8,7 @@ use std::time::Duration;
 use leasegate::{Method, Request, Response, StatusCode, Transport};
 use leasegate_spin::once::{self, once_per_window};
 use leasegate_spin::{auth, config, web, Context};
+use serde_json::json;
 
 /// Handles `POST /api/orders/{id}/ship`.
 pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
@@ -17,20 +18,12 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
     if *request.method() != Method::POST {
         return web::method_not_allowed("POST");
     }
-    let path = request.path().strip_prefix("/api/orders/");
-    let Some(id) = path.and_then(|p| p.strip_suffix("/ship")) else {
-        return web::error(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "POST /api/orders/{id}/ship",
-        );
-    };
-    let order = match once::key(id) {
+    let order = match once::key_in_path(&request, "/api/orders/", "/ship") {
         Ok(order) => order,
-        Err(bad_request) => return bad_request,
+        Err(not_found_or_bad_id) => return not_found_or_bad_id,
     };
     let (storage, webhook) = match config::storage(ctx.variables)
-        .and_then(|s| Ok((s, config::url(ctx.variables, "shipping_url")?)))
+        .and_then(|storage| Ok((storage, config::url(ctx.variables, "shipping_url")?)))
     {
         Ok(settings) => settings,
         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
@@ -39,17 +32,9 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
     let locks = storage.locks(&transport, "orders/");
     let hour = Duration::from_secs(3600);
     let shipped = once_per_window(ctx, &locks, &order, hour, async |fencing_token| {
-        let body = serde_json::json!({ "order": order.as_str(), "fencingToken": fencing_token });
-        let key = format!("{}/{fencing_token}", order.as_str());
-        let request = web::json_post(&webhook, &key, body.to_string().into_bytes());
-        match transport
-            .send_for_status(request.ok_or("bad shipping_url")?)
-            .await
-        {
-            Ok(answer) if answer.status().is_success() => Ok(answer.status().as_u16()),
-            Ok(answer) => Err(format!("the shipping webhook answered {}", answer.status())),
-            Err(e) => Err(format!("the shipping webhook could not be reached: {e}")),
-        }
+        let body = json!({ "order": order.as_str(), "fencingToken": fencing_token });
+        let idempotency_key = format!("{}/{fencing_token}", order.as_str());
+        once::post_json(&transport, &webhook, &idempotency_key, &body).await
     });
     once::answer(order.as_str(), shipped.await)
 }

@@ -43,7 +43,7 @@
 use std::time::{Duration, SystemTime};
 
 use leasegate::lease::{Acquire, Holder, IdOrigin, Locks, Release, Term};
-use leasegate::{Error, LockName, Response, StatusCode, Transport};
+use leasegate::{Error, LockName, Request, Response, StatusCode, Transport};
 use percent_encoding::percent_decode_str;
 use serde::Serialize;
 
@@ -182,6 +182,47 @@ pub fn key(raw: &str) -> Result<LockName, Response> {
     })
 }
 
+/// The key in `request`'s path between `prefix` and `suffix` (`/api/orders/` and `/ship` in
+/// `/api/orders/{id}/ship`), checked as [`key`] checks it. `Err` is the answer: 404
+/// (`not_found`) for a path of another shape, 400 (`invalid_key`) for a bad key.
+///
+/// The request's own path, never Spin's `spin-path-info` header (a client can send its own).
+pub fn key_in_path(request: &Request, prefix: &str, suffix: &str) -> Result<LockName, Response> {
+    let raw = request.path().strip_prefix(prefix);
+    match raw.and_then(|rest| rest.strip_suffix(suffix)) {
+        Some(raw) => key(raw),
+        None => Err(web::error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("the route is {prefix}{{key}}{suffix}"),
+        )),
+    }
+}
+
+/// A side effect for [`once_per_window`]'s work: POSTs `body` as JSON to `url` with an
+/// `Idempotency-Key`, through `transport` (its timeout applies). `Ok` is the receiver's 2xx
+/// status; `Err` says why not (an unusable URL, another status, no answer), naming no secret.
+///
+/// `Err` makes [`once_per_window`] give its lock back, so a retry calls again: a receiver
+/// that may have acted before failing (a 5xx after the work, an answer lost) then sees the
+/// call again, with a larger fencing token and the same body; make it idempotent on the body's
+/// identity (the order id, say).
+pub async fn post_json<T: Transport>(
+    transport: &T,
+    url: &str,
+    idempotency_key: &str,
+    body: &impl Serialize,
+) -> Result<u16, String> {
+    let body = serde_json::to_vec(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let request = web::json_post(url, idempotency_key, body)
+        .ok_or("the webhook URL is not an absolute http(s) URL")?;
+    match transport.send_for_status(request).await {
+        Ok(answer) if answer.status().is_success() => Ok(answer.status().as_u16()),
+        Ok(answer) => Err(format!("the webhook answered {}", answer.status().as_u16())),
+        Err(e) => Err(format!("the webhook could not be reached: {e}")),
+    }
+}
+
 /// The JSON body of an answer of [`answer`].
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -274,7 +315,7 @@ mod tests {
     use std::cell::RefCell;
     use std::collections::{HashMap, VecDeque};
 
-    use leasegate::{Account, ContainerName, LeaseId, Method, Request, TransportError};
+    use leasegate::{Account, ContainerName, LeaseId, Method, TransportError};
 
     /// The storage server's clock in every scripted answer.
     const SERVER_SECS: u64 = 1_795_096_800;
@@ -552,5 +593,33 @@ mod tests {
             assert_eq!(r.status(), 400, "{bad}");
             assert_eq!(body(&r)["error"], "invalid_key");
         }
+        let path = |p: &str| Request::new(Method::POST, format!("http://h{p}"));
+        let k = key_in_path(&path("/api/orders/a%2Fb/ship"), "/api/orders/", "/ship");
+        assert_eq!(k.unwrap().as_str(), "a/b");
+        for (p, status) in [
+            ("/api/orders//ship", 400),
+            ("/api/orders/../ship", 400),
+            ("/api/orders/x", 404),
+            ("/api/other/x/ship", 404),
+        ] {
+            let r = key_in_path(&path(p), "/api/orders/", "/ship").unwrap_err();
+            assert_eq!(r.status(), status, "{p}");
+        }
+    }
+
+    #[test]
+    fn post_json_is_ok_only_for_a_2xx() {
+        let t = Scripted::new(vec![reply(204), reply(503)]);
+        let body = serde_json::json!({ "order": "order-1", "fencingToken": 9 });
+        let url = "http://127.0.0.1:3001/ship";
+        assert_eq!(
+            pollster::block_on(post_json(&t, url, "order-1/9", &body)),
+            Ok(204)
+        );
+        let refused = pollster::block_on(post_json(&t, url, "order-1/9", &body));
+        assert_eq!(refused, Err("the webhook answered 503".into()));
+        let unusable = pollster::block_on(post_json(&t, "ftp://x", "k", &body));
+        assert!(unusable.unwrap_err().contains("not an absolute"));
+        assert_eq!(t.sent.borrow().len(), 2);
     }
 }
