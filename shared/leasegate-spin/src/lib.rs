@@ -4,8 +4,8 @@
 //! * [`config`]: settings from Spin variables (storage account, container, thresholds), with
 //!   errors that name variables, never their values.
 //! * [`web`]: JSON answers, content-type and size checks.
-//! * [`once`]: the verb "run this at most once per key per window", its outcome and its
-//!   HTTP answer.
+//! * [`once`]: the verbs "run this at most once per key per window" and "run this once,
+//!   ever", their outcomes and their HTTP answers.
 //! * [`storage`]: storage steps more than one function takes.
 //! * [`timer`]: ticks (Spin's cron trigger, the Azure Functions timer envelope, HTTP ticks).
 //! * [`spin`]: the Spin side: outbound HTTP through `wasi:http` (with a timeout), variables,

@@ -1,4 +1,7 @@
-//! "Run this at most once per key per window", across every deployment of an app.
+//! "Run this at most once per key per window" ([`once_per_window`]) and "run this once, ever"
+//! ([`once_ever`], an initialization), across every deployment of an app, each handing the
+//! work a fencing token and returning an outcome value ([`Once`], [`Ever`]) that [`answer`] /
+//! [`answer_ever`] turn into HTTP answers in one place.
 //!
 //! [`once_per_window`] takes the key's lock for the window (a native lease for 15 to 60 s, a
 //! lease record for any other length up to a year: [`Term::for_window`]) with a fresh lease
@@ -42,7 +45,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Holder, IdOrigin, Locks, Release, Term};
+use leasegate::lease::{Acquire, Holder, IdOrigin, LockStatus, Locks, Release, Term};
+use leasegate::ops::Metadata;
 use leasegate::{Error, LockName, Request, Response, StatusCode, Transport};
 use percent_encoding::percent_decode_str;
 use serde::Serialize;
@@ -142,6 +146,146 @@ where
             }
         }
     }
+}
+
+/// What became of one call of [`once_ever`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ever<R, E> {
+    /// This call ran the work (it returned `Ok(output)`) and marked the key done: no call runs
+    /// it again.
+    Ran {
+        /// The fencing token the work was handed.
+        fencing_token: u64,
+        /// What the work returned.
+        output: R,
+    },
+    /// The work was done before (by this deployment or another): nothing ran.
+    Done,
+    /// Another call is running the work now.
+    Busy {
+        /// When that call's lock runs out (whole seconds, at least 1).
+        retry_after: Duration,
+    },
+    /// The work returned `Err(error)` (it did not happen): the lock was let go (`released`),
+    /// and the next call runs it.
+    Failed {
+        /// The fencing token the work was handed.
+        fencing_token: u64,
+        /// What the work returned.
+        error: E,
+        /// Whether the lock was let go (`false`: the next call runs it once the lease runs out).
+        released: bool,
+    },
+    /// The work ran (it returned `Ok(output)`) but the done mark could not be written (the
+    /// lock ran out under it, or storage failed): the next call runs it again, with a larger
+    /// fencing token.
+    Unmarked {
+        /// The fencing token the work was handed.
+        fencing_token: u64,
+        /// What the work returned.
+        output: R,
+        /// Why the mark is missing.
+        reason: String,
+    },
+}
+
+/// The mark of a key whose work is done (`progress=done`, as the init-once function writes it).
+const DONE: (&str, &str) = ("progress", "done");
+
+/// Runs `work` once for `key`, ever, among every caller of `locks` ("run this initialization
+/// once"), handing it the lock's fencing token. One call at a time runs it, holding the key's
+/// lock for `lease` (whole seconds, up to a year: the longest the work may take), and marks the
+/// key done on the lock blob when the work returns `Ok`; whatever came of it, the lock is let
+/// go, so a failed run is run again by the next call rather than held up until the lease runs
+/// out.
+///
+/// Round trips: 1 when done or running (a HEAD); 7 or 8 when this call runs it (the HEAD, the
+/// acquire's 2 or 3, the mark's 2, the release's 2). `Err` is a storage failure before the work
+/// ran, or a `lease` out of range.
+pub async fn once_ever<C, L, R, E>(
+    ctx: &Context<'_, C>,
+    locks: &Locks<L>,
+    key: &LockName,
+    lease: Duration,
+    work: impl AsyncFnOnce(u64) -> Result<R, E>,
+) -> Result<Ever<R, E>, Error>
+where
+    L: Transport,
+{
+    let term = Term::for_window(lease)?;
+    let is_done = |marks: &Metadata| marks.get(DONE.0).map(String::as_str) == Some(DONE.1);
+    let info = locks.inspect(key, ctx.now).await?;
+    if is_done(&info.marks) {
+        return Ok(Ever::Done);
+    }
+    if let LockStatus::Held { expires_at, .. } = info.status {
+        let left = expires_at
+            .zip(info.server_date)
+            .and_then(|(end, now)| end.duration_since(now).ok());
+        return Ok(Ever::Busy {
+            retry_after: left.unwrap_or(lease).max(Duration::from_secs(1)),
+        });
+    }
+    let id = (ctx.new_lease_id)();
+    let held = match locks
+        .acquire_with(key, term, id, IdOrigin::Fresh, "", ctx.now)
+        .await?
+    {
+        Acquire::Acquired(held) => held,
+        Acquire::Busy { retry_after, .. } => {
+            return Ok(Ever::Busy {
+                retry_after: retry_after.unwrap_or(lease).max(Duration::from_secs(1)),
+            })
+        }
+    };
+    let fencing_token = held.fencing_token.unwrap_or(0);
+    let outcome = if is_done(&held.marks) {
+        // Done between the read and the grant.
+        Ever::Done
+    } else {
+        match work(fencing_token).await {
+            Err(error) => Ever::Failed {
+                fencing_token,
+                error,
+                released: false,
+            },
+            Ok(output) => {
+                let mut marks = Metadata::new();
+                marks.insert(DONE.0.into(), DONE.1.into());
+                marks.insert("done_token".into(), fencing_token.to_string());
+                match locks.set_marks(key, id, &marks, ctx.now).await {
+                    Ok(true) => Ever::Ran {
+                        fencing_token,
+                        output,
+                    },
+                    Ok(false) => Ever::Unmarked {
+                        fencing_token,
+                        output,
+                        reason: "the lock ran out before the work was marked done".into(),
+                    },
+                    Err(e) => Ever::Unmarked {
+                        fencing_token,
+                        output,
+                        reason: web::storage_failed(&e, "the work was not marked done"),
+                    },
+                }
+            }
+        }
+    };
+    // Best effort: a lock not let go runs out at the end of its lease.
+    let let_go = matches!(locks.release(key, id, ctx.now).await, Ok(Release::Released));
+    Ok(match outcome {
+        Ever::Failed {
+            fencing_token,
+            error,
+            ..
+        } => Ever::Failed {
+            fencing_token,
+            error,
+            released: let_go,
+        },
+        other => other,
+    })
 }
 
 /// A refusal: busy while the holder's tenure is younger than [`RUNNING_FOR`], throttled after.
@@ -297,6 +441,70 @@ pub fn answer<R: Serialize, E: std::fmt::Display>(
     }
 }
 
+/// The HTTP answer for an outcome of [`once_ever`] on `key`, alike [`answer`]'s:
+///
+/// | outcome | status | body |
+/// |---|---|---|
+/// | [`Ever::Ran`] | 200 | `{"key","outcome":"ran","fencingToken","output"}` |
+/// | [`Ever::Done`] | 200 | `{"key","outcome":"done"}` |
+/// | [`Ever::Busy`] | 429, `Retry-After: N` | `{"key","outcome":"busy","retryAfterSeconds":N}` |
+/// | [`Ever::Failed`] | 502 | `{"error":"work_failed","key","message","released"}` |
+/// | [`Ever::Unmarked`] | 502 | `{"error":"not_marked_done","key","message","fencingToken"}` |
+/// | a storage failure, a lease out of range | as [`answer`] |
+pub fn answer_ever<R: Serialize, E: std::fmt::Display>(
+    key: &str,
+    outcome: Result<Ever<R, E>, Error>,
+) -> Response {
+    let once = match outcome {
+        Ok(Ever::Ran {
+            fencing_token,
+            output,
+        }) => Once::Ran {
+            fencing_token,
+            expires_at: None,
+            output,
+        },
+        Ok(Ever::Done) => {
+            let body = Body::<R> {
+                key,
+                outcome: "done",
+                fencing_token: None,
+                expires_at: None,
+                retry_after_seconds: None,
+                output: None,
+            };
+            return web::json(StatusCode::OK, &body);
+        }
+        Ok(Ever::Busy { retry_after }) => Once::Busy { retry_after },
+        Ok(Ever::Failed {
+            fencing_token,
+            error,
+            released,
+        }) => Once::Failed {
+            fencing_token,
+            error,
+            released,
+        },
+        Ok(Ever::Unmarked {
+            fencing_token,
+            reason,
+            ..
+        }) => {
+            return web::json(
+                StatusCode::BAD_GATEWAY,
+                &serde_json::json!({
+                    "error": "not_marked_done",
+                    "key": key,
+                    "message": format!("the work ran but {reason}; the next call runs it again"),
+                    "fencingToken": fencing_token,
+                }),
+            )
+        }
+        Err(e) => return answer::<R, E>(key, Err(e)),
+    };
+    answer(key, Ok(once))
+}
+
 /// 429 with `Retry-After` in whole seconds (rounded up, at least 1).
 fn too_many<R: Serialize>(mut body: Body<'_, R>, retry_after: Duration) -> Response {
     let secs = retry_after
@@ -358,6 +566,11 @@ mod tests {
 
     /// A HEAD of an existing, unleased lock blob with this record (if any).
     fn head(record: Option<(LeaseId, u64)>) -> Response {
+        head_marked(record, false)
+    }
+
+    /// [`head`], with the done mark when `done`.
+    fn head_marked(record: Option<(LeaseId, u64)>, done: bool) -> Response {
         let mut r = reply(200)
             .with_header("etag", "\"e1\"")
             .with_header("x-ms-lease-state", "available")
@@ -374,6 +587,9 @@ mod tests {
             ] {
                 r = r.with_header(&format!("x-ms-meta-leasegate_{k}"), v);
             }
+        }
+        if done {
+            r = r.with_header("x-ms-meta-progress", "done");
         }
         r
     }
@@ -428,6 +644,135 @@ mod tests {
             },
         ));
         (outcome, handed.into_inner(), transport)
+    }
+
+    /// Runs `once_ever` on "init" with an hour's lease against `script`, with work that
+    /// returns `result` and records the token it was handed.
+    fn run_ever(
+        script: Vec<Response>,
+        result: Result<&'static str, &'static str>,
+    ) -> (
+        Result<Ever<&'static str, &'static str>, Error>,
+        Option<u64>,
+        Scripted,
+    ) {
+        let transport = Scripted::new(script);
+        let locks = Locks::new(
+            &transport,
+            Account::from_connection_string("UseDevelopmentStorage=true").unwrap(),
+            ContainerName::try_new("leasegate").unwrap(),
+        );
+        let variables = HashMap::new();
+        let ctx = Context {
+            connect: &|_| (),
+            variables: &variables,
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(SERVER_SECS),
+            new_lease_id: &me,
+            sleep: &|_| Box::pin(async {}),
+            cache: &crate::cache::NoCache,
+        };
+        let handed = RefCell::new(None);
+        let outcome = pollster::block_on(once_ever(
+            &ctx,
+            &locks,
+            &LockName::try_new("init").unwrap(),
+            HOUR,
+            async |token| {
+                *handed.borrow_mut() = Some(token);
+                result
+            },
+        ));
+        (outcome, handed.into_inner(), transport)
+    }
+
+    #[test]
+    fn once_ever_runs_marks_and_lets_go() {
+        let mine = Some((me(), SERVER_SECS));
+        let script = vec![
+            head(None),
+            head(None),
+            written(),
+            head(mine),
+            written(),
+            head(mine),
+            written(),
+        ];
+        let (outcome, handed, t) = run_ever(script, Ok("initialized"));
+        let Ok(Ever::Ran {
+            fencing_token,
+            output,
+        }) = outcome
+        else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!((handed, output), (Some(fencing_token), "initialized"));
+        assert_eq!(t.sent.borrow().len(), 7);
+    }
+
+    #[test]
+    fn once_ever_does_nothing_once_done_or_while_running() {
+        let (outcome, handed, t) = run_ever(vec![head_marked(None, true)], Ok("x"));
+        assert_eq!(outcome.unwrap(), Ever::Done);
+        assert_eq!((handed, t.sent.borrow().len()), (None, 1));
+        let running = head(Some((other(), SERVER_SECS - 100)));
+        let (outcome, handed, _) = run_ever(vec![running], Ok("x"));
+        assert_eq!(
+            outcome.unwrap(),
+            Ever::Busy {
+                retry_after: Duration::from_secs(3500)
+            }
+        );
+        assert_eq!(handed, None);
+        // Marked done between the read and the grant: not run again.
+        let script = vec![
+            head(None),
+            head_marked(None, true),
+            written(),
+            head_marked(Some((me(), SERVER_SECS)), true),
+            written(),
+        ];
+        let (outcome, handed, _) = run_ever(script, Ok("x"));
+        assert_eq!((outcome.unwrap(), handed), (Ever::Done, None));
+    }
+
+    #[test]
+    fn once_ever_lets_failed_work_run_again() {
+        let script = vec![
+            head(None),
+            head(None),
+            written(),
+            head(Some((me(), SERVER_SECS))),
+            written(),
+        ];
+        let (outcome, _, _) = run_ever(script, Err("no"));
+        let Ok(Ever::Failed {
+            error, released, ..
+        }) = outcome
+        else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!((error, released), ("no", true));
+        let r = answer_ever::<u16, &str>(
+            "init",
+            Ok(Ever::Failed {
+                fencing_token: 1,
+                error: "no",
+                released: true,
+            }),
+        );
+        assert_eq!(r.status(), 502);
+        assert_eq!(
+            answer_ever::<u16, &str>("init", Ok(Ever::Done)).status(),
+            200
+        );
+        let busy = answer_ever::<u16, &str>(
+            "init",
+            Ok(Ever::Busy {
+                retry_after: Duration::from_secs(5),
+            }),
+        );
+        assert_eq!(busy.status(), 429);
+        assert_eq!(busy.headers().get("retry-after"), Some("5"));
     }
 
     #[test]
