@@ -4,6 +4,7 @@
 //! * [`config`]: settings from Spin variables (storage account, container, thresholds), with
 //!   errors that name variables, never their values.
 //! * [`web`]: JSON answers, content-type and size checks.
+//! * [`leader`]: the verb "am I the leader for this term".
 //! * [`once`]: the verbs "run this at most once per key per window" and "run this once,
 //!   ever", their outcomes and their HTTP answers.
 //! * [`storage`]: storage steps more than one function takes.
@@ -17,6 +18,7 @@
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod leader;
 pub mod once;
 pub mod spin;
 pub mod storage;

@@ -518,7 +518,7 @@ fn too_many<R: Serialize>(mut body: Body<'_, R>, retry_after: Duration) -> Respo
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::cell::RefCell;
     use std::collections::{HashMap, VecDeque};
@@ -526,20 +526,20 @@ mod tests {
     use leasegate::{Account, ContainerName, LeaseId, Method, TransportError};
 
     /// The storage server's clock in every scripted answer.
-    const SERVER_SECS: u64 = 1_795_096_800;
+    pub(crate) const SERVER_SECS: u64 = 1_795_096_800;
     /// `SERVER_SECS` as an HTTP date.
-    const SERVER_DATE: &str = "Thu, 19 Nov 2026 14:00:00 GMT";
+    pub(crate) const SERVER_DATE: &str = "Thu, 19 Nov 2026 14:00:00 GMT";
     const HOUR: Duration = Duration::from_secs(3600);
 
     /// Answers each request with the next scripted response and records what it was sent.
     #[derive(Default)]
-    struct Scripted {
+    pub(crate) struct Scripted {
         answers: RefCell<VecDeque<Response>>,
-        sent: RefCell<Vec<(Method, String)>>,
+        pub(crate) sent: RefCell<Vec<(Method, String)>>,
     }
 
     impl Scripted {
-        fn new(answers: Vec<Response>) -> Self {
+        pub(crate) fn new(answers: Vec<Response>) -> Self {
             Scripted {
                 answers: RefCell::new(answers.into()),
                 sent: RefCell::default(),
@@ -560,12 +560,12 @@ mod tests {
         }
     }
 
-    fn reply(status: u16) -> Response {
+    pub(crate) fn reply(status: u16) -> Response {
         Response::new(StatusCode::from_u16(status).unwrap()).with_header("date", SERVER_DATE)
     }
 
     /// A HEAD of an existing, unleased lock blob with this record (if any).
-    fn head(record: Option<(LeaseId, u64)>) -> Response {
+    pub(crate) fn head(record: Option<(LeaseId, u64)>) -> Response {
         head_marked(record, false)
     }
 
@@ -594,15 +594,15 @@ mod tests {
         r
     }
 
-    fn written() -> Response {
+    pub(crate) fn written() -> Response {
         reply(200).with_header("etag", "\"e2\"")
     }
 
-    fn me() -> LeaseId {
+    pub(crate) fn me() -> LeaseId {
         LeaseId::from_random_bytes([1; 16])
     }
 
-    fn other() -> LeaseId {
+    pub(crate) fn other() -> LeaseId {
         LeaseId::from_random_bytes([2; 16])
     }
 

@@ -1,0 +1,201 @@
+//! "Am I the leader for this term?": one leader per group among every deployment of an app.
+//!
+//! Each instance asks on every tick ([`lead`]), more often than the lease runs out: the leader
+//! extends its lease and keeps its term (its fencing token); another instance takes over, with
+//! a larger term, only once the leader stopped asking and its lease ran out. The instance's
+//! lease id is derived from its name under a secret every deployment shares
+//! ([`leasegate::LeaseId::for_holder`], purpose `leader`, as the leader function derives it), so
+//! an instance with no memory between invocations is recognised as the leader it was.
+//!
+//! # Example
+//! ```
+//! use leasegate::lease::Locks;
+//! use leasegate::{HolderKey, LeaseDuration, LockName, Transport};
+//! use leasegate_spin::leader::{lead, Leadership};
+//! use leasegate_spin::Context;
+//!
+//! async fn tick<T, S: Transport>(ctx: &Context<'_, T>, locks: &Locks<S>, key: &HolderKey) {
+//!     let group = LockName::try_new("reports").unwrap();
+//!     let lease = LeaseDuration::Seconds(30);
+//!     match lead(ctx, locks, &group, "eu-west-1", key, lease).await {
+//!         Ok(Leadership::Leader { term, .. }) => { /* act, handing `term` to what it writes */ }
+//!         Ok(Leadership::Follower { .. }) => { /* another instance leads */ }
+//!         Err(_) => { /* storage failed: do not act as leader */ }
+//!     }
+//! }
+//! ```
+
+use std::time::{Duration, SystemTime};
+
+use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::{Error, HolderKey, LeaseDuration, LeaseId, LockName, Transport};
+
+use crate::Context;
+
+/// The answer to "am I the leader?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leadership {
+    /// This instance leads until `expires_at` (unless it asks again before then).
+    Leader {
+        /// The term: the fencing token, kept while this instance stays leader, larger for every
+        /// new leader. Hand it to what the leader writes.
+        term: u64,
+        /// When this term began (the storage server's clock).
+        since: SystemTime,
+        /// When the lease runs out unless extended (`None` for an infinite lease).
+        expires_at: Option<SystemTime>,
+        /// This call began the term (it was not the leader before).
+        took_over: bool,
+    },
+    /// Another instance leads (or this one stepped down and may not lead yet).
+    Follower {
+        /// The leader's name, where its claim says.
+        leader: Option<String>,
+        /// The leader's term, where its claim says.
+        term: Option<u64>,
+        /// How long the leader's lease has left, where storage can tell.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// Asks whether `instance` leads `group` among every caller of `locks`, taking or extending the
+/// group's native lease of `lease` (15 to 60 s, or infinite) with `instance`'s derived lease id.
+/// Round trips: 1 for a follower, 2 or 3 for the leader. `Err` is a storage failure: the
+/// instance does not know, so it must not act as leader.
+pub async fn lead<C, L: Transport>(
+    ctx: &Context<'_, C>,
+    locks: &Locks<L>,
+    group: &LockName,
+    instance: &str,
+    key: &HolderKey,
+    lease: LeaseDuration,
+) -> Result<Leadership, Error> {
+    let id = LeaseId::for_holder(key, "leader", instance, group);
+    let term = Term::Native(lease);
+    Ok(
+        match locks.acquire_as(group, term, id, instance, ctx.now).await? {
+            Acquire::Acquired(held) => Leadership::Leader {
+                term: held.fencing_token.unwrap_or(0),
+                since: held.since,
+                expires_at: held.expires_at,
+                took_over: !held.extended,
+            },
+            Acquire::Busy {
+                retry_after,
+                holder,
+                ..
+            } => Leadership::Follower {
+                leader: holder.as_ref().map(|h| h.label.clone()),
+                term: holder.as_ref().map(|h| h.token),
+                retry_after,
+            },
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::once::tests::{me, other, reply, written, Scripted, SERVER_SECS};
+    use leasegate::{Account, ContainerName, Response};
+    use std::collections::HashMap;
+
+    const SECRET: &[u8] = b"a secret every deployment shares";
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn head(lease_state: &str, claim: &[(&str, String)]) -> Response {
+        let mut r = reply(200)
+            .with_header("etag", "\"e1\"")
+            .with_header("x-ms-lease-state", lease_state)
+            .with_header("x-ms-blob-type", "PageBlob")
+            .with_header("content-length", "0");
+        for (k, v) in claim {
+            r = r.with_header(&format!("x-ms-meta-leasegate_{k}"), v.as_str());
+        }
+        r
+    }
+
+    fn ask(script: Vec<Response>) -> (Result<Leadership, Error>, usize) {
+        let transport = Scripted::new(script);
+        let locks = Locks::new(
+            &transport,
+            Account::from_connection_string("UseDevelopmentStorage=true").unwrap(),
+            ContainerName::try_new("leasegate").unwrap(),
+        )
+        .with_prefix("leaders/");
+        let variables = HashMap::new();
+        let ctx = Context {
+            connect: &|_| (),
+            variables: &variables,
+            now: at(SERVER_SECS),
+            new_lease_id: &me,
+            sleep: &|_| Box::pin(async {}),
+            cache: &crate::cache::NoCache,
+        };
+        let key = HolderKey::try_new(SECRET).unwrap();
+        let outcome = pollster::block_on(lead(
+            &ctx,
+            &locks,
+            &LockName::try_new("reports").unwrap(),
+            "node-a",
+            &key,
+            LeaseDuration::Seconds(30),
+        ));
+        let sent = transport.sent.borrow().len();
+        (outcome, sent)
+    }
+
+    #[test]
+    fn a_free_group_makes_this_instance_leader_for_a_new_term() {
+        // HEAD, acquire (storage grants the proposed id: the instance's derived one), the claim.
+        let key = HolderKey::try_new(SECRET).unwrap();
+        let group = LockName::try_new("reports").unwrap();
+        let id = LeaseId::for_holder(&key, "leader", "node-a", &group);
+        let script = vec![
+            head("available", &[]),
+            reply(201)
+                .with_header("etag", "\"e2\"")
+                .with_header("x-ms-lease-id", id.to_string()),
+            written(),
+        ];
+        let (outcome, sent) = ask(script);
+        let Ok(Leadership::Leader {
+            term,
+            since,
+            expires_at,
+            took_over,
+        }) = outcome
+        else {
+            panic!("{outcome:?}")
+        };
+        assert!(term > 0 && took_over);
+        assert_eq!(since, at(SERVER_SECS));
+        assert_eq!(expires_at, Some(at(SERVER_SECS + 30)));
+        assert_eq!(sent, 3);
+    }
+
+    #[test]
+    fn another_leader_makes_this_instance_a_follower() {
+        let claim = [
+            ("holder", other().to_string()),
+            ("term", "30".into()),
+            ("since", (SERVER_SECS - 100).to_string()),
+            ("expires", (SERVER_SECS + 20).to_string()),
+            ("token", "77".into()),
+            ("label", "node-b".into()),
+        ];
+        let (outcome, sent) = ask(vec![head("leased", &claim)]);
+        assert_eq!(
+            outcome.unwrap(),
+            Leadership::Follower {
+                leader: Some("node-b".into()),
+                term: Some(77),
+                retry_after: Some(Duration::from_secs(20)),
+            }
+        );
+        assert_eq!(sent, 1);
+    }
+}
