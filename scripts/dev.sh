@@ -7,8 +7,8 @@
 #   scripts/dev.sh demo    starts a local Azurite and takes and shows a lease with the CLI
 #   scripts/dev.sh bench   one table: decisions/s and latency of storage alone, the Azure SDK for
 #                          Python and the app, at concurrency 1, 4 and 16 (its own Azurite)
-#   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite
-#                          and Binaryen, Spin and its cron plugin, faketime)
+#   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite,
+#                          Spin and its cron plugin, faketime)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,11 +70,6 @@ setup() {
      || [ tests/azurite/package-lock.json -nt tests/azurite/node_modules/.package-lock.json ]; then
     say "installing Azurite (pinned in tests/azurite/package-lock.json)"
     npm ci --prefix tests/azurite --no-audit --no-fund --loglevel=error
-  fi
-  if [ ! -f scripts/wasm-opt/node_modules/binaryen/bin/wasm-opt ] \
-     || [ scripts/wasm-opt/package-lock.json -nt scripts/wasm-opt/node_modules/.package-lock.json ]; then
-    say "installing Binaryen's wasm-opt (pinned in scripts/wasm-opt/package-lock.json; the wasm32-wasip2 linker runs it)"
-    npm ci --prefix scripts/wasm-opt --no-audit --no-fund --loglevel=error
   fi
   install_spin
   install_faketime

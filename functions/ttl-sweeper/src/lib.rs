@@ -1814,7 +1814,13 @@ async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response
 
 // The Spin entry points.
 #[cfg(target_arch = "wasm32")]
-leasegate_spin::http_export!(handle_http, MAX_BODY_BYTES);
+#[spin_sdk::http_component]
+async fn handle_request(
+    request: spin_sdk::http::IncomingRequest,
+    out: spin_sdk::http::ResponseOutparam,
+) {
+    leasegate_spin::spin::serve(request, out, MAX_BODY_BYTES, handle_http).await
+}
 #[cfg(target_arch = "wasm32")]
 leasegate_spin::cron_export!(crate::handle_cron);
 

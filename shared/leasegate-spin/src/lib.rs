@@ -9,8 +9,8 @@
 //!   ever", their outcomes and their HTTP answers.
 //! * [`storage`]: storage steps more than one function takes.
 //! * [`timer`]: ticks (Spin's cron trigger, the Azure Functions timer envelope, HTTP ticks).
-//! * [`spin`]: the Spin side: outbound HTTP through `wasi:http` (with a timeout), variables,
-//!   the key-value store, reading the incoming request with a size cap, and the export macros.
+//! * [`spin`]: the Spin side, on spin-sdk: outbound HTTP (with a timeout), variables, the
+//!   key-value store, reading the incoming request with a size cap, and the entry points.
 #![deny(missing_docs)]
 // Handlers' helpers return `Err(leasegate::Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
@@ -56,9 +56,8 @@ pub type Pause = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
 /// What the export macros expand to in the component crates.
 #[doc(hidden)]
 pub mod __private {
-    pub use leasegate_spin_bindings::wit_bindgen;
     pub use spin_executor;
-    pub use wasi;
+    pub use spin_sdk::wit_bindgen;
 }
 
 /// Writes one JSON log line to stdout. Callers put no secret in it.

@@ -1,9 +1,13 @@
-//! The Spin side: outbound HTTP through `wasi:http/outgoing-handler`, Spin variables and
-//! key-value store, and the incoming request read with a size cap. Only this module (with the
-//! export macros) touches the WASI and Spin bindings: the `wasi` crate's `wasi:http@0.2.0`
-//! bindings (those spin-sdk 5.2 itself uses), Spin's executor, and the `fermyon:spin@2.0.0`
-//! bindings of `leasegate-spin-bindings`. (spin-sdk's own conversions and error types were
-//! most of a component's size.)
+//! The Spin side, on spin-sdk 5.2 (WASI 0.2): outbound HTTP through `spin_sdk::http::send`
+//! (bounded by a timeout, the response body read as a stream with a cap), Spin variables and
+//! the key-value store, the incoming request read with a size cap, the answer sent in one
+//! write, and the entry points ([`serve`], [`cron_export!`]). Only this module touches
+//! spin-sdk: moving to another spin-sdk is a change to this crate alone.
+//!
+//! Besides spin-sdk, two crates spin-sdk itself is built on, at the versions it uses: Spin's
+//! executor (a timeout must hand the executor a clock pollable to wait on, which spin-sdk does
+//! not expose) and the `wasi` crate (the monotonic clock and the random source; its
+//! `wasi:io@0.2.0` types are the ones spin-sdk's HTTP types use).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,17 +15,16 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, SystemTime};
 
 use futures::future::{select, Either};
+use futures::StreamExt;
 use leasegate::{
     LeaseId, Request, Response, StatusCode, Transport, TransportError, TransportErrorKind,
 };
-use leasegate_spin_bindings::{key_value, variables};
-use wasi::http::outgoing_handler;
-use wasi::http::types::{
-    ErrorCode, Fields, IncomingBody, IncomingRequest, IncomingResponse, Method, OutgoingBody,
-    OutgoingRequest, OutgoingResponse, ResponseOutparam, Scheme,
+use spin_sdk::http::conversions::TryIntoOutgoingRequest;
+use spin_sdk::http::{
+    ErrorCode, Fields, IncomingRequest, IncomingResponse, Method, OutgoingBody, OutgoingRequest,
+    OutgoingResponse, ResponseOutparam, Scheme, SendError,
 };
-use wasi::io::poll::Pollable;
-use wasi::io::streams::{InputStream, OutputStream, StreamError};
+use spin_sdk::{key_value, variables};
 
 use crate::config::Variables;
 use crate::web;
@@ -32,9 +35,6 @@ use crate::Context;
 /// listing page), webhook answers are ignored; the cap only keeps a misbehaving server from
 /// filling the component's memory.
 pub const MAX_RESPONSE_BODY: usize = 16 << 20;
-
-/// How much one read of a body stream asks for (what spin-sdk reads).
-const READ_SIZE: u64 = 16 * 1024;
 
 /// How much of an answer whose body is not used ([`Transport::send_for_status`]: a webhook's,
 /// a job's, a heartbeat receiver's) is read before the rest is dropped: 4 KiB. A receiver that
@@ -96,73 +96,6 @@ impl SpinTransport {
     }
 }
 
-/// Waits, on Spin's executor, until `attempt` gives an answer: each time it has none yet, the
-/// executor gets a fresh pollable from `subscribe` to wait on beside the invocation's other
-/// work. Dropping the future cancels the wait.
-async fn until<T>(mut attempt: impl FnMut() -> Option<T>, subscribe: impl Fn() -> Pollable) -> T {
-    let mut waiting: Option<spin_executor::CancelOnDropToken> = None;
-    std::future::poll_fn(|cx| match attempt() {
-        Some(answer) => Poll::Ready(answer),
-        None => {
-            let token = spin_executor::push_waker_and_get_token(subscribe(), cx.waker().clone());
-            waiting = Some(token.into());
-            Poll::Pending
-        }
-    })
-    .await
-}
-
-/// The next chunk of a body stream: `None` at its end, `Some(Err(()))` when it broke off.
-async fn next_chunk(stream: &InputStream) -> Option<Result<Vec<u8>, ()>> {
-    until(
-        || match stream.read(READ_SIZE) {
-            Ok(chunk) if chunk.is_empty() => None,
-            Ok(chunk) => Some(Some(Ok(chunk))),
-            Err(StreamError::Closed) => Some(None),
-            Err(StreamError::LastOperationFailed(_)) => Some(Some(Err(()))),
-        },
-        || stream.subscribe(),
-    )
-    .await
-}
-
-/// Writes `data` to an outgoing body stream and flushes it, waiting whenever the host takes no
-/// more for now (as spin-sdk's body sink does).
-async fn write_all(stream: &OutputStream, mut data: &[u8]) -> Result<(), StreamError> {
-    let mut flushing = false;
-    loop {
-        let room = until(
-            || match stream.check_write() {
-                Ok(0) => None,
-                other => Some(other),
-            },
-            || stream.subscribe(),
-        )
-        .await;
-        match room {
-            Ok(n) if data.is_empty() => {
-                let _ = n;
-                if flushing {
-                    return Ok(());
-                }
-                match stream.flush() {
-                    Ok(()) => flushing = true,
-                    Err(StreamError::Closed) => return Ok(()),
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(n) => {
-                let count = usize::try_from(n).unwrap_or(usize::MAX).min(data.len());
-                stream.write(&data[..count])?;
-                data = &data[count..];
-            }
-            // The stream is closed but everything was written: all that could be done.
-            Err(StreamError::Closed) if data.is_empty() => return Ok(()),
-            Err(e) => return Err(e),
-        }
-    }
-}
-
 /// `headers` as a `wasi:http` field list, without `skip` (one copy of this loop for requests
 /// and responses).
 fn field_list(headers: &leasegate::Headers, skip: &str) -> Vec<(String, Vec<u8>)> {
@@ -175,62 +108,73 @@ fn field_list(headers: &leasegate::Headers, skip: &str) -> Vec<(String, Vec<u8>)
     entries
 }
 
-/// `request` as a `wasi:http` outgoing request (head only) and its body.
-fn outgoing_request(request: Request) -> Option<(OutgoingRequest, Vec<u8>)> {
-    let entries = field_list(request.headers(), "");
-    let outgoing = OutgoingRequest::new(Fields::from_list(&entries).ok()?);
-    let method = match request.method().as_str() {
-        "GET" => Method::Get,
-        "HEAD" => Method::Head,
-        "POST" => Method::Post,
-        "PUT" => Method::Put,
-        "DELETE" => Method::Delete,
-        "CONNECT" => Method::Connect,
-        "OPTIONS" => Method::Options,
-        "TRACE" => Method::Trace,
-        "PATCH" => Method::Patch,
-        other => Method::Other(other.to_owned()),
-    };
-    outgoing.set_method(&method).ok()?;
-    outgoing
-        .set_path_with_query(Some(&request.path_and_query()))
-        .ok()?;
-    let scheme = request.scheme().map(|s| match s {
-        "http" => Scheme::Http,
-        "https" => Scheme::Https,
-        s => Scheme::Other(s.to_owned()),
-    });
-    outgoing.set_scheme(scheme.as_ref()).ok()?;
-    outgoing.set_authority(request.authority()).ok()?;
-    Some((outgoing, request.into_body()))
+/// A [`Request`] on its way to `spin_sdk::http::send`: the head becomes a `wasi:http` outgoing
+/// request, the body the buffer spin-sdk writes (and finishes) before it waits for the answer.
+struct Outbound(Request);
+
+/// A request head `wasi:http` refuses (a header or method it forbids).
+#[derive(Debug)]
+struct NotSendable;
+
+impl std::fmt::Display for NotSendable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request could not be sent")
+    }
 }
 
-/// Sends `request`: hands it to the host, writes its body, then waits for the response head.
-async fn send(request: Request) -> Result<IncomingResponse, TransportError> {
-    let not_sent =
-        || TransportError::new(TransportErrorKind::Other, "the request could not be sent");
-    let (outgoing, body) = outgoing_request(request).ok_or_else(not_sent)?;
-    let outgoing_body = outgoing.body().map_err(|()| not_sent())?;
-    let stream = outgoing_body.write().map_err(|()| not_sent())?;
-    let pending = outgoing_handler::handle(outgoing, None);
-    let written = write_all(&stream, &body).await;
-    drop(stream);
-    let _ = OutgoingBody::finish(outgoing_body, None);
-    if written.is_err() {
-        return Err(TransportError::new(
-            TransportErrorKind::Other,
-            "the response could not be read",
-        ));
+impl std::error::Error for NotSendable {}
+
+impl TryIntoOutgoingRequest for Outbound {
+    type Error = NotSendable;
+
+    fn try_into_outgoing_request(self) -> Result<(OutgoingRequest, Option<Vec<u8>>), NotSendable> {
+        let request = self.0;
+        let entries = field_list(request.headers(), "");
+        let outgoing = OutgoingRequest::new(Fields::from_list(&entries).map_err(|_| NotSendable)?);
+        let method = match request.method().as_str() {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            "CONNECT" => Method::Connect,
+            "OPTIONS" => Method::Options,
+            "TRACE" => Method::Trace,
+            "PATCH" => Method::Patch,
+            other => Method::Other(other.to_owned()),
+        };
+        outgoing.set_method(&method).map_err(|()| NotSendable)?;
+        outgoing
+            .set_path_with_query(Some(&request.path_and_query()))
+            .map_err(|()| NotSendable)?;
+        let scheme = request.scheme().map(|s| match s {
+            "http" => Scheme::Http,
+            "https" => Scheme::Https,
+            s => Scheme::Other(s.to_owned()),
+        });
+        outgoing
+            .set_scheme(scheme.as_ref())
+            .map_err(|()| NotSendable)?;
+        outgoing
+            .set_authority(request.authority())
+            .map_err(|()| NotSendable)?;
+        Ok((outgoing, Some(request.into_body())))
     }
-    let pending = pending.map_err(|code| classify(&code))?;
-    let answer = until(|| pending.get(), || pending.subscribe()).await;
-    match answer {
-        Ok(Ok(response)) => Ok(response),
-        Ok(Err(code)) => Err(classify(&code)),
-        // Asked for twice: cannot happen here.
-        Err(()) => Err(TransportError::new(
+}
+
+/// Sends `request` with `spin_sdk::http::send` (which writes the body, then waits for the
+/// response head); the response comes back unread, its body a stream.
+async fn send(request: Request) -> Result<IncomingResponse, TransportError> {
+    match spin_sdk::http::send::<_, IncomingResponse>(Outbound(request)).await {
+        Ok(response) => Ok(response),
+        Err(SendError::Http(code)) => Err(classify(&code)),
+        Err(SendError::RequestConversion(_)) => Err(TransportError::new(
             TransportErrorKind::Other,
-            "the response could not be read",
+            "the request could not be sent",
+        )),
+        Err(_) => Err(TransportError::new(
+            TransportErrorKind::Other,
+            "the request body could not be written",
         )),
     }
 }
@@ -278,8 +222,9 @@ async fn exchange(request: Request, max_body: Option<usize>) -> Result<Response,
     Ok(answer.with_body(body))
 }
 
-/// Reads a response body chunk by chunk, up to `max` bytes: more is an error, or (`cut`) the
-/// end of the reading, the rest left unread. (The response stays alive while its body is read:
+/// Reads a response body chunk by chunk through spin-sdk's body stream, up to `max` bytes:
+/// more is an error, or (`cut`) the end of the reading, the rest left unread. A body that
+/// breaks off is an error, never a trap. (The response stays alive while its body is read:
 /// dropping it would cancel the exchange.)
 async fn read_body(
     response: &IncomingResponse,
@@ -292,24 +237,21 @@ async fn read_body(
             format!("the response body broke off after {n} bytes"),
         )
     };
-    let incoming = response.consume().map_err(|()| broke_off(0))?;
-    let stream = incoming.stream().map_err(|()| broke_off(0))?;
+    let mut stream = std::pin::pin!(response.take_body_stream());
     let mut body = Vec::new();
-    while let Some(chunk) = next_chunk(&stream).await {
+    while let Some(chunk) = stream.next().await {
         let Ok(chunk) = chunk else {
             return Err(broke_off(body.len()));
         };
         if chunk.len() > max - body.len() {
             if cut {
-                // The stream is dropped before the body it belongs to.
+                // The stream (and its body) is dropped before the response it belongs to.
                 return Ok(body);
             }
             return Err(over(max));
         }
         body.extend_from_slice(&chunk);
     }
-    drop(stream);
-    let _ = IncomingBody::finish(incoming);
     Ok(body)
 }
 
@@ -477,19 +419,18 @@ pub async fn read_request(request: IncomingRequest, limit: usize) -> Result<Requ
     }
     let declared = request
         .headers()
-        .get(&"content-length".to_owned())
+        .get("content-length")
         .first()
         .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > DRAIN_LIMIT) {
         return Err(web::too_large(limit));
     }
     let unreadable = || bad("the request body could not be read");
-    let incoming = request.consume().map_err(|()| unreadable())?;
-    let stream = incoming.stream().map_err(|()| unreadable())?;
+    let mut stream = std::pin::pin!(request.into_body_stream());
     let mut body = Vec::new();
     let mut seen: u64 = 0;
-    while let Some(chunk) = next_chunk(&stream).await {
-        let chunk = chunk.map_err(|()| unreadable())?;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| unreadable())?;
         seen += chunk.len() as u64;
         if seen > DRAIN_LIMIT {
             break;
@@ -498,8 +439,6 @@ pub async fn read_request(request: IncomingRequest, limit: usize) -> Result<Requ
             body.extend_from_slice(&chunk);
         }
     }
-    drop(stream);
-    let _ = IncomingBody::finish(incoming);
     if seen > limit as u64 {
         return Err(web::too_large(limit));
     }
@@ -507,8 +446,8 @@ pub async fn read_request(request: IncomingRequest, limit: usize) -> Result<Requ
 }
 
 /// Sends `response` the way that keeps it to one TCP write: the body is written and finished
-/// *before* the response is set, with a `Content-Length`. (spin-sdk's `#[http_component]` sets
-/// the response first and writes the body after; Spin then sends head and body as two segments,
+/// *before* the response is set, with a `Content-Length`. (spin-sdk's `#[http_component]`,
+/// given a whole response, sets it first and writes the body after; Spin then sends head and body as two segments,
 /// and on a keep-alive connection without `TCP_NODELAY` the second waits for the client's
 /// delayed ACK, about 40 ms.) A body larger than the host takes before the response is set is
 /// written after it, as a stream.
@@ -559,10 +498,10 @@ pub fn respond(out: ResponseOutparam, response: Response) {
     if written == body.len() {
         drop(stream);
         let _ = OutgoingBody::finish(outgoing_body, None);
-        ResponseOutparam::set(out, Ok(outgoing));
+        out.set(outgoing);
         return;
     }
-    ResponseOutparam::set(out, Ok(outgoing));
+    out.set(outgoing);
     for chunk in body[written..].chunks(4096) {
         if stream.blocking_write_and_flush(chunk).is_err() {
             return;
@@ -652,43 +591,41 @@ impl Default for SpinEnv {
     }
 }
 
-/// Exports `wasi:http/incoming-handler@0.2.0` (the `wasi` crate's binding, on Spin's
-/// executor): reads the request with a body cap of `$limit` bytes (413 beyond), calls
-/// `$handler(&Context, leasegate::Request) -> leasegate::Response` and sends the answer
-/// with [`respond`] (body before head, one write). Use it in a component crate that depends on
-/// this crate.
-#[macro_export]
-macro_rules! http_export {
-    ($handler:path, $limit:expr) => {
-        /// The component's `wasi:http/incoming-handler`.
-        struct HttpComponent;
-
-        impl $crate::__private::wasi::exports::http::incoming_handler::Guest for HttpComponent {
-            fn handle(
-                request: $crate::__private::wasi::http::types::IncomingRequest,
-                out: $crate::__private::wasi::http::types::ResponseOutparam,
-            ) {
-                $crate::__private::spin_executor::run(async move {
-                    let env = $crate::spin::SpinEnv::new();
-                    let response = match $crate::spin::read_request(request, $limit).await {
-                        Ok(request) => $handler(&env.context(), request).await,
-                        Err(response) => response,
-                    };
-                    $crate::spin::respond(out, response);
-                })
-            }
-        }
-
-        $crate::__private::wasi::http::proxy::export!(
-            HttpComponent with_types_in $crate::__private::wasi
-        );
+/// Serves one request of a component's `#[spin_sdk::http_component]` entry point: reads the
+/// request with a body cap of `limit` bytes (413 beyond, see [`read_request`]), calls
+/// `handler(&Context, leasegate::Request) -> leasegate::Response` with the Spin environment and
+/// sends the answer with [`respond`] (body before head, one write).
+///
+/// ```ignore
+/// #[cfg(target_arch = "wasm32")]
+/// #[spin_sdk::http_component]
+/// async fn handle_request(
+///     request: spin_sdk::http::IncomingRequest,
+///     out: spin_sdk::http::ResponseOutparam,
+/// ) {
+///     leasegate_spin::spin::serve(request, out, MAX_BODY_BYTES, handle).await
+/// }
+/// ```
+pub async fn serve(
+    request: IncomingRequest,
+    out: ResponseOutparam,
+    limit: usize,
+    handler: impl AsyncFnOnce(&Context<'_, SpinTransport>, Request) -> Response,
+) {
+    let env = SpinEnv::new();
+    let response = match read_request(request, limit).await {
+        Ok(request) => handler(&env.context(), request).await,
+        Err(response) => response,
     };
+    respond(out, response);
 }
 
 /// Exports `handle-cron-event` of Spin's cron trigger (`fermyon:spin-cron@2.0.0`; its guest SDK
-/// is not on crates.io, so the binding is generated with the wit-bindgen that spin-sdk uses),
-/// calling `$handler(&Context, timestamp) -> Result<(), String>` on Spin's executor. Use it in a
-/// component crate that depends on this crate, next to its [`http_export!`].
+/// is not on crates.io, so the binding is generated from the WIT below with the wit-bindgen
+/// spin-sdk re-exports), calling `$handler(&Context, timestamp) -> Result<(), String>` on Spin's
+/// executor. Use it in a component crate that depends on this crate and on spin-sdk, next to its
+/// `#[spin_sdk::http_component]` entry point (see [`serve`]). The plugin's later WIT
+/// (`spin:cron@3.0.0`, trigger-cron 0.6) still calls this export.
 #[macro_export]
 macro_rules! cron_export {
     ($handler:path) => {
