@@ -42,8 +42,8 @@ pub const MAX_RESPONSE_BODY: usize = 16 << 20;
 /// answers at once, 16 MiB each would exhaust it).
 pub const UNUSED_BODY_READ: usize = 4 << 10;
 
-/// Outbound HTTP through `spin_sdk::http::send` (`wasi:http`), each exchange bounded by a timeout and
-/// each response body by a size cap. Spin checks every request against the component's
+/// Outbound HTTP through `spin_sdk::http::send`, each exchange bounded by a timeout and each
+/// response body by a size cap. Spin checks every request against the component's
 /// `allowed_outbound_hosts`.
 ///
 /// The response is read as a stream: a body that breaks off, or that is larger than
