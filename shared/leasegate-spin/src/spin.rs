@@ -447,9 +447,9 @@ pub async fn read_request(request: IncomingRequest, limit: usize) -> Result<Requ
 
 /// Sends `response` the way that keeps it to one TCP write: the body is written and finished
 /// *before* the response is set, with a `Content-Length`. (spin-sdk's `#[http_component]`,
-/// given a whole response, sets it first and writes the body after; Spin then sends head and body as two segments,
-/// and on a keep-alive connection without `TCP_NODELAY` the second waits for the client's
-/// delayed ACK, about 40 ms.) A body larger than the host takes before the response is set is
+/// given a whole response, sets it first and writes the body after; Spin then sends head and
+/// body as two segments, and on a keep-alive connection without `TCP_NODELAY` the second waits
+/// for the client's delayed ACK, about 40 ms.) A body larger than the host takes before the response is set is
 /// written after it, as a stream.
 pub fn respond(out: ResponseOutparam, response: Response) {
     let status = response.status();
