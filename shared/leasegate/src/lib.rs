@@ -63,6 +63,11 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::panic))]
 
+// The README's examples are compiled and run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod account;
 pub mod error;
 pub mod lease;

@@ -15,7 +15,7 @@
 //!
 //! **At no moment do two lease ids hold one lock, whatever term each caller asks for**, first
 //! use included. Both protocols begin with one read (`HEAD`) of the lock blob: its lease
-//! state, its [claim](claim) and its ETag. Then:
+//! state, its claim (the holder, written into the blob's metadata) and its ETag. Then:
 //! * a native taker acquires only when the blob is not leased and holds no live record, and
 //!   it acquires with `If-Match` on the ETag it read, so a record written since makes storage
 //!   refuse it (412) and it reads again;
@@ -31,7 +31,7 @@
 //! A lost lease does not stop work already running: a paused holder can wake up after its
 //! lease ran out. A fencing token is an integer that every new holder of a lock gets strictly
 //! larger than every token before it, across both terms and across the lock blob being deleted
-//! and created again; a holder that extends its own lock keeps its token ([`claim`] has the
+//! and created again; a holder that extends its own lock keeps its token (the claim has the
 //! rule). The holder passes the token with every write to the protected resource, and the
 //! resource refuses a token lower than the highest it has seen (store the highest with the data
 //! and compare-and-swap, or keep it in the same transaction). A stale holder then cannot

@@ -1,6 +1,6 @@
 //! Lease records: windows of any whole number of seconds, sharing each lock with native leases.
 //!
-//! The record is the holder's [claim](super::claim) in the lock blob's metadata, with an expiry
+//! The record is the holder's claim in the lock blob's metadata, with an expiry
 //! in the storage server's seconds. To take a lock: read the blob (HEAD); if nobody holds it (no
 //! lease, no live record of another), write the record with `If-Match` on the ETag read and
 //! **without a lease id**: a record written in between moves the ETag, and a lease taken in
