@@ -1,4 +1,12 @@
-//! The toolkit for leasegate's Spin functions: what every gated function needs.
+//! Write Spin functions that do their work once across every deployment: the toolkit on which
+//! leasegate's own functions are built, for gated functions of your own ("at most once per order
+//! per hour", "only on the leader", "once per occurrence").
+//!
+//! A handler is plain async Rust over a [`Context`] (its transport, settings, clock, lease ids
+//! and cache) and [`leasegate::Request`]/[`leasegate::Response`] values, so the same code runs
+//! as a Spin component (through [`spin::SpinEnv`] and the [`http_export!`] macro) and in native
+//! unit tests (with a `HashMap` of variables and a scripted transport). Locks are the
+//! [`leasegate`] core's: Azure Blob Storage leases over signed REST, with fencing tokens.
 //!
 //! * [`auth`]: bearer tokens, checked before any other setting is read.
 //! * [`config`]: settings from Spin variables (storage account, container, thresholds), with
@@ -8,12 +16,114 @@
 //! * [`once`]: the verbs "run this at most once per key per window" and "run this once,
 //!   ever", their outcomes and their HTTP answers.
 //! * [`storage`]: storage steps more than one function takes.
+//! * [`cache`]: the key-value gate cache (a refusal answered without a storage round trip).
 //! * [`timer`]: ticks (Spin's cron trigger, the Azure Functions timer envelope, HTTP ticks).
 //! * [`spin`]: the Spin side, on spin-sdk: outbound HTTP (with a timeout), variables, the
 //!   key-value store, reading the incoming request with a size cap, and the entry points.
+//!
+//! # Example: a gated handler, run natively
+//! `POST /api/orders/{id}/ship` ships an order at most once per hour across every deployment
+//! and hands the shipment the lock's fencing token; a caller that loses answers 429 with
+//! `Retry-After`. The test below runs it with no storage reachable.
+//! ```
+//! use std::collections::HashMap;
+//! use std::time::{Duration, SystemTime};
+//!
+//! use leasegate::{LeaseId, Method, Request, Response, StatusCode, Transport};
+//! use leasegate_spin::once::{self, once_per_window};
+//! use leasegate_spin::{auth, config, web, Context};
+//!
+//! async fn ship<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
+//!     // Authenticate first: an unauthenticated caller learns nothing of the setup.
+//!     if let Err(refusal) = auth::authenticate(ctx.variables, "ship_token", "ship_auth", &request) {
+//!         return refusal;
+//!     }
+//!     let order = match once::key_in_path(&request, "/api/orders/", "/ship") {
+//!         Ok(order) => order,
+//!         Err(not_found_or_bad_id) => return not_found_or_bad_id,
+//!     };
+//!     let storage = match config::storage(ctx.variables) {
+//!         Ok(storage) => storage,
+//!         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+//!     };
+//!     let transport = (ctx.connect)(storage.timeout);
+//!     let locks = storage.locks(&transport, "orders/");
+//!     let hour = Duration::from_secs(3600);
+//!     let shipped = once_per_window(ctx, &locks, &order, hour, async |fencing_token| {
+//!         // ... call the shipping webhook here, handing it `fencing_token` ...
+//!         Ok::<u64, String>(fencing_token)
+//!     });
+//!     // 200 ran, 429 with Retry-After (busy or throttled), 502 failed, 503 storage down.
+//!     once::answer(order.as_str(), shipped.await)
+//! }
+//!
+//! // A native test: settings from a HashMap, and a transport whose storage is down.
+//! struct Down;
+//! impl Transport for Down {
+//!     async fn send(&self, _: Request) -> Result<Response, leasegate::TransportError> {
+//!         let kind = leasegate::TransportErrorKind::Connect;
+//!         Err(leasegate::TransportError::new(kind, "connection refused"))
+//!     }
+//! }
+//! let variables: HashMap<String, String> = [
+//!     ("ship_token", "t0ken"),
+//!     ("storage_account", "devstoreaccount1"),
+//!     ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+//!     ("storage_origin", "http://127.0.0.1:10000"),
+//! ]
+//! .into_iter()
+//! .map(|(k, v)| (k.to_string(), v.to_string()))
+//! .collect();
+//! let ctx = Context {
+//!     connect: &|_timeout| Down,
+//!     variables: &variables,
+//!     now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_096_800),
+//!     new_lease_id: &|| LeaseId::from_random_bytes([7; 16]),
+//!     sleep: &|_| Box::pin(async {}),
+//!     cache: &leasegate_spin::cache::NoCache,
+//! };
+//! let request = Request::new(Method::POST, "/api/orders/o-17/ship");
+//! let answer = pollster::block_on(ship(&ctx, request.clone()));
+//! assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+//!
+//! let request = request.with_header("authorization", "Bearer t0ken");
+//! let answer = pollster::block_on(ship(&ctx, request));
+//! assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE); // nothing was shipped
+//! assert_eq!(answer.headers().get("retry-after"), Some("1"));
+//! ```
+//! In a component crate (`crate-type = ["cdylib", "rlib"]`), the entry point is one line,
+//! compiled for `wasm32-wasip2` only so that `cargo test` runs the handler natively (the
+//! crate depends on `spin-sdk` for the attribute):
+//! ```
+//! # use leasegate::{Request, Response, Transport};
+//! # async fn handle<T: Transport>(_: &leasegate_spin::Context<'_, T>, _: Request) -> Response {
+//! #     Response::new(leasegate::StatusCode::OK)
+//! # }
+//! #[cfg(target_arch = "wasm32")]
+//! #[spin_sdk::http_component]
+//! async fn handle_request(
+//!     request: spin_sdk::http::IncomingRequest,
+//!     out: spin_sdk::http::ResponseOutparam,
+//! ) {
+//!     // The handler, and the request body cap (413 beyond).
+//!     leasegate_spin::spin::serve(request, out, 1 << 20, handle).await
+//! }
+//! ```
+//!
+//! # Versions
+//! The Spin side is built on spin-sdk 5.2 and its WASI 0.2 bindings (`wasi:http@0.2.0`,
+//! target `wasm32-wasip2`): WASI 0.2 runs on every host this project deploys to (Spin 3 and
+//! 4.0, SpinKube's shim, Fermyon's platforms). spin-sdk 7 targets WASI 0.3 final, which only
+//! Spin's main branch runs so far, and spin-sdk 6 a WASI 0.3 release candidate. The move to 7.x
+//! is meant to touch this crate and each component's small entry point, nothing else.
 #![deny(missing_docs)]
 // Handlers' helpers return `Err(leasegate::Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
+
+// The README's examples are compiled and run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub mod auth;
 pub mod cache;
