@@ -4,8 +4,8 @@
 //!
 //! A handler is plain async Rust over a [`Context`] (its transport, settings, clock, lease ids
 //! and cache) and [`leasegate::Request`]/[`leasegate::Response`] values, so the same code runs
-//! as a Spin component (through [`spin::SpinEnv`] and the [`http_export!`] macro) and in native
-//! unit tests (with a `HashMap` of variables and a scripted transport). Locks are the
+//! as a Spin component (through [`spin::SpinEnv`] and the [`spin::serve`] entry point) and in
+//! native unit tests (with a `HashMap` of variables and a scripted transport). Locks are the
 //! [`leasegate`] core's: Azure Blob Storage leases over signed REST, with fencing tokens.
 //!
 //! * [`auth`]: bearer tokens, checked before any other setting is read.

@@ -1,7 +1,7 @@
 //! The Spin side, on spin-sdk 5.2 (WASI 0.2): outbound HTTP through `spin_sdk::http::send`
 //! (bounded by a timeout, the response body read as a stream with a cap), Spin variables and
 //! the key-value store, the incoming request read with a size cap, the answer sent in one
-//! write, and the entry points ([`serve`], [`cron_export!`]). Only this module touches
+//! write, and the entry points ([`serve`], [`cron_export!`](crate::cron_export)). Only this module touches
 //! spin-sdk: moving to another spin-sdk is a change to this crate alone.
 //!
 //! Besides spin-sdk, two crates spin-sdk itself is built on, at the versions it uses: Spin's
