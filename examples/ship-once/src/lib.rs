@@ -44,4 +44,10 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
 pub const MAX_BODY_BYTES: usize = 4 * 1024;
 
 #[cfg(target_arch = "wasm32")]
-leasegate_spin::http_export!(handle, MAX_BODY_BYTES);
+#[spin_sdk::http_component]
+async fn handle_request(
+    request: spin_sdk::http::IncomingRequest,
+    out: spin_sdk::http::ResponseOutparam,
+) {
+    leasegate_spin::spin::serve(request, out, MAX_BODY_BYTES, handle).await
+}
