@@ -81,6 +81,90 @@ pub fn build_example() {
     });
 }
 
+/// The bearer token a project made from the `spin new` template expects.
+pub const TEMPLATE_TOKEN: &str = "test-template-token-6e1b";
+
+/// A project made from the repository's `spin new` template (`templates/leasegate-http`) with
+/// the real Spin CLI, built for wasm32-wasip2 against the workspace's crates, once per test
+/// process. Returns its `spin.toml`.
+///
+/// The template is installed into a scratch Spin data directory (the user's own Spin
+/// templates are not touched), `spin new -t leasegate-http --accept-defaults` writes the
+/// project, and the test points its `leasegate` / `leasegate-spin` dependencies (crates.io
+/// versions in the template) at the workspace's crates before building it with the
+/// workspace's lock file.
+pub fn template_project() -> PathBuf {
+    static MADE: OnceLock<PathBuf> = OnceLock::new();
+    MADE.get_or_init(|| {
+        let work = root().join("target/template-test");
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work).expect("make target/template-test");
+        let spin = |args: &[&str]| {
+            let out = Command::new("spin")
+                .args(args)
+                .current_dir(&work)
+                .env("XDG_DATA_HOME", work.join("spin-data"))
+                .output()
+                .expect("run spin (see scripts/dev.sh setup)");
+            assert!(
+                out.status.success(),
+                "spin {args:?} failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        // `--dir` names the folder that holds `templates/`: the repository's root.
+        let repository = root();
+        spin(&[
+            "templates",
+            "install",
+            "--dir",
+            repository.to_str().expect("UTF-8 path"),
+        ]);
+        let listed = spin(&["templates", "list"]);
+        assert!(
+            listed.contains("leasegate-http"),
+            "not installed:\n{listed}"
+        );
+        spin(&[
+            "new",
+            "-t",
+            "leasegate-http",
+            "gated-work",
+            "--accept-defaults",
+            "--no-vcs",
+        ]);
+        let project = work.join("gated-work");
+        let cargo_toml = project.join("Cargo.toml");
+        let text = std::fs::read_to_string(&cargo_toml).expect("the project's Cargo.toml");
+        let path_dep = |name: &str, dir: &str| {
+            format!("{name} = {{ path = \"{}\" }}", root().join(dir).display())
+        };
+        let pointed = text
+            .replace(
+                "leasegate = \"0.1\"",
+                &path_dep("leasegate", "shared/leasegate"),
+            )
+            .replace(
+                "leasegate-spin = \"0.1\"",
+                &path_dep("leasegate-spin", "shared/leasegate-spin"),
+            );
+        assert_ne!(pointed, text, "the template's dependencies changed: {text}");
+        std::fs::write(&cargo_toml, pointed).expect("write the project's Cargo.toml");
+        std::fs::copy(root().join("Cargo.lock"), project.join("Cargo.lock"))
+            .expect("copy the lock file");
+        let status = Command::new(env!("CARGO"))
+            .current_dir(&project)
+            .args(["build", "--release", "--target", "wasm32-wasip2"])
+            .status()
+            .expect("run cargo to build the generated project");
+        assert!(status.success(), "building the generated project failed");
+        project.join("spin.toml")
+    })
+    .clone()
+}
+
 /// A `.wasm` component's path.
 pub fn wasm(name: &str) -> PathBuf {
     root().join(format!("target/wasm32-wasip2/release/{name}.wasm"))
@@ -120,6 +204,8 @@ pub enum Manifest {
     /// the variables its manifest declares, `shipping_origin` pointing at the webhook proxy
     /// and `ship_token` = [`SHIP_TOKEN`].
     ShipOnce,
+    /// A project made from the `spin new` template: [`template_project`].
+    Template,
 }
 
 impl Manifest {
@@ -129,6 +215,7 @@ impl Manifest {
             Manifest::Http => root().join("spin.toml"),
             Manifest::Cron => root().join("spin-cron.toml"),
             Manifest::ShipOnce => root().join("examples/ship-once/spin.toml"),
+            Manifest::Template => template_project(),
             Manifest::Azure => {
                 static WRITTEN: OnceLock<PathBuf> = OnceLock::new();
                 WRITTEN
@@ -288,10 +375,12 @@ impl App {
 
     /// Starts the app from `setup`'s manifest, clock and container.
     pub fn start_with(tag: &str, overrides: &[(&str, &str)], setup: Setup) -> App {
-        if setup.manifest == Manifest::ShipOnce {
-            build_example();
-        } else {
-            build_components();
+        match setup.manifest {
+            Manifest::ShipOnce => build_example(),
+            Manifest::Template => {
+                template_project();
+            }
+            _ => build_components(),
         }
         let azurite = Azurite::shared();
         let azurite_addr = format!("127.0.0.1:{}", azurite.port());
@@ -323,6 +412,12 @@ impl App {
             variables.retain(|k, _| declared.contains(k));
             variables.insert("shipping_origin".into(), webhook.origin());
             variables.insert("ship_token".into(), SHIP_TOKEN.into());
+        }
+        if setup.manifest == Manifest::Template {
+            let declared = manifest_variables(&setup.manifest.path());
+            variables.retain(|k, _| declared.contains(k));
+            variables.insert("work_origin".into(), webhook.origin());
+            variables.insert("api_token".into(), TEMPLATE_TOKEN.into());
         }
         for (k, v) in overrides {
             variables.insert(k.to_string(), v.to_string());
