@@ -155,19 +155,23 @@ pub fn parse_azure_timer(body: &[u8], fallback: SystemTime) -> Result<Tick, Stri
         }
     })?;
     let timer = invocation.timer;
-    // The invocation's own fields first, then the same ones inside the timer's value.
-    let utc_now = invocation
-        .metadata
-        .sys
-        .utc_now
-        .or(timer.metadata.sys.utc_now);
-    let status = |s: fn(&ScheduleStatus) -> Option<SystemTime>| {
-        s(&invocation.schedule_status).or_else(|| s(&timer.schedule_status))
+    // The invocation's own fields first, then the same ones inside the timer's value; UtcNow,
+    // else Next, else Last. Only the one chosen has to be a time: .NET writes a timer that
+    // never ran as `Last: 0001-01-01T00:00:00`, which is no time here.
+    let chosen = [
+        ("Metadata/sys/UtcNow", invocation.metadata.sys.utc_now),
+        ("Metadata/sys/UtcNow", timer.metadata.sys.utc_now),
+        ("ScheduleStatus/Next", invocation.schedule_status.next),
+        ("ScheduleStatus/Next", timer.schedule_status.next),
+        ("ScheduleStatus/Last", invocation.schedule_status.last),
+        ("ScheduleStatus/Last", timer.schedule_status.last),
+    ]
+    .into_iter()
+    .find_map(|(name, text)| Some((name, text.filter(|s| !s.trim().is_empty())?)));
+    let at = match chosen {
+        Some((name, text)) => parse_time(&text).ok_or_else(|| format!("{name} is not a time"))?,
+        None => fallback,
     };
-    let at = utc_now
-        .or_else(|| status(|s| s.next))
-        .or_else(|| status(|s| s.last))
-        .unwrap_or(fallback);
     Ok(Tick {
         at,
         source: Source::Azure,
@@ -209,9 +213,9 @@ struct TimerInfo {
 #[serde(default)]
 struct ScheduleStatus {
     #[serde(rename = "Next", deserialize_with = "next")]
-    next: Option<SystemTime>,
+    next: Option<String>,
     #[serde(rename = "Last", deserialize_with = "last")]
-    last: Option<SystemTime>,
+    last: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -225,7 +229,7 @@ struct InvocationMetadata {
 #[serde(default)]
 struct Sys {
     #[serde(rename = "UtcNow", deserialize_with = "utc_now")]
-    utc_now: Option<SystemTime>,
+    utc_now: Option<String>,
 }
 
 /// `Data`: the binding named `timer`, else the first one. Its value may also arrive as a JSON
@@ -282,29 +286,24 @@ fn past_due<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     }
 }
 
-fn utc_now<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+fn utc_now<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     time_field(d, "Metadata/sys/UtcNow")
 }
 
-fn next<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+fn next<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     time_field(d, "ScheduleStatus/Next")
 }
 
-fn last<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+fn last<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     time_field(d, "ScheduleStatus/Last")
 }
 
-/// A time field (`name` is its path, for the error): missing, `null` or blank is `None`; a
-/// string is read by [`parse_time`].
-fn time_field<'de, D: Deserializer<'de>>(d: D, name: &str) -> Result<Option<SystemTime>, D::Error> {
-    let text = Option::<String>::deserialize(d)
-        .map_err(|_| D::Error::custom(format!("{name} must be a string")))?;
-    match text {
-        Some(s) if !s.trim().is_empty() => parse_time(&s)
-            .map(Some)
-            .ok_or_else(|| D::Error::custom(format!("{name} is not a time"))),
-        _ => Ok(None),
-    }
+/// A time field (`name` is its path, for the error): missing or `null` is `None`, a string is
+/// kept as written (read by [`parse_time`] only if it is the field chosen), anything else is
+/// refused.
+fn time_field<'de, D: Deserializer<'de>>(d: D, name: &str) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(d)
+        .map_err(|_| D::Error::custom(format!("{name} must be a string")))
 }
 
 /// Whether this deployment takes Azure Functions timer invocations (`POST /{FunctionName}`):
@@ -421,6 +420,44 @@ mod tests {
             let err = parse_azure_timer(bad, now).unwrap_err();
             assert!(err.contains(want), "{err}");
         }
+    }
+
+    #[test]
+    fn azure_times_not_chosen_need_not_parse() {
+        let now = at("2026-11-21T00:00:00Z");
+        // .NET's "never ran" Last, and UtcNow there: the tick is at UtcNow.
+        let never_ran = br#"{"Data":{"timer":{"ScheduleStatus":{"Last":"0001-01-01T00:00:00","Next":"2026-11-21T14:55:00+00:00"},"IsPastDue":false}},"Metadata":{"sys":{"UtcNow":"2026-11-21T14:55:00Z"}}}"#;
+        assert_eq!(
+            parse_azure_timer(never_ran, now).unwrap().at,
+            at("2026-11-21T14:55:00Z")
+        );
+        // No UtcNow: Next is chosen, the bad Last is not read.
+        let no_now = br#"{"Data":{"timer":{"ScheduleStatus":{"Last":"garbage","Next":"2026-11-21T14:55:00Z"}}}}"#;
+        assert_eq!(
+            parse_azure_timer(no_now, now).unwrap().at,
+            at("2026-11-21T14:55:00Z")
+        );
+        // The top-level UtcNow wins over a bad one inside the timer's value.
+        let inner_bad = br#"{"Data":{"timer":{"Metadata":{"sys":{"UtcNow":"yesterday"}}}},"Metadata":{"sys":{"UtcNow":"2026-11-21T14:55:00Z"}}}"#;
+        assert_eq!(
+            parse_azure_timer(inner_bad, now).unwrap().at,
+            at("2026-11-21T14:55:00Z")
+        );
+        // The chosen field must parse: Last when it is the only one.
+        let only_last = br#"{"Data":{"timer":{"ScheduleStatus":{"Last":"0001-01-01T00:00:00"}}}}"#;
+        let err = parse_azure_timer(only_last, now).unwrap_err();
+        assert!(err.contains("ScheduleStatus/Last is not a time"), "{err}");
+        // Only the timer's UtcNow, and it is bad.
+        let only_inner = br#"{"Data":{"timer":{"Metadata":{"sys":{"UtcNow":"yesterday"}}}}}"#;
+        let err = parse_azure_timer(only_inner, now).unwrap_err();
+        assert!(err.contains("UtcNow is not a time"), "{err}");
+        // A field of another type is refused even when not chosen, naming it.
+        let number = br#"{"Data":{"timer":{"ScheduleStatus":{"Last":5}}},"Metadata":{"sys":{"UtcNow":"2026-11-21T14:55:00Z"}}}"#;
+        let err = parse_azure_timer(number, now).unwrap_err();
+        assert!(
+            err.contains("ScheduleStatus/Last must be a string"),
+            "{err}"
+        );
     }
 
     #[test]
