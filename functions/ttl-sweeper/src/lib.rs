@@ -46,6 +46,7 @@ use leasegate::ops::{
 };
 use leasegate::{BlobName, ContainerName, Counting, LeaseState, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
+use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -1580,26 +1581,60 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Marking {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "expires_at")]
     expires_at: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "ttl_seconds")]
     ttl_seconds: Option<u64>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "dead_blob_container")]
     dead_blob_container: Option<Option<String>>,
 }
 
+/// The longest part of serde's error text that a refused marking repeats (it quotes what it
+/// refuses: a stray key as long as the body).
+const MAX_ERROR_CHARS: usize = 200;
+
 impl Marking {
     /// Reads a marking from a request body, which must be a JSON object (serde alone would
-    /// also take a struct from an array of its fields).
-    fn from_body(body: &[u8]) -> Result<Marking, serde_json::Error> {
-        let fields: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)?;
-        serde_json::from_value(serde_json::Value::Object(fields))
+    /// also take a struct from an array of its fields). A wrong type is named in fixed words;
+    /// any other error is cut to [`MAX_ERROR_CHARS`].
+    fn from_body(body: &[u8]) -> Result<Marking, String> {
+        let shown = |e: serde_json::Error| {
+            let mut e = e.to_string();
+            if let Some((cut, _)) = e.char_indices().nth(MAX_ERROR_CHARS) {
+                e.truncate(cut);
+                e.push_str("...");
+            }
+            e
+        };
+        let fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(body).map_err(shown)?;
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(shown)
     }
 }
 
-/// A field that is there, `null` included (`default` gives `None` when it is missing).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
+/// A field of type `T` (`null` is `None`); any other type is refused with `message` (serde's
+/// own would quote the caller's value, however long, and not name the field).
+fn field<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+    message: &str,
+) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d).map_err(|_| D::Error::custom(message))
+}
+
+fn expires_at<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    field(d, "expiresAt must be a string")
+}
+
+fn ttl_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    field(d, "ttlSeconds must be a whole number from 0 to 2^64 - 1")
+}
+
+/// `deadBlobContainer`: there (`null` included: `Some(None)`); `default` gives `None` when it
+/// is missing.
+fn dead_blob_container<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<String>>, D::Error> {
+    field(d, "deadBlobContainer must be a string").map(Some)
 }
 
 /// `PUT /api/ttl/{container}/{blob}`: sets `TimeToLive` (and `DeadBlobContainer`) on an
@@ -2233,10 +2268,19 @@ mod tests {
         assert_eq!(m.dead_blob_container, Some(Some("dead/a/".into())));
         for (bad, names) in [
             (r#"{"ttlSeconds": 5, "colour": 1}"#, "colour"),
-            (r#"{"ttlSeconds": 1e12}"#, "floating point"),
-            (r#"{"ttlSeconds": -5}"#, "-5"),
-            (r#"{"ttlSeconds": "5"}"#, "string"),
-            (r#"{"deadBlobContainer": 3}"#, "integer"),
+            (
+                r#"{"ttlSeconds": 1e12}"#,
+                "ttlSeconds must be a whole number",
+            ),
+            (r#"{"ttlSeconds": -5}"#, "ttlSeconds must be a whole number"),
+            (
+                r#"{"ttlSeconds": "5"}"#,
+                "ttlSeconds must be a whole number",
+            ),
+            (
+                r#"{"deadBlobContainer": 3}"#,
+                "deadBlobContainer must be a string",
+            ),
             ("[]", "expected a map"),
             ("[null, 60]", "expected a map"),
             ("{", "EOF"),
@@ -2245,5 +2289,48 @@ mod tests {
             let e = Marking::from_body(bad.as_bytes()).unwrap_err().to_string();
             assert!(e.contains(names), "{bad}: {e}");
         }
+    }
+
+    /// A refused marking names the field in fixed words, and never repeats a long value or
+    /// key whole.
+    #[test]
+    fn marking_errors_name_the_field_and_stay_short() {
+        let long = format!(r#"{{"ttlSeconds": "{}"}}"#, "A".repeat(60_000));
+        let e = Marking::from_body(long.as_bytes()).unwrap_err().to_string();
+        assert!(e.len() < 300, "{} bytes", e.len());
+        assert!(e.contains("ttlSeconds must be a whole number"), "{e}");
+        for bad in ["-1", "1.5", r#""x""#, "true", "[]"] {
+            let body = format!(r#"{{"ttlSeconds": {bad}}}"#);
+            let e = Marking::from_body(body.as_bytes()).unwrap_err().to_string();
+            assert!(
+                e.contains("ttlSeconds must be a whole number"),
+                "{bad}: {e}"
+            );
+        }
+        for bad in ["5", "{}", "false"] {
+            let body = format!(r#"{{"deadBlobContainer": {bad}}}"#);
+            let e = Marking::from_body(body.as_bytes()).unwrap_err().to_string();
+            assert!(
+                e.contains("deadBlobContainer must be a string"),
+                "{bad}: {e}"
+            );
+        }
+        let e = Marking::from_body(br#"{"expiresAt": 5}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expiresAt must be a string"), "{e}");
+        // A long stray key, or long text after the object, is cut.
+        let key = format!(r#"{{"{}": 1}}"#, "k".repeat(60_000));
+        let e = Marking::from_body(key.as_bytes()).unwrap_err().to_string();
+        assert!(
+            e.len() < 300 && e.contains("unknown field"),
+            "{} bytes",
+            e.len()
+        );
+        let trailing = format!(r#"{{}} "{}""#, "é".repeat(60_000));
+        let e = Marking::from_body(trailing.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 300, "{} bytes", e.len());
     }
 }
