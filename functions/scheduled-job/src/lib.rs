@@ -1264,8 +1264,15 @@ async fn api<T: Transport>(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TickBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tick_at")]
     at: Option<String>,
+}
+
+/// `at`: a string or `null`; any other type is refused in fixed words naming the field
+/// (serde's own would say only `invalid type: integer 5, expected a string`).
+fn tick_at<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(d)
+        .map_err(|_| <D::Error as serde::de::Error>::custom("at must be a string"))
 }
 
 /// The longest part of a refused body's error that an answer repeats (serde's messages quote
@@ -1496,7 +1503,8 @@ mod record_tests {
         );
         for (body, names) in [
             (r#"{"at": "yesterday"}"#, "RFC 3339"),
-            (r#"{"at": 60}"#, "expected a string"),
+            (r#"{"at": 60}"#, "at must be a string"),
+            (r#"{"at": {}}"#, "at must be a string"),
             (
                 r#"{"when": "1970-01-01T00:01:00Z"}"#,
                 "unknown field `when`",
