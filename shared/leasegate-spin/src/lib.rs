@@ -170,10 +170,13 @@ pub mod __private {
     pub use spin_sdk::wit_bindgen;
 }
 
-/// Writes one JSON log line to stdout. Callers put no secret in it.
+/// Writes one JSON log line to stdout. Callers put no secret in it. A line that cannot be
+/// written is dropped: `println!` would panic, a trap in the component, possibly after the
+/// request's side effects were done.
 pub fn log_line(fields: impl serde::Serialize) {
+    use std::io::Write;
     if let Ok(line) = serde_json::to_string(&fields) {
-        println!("{line}");
+        let _ = writeln!(std::io::stdout().lock(), "{line}");
     }
 }
 
