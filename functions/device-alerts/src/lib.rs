@@ -569,6 +569,16 @@ pub fn idempotency_key(device_id: &str, lease_id: LeaseId) -> String {
     leasegate_spin::web::hex(&digest[..16])
 }
 
+/// The notification's `message`: the device, its reading and the threshold.
+fn alert_message(reading: &Reading, threshold: f64) -> String {
+    format!(
+        "device {} reported {} °C, at or above the threshold of {} °C",
+        reading.device_id,
+        web::number(reading.temperature),
+        web::number(threshold)
+    )
+}
+
 /// Step 3: posts the notification (with `Idempotency-Key`); `Err` says why it is not
 /// confirmed (no secret, no URL).
 async fn notify<T: Transport>(
@@ -582,10 +592,7 @@ async fn notify<T: Transport>(
         "deviceId": reading.device_id,
         "temperature": reading.temperature,
         "timestamp": reading.timestamp,
-        "message": format!(
-            "device {} reported {} °C, at or above the threshold of {} °C",
-            reading.device_id, reading.temperature, settings.threshold
-        ),
+        "message": alert_message(reading, settings.threshold),
         "fencingToken": held.fencing_token,
         "windowEndsAt": held.expires_at.map(rfc3339),
         "idempotencyKey": key,
@@ -1101,6 +1108,28 @@ mod tests {
         // In the order the devices first appear; the first of equal readings; at the
         // threshold is hot.
         assert_eq!(hot, [("b", 2), ("a", 4)]);
+    }
+
+    /// Numbers in the message are written the short way (`1e300`, not 301 digits), and a
+    /// whole number without a fraction (`30`, as the docs show).
+    #[test]
+    fn alert_messages_write_numbers_short() {
+        let readings = parse_body(br#"[{"deviceId": "d", "temperature": 1e300}]"#).unwrap();
+        let reading = readings[0].as_ref().unwrap();
+        let m = alert_message(reading, 30.0);
+        // JSON's exponent form (`1e300` or `1e+300`, by serde_json's version).
+        let shown = m
+            .strip_prefix("device d reported ")
+            .and_then(|m| m.strip_suffix(" °C, at or above the threshold of 30 °C"))
+            .unwrap_or_else(|| panic!("{m}"));
+        assert!(shown.len() <= 6, "{shown}");
+        assert_eq!(shown.parse::<f64>().unwrap(), 1e300);
+        let readings = parse_body(br#"[{"deviceId": "s", "temperature": 31.5}]"#).unwrap();
+        let m = alert_message(readings[0].as_ref().unwrap(), 30.25);
+        assert_eq!(
+            m,
+            "device s reported 31.5 °C, at or above the threshold of 30.25 °C"
+        );
     }
 
     #[test]

@@ -98,13 +98,19 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Writes a finite number the shortest way that reads back the same (`31.5`, `30`); anything
-/// else as `NaN`.
+/// Writes a finite number for a message the shortest way that reads back the same: JSON's
+/// form (`31.5`, `1e+300`; not `f64`'s `Display`, which writes `1e300` as 301 digits),
+/// a whole number without `.0` (`30`). Anything else as `NaN`.
 pub fn number(x: f64) -> String {
-    if x.is_finite() {
-        x.to_string()
-    } else {
-        "NaN".to_owned()
+    match serde_json::Number::from_f64(x) {
+        Some(n) => {
+            let s = n.to_string();
+            match s.strip_suffix(".0") {
+                Some(whole) => whole.to_owned(),
+                None => s,
+            }
+        }
+        None => "NaN".to_owned(),
     }
 }
 
@@ -290,7 +296,20 @@ mod tests {
         assert_eq!(number(-0.1), "-0.1");
         assert_eq!(number(0.1 + 0.2), "0.30000000000000004");
         assert_eq!(number(f64::NAN), "NaN");
-        for x in [1e-7, 123456.789, 1e21, -273.15] {
+        assert_eq!(number(f64::INFINITY), "NaN");
+        // The exponent form (`1e300`, or `1e+300` by serde_json's version), not 301 digits.
+        assert!(number(1e300).len() <= 6, "{}", number(1e300));
+        assert!(number(-1e-300).len() <= 8, "{}", number(-1e-300));
+        for x in [
+            1e-7,
+            123456.789,
+            1e21,
+            -273.15,
+            1e300,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            5e-324,
+        ] {
             assert_eq!(number(x).parse::<f64>().unwrap(), x);
         }
     }
