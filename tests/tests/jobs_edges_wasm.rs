@@ -180,6 +180,38 @@ fn a_time_with_a_multibyte_character_is_a_clear_400() {
     );
 }
 
+/// An Azure Functions timer that never ran before arrives with .NET's `DateTime.MinValue` as
+/// `ScheduleStatus.Last` (`0001-01-01T00:00:00`, no time here): with `UtcNow` there, only
+/// `UtcNow` is read and the occurrence runs.
+#[test]
+fn a_first_azure_invocation_with_a_never_ran_last_runs() {
+    let app = start(
+        "revnever",
+        &[("instance_id", "node-n")],
+        Manifest::Azure,
+        None,
+    );
+    let now = unix_now() / 60 * 60;
+    let body = json!({
+        "Data": {"timer": {
+            "Schedule": {"AdjustForDST": true},
+            "ScheduleStatus": {"Last": "0001-01-01T00:00:00", "Next": rfc3339(now), "LastUpdated": "0001-01-01T00:00:00"},
+            "IsPastDue": false
+        }},
+        "Metadata": {"sys": {"MethodName": "scheduled-job", "UtcNow": rfc3339(now), "RandGuid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"}}
+    });
+    let a = call(
+        "POST",
+        &app.url("/scheduled-job"),
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["ReturnValue"]["trigger"], "azure", "{}", a.text);
+    assert_eq!(job_posts(&app), [now]);
+    app.assert_no_trap();
+}
+
 /// The log keeps the last 10 reservations, newest first, and loses no entry: occurrences far
 /// ahead of the storage server's clock (an HTTP tick with a future `at`, a deployment whose
 /// clock runs ahead) are refused, every time, so they cannot push current runs out of it.
