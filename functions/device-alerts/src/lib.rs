@@ -429,10 +429,8 @@ pub async fn gate<'r, T: Transport>(
 /// The device's key in the gate cache, when the cache is on.
 fn cache_key(parsed: &Parsed, device: HotDevice<'_>) -> Option<String> {
     (parsed.settings.cache != cache::Mode::Off).then(|| {
-        parsed
-            .settings
-            .storage
-            .cache_key(&format!("{GATE_PREFIX}{}", device.reading.device.as_str()))
+        let path = format!("{GATE_PREFIX}{}", device.reading.device.as_str());
+        cache::key_for(&parsed.settings.storage, &path)
     })
 }
 

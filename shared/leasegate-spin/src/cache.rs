@@ -101,6 +101,16 @@ pub fn key(origin: &str, account: &str, container: &str, path: &str) -> String {
     format!("leasegate:held:{}", crate::web::hex(&digest[..16]))
 }
 
+/// [`key`] of the lock blob at `path` in `storage`'s container.
+pub fn key_for(storage: &config::Storage, path: &str) -> String {
+    key(
+        &storage.account.endpoint().origin(),
+        storage.account.name(),
+        storage.container.as_str(),
+        path,
+    )
+}
+
 fn millis(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -105,16 +105,6 @@ impl Storage {
             )
         })
     }
-
-    /// The gate cache's key of the lock blob at `path` (see [`crate::cache::key`]).
-    pub fn cache_key(&self, path: &str) -> String {
-        crate::cache::key(
-            &self.account.endpoint().origin(),
-            self.account.name(),
-            self.container.as_str(),
-            path,
-        )
-    }
 }
 
 /// Reads the storage settings:
