@@ -106,7 +106,7 @@ start_azurite() {
 demo() {
   setup
   say "building"
-  cargo build --locked --release -p leasegate-native
+  cargo build --locked --release -p leasegate-cli
   start_azurite
   export LEASEGATE_CONNECTION_STRING="${LEASEGATE_CONNECTION_STRING:-UseDevelopmentStorage=true}"
   say "taking and showing a lease (target/release/leasegate demo)"

@@ -14,7 +14,7 @@ use leasegate::{
     Account, AccountKey, BlobEndpoint, BlobName, ContainerName, Credential, ErrorClass,
     LeaseDuration, LeaseId, LeaseState,
 };
-use leasegate_native::NativeTransport;
+use leasegate_cli::NativeTransport;
 use leasegate_tests::{unique_container, Azurite};
 
 fn exec<O: Operation>(account: &Account, op: &O) -> Result<O::Output, leasegate::Error> {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{LockStatus, Locks};
 use leasegate::LockName;
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, Answer, App, Setup};
 use leasegate_tests::{wait_for, Azurite};
 use serde_json::{json, Value};

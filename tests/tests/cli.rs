@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use leasegate::lease::Locks;
 use leasegate::ops::{Condition, Metadata, SetMetadata, WriteOutcome};
 use leasegate::LockName;
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::root;
 use leasegate_tests::{unique_container, Azurite};
 
@@ -22,7 +22,7 @@ fn cli() -> std::path::PathBuf {
                 "build",
                 "--locked",
                 "-p",
-                "leasegate-native",
+                "leasegate-cli",
                 "--bin",
                 "leasegate",
             ])

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use leasegate::lease::Locks;
 use leasegate::ops::{Condition, Metadata, SetMetadata};
 use leasegate::LockName;
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, root, App, TIMER_AUTH};
 use leasegate_tests::Azurite;
 
@@ -25,7 +25,7 @@ fn cli() -> std::path::PathBuf {
                 "build",
                 "--locked",
                 "-p",
-                "leasegate-native",
+                "leasegate-cli",
                 "--bin",
                 "leasegate",
             ])

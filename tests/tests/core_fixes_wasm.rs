@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use leasegate::lease::Locks;
 use leasegate::ops::{CreateContainer, ListBlobs, Metadata, PutBlob};
 use leasegate::{Account, BlobName, ContainerName};
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, Answer, App, ADMIN_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::stub::{Behaviour, Stub};

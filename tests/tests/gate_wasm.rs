@@ -306,7 +306,7 @@ fn a_corrupt_gate_blob_is_a_clear_error() {
     let release = [AUTH, ("lease-id", a.json["leaseId"].as_str().unwrap())];
     assert_eq!(gate(&app, "DELETE", "bad", &release).status, 204);
     let locks = leasegate::lease::Locks::new(
-        leasegate_native::NativeTransport::default(),
+        leasegate_cli::NativeTransport::default(),
         leasegate_tests::Azurite::shared().account(),
         app.container.clone(),
     )
@@ -316,7 +316,7 @@ fn a_corrupt_gate_blob_is_a_clear_error() {
         .unwrap();
     let mut metadata = leasegate::ops::Metadata::new();
     metadata.insert("leasegate_token".into(), "18446744073709551615".into());
-    leasegate_native::block_on(locks.execute(
+    leasegate_cli::block_on(locks.execute(
         &leasegate::ops::SetMetadata {
             container: app.container.clone(),
             blob,
@@ -651,9 +651,9 @@ fn the_documented_storage_setups_work() {
     // A SAS can reach blobs but not create containers: create it first.
     let container = leasegate_tests::unique_container("sas");
     let account = azurite.account();
-    leasegate_native::block_on(
+    leasegate_cli::block_on(
         leasegate::lease::Locks::new(
-            leasegate_native::NativeTransport::default(),
+            leasegate_cli::NativeTransport::default(),
             account.clone(),
             container.clone(),
         )

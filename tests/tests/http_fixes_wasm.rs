@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use leasegate::lease::Locks;
 use leasegate::ops::{GetProperties, Metadata, SetMetadata};
 use leasegate::LockName;
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::Azurite;

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use leasegate::lease::Locks;
 use leasegate::ops::ListBlobs;
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, Answer, App, Manifest, Setup, ADMIN_AUTH, TIMER_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::wait_for;

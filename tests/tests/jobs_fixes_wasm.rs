@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use leasegate::lease::Locks;
 use leasegate::ops::{Condition, CreateContainer, PutBlob};
 use leasegate::{BlobName, ContainerName};
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{
     call, expect_clear_errors, Answer, App, BadCase, Setup, ADMIN_AUTH, ADMIN_TOKEN, TIMER_AUTH,
     TIMER_TOKEN,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use leasegate::lease::Locks;
 use leasegate::ops::{Condition, GetBlob, ListBlobs, PutBlob};
 use leasegate::BlobName;
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{
     bad, call, expect_clear_errors, Answer, App, Manifest, Setup, ADMIN_AUTH, GATE_TOKEN,
     TIMER_AUTH, TIMER_TOKEN,

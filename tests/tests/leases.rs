@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use leasegate::lease::{Acquire, Acquired, LockStatus, Locks, Release, Term};
 use leasegate::ops::{GetProperties, ListBlobs};
 use leasegate::{ContainerName, Counting, HolderKey, LeaseId, LeaseState, LockName};
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::{unique_container, wait_for, Azurite};
 
 fn locks(container: &ContainerName) -> Locks<NativeTransport> {

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use leasegate::lease::{Acquire, Acquired, IdOrigin, LockStatus, Locks, Release, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, GetProperties, Metadata, SetMetadata};
 use leasegate::{ContainerName, LeaseId, LockName, Transport, TransportError};
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::{describe, unique_container, wait_for, Azurite, Faulty, Step};
 
 fn locks(container: &ContainerName) -> Locks<NativeTransport> {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{Locks, Term};
 use leasegate::{LeaseId, LockName};
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, App, TELEMETRY_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::sink::Behaviour;

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use leasegate::lease::Locks;
 use leasegate::ops::{CreateContainer, GetBlob, ListBlobs, Metadata, PutBlob};
 use leasegate::{BlobName, ContainerName};
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{unique_container, wait_for, Azurite};

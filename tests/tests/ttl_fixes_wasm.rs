@@ -63,14 +63,14 @@ fn raw(
 
 fn create_container(c: &str) {
     let storage = leasegate::lease::Locks::new(
-        leasegate_native::NativeTransport::default(),
+        leasegate_cli::NativeTransport::default(),
         Azurite::shared().account(),
         leasegate::ContainerName::try_new("unused").unwrap(),
     );
     let create = leasegate::ops::CreateContainer {
         container: leasegate::ContainerName::try_new(c).unwrap(),
     };
-    leasegate_native::block_on(storage.execute(&create, SystemTime::now())).unwrap();
+    leasegate_cli::block_on(storage.execute(&create, SystemTime::now())).unwrap();
 }
 
 /// Puts a block blob (`path` is `/name`, percent-encoded as it goes on the wire).

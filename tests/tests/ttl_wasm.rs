@@ -11,7 +11,7 @@ use leasegate::ops::{
     CreateContainer, GetBlob, GetProperties, Lease, LeaseAction, ListBlobs, Metadata, PutBlob,
 };
 use leasegate::{BlobName, ContainerName, LeaseDuration, LeaseId, LockName};
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{
     bad, call, expect_clear_errors, Answer, App, ADMIN_AUTH, ADMIN_TOKEN, TIMER_AUTH, TIMER_TOKEN,
 };

@@ -1,5 +1,5 @@
 //! What the lease algorithms need from the outside world: "send this request, give me the
-//! response". Implementations live outside the core (a native one in `leasegate-native`, a
+//! response". Implementations live outside the core (a native one in `leasegate-cli`, a
 //! Spin one beside the functions).
 
 use std::cell::Cell;

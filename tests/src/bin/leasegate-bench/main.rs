@@ -38,7 +38,7 @@ use leasegate::ops::{
     build, CreateContainer, Lease, LeaseAction, LeaseOutcome, Operation, PutBlob, WriteOutcome,
 };
 use leasegate::{Account, BlobName, ContainerName, LeaseDuration, LeaseId};
-use leasegate_native::NativeTransport;
+use leasegate_cli::NativeTransport;
 use leasegate_tests::app::{call, root, App, Setup};
 use leasegate_tests::{unique_container, Azurite};
 

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Release, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, Lease, LeaseAction};
 use leasegate::{Account, ContainerName, Counting, HolderKey, LeaseId, LockName};
-use leasegate_native::{block_on, NativeTransport};
+use leasegate_cli::{block_on, NativeTransport};
 
 const USAGE: &str = "usage: leasegate <command> [options]
 
