@@ -137,11 +137,22 @@ impl Drop for Azurite {
 }
 
 /// A loopback port that was free a moment ago.
+///
+/// Never the same port twice in one test process: instances started at once (each binding its
+/// port a moment later) must not be handed one port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a loopback port")
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind a loopback port");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 fn wait_listening(child: &mut Child, port: u16, limit: Duration) -> Result<(), String> {

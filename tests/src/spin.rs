@@ -192,7 +192,12 @@ kill -KILL 0"#;
                 ));
             }
             let ready = match self.addr {
-                Some(addr) => TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok(),
+                // Ready when this Spin says it serves its address (a connect alone could reach
+                // another instance that took the port first) and the port answers.
+                Some(addr) => {
+                    self.stdout().contains(&format!("Serving http://{addr}"))
+                        && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                }
                 // A cron-only app: running once Spin has set up its log folder.
                 None => self.dir.join("logs").exists(),
             };

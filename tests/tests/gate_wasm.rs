@@ -302,7 +302,7 @@ fn mixed_windows_share_one_gate() {
 fn a_corrupt_gate_blob_is_a_clear_error() {
     let app = App::start("corrupt", &[]);
     let a = gate(&app, "POST", "bad?window=30", &[AUTH]);
-    assert_eq!(a.status, 200);
+    assert_eq!(a.status, 200, "{}", a.text);
     let release = [AUTH, ("lease-id", a.json["leaseId"].as_str().unwrap())];
     assert_eq!(gate(&app, "DELETE", "bad", &release).status, 204);
     let locks = leasegate::lease::Locks::new(
