@@ -110,7 +110,22 @@ fn a_webhook_that_refuses_leaves_the_order_to_ship_on_retry() {
     let shipped = ship(&b, "order-3");
     assert_eq!(shipped.status, 200, "{}", shipped.text);
     assert_eq!(a.sink.delivered().len(), 1);
-    assert_eq!(a.sink.received().len(), 2);
+    let calls = a.sink.received();
+    assert_eq!(calls.len(), 2);
+    // The retry repeats the idempotency key (the order), so a webhook that acted before it
+    // failed can tell the retry is the same shipment; the fencing token rose.
+    for call in &calls {
+        assert_eq!(
+            call.idempotency_key.as_deref(),
+            Some("order-3"),
+            "{calls:#?}"
+        );
+    }
+    let tokens: Vec<u64> = calls
+        .iter()
+        .map(|c| c.body["fencingToken"].as_u64().unwrap())
+        .collect();
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `POST /api/orders/{id}/ship`: calls the shipping webhook at most once per order per hour,
 //! across every deployment that shares the storage container, and hands the webhook the
-//! fencing token (`{"order": id, "fencingToken": n}`). The losing call answers 429 with
-//! `Retry-After`.
+//! fencing token (`{"order": id, "fencingToken": n}`, `Idempotency-Key: {id}`: a retry after
+//! an uncertain failure sends the same key, so the webhook must dedupe on it). The losing call
+//! answers 429 with `Retry-After`.
 
 use std::time::Duration;
 
@@ -33,8 +34,8 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
     let hour = Duration::from_secs(3600);
     let shipped = once_per_window(ctx, &locks, &order, hour, async |fencing_token| {
         let body = json!({ "order": order.as_str(), "fencingToken": fencing_token });
-        let idempotency_key = format!("{}/{fencing_token}", order.as_str());
-        once::post_json(&transport, &webhook, &idempotency_key, &body).await
+        // The order is the idempotency key: a retry after an uncertain failure repeats it.
+        once::post_json(&transport, &webhook, order.as_str(), &body).await
     });
     once::answer(order.as_str(), shipped.await)
 }

@@ -59,7 +59,8 @@ pub enum Leadership {
 }
 
 /// Asks whether `instance` leads `group` among every caller of `locks`, taking or extending the
-/// group's native lease of `lease` (15 to 60 s, or infinite) with `instance`'s derived lease id.
+/// group's native lease of `lease` (15 to 60 s) with `instance`'s derived lease id. Every
+/// instance needs its own name: two that share one share the lease id, and both would lead.
 /// Round trips: 1 for a follower, 2 or 3 for the leader. `Err` is a storage failure: the
 /// instance does not know, so it must not act as leader.
 pub async fn lead<C, L: Transport>(
@@ -70,6 +71,19 @@ pub async fn lead<C, L: Transport>(
     key: &HolderKey,
     lease: LeaseDuration,
 ) -> Result<Leadership, Error> {
+    // A crashed leader must be replaced, and two instances must never share an id.
+    if matches!(lease, LeaseDuration::Infinite) {
+        return Err(Error::InvalidArgument(
+            "a leader's lease must be 15 to 60 s, not infinite (a crashed leader would never be \
+             replaced)"
+                .into(),
+        ));
+    }
+    if instance.trim().is_empty() {
+        return Err(Error::InvalidArgument(
+            "the instance name is empty: every instance needs its own, unique name".into(),
+        ));
+    }
     let id = LeaseId::for_holder(key, "leader", instance, group);
     let term = Term::Native(lease);
     Ok(
@@ -119,6 +133,14 @@ mod tests {
     }
 
     fn ask(script: Vec<Response>) -> (Result<Leadership, Error>, usize) {
+        ask_as("node-a", LeaseDuration::Seconds(30), script)
+    }
+
+    fn ask_as(
+        instance: &str,
+        lease: LeaseDuration,
+        script: Vec<Response>,
+    ) -> (Result<Leadership, Error>, usize) {
         let transport = Scripted::new(script);
         let locks = Locks::new(
             &transport,
@@ -140,9 +162,9 @@ mod tests {
             &ctx,
             &locks,
             &LockName::try_new("reports").unwrap(),
-            "node-a",
+            instance,
             &key,
-            LeaseDuration::Seconds(30),
+            lease,
         ));
         let sent = transport.sent.borrow().len();
         (outcome, sent)
@@ -197,5 +219,21 @@ mod tests {
             }
         );
         assert_eq!(sent, 1);
+    }
+
+    #[test]
+    fn an_unnamed_instance_or_an_infinite_lease_is_refused_before_storage() {
+        for (instance, lease) in [
+            ("", LeaseDuration::Seconds(30)),
+            ("  ", LeaseDuration::Seconds(30)),
+            ("node-a", LeaseDuration::Infinite),
+        ] {
+            let (outcome, sent) = ask_as(instance, lease, vec![]);
+            assert!(
+                matches!(outcome, Err(Error::InvalidArgument(_))),
+                "{instance:?}: {outcome:?}"
+            );
+            assert_eq!(sent, 0);
+        }
     }
 }

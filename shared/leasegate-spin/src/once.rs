@@ -55,7 +55,8 @@ use crate::{web, Context};
 
 /// How long after another holder took the lock its work may still be running (and may still
 /// fail and give the lock back): a call refused within this time is [`Once::Busy`], later
-/// [`Once::Throttled`].
+/// [`Once::Throttled`]. Keep the work (with `storage_timeout_ms`) well under it: a work that
+/// fails later than this gives the lock back after callers were told to wait out the window.
 pub const RUNNING_FOR: Duration = Duration::from_secs(60);
 
 /// What became of one call of [`once_per_window`].
@@ -133,10 +134,19 @@ where
                     output,
                 }),
                 Err(error) => {
-                    let released = matches!(
-                        locks.release(key, held.lease_id, ctx.now).await,
-                        Ok(Release::Released)
-                    );
+                    // Given back so that a retry runs the work; a give-back storage refused is
+                    // asked once more (releasing our own id twice is harmless), since a lock
+                    // left taken blocks the key for the rest of the window.
+                    let mut released = false;
+                    for _ in 0..2 {
+                        match locks.release(key, held.lease_id, ctx.now).await {
+                            Ok(r) => {
+                                released = r == Release::Released;
+                                break;
+                            }
+                            Err(_) => continue,
+                        }
+                    }
                     Ok(Once::Failed {
                         fencing_token,
                         error,
@@ -350,7 +360,10 @@ pub fn key_in_path(request: &Request, prefix: &str, suffix: &str) -> Result<Lock
 /// `Err` makes [`once_per_window`] give its lock back, so a retry calls again: a receiver
 /// that may have acted before failing (a 5xx after the work, an answer lost) then sees the
 /// call again, with a larger fencing token and the same body; make it idempotent on the body's
-/// identity (the order id, say).
+/// identity (the order id, say), and pass an `idempotency_key` that stays the same across
+/// such retries (the event's identity, never the fencing token, which a retry changes). A 2xx
+/// whose body breaks off is an `Err` too (the transport cannot tell it from a broken answer):
+/// the same idempotency key makes its retry harmless.
 pub async fn post_json<T: Transport>(
     transport: &T,
     url: &str,

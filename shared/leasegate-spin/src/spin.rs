@@ -487,7 +487,7 @@ pub fn respond(out: ResponseOutparam, response: Response) {
             Ok(n) => {
                 let end = body
                     .len()
-                    .min(written + usize::try_from(n).unwrap_or(usize::MAX));
+                    .min(written.saturating_add(usize::try_from(n).unwrap_or(usize::MAX)));
                 if stream.write(&body[written..end]).is_err() {
                     break;
                 }

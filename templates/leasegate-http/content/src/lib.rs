@@ -2,7 +2,9 @@
 //!
 //! The work (here: a webhook call handed the key and the fencing token) runs at most once per
 //! key per window across every deployment that shares the storage container; the other calls
-//! answer 429 with `Retry-After`. Put your own side effect in place of the webhook.
+//! answer 429 with `Retry-After`. Put your own side effect in place of the webhook. A retry
+//! after an uncertain failure (a timeout, a 5xx) runs the work again with the same
+//! `Idempotency-Key` (the key): the receiver must dedupe on it.
 
 use std::time::Duration;
 
@@ -13,6 +15,8 @@ use serde_json::json;
 
 /// At most once per key in this window.
 const WINDOW: Duration = Duration::from_secs({{window-seconds}});
+// A window is 1 s to a year.
+const _: () = assert!(WINDOW.as_secs() >= 1 && WINDOW.as_secs() <= 31_536_000);
 
 /// Handles `POST {{route-prefix}}{key}`.
 pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
@@ -38,8 +42,8 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         // Your side effect goes here; hand it the fencing token. Return Err only when it
         // certainly did not happen (the lock is then given back and a retry runs it).
         let body = json!({ "key": key.as_str(), "fencingToken": fencing_token });
-        let idempotency_key = format!("{}/{fencing_token}", key.as_str());
-        once::post_json(&transport, &work_url, &idempotency_key, &body).await
+        // The key is the idempotency key: a retry after an uncertain failure repeats it.
+        once::post_json(&transport, &work_url, key.as_str(), &body).await
     });
     once::answer(key.as_str(), outcome.await)
 }
