@@ -175,9 +175,10 @@ pub mod __private {
 /// request's side effects were done.
 pub fn log_line(fields: impl serde::Serialize) {
     use std::io::Write;
-    if let Ok(line) = serde_json::to_string(&fields) {
-        let _ = writeln!(std::io::stdout().lock(), "{line}");
-    }
+    // Escaped as answers are (web::to_json): no raw control or reordering character in a log.
+    let mut line = web::to_json(&fields);
+    line.push(b'\n');
+    let _ = std::io::stdout().lock().write_all(&line);
 }
 
 /// Milliseconds since `start`, for log lines.

@@ -3,13 +3,48 @@
 use leasegate::{Request, Response, StatusCode};
 use serde_json::json;
 
-/// A JSON answer.
+/// A JSON answer (written by [`to_json`]).
 pub fn json(status: StatusCode, body: &impl serde::Serialize) -> Response {
-    // Serializing a value the handlers build cannot fail (string keys, finite numbers).
-    let body = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
     Response::new(status)
         .with_header("content-type", "application/json")
-        .with_body(body)
+        .with_body(to_json(body))
+}
+
+/// `value` as compact JSON, with every control character and every format or separator
+/// character (Unicode Cf, Zl, Zp: U+200B, U+2028, U+202E ...) escaped as `\uXXXX` (serde_json
+/// escapes only those below U+0020): no answer or log line carries an invisible or reordering
+/// character raw, whatever a caller or a stored name put in it. A value that cannot be
+/// serialized (never one the handlers build: string keys, finite numbers) is `{}`.
+pub fn to_json(value: &impl serde::Serialize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut writer = serde_json::Serializer::with_formatter(&mut out, Escaping);
+    match value.serialize(&mut writer) {
+        Ok(()) => out,
+        Err(_) => b"{}".to_vec(),
+    }
+}
+
+/// serde_json's compact formatter, escaping what [`to_json`] says.
+struct Escaping;
+
+impl serde_json::ser::Formatter for Escaping {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            if c.is_control() || leasegate::is_format_or_separator(c) {
+                writer.write_all(&fragment.as_bytes()[start..i])?;
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    write!(writer, "\\u{unit:04x}")?;
+                }
+                start = i + c.len_utf8();
+            }
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
 }
 
 /// A JSON error: `{"error": code, "message": message}`. The message must hold no secret.
@@ -246,7 +281,26 @@ pub fn shell_word(word: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn answers_escape_control_format_and_separator_characters() {
+        let value =
+            json!({ "k\u{202e}": "a\u{2028}b\u{200b}c\u{7f}d\u{85}e\u{1}f\u{e0001}g \u{e9}" });
+        let answer = super::json(leasegate::StatusCode::OK, &value);
+        let text = String::from_utf8(answer.into_body()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"k\u202e":"a\u2028b\u200bc\u007fd\u0085e\u0001f\udb40\udc01g \u00e9"}"#
+                .replace("\\u00e9", "\u{e9}")
+        );
+        // It reads back as the same value.
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            value
+        );
+    }
     use super::number;
+    use serde_json::json;
 
     #[test]
     fn retry_after_grows_with_the_failure() {
