@@ -355,29 +355,11 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
     if !timer::azure_channel(ctx.variables) {
         return timer::no_route();
     }
-    if request.method() != leasegate::Method::POST {
-        return web::method_not_allowed("POST");
-    }
-    let settings = match Settings::load(ctx.variables) {
-        Ok(s) => s,
-        Err(e) => {
-            return timer::azure_answer(
-                StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "not_configured", "message": format!("{e}")}),
-                vec![format!("leader: {e}")],
-            )
-        }
-    };
-    let t = match timer::parse_azure_timer(request.body(), ctx.now) {
-        Ok(t) => t,
-        Err(m) => {
-            return timer::azure_answer(
-                StatusCode::BAD_REQUEST,
-                json!({"error": "invalid_invocation", "message": m}),
-                vec![format!("leader: {m}")],
-            )
-        }
-    };
+    let (settings, t) =
+        match timer::azure_invocation(ctx.variables, &request, ctx.now, "leader", Settings::load) {
+            Ok(started_with) => started_with,
+            Err(answer) => return answer,
+        };
     let (status, v) = tick(ctx, &settings, &t, started).await;
     log_tick(&v);
     let summary = format!(

@@ -1316,31 +1316,15 @@ async fn azure<T: Transport>(
     request: &Request,
     started: Instant,
 ) -> Response {
-    if request.method() != leasegate::Method::POST {
-        return web::method_not_allowed("POST");
-    }
-    let settings = match Settings::load(ctx.variables) {
-        Ok(s) => s,
-        Err(e) => {
-            return timer::azure_answer(
-                StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "not_configured", "message": format!("{e}")}),
-                vec![format!("scheduled-job: {e}")],
-            )
-        }
-    };
-    if request.body().len() > MAX_BODY_BYTES {
-        return web::too_large(MAX_BODY_BYTES);
-    }
-    let tick = match timer::parse_azure_timer(request.body(), ctx.now) {
-        Ok(t) => t,
-        Err(m) => {
-            return timer::azure_answer(
-                StatusCode::BAD_REQUEST,
-                json!({"error": "invalid_invocation", "message": m}),
-                vec![format!("scheduled-job: {m}")],
-            )
-        }
+    let (settings, tick) = match timer::azure_invocation(
+        ctx.variables,
+        request,
+        ctx.now,
+        "scheduled-job",
+        Settings::load,
+    ) {
+        Ok(started_with) => started_with,
+        Err(answer) => return answer,
     };
     let outcome = self::tick(ctx, &settings, &tick).await;
     let (status, v) = describe(&settings, &tick, &outcome, started);

@@ -1538,26 +1538,16 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
     if !timer::azure_channel(ctx.variables) {
         return timer::no_route();
     }
-    if request.method() != leasegate::Method::POST {
-        return web::method_not_allowed("POST");
-    }
-    let settings = match Settings::load(ctx.variables) {
-        Ok(s) => s,
-        Err(e) => {
-            return timer::azure_answer(
-                StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "not_configured", "message": format!("{e}")}),
-                vec![format!("ttl-sweeper: {e}")],
-            )
-        }
+    let (settings, _tick) = match timer::azure_invocation(
+        ctx.variables,
+        &request,
+        ctx.now,
+        "ttl-sweeper",
+        Settings::load,
+    ) {
+        Ok(started_with) => started_with,
+        Err(answer) => return answer,
     };
-    if let Err(m) = timer::parse_azure_timer(request.body(), ctx.now) {
-        return timer::azure_answer(
-            StatusCode::BAD_REQUEST,
-            json!({"error": "invalid_invocation", "message": m}),
-            vec![format!("ttl-sweeper: {m}")],
-        );
-    }
     let (report, failure, trips) = sweep(ctx, &settings, started).await;
     let (status, answer) = describe(
         &settings,

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasegate::{Response, StatusCode};
+use leasegate::{Request, Response, StatusCode};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
@@ -320,6 +320,37 @@ pub fn no_route() -> Response {
         "not_found",
         "no such route (the Azure Functions timer channel is on only in that deployment)",
     )
+}
+
+/// The start every timer function's Azure Functions invocation shares: POST only (405), the
+/// function's settings read by `load` (503 `not_configured` in the envelope), the invocation
+/// body read (400 `invalid_invocation` in the envelope, `fallback` the time when it names
+/// none). `Err` is the finished answer; `function` names the function in its log lines.
+pub fn azure_invocation<S>(
+    vars: &dyn Variables,
+    request: &Request,
+    fallback: SystemTime,
+    function: &str,
+    load: impl FnOnce(&dyn Variables) -> Result<S, ConfigError>,
+) -> Result<(S, Tick), Response> {
+    if request.method() != leasegate::Method::POST {
+        return Err(web::method_not_allowed("POST"));
+    }
+    let settings = load(vars).map_err(|e| {
+        azure_answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"error": "not_configured", "message": e.to_string()}),
+            vec![format!("{function}: {e}")],
+        )
+    })?;
+    let tick = parse_azure_timer(request.body(), fallback).map_err(|m| {
+        azure_answer(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": "invalid_invocation", "message": m}),
+            vec![format!("{function}: {m}")],
+        )
+    })?;
+    Ok((settings, tick))
 }
 
 /// The answer to an Azure Functions invocation: `status` (2xx: done; any other marks the
