@@ -1,6 +1,6 @@
 //! Storage accounts: connection strings, blob endpoints and credentials.
 //!
-//! Keys and SAS tokens are secrets: their `Debug` output is redacted, they have no `Display`,
+//! Keys, SAS tokens and bearer tokens are secrets: their `Debug` output is redacted, they have no `Display`,
 //! and no error message of this crate ever holds them.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -84,6 +84,12 @@ pub enum Credential {
     SharedKey(AccountKey),
     /// A shared access signature appended to every request URL.
     Sas(SasToken),
+    /// Microsoft Entra ID: `Authorization: Bearer {token}` on every request, the token from
+    /// this source. The token is an input of each request, like the clock: the transport
+    /// hands it over right before the request is sent ([`crate::Transport::access_token`]),
+    /// and a token storage refuses is asked anew once. For accounts whose Shared Key access
+    /// is turned off.
+    Bearer(crate::token::TokenSource),
 }
 
 /// The blob service endpoint: `https://{account}.blob.core.windows.net` (host style) or

@@ -28,7 +28,7 @@ pub enum ErrorClass {
     AlreadyExists,
     /// A conditional header (`If-Match`, `If-None-Match`, ...) did not hold: `ConditionNotMet`.
     PreconditionFailed,
-    /// 403: the signature, key or SAS was refused.
+    /// 403 (or 401): the signature, key, SAS or token was refused, or the identity lacks a role.
     Auth,
     /// 400 or another 4xx that says the request itself was wrong.
     BadRequest,
@@ -63,6 +63,8 @@ impl ErrorClass {
                 ErrorClass::PreconditionFailed
             }
             "AuthenticationFailed"
+            | "InvalidAuthenticationInfo"
+            | "KeyBasedAuthenticationNotPermitted"
             | "AuthorizationFailure"
             | "AuthorizationPermissionMismatch"
             | "AuthorizationResourceTypeMismatch"
@@ -102,6 +104,21 @@ pub struct StorageError {
     pub retry_after: Option<std::time::Duration>,
 }
 
+impl StorageError {
+    /// True when storage refused the bearer token itself (expired, revoked, for another
+    /// resource or tenant: 401, or 403 `InvalidAuthenticationInfo` / `AuthenticationFailed`),
+    /// so that a new token may be accepted; not a missing role
+    /// (`AuthorizationPermissionMismatch`), which a new token does not cure.
+    pub fn token_refused(&self) -> bool {
+        self.status.as_u16() == 401
+            || (self.status.as_u16() == 403
+                && matches!(
+                    self.code.as_deref(),
+                    Some("InvalidAuthenticationInfo" | "AuthenticationFailed")
+                ))
+    }
+}
+
 impl std::fmt::Display for StorageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "storage answered {}", status_name(self.status))?;
@@ -117,7 +134,7 @@ impl std::fmt::Display for StorageError {
 }
 
 /// A status with its reason phrase where it has one (`403 Forbidden`, `499`).
-fn status_name(status: StatusCode) -> String {
+pub(crate) fn status_name(status: StatusCode) -> String {
     match status.canonical_reason() {
         Some(reason) => format!("{} {reason}", status.as_u16()),
         None => status.as_u16().to_string(),
@@ -212,6 +229,9 @@ pub enum Error {
     /// The request could not be exchanged.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// No access token could be had for a bearer credential (the request was not sent).
+    #[error("no access token: {0}")]
+    Token(crate::token::TokenError),
 }
 
 impl Error {

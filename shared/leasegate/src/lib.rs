@@ -7,7 +7,9 @@
 //!
 //! Layers, bottom up:
 //! * [`account`]: connection strings, endpoints (host style and Azurite's path style),
-//!   credentials (SharedKey, SAS); secrets never print.
+//!   credentials (SharedKey, SAS, Entra ID bearer tokens); secrets never print.
+//! * [`token`]: Entra ID token sources (managed identity, client secret): the token request
+//!   and its answer.
 //! * [`signing`]: SharedKey string-to-sign and signature, service SAS generation.
 //! * [`ops`]: one request builder and one response parser per Blob operation, with outcomes
 //!   classified by `x-ms-error-code` ([`ErrorClass`]).
@@ -75,6 +77,7 @@ pub mod message;
 pub mod names;
 pub mod ops;
 pub mod signing;
+pub mod token;
 pub mod transport;
 pub mod types;
 
@@ -82,5 +85,6 @@ pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken};
 pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};
 pub use message::{Headers, Method, Request, Response, StatusCode};
 pub use names::{is_format_or_separator, BlobName, ContainerName, LockName};
+pub use token::{AccessToken, TokenSource};
 pub use transport::{Counting, Transport};
 pub use types::{ETag, HolderKey, LeaseDuration, LeaseId, LeaseState};

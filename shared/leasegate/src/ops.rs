@@ -201,6 +201,12 @@ fn etag(response: &Response) -> Option<ETag> {
     header_str(response, "etag").map(ETag::new)
 }
 
+/// True when storage refused a request's bearer token itself (see
+/// [`StorageError::token_refused`]): the request did nothing, and a new token may be accepted.
+pub fn token_refused(response: &Response) -> bool {
+    matches!(response.status().as_u16(), 401 | 403) && storage_error(response).token_refused()
+}
+
 /// Reads a storage error response: `x-ms-error-code` (or the XML body's `<Code>` when the header
 /// is missing), `x-ms-request-id`, classified. The body's `<Message>` is never kept: it can
 /// echo request details.

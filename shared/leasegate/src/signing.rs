@@ -19,6 +19,7 @@ use sha2::Sha256;
 use crate::account::{Account, AccountKey, Credential};
 use crate::message::{valid_header_value, Request};
 use crate::names::{BlobName, ContainerName};
+use crate::token::{AccessToken, TokenSource};
 use crate::Error;
 
 /// The REST API version every request names (`x-ms-version`).
@@ -41,8 +42,20 @@ const SIGNED_STANDARD_HEADERS: [&str; 11] = [
 
 /// Stamps `x-ms-date` (from `now`, a parameter: the core reads no clock) and `x-ms-version`,
 /// then authorizes the request with the account's credential: a SharedKey `Authorization`
-/// header, or the SAS appended to the URL.
+/// header, the SAS appended to the URL, or a fixed bearer token ([`bearer`]). A bearer
+/// credential whose tokens are fetched needs the token: [`authorize_with`].
 pub fn authorize(request: &mut Request, account: &Account, now: SystemTime) -> Result<(), Error> {
+    authorize_with(request, account, now, None)
+}
+
+/// [`authorize`], with the bearer token to use for a [`Credential::Bearer`] account (the
+/// transport's, see [`crate::Transport::access_token`]); `None`: the source's fixed token.
+pub fn authorize_with(
+    request: &mut Request,
+    account: &Account,
+    now: SystemTime,
+    token: Option<&AccessToken>,
+) -> Result<(), Error> {
     let headers = request.headers_mut();
     headers.insert("x-ms-date", httpdate::fmt_http_date(now));
     headers.insert("x-ms-version", API_VERSION);
@@ -61,7 +74,32 @@ pub fn authorize(request: &mut Request, account: &Account, now: SystemTime) -> R
             request.set_uri(uri);
             Ok(())
         }
+        Credential::Bearer(source) => match (token, source) {
+            (Some(token), _) | (None, TokenSource::Fixed(token)) => bearer(request, token),
+            (None, source) => Err(Error::InvalidArgument(format!(
+                "the tokens of {} are fetched: authorize with the token in hand \
+                 (signing::authorize_with)",
+                source.describe()
+            ))),
+        },
     }
+}
+
+/// Adds `Authorization: Bearer {token}`; a copy (`x-ms-copy-source`, always a blob of the same
+/// account here) also gets `x-ms-copy-source-authorization: Bearer {token}`: with Entra ID,
+/// storage authorizes reading the copy's source with that header (version 2020-10-02 and
+/// later), not with the destination's authorization.
+pub fn bearer(request: &mut Request, token: &AccessToken) -> Result<(), Error> {
+    let value = format!("Bearer {}", token.secret());
+    if !valid_header_value(&value) {
+        return Err(Error::InvalidArgument("invalid access token".into()));
+    }
+    let headers = request.headers_mut();
+    if headers.contains("x-ms-copy-source") {
+        headers.insert("x-ms-copy-source-authorization", value.clone());
+    }
+    headers.insert("authorization", value);
+    Ok(())
 }
 
 /// Adds `Authorization: SharedKey {account}:{signature}` for the request as it stands.

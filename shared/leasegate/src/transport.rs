@@ -7,7 +7,8 @@ use std::future::Future;
 use std::time::SystemTime;
 
 use crate::message::{Request, Response};
-use crate::TransportError;
+use crate::token::{AccessToken, TokenSource};
+use crate::{Error, TransportError};
 
 /// Exchanges one HTTP request for its response. Any status is a response; only a failure to
 /// exchange (connection refused, timeout, broken stream) is an error.
@@ -33,6 +34,27 @@ pub trait Transport {
     ) -> impl Future<Output = Result<Response, TransportError>> {
         self.send(request)
     }
+
+    /// The bearer token for a storage request of an account whose credential is
+    /// [`Credential::Bearer`](crate::Credential::Bearer), asked right before each such request
+    /// is sent. `refresh`: storage refused the token this transport gave last (expired,
+    /// revoked): give a new one from the source, not a kept one.
+    ///
+    /// The default fetches a token from `source` every time (one token request per storage
+    /// request; a fixed token as it is). A transport that keeps tokens between requests and
+    /// invocations, refreshing them ahead of their expiry, overrides it: the Spin toolkit
+    /// keeps them in the app's key-value store.
+    fn access_token(
+        &self,
+        source: &TokenSource,
+        refresh: bool,
+    ) -> impl Future<Output = Result<AccessToken, Error>> {
+        let _ = refresh;
+        async move {
+            let now = self.now().unwrap_or(std::time::UNIX_EPOCH);
+            Ok(crate::token::fetch(self, source, now).await?.value)
+        }
+    }
 }
 
 impl<T: Transport + ?Sized> Transport for &T {
@@ -49,6 +71,14 @@ impl<T: Transport + ?Sized> Transport for &T {
         request: Request,
     ) -> impl Future<Output = Result<Response, TransportError>> {
         (**self).send_for_status(request)
+    }
+
+    fn access_token(
+        &self,
+        source: &TokenSource,
+        refresh: bool,
+    ) -> impl Future<Output = Result<AccessToken, Error>> {
+        (**self).access_token(source, refresh)
     }
 }
 
@@ -88,5 +118,13 @@ impl<T: Transport> Transport for Counting<T> {
     async fn send_for_status(&self, request: Request) -> Result<Response, TransportError> {
         self.sent.set(self.sent.get() + 1);
         self.inner.send_for_status(request).await
+    }
+
+    async fn access_token(
+        &self,
+        source: &TokenSource,
+        refresh: bool,
+    ) -> Result<AccessToken, Error> {
+        self.inner.access_token(source, refresh).await
     }
 }

@@ -80,12 +80,12 @@ use crate::error::ErrorClass;
 use crate::message::{Request, Response, StatusCode};
 use crate::names::{BlobName, ContainerName, LockName};
 use crate::ops::{
-    server_date, BlobKind, BlobProperties, Condition, CreateContainer, GetProperties, Lease,
-    LeaseAction, Metadata, Operation, PutBlob, SetMetadata, WriteOutcome,
+    server_date, token_refused, BlobKind, BlobProperties, Condition, CreateContainer,
+    GetProperties, Lease, LeaseAction, Metadata, Operation, PutBlob, SetMetadata, WriteOutcome,
 };
-use crate::signing::authorize;
+use crate::signing::{authorize, authorize_with};
 use crate::types::{unix_secs, ETag, LeaseDuration, LeaseId, LeaseState};
-use crate::{Account, Error, Transport};
+use crate::{Account, Credential, Error, Transport};
 
 use claim::{Claim, Kind};
 pub use claim::{MAX_LABEL_BYTES, MAX_TOKEN};
@@ -493,8 +493,23 @@ impl<T: Transport> Locks<T> {
         Box::pin(async move {
             let mut request = request?;
             let date = self.transport.now().unwrap_or(now);
-            authorize(&mut request, &self.account, date)?;
-            Ok(self.transport.send(request).await?)
+            let Credential::Bearer(source) = self.account.credential() else {
+                authorize(&mut request, &self.account, date)?;
+                return Ok(self.transport.send(request).await?);
+            };
+            // A token storage refuses (expired, revoked) did nothing: the request goes once
+            // more with a new one. A refusal of the new one is the caller's answer.
+            let mut refresh = false;
+            loop {
+                let token = self.transport.access_token(source, refresh).await?;
+                let mut attempt = request.clone();
+                authorize_with(&mut attempt, &self.account, date, Some(&token))?;
+                let response = self.transport.send(attempt).await?;
+                if refresh || !token_refused(&response) {
+                    return Ok(response);
+                }
+                refresh = true;
+            }
         })
     }
 
