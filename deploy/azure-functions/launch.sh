@@ -14,9 +14,10 @@
 #     SPIN_VARIABLE_INSTANCE_ID names the deployment (default "azure"); on Azure the first 12
 #     characters of WEBSITE_INSTANCE_ID (one per instance) are appended: "westeurope.1a2b3c4d5e6f".
 #   * the managed identity's token endpoint, when the platform gives one (IDENTITY_ENDPOINT,
-#     IDENTITY_HEADER): SPIN_VARIABLE_IDENTITY_ENDPOINT, SPIN_VARIABLE_IDENTITY_HEADER and
-#     SPIN_VARIABLE_IDENTITY_ORIGIN (scheme://host[:port], for allowed_outbound_hosts). Spin
-#     ignores SPIN_VARIABLE_* for variables the manifest does not declare.
+#     IDENTITY_HEADER): SPIN_VARIABLE_IDENTITY_ENDPOINT and SPIN_VARIABLE_IDENTITY_HEADER (the
+#     platform rotates the header: it is read at each start), and, with the app setting
+#     SPIN_VARIABLE_STORAGE_AUTH=managed_identity, SPIN_VARIABLE_TOKEN_ORIGIN (the endpoint's
+#     scheme://host[:port], which the components may reach: allowed_outbound_hosts).
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 port="${FUNCTIONS_CUSTOMHANDLER_PORT:?the Azure Functions host sets FUNCTIONS_CUSTOMHANDLER_PORT}"
@@ -50,7 +51,9 @@ if [ -n "${IDENTITY_ENDPOINT:-}" ]; then
   # scheme://host[:port] of the endpoint: everything before the first "/" after "://".
   scheme="${IDENTITY_ENDPOINT%%://*}"
   rest="${IDENTITY_ENDPOINT#*://}"
-  export SPIN_VARIABLE_IDENTITY_ORIGIN="$scheme://${rest%%/*}"
+  if [ "${SPIN_VARIABLE_STORAGE_AUTH:-}" = managed_identity ]; then
+    export SPIN_VARIABLE_TOKEN_ORIGIN="$scheme://${rest%%/*}"
+  fi
 fi
 
 cd "$here"

@@ -719,7 +719,7 @@ pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -
     let message = if web::is_forbidden(first) {
         format!(
             "{}; nothing was sent for {} of {} devices ({first})",
-            web::FORBIDDEN_FIX,
+            web::forbidden_fix(first),
             failed.len(),
             gated.len()
         )

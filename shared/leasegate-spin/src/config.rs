@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use leasegate::lease::Locks;
+use leasegate::token::{self, ClientSecret, ManagedIdentity, TokenSource};
 use leasegate::{
     Account, AccountKey, BlobEndpoint, ContainerName, Credential, HolderKey, SasToken, Transport,
 };
@@ -107,65 +108,75 @@ impl Storage {
     }
 }
 
-/// Reads the storage settings:
-/// `storage_connection_string` wins when set; otherwise `storage_account` with `storage_sas`
-/// (when set) or `storage_key` at `storage_origin`, path style (`{origin}/{account}`, as
-/// Azurite serves) unless the origin's host starts with `{account}.` (Azure's host style).
+/// Reads the storage settings.
 ///
-/// `storage_origin` is also what Spin lets the component reach (`allowed_outbound_hosts`), so
-/// a connection string whose blob endpoint is elsewhere is refused here, with a message that
+/// The credential follows `storage_auth`:
+/// * unset: `storage_connection_string` wins when set; otherwise `storage_account` with
+///   `storage_sas` (when set) or `storage_key`;
+/// * `key` / `sas`: `storage_account` with `storage_key` / `storage_sas`;
+/// * `managed_identity`: Microsoft Entra ID tokens of the app's managed identity, from
+///   `identity_endpoint` with `identity_header` (and `identity_client_id` for a user-assigned
+///   identity), an endpoint at `token_origin`;
+/// * `client_secret`: tokens of a service principal (`entra_tenant_id`, `entra_client_id`,
+///   `entra_client_secret`) from the authority `token_origin` (default
+///   `https://login.microsoftonline.com`).
+///
+/// The account is at `storage_origin`, path style (`{origin}/{account}`, as Azurite serves)
+/// unless the origin's host starts with `{account}.` (Azure's host style).
+///
+/// `storage_origin` (and `token_origin`) are also what Spin lets the component reach
+/// (`allowed_outbound_hosts`), so an endpoint elsewhere is refused here, with a message that
 /// says what to set, rather than by Spin at the first request.
 pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
     let origin = var(vars, "storage_origin")
         .ok_or_else(|| ConfigError("variable storage_origin is not set".into()))?;
     let origin = origin.trim_end_matches('/').to_string();
-    let account = match var(vars, "storage_connection_string") {
-        Some(cs) => {
-            let account = Account::from_connection_string(&cs)
-                .map_err(|e| ConfigError(format!("variable storage_connection_string: {e}")))?;
-            let endpoint = account.endpoint().origin();
-            if !endpoint.eq_ignore_ascii_case(&origin) {
+    let auth = var(vars, "storage_auth");
+    let account = match auth.as_deref() {
+        None => match var(vars, "storage_connection_string") {
+            Some(cs) => connection_string_account(&cs, &origin)?,
+            None => {
+                // A SAS, when set, is used: storage_key has a default (Azurite's public key),
+                // so "set storage_sas" must be enough to switch to a SAS.
+                let credential = match (var(vars, "storage_sas"), var(vars, "storage_key")) {
+                    (Some(sas), _) => sas_credential(&sas)?,
+                    (None, Some(key)) => key_credential(&key)?,
+                    (None, None) => {
+                        return Err(ConfigError(
+                            "set storage_key or storage_sas (or storage_connection_string)".into(),
+                        ))
+                    }
+                };
+                named_account(vars, &origin, credential)?
+            }
+        },
+        Some("key") => {
+            let key = var(vars, "storage_key").ok_or_else(|| {
+                ConfigError("variable storage_key is not set (storage_auth = key)".into())
+            })?;
+            named_account(vars, &origin, key_credential(&key)?)?
+        }
+        Some("sas") => {
+            let sas = var(vars, "storage_sas").ok_or_else(|| {
+                ConfigError("variable storage_sas is not set (storage_auth = sas)".into())
+            })?;
+            named_account(vars, &origin, sas_credential(&sas)?)?
+        }
+        Some(kind @ ("managed_identity" | "client_secret")) => {
+            if var(vars, "storage_connection_string").is_some() {
                 return Err(ConfigError(format!(
-                    "the blob endpoint of storage_connection_string is at {endpoint}, but \
-                     storage_origin is {origin}: set storage_origin={endpoint} (Spin lets the \
-                     component reach storage_origin only)"
+                    "storage_auth = {kind} signs in with Microsoft Entra ID: leave \
+                     storage_connection_string empty and set storage_account"
                 )));
             }
-            account
+            let source = token_source(vars, kind)?;
+            token_cache(vars)?;
+            named_account(vars, &origin, Credential::Bearer(source))?
         }
-        None => {
-            let name = var(vars, "storage_account")
-                .ok_or_else(|| ConfigError("variable storage_account is not set".into()))?;
-            let host = origin
-                .find(':')
-                .and_then(|i| origin[i..].strip_prefix("://"));
-            let host_style = host.is_some_and(|host| host.starts_with(&format!("{name}.")));
-            let url = if host_style {
-                origin.clone()
-            } else {
-                format!("{origin}/{name}")
-            };
-            let endpoint = BlobEndpoint::try_new(&url)
-                .map_err(|e| ConfigError(format!("variable storage_origin: {e}")))?;
-            // A SAS, when set, is used: storage_key has a default (Azurite's public key), so
-            // "set storage_sas" must be enough to switch to a SAS.
-            let credential = match (var(vars, "storage_sas"), var(vars, "storage_key")) {
-                (Some(sas), _) => {
-                    Credential::Sas(SasToken::try_new(&sas).map_err(|_| {
-                        ConfigError("variable storage_sas is not a SAS token".into())
-                    })?)
-                }
-                (None, Some(key)) => Credential::SharedKey(
-                    AccountKey::try_new(&key)
-                        .map_err(|_| ConfigError("variable storage_key is not base64".into()))?,
-                ),
-                (None, None) => {
-                    return Err(ConfigError(
-                        "set storage_key or storage_sas (or storage_connection_string)".into(),
-                    ))
-                }
-            };
-            Account::new(&name, endpoint, credential)
+        Some(_) => {
+            return Err(ConfigError(
+                "variable storage_auth must be key, sas, managed_identity or client_secret".into(),
+            ))
         }
     };
     let container_name = var(vars, "container").unwrap_or_else(|| "leasegate".into());
@@ -192,6 +203,133 @@ pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
         max_in_flight: max_in_flight as usize,
         holder_key,
     })
+}
+
+/// The account of `storage_connection_string`, whose blob endpoint must be `origin`.
+fn connection_string_account(cs: &str, origin: &str) -> Result<Account, ConfigError> {
+    let account = Account::from_connection_string(cs)
+        .map_err(|e| ConfigError(format!("variable storage_connection_string: {e}")))?;
+    let endpoint = account.endpoint().origin();
+    if !endpoint.eq_ignore_ascii_case(origin) {
+        return Err(ConfigError(format!(
+            "the blob endpoint of storage_connection_string is at {endpoint}, but \
+             storage_origin is {origin}: set storage_origin={endpoint} (Spin lets the \
+             component reach storage_origin only)"
+        )));
+    }
+    Ok(account)
+}
+
+/// `storage_account` at `origin` (path or host style) with `credential`.
+fn named_account(
+    vars: &dyn Variables,
+    origin: &str,
+    credential: Credential,
+) -> Result<Account, ConfigError> {
+    let name = var(vars, "storage_account")
+        .ok_or_else(|| ConfigError("variable storage_account is not set".into()))?;
+    let host = origin
+        .find(':')
+        .and_then(|i| origin[i..].strip_prefix("://"));
+    let host_style = host.is_some_and(|host| host.starts_with(&format!("{name}.")));
+    let url = if host_style {
+        origin.to_string()
+    } else {
+        format!("{origin}/{name}")
+    };
+    let endpoint = BlobEndpoint::try_new(&url)
+        .map_err(|e| ConfigError(format!("variable storage_origin: {e}")))?;
+    Ok(Account::new(&name, endpoint, credential))
+}
+
+fn sas_credential(sas: &str) -> Result<Credential, ConfigError> {
+    SasToken::try_new(sas)
+        .map(Credential::Sas)
+        .map_err(|_| ConfigError("variable storage_sas is not a SAS token".into()))
+}
+
+fn key_credential(key: &str) -> Result<Credential, ConfigError> {
+    AccountKey::try_new(key)
+        .map(Credential::SharedKey)
+        .map_err(|_| ConfigError("variable storage_key is not base64".into()))
+}
+
+/// A required variable of `storage_auth = {kind}`.
+fn required(vars: &dyn Variables, name: &str, kind: &str) -> Result<String, ConfigError> {
+    var(vars, name).ok_or_else(|| {
+        ConfigError(format!(
+            "variable {name} is not set (storage_auth = {kind})"
+        ))
+    })
+}
+
+/// The Entra ID token source of `storage_auth = kind` (`managed_identity`, `client_secret`).
+/// Its endpoint must be at `token_origin`, the origin Spin lets the component reach for
+/// tokens. Messages name variables, never values of secret ones.
+fn token_source(vars: &dyn Variables, kind: &str) -> Result<TokenSource, ConfigError> {
+    let token_origin = var(vars, "token_origin")
+        .unwrap_or_else(|| token::PUBLIC_AUTHORITY.to_string())
+        .trim_end_matches('/')
+        .to_string();
+    if kind == "managed_identity" {
+        let endpoint = required(vars, "identity_endpoint", kind)?;
+        let header = required(vars, "identity_header", kind)?;
+        let client_id = var(vars, "identity_client_id");
+        let identity = ManagedIdentity::new(&endpoint, &header, client_id.as_deref())
+            .map_err(|e| ConfigError(format!("managed identity: {}", plain(&e))))?;
+        let at = url_origin(&endpoint);
+        if !at.eq_ignore_ascii_case(&token_origin) {
+            return Err(ConfigError(format!(
+                "identity_endpoint is at {at}, but token_origin is {token_origin}: set \
+                 token_origin={at} (Spin lets the component reach token_origin only; the Azure \
+                 Functions launcher sets both)"
+            )));
+        }
+        return Ok(TokenSource::ManagedIdentity(identity));
+    }
+    let tenant = required(vars, "entra_tenant_id", kind)?;
+    let client_id = required(vars, "entra_client_id", kind)?;
+    let secret = required(vars, "entra_client_secret", kind)?;
+    ClientSecret::new(&token_origin, &tenant, &client_id, &secret)
+        .map(TokenSource::ClientSecret)
+        .map_err(|e| {
+            ConfigError(format!(
+                "client secret (token_origin, entra_tenant_id, entra_client_id): {}",
+                plain(&e)
+            ))
+        })
+}
+
+/// A core error's words without its "invalid argument: " prefix.
+fn plain(e: &leasegate::Error) -> String {
+    let text = e.to_string();
+    text.strip_prefix("invalid argument: ")
+        .unwrap_or(&text)
+        .to_string()
+}
+
+/// `scheme://host[:port]` of an absolute URL.
+fn url_origin(url: &str) -> String {
+    match url.find("://") {
+        Some(i) => {
+            let rest = &url[i + 3..];
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            url[..i + 3 + end].to_string()
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Whether bearer tokens are kept in the app's key-value store between invocations:
+/// `storage_token_cache` (`on` by default, `off`).
+pub fn token_cache(vars: &dyn Variables) -> Result<bool, ConfigError> {
+    match var(vars, "storage_token_cache").as_deref() {
+        None | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(_) => Err(ConfigError(
+            "variable storage_token_cache must be on or off".into(),
+        )),
+    }
 }
 
 /// The longest job, term or init name, in bytes.

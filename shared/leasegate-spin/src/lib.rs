@@ -17,6 +17,7 @@
 //!   ever", their outcomes and their HTTP answers.
 //! * [`storage`]: storage steps more than one function takes.
 //! * [`cache`]: the key-value gate cache (a refusal answered without a storage round trip).
+//! * [`token`]: Entra ID bearer tokens kept between invocations in the key-value store.
 //! * [`timer`]: ticks (Spin's cron trigger, the Azure Functions timer envelope, HTTP ticks).
 //! * [`spin`]: the Spin side, on spin-sdk: outbound HTTP (with a timeout), variables, the
 //!   key-value store, reading the incoming request with a size cap, and the entry points.
@@ -133,6 +134,7 @@ pub mod once;
 pub mod spin;
 pub mod storage;
 pub mod timer;
+pub mod token;
 pub mod web;
 
 use std::time::{Duration, SystemTime};

@@ -16,8 +16,10 @@ use std::time::{Duration, SystemTime};
 
 use futures::future::{select, Either};
 use futures::StreamExt;
+use leasegate::token::{Token, TokenSource};
 use leasegate::{
-    LeaseId, Request, Response, StatusCode, Transport, TransportError, TransportErrorKind,
+    AccessToken, LeaseId, Request, Response, StatusCode, Transport, TransportError,
+    TransportErrorKind,
 };
 use spin_sdk::http::conversions::TryIntoOutgoingRequest;
 use spin_sdk::http::{
@@ -26,6 +28,7 @@ use spin_sdk::http::{
 };
 use spin_sdk::{key_value, variables};
 
+use crate::cache::{Cache, NoCache};
 use crate::config::Variables;
 use crate::web;
 use crate::Context;
@@ -74,6 +77,54 @@ impl Transport for SpinTransport {
     async fn send_for_status(&self, request: Request) -> Result<Response, TransportError> {
         self.bounded(exchange(request, None)).await
     }
+
+    /// The bearer token of `source`: the one this invocation already holds, else the one kept
+    /// in the key-value store `default` ([`crate::token`]; not with `storage_token_cache =
+    /// off`), else a new one from the source, fetched through this transport.
+    async fn access_token(
+        &self,
+        source: &TokenSource,
+        refresh: bool,
+    ) -> Result<AccessToken, leasegate::Error> {
+        let now = SystemTime::now();
+        let key = crate::token::key(source);
+        if !refresh {
+            let held = HELD_TOKEN.with_borrow(|held| match held {
+                Some((k, t)) if *k == key && crate::token::fresh(t.expires_at, now) => {
+                    Some(t.value.clone())
+                }
+                _ => None,
+            });
+            if let Some(token) = held {
+                return Ok(token);
+            }
+        }
+        let store = SpinCache::default();
+        let cache: &dyn Cache = match crate::config::token_cache(&SpinVariables) {
+            Ok(false) => &NoCache,
+            _ => &store,
+        };
+        let token = crate::token::cached(cache, source, now, refresh, async || {
+            let token = leasegate::token::fetch(self, source, now).await?;
+            crate::log_line(serde_json::json!({
+                "event": "access_token_fetched",
+                "source": source.describe(),
+                "refresh": refresh,
+                "expiresInSeconds": token.expires_at.duration_since(now).map(|d| d.as_secs()).unwrap_or(0),
+            }));
+            Ok(token)
+        })
+        .await?;
+        HELD_TOKEN.with_borrow_mut(|held| *held = Some((key, token.clone())));
+        Ok(token.value)
+    }
+}
+
+thread_local! {
+    /// The token this instance handed out last, with its store key: the invocation's later
+    /// storage requests need no store read (Spin gives each invocation its own instance).
+    static HELD_TOKEN: std::cell::RefCell<Option<(String, Token)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 impl SpinTransport {
@@ -513,6 +564,7 @@ pub fn respond(out: ResponseOutparam, response: Response) {
 
 /// Spin's key-value store `default`, opened at the first use; a store that cannot be opened
 /// fails every operation (the callers then ask storage).
+#[derive(Default)]
 pub struct SpinCache {
     store: std::cell::OnceCell<Option<key_value::Store>>,
 }
@@ -566,9 +618,7 @@ impl SpinEnv {
     pub fn new() -> Self {
         SpinEnv {
             variables: SpinVariables,
-            cache: SpinCache {
-                store: std::cell::OnceCell::new(),
-            },
+            cache: SpinCache::default(),
         }
     }
 

@@ -149,9 +149,38 @@ pub fn number(x: f64) -> String {
     }
 }
 
-/// What an answer for a 403 from storage says: the deployment must be fixed, retrying does
-/// not help.
+/// What an answer for a 403 from storage says when its error code tells nothing more: the
+/// deployment must be fixed, retrying does not help.
 pub const FORBIDDEN_FIX: &str = "storage refused this app's credential or the request's signature (403 Forbidden): check the storage key or SAS (its permissions, expiry, allowed IPs), or the identity's role on the account; retrying does not help";
+
+/// What to fix for a 403 (or 401) from storage, by its error code.
+pub fn forbidden_fix(e: &leasegate::Error) -> &'static str {
+    let code = match e {
+        leasegate::Error::Storage(s) => s.code.as_deref(),
+        _ => None,
+    };
+    match code {
+        Some("KeyBasedAuthenticationNotPermitted") => {
+            "Shared Key access is turned off on this storage account (allowSharedKeyAccess: \
+             false): storage refuses the account key and every SAS signed with it; sign in with \
+             Microsoft Entra ID instead (storage_auth = managed_identity or client_secret, see \
+             docs/entra-id.md); retrying does not help"
+        }
+        Some("AuthorizationPermissionMismatch") => {
+            "the app's credential is not allowed this request: an identity needs the role \
+             Storage Blob Data Contributor on the container (or the storage account; see \
+             docs/entra-id.md; a new assignment takes a few minutes to apply), a SAS needs the \
+             permissions read, add, create, write, delete and list; retrying does not help"
+        }
+        Some("InvalidAuthenticationInfo" | "AuthenticationFailed") => {
+            "storage refused this app's credential: a storage key or SAS that is wrong or \
+             expired, or an access token storage does not accept (expired, for another \
+             resource or tenant; a new one was asked for and refused too); check the storage \
+             settings, retrying does not help"
+        }
+        _ => FORBIDDEN_FIX,
+    }
+}
 
 /// Whether storage refused the credential or the request's signature (a 403): a
 /// configuration fault, answered 502 `storage_forbidden`, never 503.
@@ -159,10 +188,16 @@ pub fn is_forbidden(e: &leasegate::Error) -> bool {
     e.class() == Some(leasegate::ErrorClass::Auth)
 }
 
+/// Whether no access token could be had and asking again will not help (the token endpoint
+/// refused: a wrong client secret, no identity): answered 502 `token_refused`.
+fn token_refused(e: &leasegate::Error) -> bool {
+    matches!(e, leasegate::Error::Token(t) if !t.retryable)
+}
+
 /// The status of an answer for a storage failure: 502 when storage refused the credential
-/// or the signature (not retryable), else 503 (retryable).
+/// or the signature, or the token endpoint refused (not retryable), else 503 (retryable).
 pub fn storage_status(e: &leasegate::Error) -> StatusCode {
-    if is_forbidden(e) {
+    if is_forbidden(e) || token_refused(e) {
         StatusCode::BAD_GATEWAY
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -171,22 +206,33 @@ pub fn storage_status(e: &leasegate::Error) -> StatusCode {
 
 /// The error code of an answer for a storage failure: `lock_unusable` when the lock blob's
 /// claim cannot be used (an operator must act), `storage_forbidden` when storage refused the
-/// credential or the signature (see [`FORBIDDEN_FIX`]), else `storage_unavailable`.
+/// credential or the signature (see [`forbidden_fix`]), `token_refused` / `token_unavailable`
+/// when no access token could be had (the endpoint refused / could not answer), else
+/// `storage_unavailable`.
 pub fn storage_error_code(e: &leasegate::Error) -> &'static str {
     match e {
         leasegate::Error::CorruptLock(_) | leasegate::Error::UnusableLock { .. } => "lock_unusable",
+        leasegate::Error::Token(t) if t.retryable => "token_unavailable",
+        leasegate::Error::Token(_) => "token_refused",
         e if is_forbidden(e) => "storage_forbidden",
         _ => "storage_unavailable",
     }
 }
 
 /// The message for a storage failure and what it left undone (`consequence`): storage's own
-/// words, and for a 403 the fix ([`FORBIDDEN_FIX`]).
+/// words, for a 403 the fix ([`forbidden_fix`]), for a token that could not be had what the
+/// endpoint said.
 pub fn storage_failed(e: &leasegate::Error, consequence: &str) -> String {
-    if is_forbidden(e) {
-        format!("{FORBIDDEN_FIX}; {consequence}: {e}")
-    } else {
-        format!("lease storage failed, {consequence}: {e}")
+    match e {
+        leasegate::Error::Token(t) if t.retryable => format!(
+            "no Microsoft Entra ID access token for storage, {consequence}: {t}; retry later"
+        ),
+        leasegate::Error::Token(t) => format!(
+            "no Microsoft Entra ID access token for storage, {consequence}: {t}; check the \
+             identity settings of storage_auth (docs/entra-id.md), retrying does not help"
+        ),
+        e if is_forbidden(e) => format!("{}; {consequence}: {e}", forbidden_fix(e)),
+        _ => format!("lease storage failed, {consequence}: {e}"),
     }
 }
 
@@ -243,6 +289,7 @@ pub fn storage_unavailable(e: &leasegate::Error) -> Response {
 pub fn retry_after(failure: Option<&leasegate::Error>, jitter: u32) -> u64 {
     use leasegate::TransportErrorKind as K;
     let base = match failure {
+        Some(leasegate::Error::Token(_)) => 5,
         Some(leasegate::Error::Storage(s)) => match s.retry_after {
             Some(d) => d.as_secs().max(1),
             None => 5,

@@ -1,0 +1,203 @@
+//! Entra ID bearer tokens kept between invocations in the app's key-value store, so that a
+//! hot decision costs its storage request and no token request.
+//!
+//! An entry holds a token **at rest in the app's own store** (`storage_token_cache = off` turns
+//! that off: every invocation then asks for a token once). It is used until [`REFRESH_AHEAD`]
+//! before it expires, then replaced by a fresh one. Two invocations refreshing at once each
+//! fetch a token and write it: both are valid, the later write wins, nothing else happens. A
+//! token storage refused is dropped before a new one is fetched (so a failing endpoint does not
+//! leave it in place), and an entry that cannot be read counts as none.
+
+use std::time::{Duration, SystemTime};
+
+use leasegate::token::{Token, TokenSource};
+use leasegate::{AccessToken, Error};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::cache::Cache;
+
+/// A kept token is replaced this long before it expires (Entra ID's tokens live about an hour;
+/// an invocation that takes a token just before this point still has minutes to use it).
+pub const REFRESH_AHEAD: Duration = Duration::from_secs(300);
+
+/// An entry of the store.
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    /// The token.
+    token: String,
+    /// When it expires, Unix seconds.
+    #[serde(rename = "expiresOn")]
+    expires_on: u64,
+}
+
+/// The store key of `source`'s tokens: a digest of where they come from (endpoint or authority,
+/// tenant, client id; no secret), so that apps sharing a store do not meet.
+pub fn key(source: &TokenSource) -> String {
+    let digest = Sha256::digest(source.identity().as_bytes());
+    format!("leasegate:token:{}", crate::web::hex(&digest[..16]))
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Whether a token expiring at `expires_at` is still handed out at `now`.
+pub fn fresh(expires_at: SystemTime, now: SystemTime) -> bool {
+    now + REFRESH_AHEAD < expires_at
+}
+
+/// The token for `source` at `now`: the one kept in `cache` while [`fresh`], else one from
+/// `fetch` (kept for the next invocations). `refresh`: storage refused the token handed out
+/// last; the kept one is dropped and a new one fetched. A fixed token is handed out as it is.
+pub async fn cached(
+    cache: &dyn Cache,
+    source: &TokenSource,
+    now: SystemTime,
+    refresh: bool,
+    fetch: impl AsyncFnOnce() -> Result<Token, Error>,
+) -> Result<Token, Error> {
+    if matches!(source, TokenSource::Fixed(_)) {
+        return fetch().await;
+    }
+    let key = key(source);
+    if refresh {
+        let _ = cache.delete(&key);
+    } else if let Some(token) = read(cache, &key).filter(|t| fresh(t.expires_at, now)) {
+        return Ok(token);
+    }
+    let token = fetch().await?;
+    let entry = Entry {
+        token: token.value.secret().to_string(),
+        expires_on: unix_secs(token.expires_at),
+    };
+    if let Ok(bytes) = serde_json::to_vec(&entry) {
+        // Best effort: without the store, the next invocation asks once more.
+        let _ = cache.set(&key, &bytes);
+    }
+    Ok(token)
+}
+
+/// The entry under `key`, if there is a readable one.
+fn read(cache: &dyn Cache, key: &str) -> Option<Token> {
+    let bytes = cache.get(key).ok()??;
+    let entry: Entry = serde_json::from_slice(&bytes).ok()?;
+    Some(Token {
+        value: AccessToken::try_new(&entry.token).ok()?,
+        expires_at: SystemTime::UNIX_EPOCH + Duration::from_secs(entry.expires_on),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Unavailable;
+    use leasegate::token::ClientSecret;
+    use std::cell::{Cell, RefCell};
+    use std::collections::HashMap;
+
+    #[derive(Default)]
+    struct Store {
+        entries: RefCell<HashMap<String, Vec<u8>>>,
+        broken: bool,
+    }
+
+    impl Cache for Store {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Unavailable> {
+            if self.broken {
+                return Err(Unavailable);
+            }
+            Ok(self.entries.borrow().get(key).cloned())
+        }
+        fn set(&self, key: &str, value: &[u8]) -> Result<(), Unavailable> {
+            if self.broken {
+                return Err(Unavailable);
+            }
+            self.entries.borrow_mut().insert(key.into(), value.to_vec());
+            Ok(())
+        }
+        fn delete(&self, key: &str) -> Result<(), Unavailable> {
+            self.entries.borrow_mut().remove(key);
+            Ok(())
+        }
+    }
+
+    fn source() -> TokenSource {
+        TokenSource::ClientSecret(
+            ClientSecret::new("https://login.example", "t", "c", "the-client-secret").unwrap(),
+        )
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    /// Fetches `tok{n}` expiring an hour after `now`, counting.
+    fn get(store: &Store, now: u64, refresh: bool, fetched: &Cell<u32>) -> String {
+        let token = pollster::block_on(cached(store, &source(), at(now), refresh, async || {
+            fetched.set(fetched.get() + 1);
+            Ok(Token {
+                value: AccessToken::try_new(&format!("tok{}", fetched.get())).unwrap(),
+                expires_at: at(now + 3600),
+            })
+        }))
+        .unwrap();
+        token.value.secret().to_string()
+    }
+
+    #[test]
+    fn a_kept_token_serves_until_shortly_before_it_expires() {
+        let store = Store::default();
+        let fetched = Cell::new(0);
+        assert_eq!(get(&store, 1000, false, &fetched), "tok1");
+        assert_eq!(get(&store, 1001, false, &fetched), "tok1");
+        assert_eq!(get(&store, 1000 + 3600 - 301, false, &fetched), "tok1");
+        assert_eq!(fetched.get(), 1);
+        // Within REFRESH_AHEAD of its expiry: a new one.
+        assert_eq!(get(&store, 1000 + 3600 - 300, false, &fetched), "tok2");
+        assert_eq!(fetched.get(), 2);
+        let entry =
+            String::from_utf8(store.entries.borrow().values().next().unwrap().clone()).unwrap();
+        assert!(entry.contains("\"tok2\""), "{entry}");
+        assert!(!entry.contains("the-client-secret"), "{entry}");
+        assert!(!key(&source()).contains("the-client-secret"));
+    }
+
+    #[test]
+    fn a_refused_token_is_dropped_then_replaced() {
+        let store = Store::default();
+        let fetched = Cell::new(0);
+        assert_eq!(get(&store, 1000, false, &fetched), "tok1");
+        assert_eq!(get(&store, 1000, true, &fetched), "tok2");
+        assert_eq!(get(&store, 1001, false, &fetched), "tok2");
+
+        // The endpoint fails on the refresh: the refused token is gone all the same.
+        let failed = pollster::block_on(cached(&store, &source(), at(1002), true, async || {
+            Err(Error::InvalidArgument("down".into()))
+        }));
+        assert!(failed.is_err());
+        assert!(store.entries.borrow().is_empty());
+    }
+
+    #[test]
+    fn a_broken_store_or_entry_means_asking() {
+        let store = Store {
+            broken: true,
+            ..Store::default()
+        };
+        let fetched = Cell::new(0);
+        assert_eq!(get(&store, 1000, false, &fetched), "tok1");
+        assert_eq!(get(&store, 1000, false, &fetched), "tok2");
+
+        let store = Store::default();
+        store
+            .entries
+            .borrow_mut()
+            .insert(key(&source()), b"not json".to_vec());
+        let fetched = Cell::new(0);
+        assert_eq!(get(&store, 1000, false, &fetched), "tok1");
+        assert_eq!(get(&store, 1001, false, &fetched), "tok1");
+    }
+}
