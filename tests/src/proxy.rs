@@ -16,7 +16,11 @@
 //!
 //! [`Proxy::start_tls`] starts the same proxy with a listener that speaks TLS (the server
 //! certificate of [`crate::tls::TestCa`], for `localhost` and `127.0.0.1`); the upstream stays
-//! plain HTTP. Both serve a connection with the same code, over any [`ClientStream`].
+//! plain HTTP. [`Proxy::start_to_tls`] and [`Proxy::start_tls_to_tls`] reach their upstream over
+//! TLS instead (trusting only the test CA, server name `localhost`): an Azurite with `--oauth
+//! basic` ([`crate::Azurite::start_oauth`]) serves HTTPS only. Every listener kind serves a
+//! connection with the same code, over any [`ClientStream`], and every upstream kind is read
+//! and written the same way ([`UpstreamStream`]), so every fault works on each.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -24,7 +28,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use rustls::{ServerConnection, StreamOwned};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConnection, ServerConnection, StreamOwned};
 
 /// What the proxy does to a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +122,8 @@ struct Shared {
     stop: AtomicBool,
     /// The listener speaks TLS with this configuration; `None`: plain HTTP.
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// The upstream is reached over TLS with this configuration; `None`: plain HTTP.
+    upstream_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// One request in flight at the proxy, from when it was read until its answer was passed on
@@ -144,6 +151,7 @@ impl Drop for InFlight<'_> {
 pub struct Proxy {
     port: u16,
     tls: bool,
+    upstream_tls: bool,
     shared: Arc<Shared>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -151,17 +159,39 @@ pub struct Proxy {
 impl Proxy {
     /// Starts a proxy on a free loopback port in front of `upstream` (`127.0.0.1:port`).
     pub fn start(upstream: &str) -> Proxy {
-        Proxy::start_with(upstream, None)
+        Proxy::start_with(upstream, None, None)
     }
 
     /// Starts a proxy like [`Proxy::start`] whose listener speaks TLS, with the server
     /// certificate of this process's [`crate::tls::TestCa`] (for `localhost` and `127.0.0.1`);
     /// it forwards to `upstream` in plain HTTP. Its origin is `https://localhost:{port}`.
     pub fn start_tls(upstream: &str) -> Proxy {
-        Proxy::start_with(upstream, Some(crate::tls::TestCa::shared().server_config()))
+        let ca = crate::tls::TestCa::shared();
+        Proxy::start_with(upstream, Some(ca.server_config()), None)
     }
 
-    fn start_with(upstream: &str, tls: Option<Arc<rustls::ServerConfig>>) -> Proxy {
+    /// Starts a proxy whose listener speaks plain HTTP (origin `http://127.0.0.1:{port}`, as
+    /// [`Proxy::start`]) and that reaches `upstream` (`127.0.0.1:port`) over TLS, trusting only
+    /// this process's [`crate::tls::TestCa`] and checking the name `localhost`: in front of
+    /// [`crate::Azurite::start_oauth`] for a native client that speaks plain HTTP.
+    pub fn start_to_tls(upstream: &str) -> Proxy {
+        let ca = crate::tls::TestCa::shared();
+        Proxy::start_with(upstream, None, Some(ca.client_config()))
+    }
+
+    /// Starts a proxy whose listener speaks TLS (origin `https://localhost:{port}`, as
+    /// [`Proxy::start_tls`]) and that reaches `upstream` over TLS (as [`Proxy::start_to_tls`]):
+    /// an app under `spin up` that trusts the test CA talks HTTPS to it, and it to Azurite.
+    pub fn start_tls_to_tls(upstream: &str) -> Proxy {
+        let ca = crate::tls::TestCa::shared();
+        Proxy::start_with(upstream, Some(ca.server_config()), Some(ca.client_config()))
+    }
+
+    fn start_with(
+        upstream: &str,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        upstream_tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Proxy {
         let upstream: SocketAddr = upstream.parse().expect("upstream is host:port");
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         listener.set_nonblocking(true).expect("non-blocking accept");
@@ -174,6 +204,7 @@ impl Proxy {
             flight: Mutex::new((0, 0)),
             stop: AtomicBool::new(false),
             tls,
+            upstream_tls,
         });
         let thread = {
             let shared = shared.clone();
@@ -182,12 +213,13 @@ impl Proxy {
         Proxy {
             port,
             tls: shared.tls.is_some(),
+            upstream_tls: shared.upstream_tls.is_some(),
             shared,
             thread: Some(thread),
         }
     }
 
-    /// `http://127.0.0.1:{port}` (`https://localhost:{port}` for [`Proxy::start_tls`]): what
+    /// `http://127.0.0.1:{port}` (`https://localhost:{port}` for a TLS listener): what
     /// the app is given as the upstream's origin.
     pub fn origin(&self) -> String {
         if self.tls {
@@ -197,9 +229,15 @@ impl Proxy {
         }
     }
 
-    /// Whether the listener speaks TLS ([`Proxy::start_tls`]).
+    /// Whether the listener speaks TLS ([`Proxy::start_tls`], [`Proxy::start_tls_to_tls`]).
     pub fn is_tls(&self) -> bool {
         self.tls
+    }
+
+    /// Whether the upstream is reached over TLS ([`Proxy::start_to_tls`],
+    /// [`Proxy::start_tls_to_tls`]).
+    pub fn is_upstream_tls(&self) -> bool {
+        self.upstream_tls
     }
 
     /// `127.0.0.1:{port}`.
@@ -367,7 +405,7 @@ fn serve<S: ClientStream>(client: S, shared: &Shared) {
     let started = Instant::now();
     // Reads through the buffer; writes go straight to the stream underneath (`get_mut`).
     let mut reader = BufReader::new(client);
-    let mut upstream: Option<BufReader<TcpStream>> = None;
+    let mut upstream: Option<BufReader<UpstreamStream>> = None;
     while started.elapsed() < CONNECTION_LIMIT && !shared.stop.load(Ordering::Relaxed) {
         let request = match read_message(&mut reader, None) {
             Some(r) => r,
@@ -460,26 +498,73 @@ fn serve<S: ClientStream>(client: S, shared: &Shared) {
     }
 }
 
+/// The proxy's connection to its upstream: plain TCP, or TLS over TCP.
+enum UpstreamStream {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl UpstreamStream {
+    /// Connects to the upstream (over TLS when the proxy was started so, the handshake
+    /// happening on the first write).
+    fn connect(shared: &Shared) -> Option<UpstreamStream> {
+        let s = TcpStream::connect_timeout(&shared.upstream, Duration::from_secs(10)).ok()?;
+        let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+        let _ = s.set_write_timeout(Some(IO_TIMEOUT));
+        let _ = s.set_nodelay(true);
+        Some(match &shared.upstream_tls {
+            None => UpstreamStream::Plain(s),
+            Some(config) => {
+                let name = ServerName::try_from("localhost").expect("a server name");
+                let conn = ClientConnection::new(config.clone(), name).ok()?;
+                UpstreamStream::Tls(Box::new(StreamOwned::new(conn, s)))
+            }
+        })
+    }
+}
+
+impl Read for UpstreamStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            UpstreamStream::Plain(s) => s.read(buf),
+            UpstreamStream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for UpstreamStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            UpstreamStream::Plain(s) => s.write(buf),
+            UpstreamStream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            UpstreamStream::Plain(s) => s.flush(),
+            UpstreamStream::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// Sends `request` upstream (opening the connection if needed) and reads the whole answer.
 /// Only a kept connection that the upstream had closed meanwhile is tried once more on a new
 /// one; a fresh connection that fails is a failure (the upstream may have acted).
 fn forward(
     shared: &Shared,
-    upstream: &mut Option<BufReader<TcpStream>>,
+    upstream: &mut Option<BufReader<UpstreamStream>>,
     request: &Message,
     method: &str,
 ) -> Option<Message> {
     loop {
         let kept = upstream.is_some();
         if !kept {
-            let s = TcpStream::connect_timeout(&shared.upstream, Duration::from_secs(10)).ok()?;
-            let _ = s.set_read_timeout(Some(IO_TIMEOUT));
-            let _ = s.set_write_timeout(Some(IO_TIMEOUT));
-            let _ = s.set_nodelay(true);
-            *upstream = Some(BufReader::new(s));
+            *upstream = Some(BufReader::new(UpstreamStream::connect(shared)?));
         }
         let conn = upstream.as_mut().expect("just opened");
-        if conn.get_mut().write_all(&request.bytes()).is_ok() {
+        let sent = conn.get_mut().write_all(&request.bytes());
+        if sent.and_then(|()| conn.get_mut().flush()).is_ok() {
             if let Some(answer) = read_message(conn, Some(method)) {
                 return Some(answer);
             }

@@ -1,5 +1,6 @@
-//! A throwaway test CA and a server certificate it signed, for the proxy's TLS mode
-//! ([`crate::proxy::Proxy::start_tls`]): the app under `spin up` reaches storage over HTTPS when
+//! A throwaway test CA and a server certificate it signed, for the proxy's TLS modes
+//! ([`crate::proxy::Proxy::start_tls`], and a TLS upstream such as Azurite with `--oauth
+//! basic`, [`crate::Azurite::start_oauth`]): the app under `spin up` reaches storage over HTTPS when
 //! its runtime config trusts the CA (`[[client_tls]]` with `ca_roots_file`, see
 //! [`client_tls_runtime_config`]).
 //!
@@ -28,9 +29,13 @@ pub const BACKDATED: Duration = Duration::from_secs(24 * 3600);
 /// The test CA and the server certificate it signed.
 pub struct TestCa {
     ca_pem: String,
+    ca_der: CertificateDer<'static>,
     server_chain: Vec<CertificateDer<'static>>,
+    server_chain_pem: String,
     server_key: PrivatePkcs8KeyDer<'static>,
+    server_key_pem: String,
     server_config: OnceLock<Arc<rustls::ServerConfig>>,
+    client_config: OnceLock<Arc<rustls::ClientConfig>>,
 }
 
 impl TestCa {
@@ -88,9 +93,13 @@ impl TestCa {
 
         TestCa {
             ca_pem: ca_cert.pem(),
+            ca_der: ca_cert.der().clone(),
             server_chain: vec![server_cert.der().clone(), ca_cert.der().clone()],
+            server_chain_pem: format!("{}{}", server_cert.pem(), ca_cert.pem()),
             server_key: PrivatePkcs8KeyDer::from(server_key.serialize_der()),
+            server_key_pem: server_key.serialize_pem(),
             server_config: OnceLock::new(),
+            client_config: OnceLock::new(),
         }
     }
 
@@ -104,6 +113,48 @@ impl TestCa {
         let path = dir.join("test-ca.pem");
         std::fs::write(&path, &self.ca_pem).expect("write the test CA's PEM");
         path
+    }
+
+    /// The server certificate then the CA certificate, PEM (what a server such as Azurite's
+    /// `--cert` reads).
+    pub fn server_chain_pem(&self) -> &str {
+        &self.server_chain_pem
+    }
+
+    /// The server certificate's private key, PKCS #8 PEM (Azurite's `--key`).
+    pub fn server_key_pem(&self) -> &str {
+        &self.server_key_pem
+    }
+
+    /// Writes [`TestCa::server_chain_pem`] to `dir/server-chain.pem` and
+    /// [`TestCa::server_key_pem`] to `dir/server-key.pem`; returns both paths (chain, key).
+    pub fn write_server_pems(&self, dir: &Path) -> (PathBuf, PathBuf) {
+        let chain = dir.join("server-chain.pem");
+        let key = dir.join("server-key.pem");
+        std::fs::write(&chain, &self.server_chain_pem).expect("write the server chain's PEM");
+        std::fs::write(&key, &self.server_key_pem).expect("write the server key's PEM");
+        (chain, key)
+    }
+
+    /// The client side's TLS configuration: trusts this CA only, TLS 1.2 and 1.3, ring as the
+    /// crypto provider, HTTP/1.1 only (the proxy's TLS upstream).
+    pub fn client_config(&self) -> Arc<rustls::ClientConfig> {
+        self.client_config
+            .get_or_init(|| {
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let mut roots = rustls::RootCertStore::empty();
+                roots
+                    .add(self.ca_der.clone())
+                    .expect("the test CA as a root");
+                let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .expect("protocol versions")
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                Arc::new(config)
+            })
+            .clone()
     }
 
     /// The server side's TLS configuration: the server certificate (then the CA), TLS 1.2 and
