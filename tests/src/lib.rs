@@ -1,6 +1,10 @@
 //! The integration test harness: a real Azurite, started by the tests on a free loopback port
 //! with its data in a temporary folder, and stopped when the test process ends.
 //!
+//! [`Azurite::start_oauth`] starts one that also checks bearer tokens (`--oauth basic`, which
+//! needs HTTPS): it serves HTTPS with the server certificate of [`tls::TestCa`]; the tokens come
+//! from [`entra::TokenServer`] (or [`entra::mint`]).
+//!
 //! Azurite is the npm package pinned in `tests/azurite/package.json`; `scripts/dev.sh` installs
 //! it (`npm ci`). Set `LEASEGATE_AZURITE_DEBUG=1` to keep Azurite's debug log (it prints the
 //! string-to-sign it computed, the fastest way to mend a 403).
@@ -16,6 +20,7 @@ use std::time::{Duration, Instant};
 use leasegate::{Account, ContainerName};
 
 pub mod app;
+pub mod entra;
 pub mod keepalive;
 pub mod proxy;
 pub mod sink;
@@ -30,11 +35,25 @@ pub struct Azurite {
     _stdin: Mutex<Option<ChildStdin>>,
     port: u16,
     dir: PathBuf,
+    oauth: bool,
 }
 
 impl Azurite {
     /// Starts a new Azurite on a free port; panics with a clear message if it cannot.
     pub fn start() -> Azurite {
+        Azurite::start_with(false)
+    }
+
+    /// Starts a new Azurite like [`Azurite::start`] that checks bearer tokens (`--oauth basic`)
+    /// and so serves HTTPS (`--cert`, `--key`: the server certificate of
+    /// [`tls::TestCa::shared`], for `localhost` and `127.0.0.1`). SharedKey and SAS requests
+    /// keep working on it; a bearer token is checked for its issuer, audience and lifetime,
+    /// not its signature.
+    pub fn start_oauth() -> Azurite {
+        Azurite::start_with(true)
+    }
+
+    fn start_with(oauth: bool) -> Azurite {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("azurite");
         let main = root.join("node_modules/azurite/dist/src/blob/main.js");
         assert!(
@@ -63,6 +82,14 @@ impl Azurite {
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped());
+            if oauth {
+                let (cert, key) = tls::TestCa::shared().write_server_pems(&dir);
+                cmd.arg("--cert")
+                    .arg(cert)
+                    .arg("--key")
+                    .arg(key)
+                    .args(["--oauth", "basic"]);
+            }
             if std::env::var_os("LEASEGATE_AZURITE_DEBUG").is_some() {
                 cmd.arg("--debug").arg(dir.join("debug.log"));
                 eprintln!("azurite debug log: {}", dir.join("debug.log").display());
@@ -76,6 +103,7 @@ impl Azurite {
                         _stdin: Mutex::new(stdin),
                         port,
                         dir,
+                        oauth,
                     }
                 }
                 Err(e) => {
@@ -95,27 +123,53 @@ impl Azurite {
         SHARED.get_or_init(Azurite::start)
     }
 
+    /// One Azurite with `--oauth basic` ([`Azurite::start_oauth`]) shared by every test of this
+    /// test binary (each test uses its own container).
+    pub fn shared_oauth() -> &'static Azurite {
+        static SHARED: OnceLock<Azurite> = OnceLock::new();
+        SHARED.get_or_init(Azurite::start_oauth)
+    }
+
     /// The blob port.
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `http://127.0.0.1:{port}/devstoreaccount1`.
+    /// `127.0.0.1:{port}`: what [`proxy::Proxy`] is given as its upstream.
+    pub fn authority(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Whether it checks bearer tokens and serves HTTPS ([`Azurite::start_oauth`]).
+    pub fn is_oauth(&self) -> bool {
+        self.oauth
+    }
+
+    /// `http://127.0.0.1:{port}/devstoreaccount1`; `https://localhost:{port}/devstoreaccount1`
+    /// for [`Azurite::start_oauth`] (the name its certificate is for; a client must trust
+    /// [`tls::TestCa`]).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}/devstoreaccount1", self.port)
+        if self.oauth {
+            format!("https://localhost:{}/devstoreaccount1", self.port)
+        } else {
+            format!("http://127.0.0.1:{}/devstoreaccount1", self.port)
+        }
     }
 
     /// A connection string for the development account on this Azurite.
     pub fn connection_string(&self) -> String {
+        let protocol = if self.oauth { "https" } else { "http" };
         format!(
-            "DefaultEndpointsProtocol=http;AccountName={};AccountKey={};BlobEndpoint={};",
+            "DefaultEndpointsProtocol={protocol};AccountName={};AccountKey={};BlobEndpoint={};",
             leasegate::account::DEV_ACCOUNT_NAME,
             leasegate::account::DEV_ACCOUNT_KEY,
             self.endpoint()
         )
     }
 
-    /// The development account on this Azurite.
+    /// The development account on this Azurite (for [`Azurite::start_oauth`] at its HTTPS
+    /// endpoint: a client must trust [`tls::TestCa`]; a plain client goes through
+    /// [`proxy::Proxy::start_to_tls`] with an account at the proxy's origin instead).
     pub fn account(&self) -> Account {
         Account::development(&self.endpoint()).expect("valid endpoint")
     }
