@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use leasegate::ContainerName;
 
+use crate::entra::TokenServer;
 use crate::proxy::{Proxy, Seen};
 use crate::sink::Sink;
 use crate::spin::{Spin, SpinConfig};
@@ -306,6 +307,20 @@ pub struct Setup {
     /// test CA for `localhost` from every storage component the manifest has
     /// ([`STORAGE_COMPONENTS`]).
     pub storage_tls: bool,
+    /// Sign in to storage with Microsoft Entra ID: storage is the Azurite that checks bearer
+    /// tokens (`--oauth basic`, HTTPS: [`Azurite::shared_oauth`]) behind a TLS proxy (as
+    /// [`Setup::storage_tls`]), tokens come from the app's own [`TokenServer`] (`token_origin`)
+    /// and the storage key variable is emptied.
+    pub entra: Option<Entra>,
+}
+
+/// How a test app gets its Entra ID tokens ([`Setup::entra`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entra {
+    /// `storage_auth = managed_identity`: the token server's identity endpoint and header.
+    ManagedIdentity,
+    /// `storage_auth = client_secret`: the token server as the authority.
+    ClientSecret,
 }
 
 /// The components that reach storage (those of them a manifest has get its `[[client_tls]]`
@@ -354,6 +369,11 @@ pub struct App {
     pub webhook: Proxy,
     /// The app's variables.
     pub variables: HashMap<String, String>,
+    /// The token server of an app under [`Setup::entra`].
+    pub tokens: Option<TokenServer>,
+    /// Under [`Setup::entra`]: a plain-HTTP proxy to the same Azurite (HTTPS behind it), for
+    /// the test's own SharedKey reads of blob state ([`App::inspect_account`]).
+    pub inspect: Option<Proxy>,
     /// Folders of generated files (a manifest, the test CA's PEM), removed with the app.
     scratch: Vec<PathBuf>,
 }
@@ -382,13 +402,22 @@ impl App {
             }
             _ => build_components(),
         }
-        let azurite = Azurite::shared();
-        let azurite_addr = format!("127.0.0.1:{}", azurite.port());
-        let storage = if setup.storage_tls {
-            Proxy::start_tls(&azurite_addr)
+        let storage_tls = setup.storage_tls || setup.entra.is_some();
+        let (storage, inspect) = if setup.entra.is_some() {
+            let azurite = Azurite::shared_oauth().authority();
+            (
+                Proxy::start_tls_to_tls(&azurite),
+                Some(Proxy::start_to_tls(&azurite)),
+            )
         } else {
-            Proxy::start(&azurite_addr)
+            let azurite_addr = format!("127.0.0.1:{}", Azurite::shared().port());
+            if storage_tls {
+                (Proxy::start_tls(&azurite_addr), None)
+            } else {
+                (Proxy::start(&azurite_addr), None)
+            }
         };
+        let tokens = setup.entra.map(|_| TokenServer::start());
         let sink = Sink::start();
         let webhook = Proxy::start(&sink.authority());
         let container = setup.container.unwrap_or_else(|| unique_container(tag));
@@ -419,6 +448,29 @@ impl App {
             variables.insert("work_origin".into(), webhook.origin());
             variables.insert("api_token".into(), TEMPLATE_TOKEN.into());
         }
+        if let (Some(entra), Some(tokens)) = (setup.entra, &tokens) {
+            let origin = tokens.origin();
+            let mut entra_vars = vec![("storage_key", String::new()), ("token_origin", origin)];
+            match entra {
+                Entra::ManagedIdentity => entra_vars.extend([
+                    ("storage_auth", "managed_identity".to_string()),
+                    ("identity_endpoint", tokens.identity_endpoint()),
+                    ("identity_header", crate::entra::IDENTITY_HEADER.to_string()),
+                ]),
+                Entra::ClientSecret => entra_vars.extend([
+                    ("storage_auth", "client_secret".to_string()),
+                    ("entra_tenant_id", crate::entra::TENANT_ID.to_string()),
+                    ("entra_client_id", crate::entra::CLIENT_ID.to_string()),
+                    (
+                        "entra_client_secret",
+                        crate::entra::CLIENT_SECRET.to_string(),
+                    ),
+                ]),
+            }
+            for (k, v) in entra_vars {
+                variables.insert(k.into(), v);
+            }
+        }
         for (k, v) in overrides {
             variables.insert(k.to_string(), v.to_string());
         }
@@ -432,7 +484,7 @@ impl App {
             (setup.manifest.path(), None)
         };
         let mut scratch: Vec<PathBuf> = manifest.1.into_iter().collect();
-        let runtime_config = if setup.storage_tls {
+        let runtime_config = if storage_tls {
             let dir = crate::spin::scratch_dir("tls");
             let ca_file = crate::tls::TestCa::shared().write_ca_pem(&dir);
             scratch.push(dir);
@@ -464,7 +516,30 @@ impl App {
             storage,
             webhook,
             variables,
+            tokens,
+            inspect,
             scratch,
+        }
+    }
+
+    /// The token server of an app under [`Setup::entra`].
+    pub fn tokens(&self) -> &TokenServer {
+        self.tokens
+            .as_ref()
+            .expect("the app signs in with Entra ID (Setup::entra)")
+    }
+
+    /// The account the test reads blob state with: the development account (SharedKey) on the
+    /// app's Azurite, through [`App::inspect`] for an app under [`Setup::entra`].
+    pub fn inspect_account(&self) -> leasegate::Account {
+        match &self.inspect {
+            Some(proxy) => leasegate::Account::development(&format!(
+                "{}/{}",
+                proxy.origin(),
+                leasegate::account::DEV_ACCOUNT_NAME
+            ))
+            .expect("the proxy's endpoint"),
+            None => Azurite::shared().account(),
         }
     }
 

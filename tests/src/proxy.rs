@@ -40,6 +40,9 @@ pub enum Fault {
     /// Answer this status without forwarding (503 carries `x-ms-error-code: ServerBusy`; every
     /// answer has a `Date`).
     Status(u16),
+    /// Answer this status with this `x-ms-error-code` without forwarding (a 403
+    /// `AuthorizationPermissionMismatch`: the identity has no role; Azurite has no RBAC).
+    Error(u16, &'static str),
     /// Wait this long, then forward.
     Delay(Duration),
     /// Forward, read the whole answer, then reset the connection instead of passing it on: the
@@ -448,11 +451,12 @@ fn serve<S: ClientStream>(client: S, shared: &Shared) {
                 drop(in_flight);
                 return reset(reader.into_inner());
             }
-            Some(Fault::Status(status)) => {
-                let code = if status == 503 {
-                    "x-ms-error-code: ServerBusy\r\n"
-                } else {
-                    ""
+            Some(fault @ (Fault::Status(_) | Fault::Error(..))) => {
+                let (status, code) = match fault {
+                    Fault::Error(status, code) => (status, format!("x-ms-error-code: {code}\r\n")),
+                    Fault::Status(503) => (503, "x-ms-error-code: ServerBusy\r\n".to_string()),
+                    Fault::Status(status) => (status, String::new()),
+                    _ => unreachable!("matched above"),
                 };
                 let answer = format!(
                     "HTTP/1.1 {status} Fault\r\nDate: {}\r\n{code}Content-Length: 0\r\n\r\n",

@@ -1,0 +1,285 @@
+//! Storage with Microsoft Entra ID tokens under the real `spin up`: the Azurite that checks
+//! bearer tokens (`--oauth basic`, over HTTPS through the TLS proxy), tokens from the test's
+//! token server as the managed identity endpoint or the client-credentials authority. Every
+//! storage request carries `Bearer`, one token serves many invocations (kept in the key-value
+//! store), a token nearing its expiry is replaced, a token storage refuses is asked anew once,
+//! an endpoint that is down answers a clear 503 and sends nothing, and no secret shows.
+
+use std::time::Duration;
+
+use leasegate_tests::app::{call, post_telemetry, Answer, App, Entra, Setup, GATE_TOKEN};
+use leasegate_tests::entra::{TokenFault, CLIENT_SECRET, IDENTITY_HEADER};
+use leasegate_tests::proxy::{Fault, Seen};
+use leasegate_tests::wait_for;
+use serde_json::json;
+
+const AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
+
+fn entra_app(tag: &str, entra: Entra, overrides: &[(&str, &str)]) -> App {
+    App::start_with(
+        tag,
+        overrides,
+        Setup {
+            entra: Some(entra),
+            ..Setup::default()
+        },
+    )
+}
+
+fn take_gate(app: &App, key: &str) -> Answer {
+    call(
+        "POST",
+        &app.url(&format!("/api/gate/{key}?window=30")),
+        &[AUTH],
+        b"",
+    )
+}
+
+/// Every request in `seen` was authorized with a bearer token.
+fn all_bearer(seen: &[Seen]) {
+    assert!(!seen.is_empty(), "no storage request was seen");
+    for s in seen {
+        assert_eq!(
+            s.auth,
+            "Bearer",
+            "{} went without a bearer token",
+            s.describe()
+        );
+    }
+}
+
+/// No secret in the answers' texts or the app's log: the identity header, the client secret,
+/// a token (every JWT starts `eyJ`), the gate token.
+fn no_secret_shows(app: &App, answers: &[&Answer]) {
+    let mut texts: Vec<String> = answers.iter().map(|a| a.text.clone()).collect();
+    texts.extend(app.log_lines());
+    for text in &texts {
+        for secret in [IDENTITY_HEADER, CLIENT_SECRET, "eyJ", GATE_TOKEN] {
+            assert!(!text.contains(secret), "a secret shows: {text}");
+        }
+    }
+}
+
+#[test]
+fn the_gate_takes_leases_with_a_managed_identity_token() {
+    let app = entra_app("entra-gate", Entra::ManagedIdentity, &[]);
+    let (a, seen) = app.counted(|| take_gate(&app, "k1"));
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["acquired"], true, "{}", a.text);
+    all_bearer(&seen);
+    // The identity endpoint was asked once, with its header.
+    let asked = app.tokens().requests();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert_eq!(asked[0].status, 200, "{asked:#?}");
+
+    // The gate is held: another caller is refused by storage, which the token reached.
+    let (b, seen) = app.counted(|| take_gate(&app, "k1"));
+    assert_eq!(b.status, 429, "{}", b.text);
+    assert_eq!(b.json["acquired"], false, "{}", b.text);
+    all_bearer(&seen);
+
+    // One token across many invocations: it is kept in the key-value store.
+    for i in 0..20 {
+        let r = take_gate(&app, &format!("many-{i}"));
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    assert_eq!(app.tokens().token_count(), 1);
+    no_secret_shows(&app, &[&a, &b]);
+    app.assert_no_trap();
+}
+
+#[test]
+fn device_alerts_notify_once_with_a_client_secret_token() {
+    let app = entra_app("entra-alerts", Entra::ClientSecret, &[("kv_cache", "off")]);
+    let reading = json!({ "deviceId": "dev-entra", "temperature": 41.0 });
+    let (first, seen) = app.counted(|| post_telemetry(&app, &reading));
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert_eq!(
+        first.json["decisions"][0]["decision"], "notified",
+        "{}",
+        first.text
+    );
+    all_bearer(&seen);
+    let (second, seen) = app.counted(|| post_telemetry(&app, &reading));
+    assert_eq!(second.status, 200, "{}", second.text);
+    assert_eq!(
+        second.json["decisions"][0]["decision"], "throttled",
+        "{}",
+        second.text
+    );
+    // A hot decision: one storage request, no token request.
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    all_bearer(&seen);
+    assert_eq!(app.sink.for_device("dev-entra").len(), 1);
+    assert_eq!(app.tokens().token_count(), 1);
+    no_secret_shows(&app, &[&first, &second]);
+}
+
+#[test]
+fn a_token_endpoint_that_is_down_answers_503_and_sends_nothing() {
+    let app = entra_app("entra-down", Entra::ManagedIdentity, &[]);
+    let reading = json!({ "deviceId": "dev-down", "temperature": 45.0 });
+    for fault in [TokenFault::Status(503), TokenFault::Refuse] {
+        let name = format!("{fault:?}");
+        app.tokens().set_fault(Some(fault));
+        let (a, seen) = app.counted(|| post_telemetry(&app, &reading));
+        assert_eq!(a.status, 503, "{name}: {}", a.text);
+        assert!(a.headers.contains_key("retry-after"), "{}", a.text);
+        assert_eq!(a.json["error"], "token_unavailable", "{}", a.text);
+        assert!(
+            a.json["message"]
+                .as_str()
+                .unwrap()
+                .contains("identity endpoint"),
+            "{}",
+            a.text
+        );
+        assert!(
+            seen.is_empty(),
+            "no storage request without a token: {seen:#?}"
+        );
+        let g = take_gate(&app, "down");
+        assert_eq!(g.status, 503, "{}", g.text);
+        assert_eq!(g.json["error"], "token_unavailable", "{}", g.text);
+        no_secret_shows(&app, &[&a, &g]);
+    }
+    assert!(app.sink.for_device("dev-down").is_empty());
+
+    // Back: the next call works, and notifies once.
+    app.tokens().set_fault(None);
+    let a = post_telemetry(&app, &reading);
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["decisions"][0]["decision"], "notified", "{}", a.text);
+    let b = post_telemetry(&app, &reading);
+    assert_eq!(
+        b.json["decisions"][0]["decision"], "throttled",
+        "{}",
+        b.text
+    );
+    assert_eq!(app.sink.for_device("dev-down").len(), 1);
+}
+
+#[test]
+fn a_refused_client_secret_answers_502_naming_the_endpoints_code() {
+    let app = entra_app(
+        "entra-badsecret",
+        Entra::ClientSecret,
+        &[("entra_client_secret", "a-wrong-secret-value")],
+    );
+    let a = take_gate(&app, "k");
+    assert_eq!(a.status, 502, "{}", a.text);
+    assert_eq!(a.json["error"], "token_refused", "{}", a.text);
+    let message = a.json["message"].as_str().unwrap();
+    assert!(message.contains("invalid_client"), "{message}");
+    assert!(message.contains("AADSTS7000215"), "{message}");
+    assert!(!a.text.contains("a-wrong-secret-value"));
+    assert!(!a.headers.contains_key("retry-after"));
+    assert!(app.storage.seen().is_empty());
+    no_secret_shows(&app, &[&a]);
+    for line in app.log_lines() {
+        assert!(!line.contains("a-wrong-secret-value"), "{line}");
+    }
+}
+
+#[test]
+fn a_token_storage_refuses_is_asked_anew_once() {
+    let app = entra_app("entra-refused", Entra::ManagedIdentity, &[]);
+    // Tokens for another resource: storage refuses each (403 AuthenticationFailed).
+    app.tokens().set_audience("https://vault.azure.net");
+    let (a, seen) = app.counted(|| take_gate(&app, "k"));
+    assert_eq!(a.status, 502, "{}", a.text);
+    assert_eq!(a.json["error"], "storage_forbidden", "{}", a.text);
+    assert_eq!(
+        a.json["storageErrorCode"], "AuthenticationFailed",
+        "{}",
+        a.text
+    );
+    assert!(
+        a.json["message"].as_str().unwrap().contains("access token"),
+        "{}",
+        a.text
+    );
+    // The refused token was dropped and a new one asked for, once: two tokens, two requests.
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    assert_eq!(app.tokens().token_count(), 2);
+
+    // Storage accepts the endpoint's tokens again: the kept (refused) one is replaced once.
+    app.tokens().clear_audience();
+    let (b, seen) = app.counted(|| take_gate(&app, "k"));
+    assert_eq!(b.status, 200, "{}", b.text);
+    assert_eq!(b.json["acquired"], true, "{}", b.text);
+    all_bearer(&seen);
+    assert_eq!(app.tokens().token_count(), 3);
+    let c = take_gate(&app, "k2");
+    assert_eq!(c.status, 200, "{}", c.text);
+    assert_eq!(app.tokens().token_count(), 3);
+    no_secret_shows(&app, &[&a, &b, &c]);
+}
+
+#[test]
+fn a_missing_role_and_shared_key_off_name_the_fix() {
+    let app = entra_app("entra-role", Entra::ManagedIdentity, &[]);
+    app.storage
+        .set_fault(Some(Fault::Error(403, "AuthorizationPermissionMismatch")));
+    let a = take_gate(&app, "k");
+    assert_eq!(a.status, 502, "{}", a.text);
+    assert_eq!(a.json["error"], "storage_forbidden", "{}", a.text);
+    let message = a.json["message"].as_str().unwrap();
+    assert!(
+        message.contains("Storage Blob Data Contributor"),
+        "{message}"
+    );
+    // A missing role is not cured by a new token: none was asked for.
+    assert_eq!(app.tokens().token_count(), 1);
+
+    app.storage.set_fault(Some(Fault::Error(
+        403,
+        "KeyBasedAuthenticationNotPermitted",
+    )));
+    let b = post_telemetry(
+        &app,
+        &json!({ "deviceId": "dev-role", "temperature": 50.0 }),
+    );
+    assert_eq!(b.status, 502, "{}", b.text);
+    assert_eq!(b.json["error"], "storage_forbidden", "{}", b.text);
+    let message = b.json["message"].as_str().unwrap();
+    assert!(
+        message.contains("Shared Key access is turned off"),
+        "{message}"
+    );
+    assert!(message.contains("storage_auth"), "{message}");
+    assert!(app.sink.for_device("dev-role").is_empty());
+    app.storage.set_fault(None);
+}
+
+#[test]
+fn a_token_nearing_its_expiry_is_replaced() {
+    let app = entra_app("entra-expiry", Entra::ClientSecret, &[]);
+    // Kept while more than 5 minutes are left: 20 s of use, then replaced.
+    app.tokens().set_lifetime(Duration::from_secs(320));
+    let a = take_gate(&app, "first");
+    assert_eq!(a.status, 200, "{}", a.text);
+    let b = take_gate(&app, "second");
+    assert_eq!(b.status, 200, "{}", b.text);
+    assert_eq!(
+        app.tokens().token_count(),
+        1,
+        "the kept token served the second call"
+    );
+    app.tokens().set_lifetime(Duration::from_secs(3599));
+    let mut n = 0;
+    wait_for(
+        "a new token once the kept one nears expiry",
+        Duration::from_secs(90),
+        || {
+            n += 1;
+            let r = take_gate(&app, &format!("later-{n}"));
+            assert_eq!(r.status, 200, "{}", r.text);
+            (app.tokens().token_count() == 2).then_some(())
+        },
+    );
+    // The new one is kept in turn.
+    let c = take_gate(&app, "after");
+    assert_eq!(c.status, 200, "{}", c.text);
+    assert_eq!(app.tokens().token_count(), 2);
+}
