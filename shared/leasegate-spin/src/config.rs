@@ -356,6 +356,7 @@ pub fn check_name(name: &str, noun: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use leasegate::token::TokenSource;
     use std::collections::HashMap;
 
     fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -484,6 +485,111 @@ mod tests {
             let err = storage(&v).unwrap_err().to_string();
             assert!(err.starts_with("configuration: "), "{err}");
             assert!(!err.contains(secret), "{err}");
+        }
+    }
+
+    fn entra(extra: &[(&str, &str)]) -> HashMap<String, String> {
+        let mut v = vars(&[
+            ("storage_account", "acct"),
+            ("storage_origin", "https://acct.blob.core.windows.net"),
+            // Azurite's key is every manifest's default: storage_auth must win over it.
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+        ]);
+        for (k, val) in extra {
+            v.insert(k.to_string(), val.to_string());
+        }
+        v
+    }
+
+    #[test]
+    fn storage_auth_chooses_an_entra_token_source() {
+        let s = storage(&entra(&[
+            ("storage_auth", "managed_identity"),
+            ("identity_endpoint", "http://localhost:41741/msi/token"),
+            ("identity_header", "hdr-secret-1"),
+            ("token_origin", "http://localhost:41741"),
+        ]))
+        .unwrap();
+        match s.account.credential() {
+            Credential::Bearer(TokenSource::ManagedIdentity(_)) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            s.account.endpoint().origin(),
+            "https://acct.blob.core.windows.net"
+        );
+        assert!(!format!("{s:?}").contains("hdr-secret-1"));
+
+        let s = storage(&entra(&[
+            ("storage_auth", "client_secret"),
+            ("entra_tenant_id", "contoso.onmicrosoft.com"),
+            ("entra_client_id", "0000-aaaa"),
+            ("entra_client_secret", "client-secret-2"),
+        ]))
+        .unwrap();
+        match s.account.credential() {
+            Credential::Bearer(TokenSource::ClientSecret(_)) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(!format!("{s:?}").contains("client-secret-2"));
+
+        let s = storage(&entra(&[("storage_auth", "key")])).unwrap();
+        assert!(matches!(s.account.credential(), Credential::SharedKey(_)));
+    }
+
+    #[test]
+    fn entra_settings_that_cannot_work_are_named() {
+        let cases: [(&[(&str, &str)], &str); 9] = [
+            (&[("storage_auth", "entra")], "storage_auth must be key, sas, managed_identity or client_secret"),
+            (&[("storage_auth", "managed_identity")], "variable identity_endpoint is not set (storage_auth = managed_identity)"),
+            (
+                &[("storage_auth", "managed_identity"), ("identity_endpoint", "http://localhost:1/msi")],
+                "variable identity_header is not set",
+            ),
+            (
+                &[
+                    ("storage_auth", "managed_identity"),
+                    ("identity_endpoint", "http://localhost:1/msi"),
+                    ("identity_header", "s3cret-header"),
+                ],
+                "identity_endpoint is at http://localhost:1, but token_origin is https://login.microsoftonline.com: set token_origin=http://localhost:1",
+            ),
+            (&[("storage_auth", "client_secret")], "variable entra_tenant_id is not set (storage_auth = client_secret)"),
+            (
+                &[("storage_auth", "client_secret"), ("entra_tenant_id", "t"), ("entra_client_id", "c")],
+                "variable entra_client_secret is not set",
+            ),
+            (
+                &[
+                    ("storage_auth", "client_secret"),
+                    ("entra_tenant_id", "t/../x"),
+                    ("entra_client_id", "c"),
+                    ("entra_client_secret", "s3cret-header"),
+                ],
+                "the tenant is a GUID or a domain name",
+            ),
+            (
+                &[
+                    ("storage_auth", "client_secret"),
+                    ("storage_connection_string", "UseDevelopmentStorage=true"),
+                ],
+                "leave storage_connection_string empty",
+            ),
+            (
+                &[
+                    ("storage_auth", "client_secret"),
+                    ("entra_tenant_id", "t"),
+                    ("entra_client_id", "c"),
+                    ("entra_client_secret", "s3cret-header"),
+                    ("storage_token_cache", "maybe"),
+                ],
+                "variable storage_token_cache must be on or off",
+            ),
+        ];
+        for (extra, want) in cases {
+            let err = storage(&entra(extra)).unwrap_err().to_string();
+            assert!(err.contains(want), "{extra:?}: {err}");
+            assert!(!err.contains("s3cret-header"), "{err}");
         }
     }
 }
