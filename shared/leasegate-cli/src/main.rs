@@ -2,17 +2,39 @@
 //!
 //! A lock is named by its path in the container, as the functions' answers and docs name it:
 //! `gates/{key}` (the gate API), `alerts/{deviceId}` (device-alerts), `leader/{group}`,
-//! `jobs/{job}/lock`, `jobs/{job}/occurrences/{n}`, `init/{name}`, `sweeper/...`. The storage
-//! account comes from `LEASEGATE_CONNECTION_STRING` (default: `UseDevelopmentStorage=true`, a
-//! local Azurite); the container from `--container` (default `leasegate`, the app's default).
+//! `jobs/{job}/lock`, `jobs/{job}/occurrences/{n}`, `init/{name}`, `sweeper/...`. The container
+//! comes from `--container` (default `leasegate`, the app's default).
+//!
+//! The storage account comes from the environment, in one of two ways (both set: an error):
+//! * `LEASEGATE_CONNECTION_STRING`: an account key or a SAS (default, when neither way is
+//!   set: `UseDevelopmentStorage=true`, a local Azurite);
+//! * `LEASEGATE_BLOB_ENDPOINT` (`https://ACCOUNT.blob.core.windows.net`, or a path-style
+//!   `https://localhost:PORT/devstoreaccount1`) with a Microsoft Entra ID token, for accounts
+//!   whose Shared Key access is turned off. Either `LEASEGATE_ACCESS_TOKEN`, a token used as it
+//!   is:
+//!   ```sh
+//!   export LEASEGATE_ACCESS_TOKEN="$(az account get-access-token \
+//!       --resource https://storage.azure.com/ --query accessToken -o tsv)"
+//!   ```
+//!   or a service principal's client secret: `LEASEGATE_TENANT_ID`, `LEASEGATE_CLIENT_ID` and
+//!   `LEASEGATE_CLIENT_SECRET` (and `LEASEGATE_AUTHORITY`, default
+//!   `https://login.microsoftonline.com`); one token request serves the whole command. Not
+//!   both; a missing variable of the three is named. The identity needs the Storage Blob Data
+//!   Contributor role on the container. A token goes only over https (or http to this
+//!   machine).
+//!
+//! No token or secret is printed, in an answer or an error.
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Release, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, Lease, LeaseAction};
-use leasegate::{Account, ContainerName, Counting, HolderKey, LeaseId, LockName};
+use leasegate::{ContainerName, Counting, HolderKey, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
+
+mod environment;
+use environment::explain;
 
 const USAGE: &str = "usage: leasegate <command> [options]
 
@@ -38,8 +60,18 @@ LOCK is the lock's path in the container, as the functions name it:
 options:
   --container NAME   container of the lock blobs (default: leasegate)
 
-environment:
-  LEASEGATE_CONNECTION_STRING   storage connection string (default: UseDevelopmentStorage=true)
+environment (the account: a connection string, or an endpoint with an Entra ID token):
+  LEASEGATE_CONNECTION_STRING   storage connection string, key or SAS (default, when neither
+                                it nor LEASEGATE_BLOB_ENDPOINT is set: UseDevelopmentStorage=true)
+  LEASEGATE_BLOB_ENDPOINT       https://ACCOUNT.blob.core.windows.net (or path style
+                                https://HOST:PORT/ACCOUNT), with one of:
+    LEASEGATE_ACCESS_TOKEN        a token, as printed by: az account get-access-token
+                                  --resource https://storage.azure.com/ --query accessToken -o tsv
+    LEASEGATE_TENANT_ID, LEASEGATE_CLIENT_ID, LEASEGATE_CLIENT_SECRET
+                                  a service principal's client secret (one token request
+                                  per command); LEASEGATE_AUTHORITY, default
+                                  https://login.microsoftonline.com
+                                the identity needs Storage Blob Data Contributor on the container
   LEASEGATE_HOLDER_KEY          secret that --holder lease ids are keyed with (required with
                                 --holder; never derived from the storage credential)";
 
@@ -99,9 +131,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
 
 fn run(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
-    let cs = std::env::var("LEASEGATE_CONNECTION_STRING")
-        .unwrap_or_else(|_| "UseDevelopmentStorage=true".into());
-    let account = Account::from_connection_string(&cs).map_err(|e| e.to_string())?;
+    let account = environment::account(environment::process_var)?;
     let key = || match std::env::var("LEASEGATE_HOLDER_KEY") {
         Ok(secret) if !secret.is_empty() => {
             HolderKey::try_new(secret.as_bytes()).map_err(|e| e.to_string())
@@ -116,6 +146,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let transport = NativeTransport::default();
     // Locks are named by their path in the container: no prefix of the CLI's own.
     let locks = Locks::new(&transport, account, container).with_prefix("");
+    let fail = explain(locks.account());
     let lock_arg = |i: usize| -> Result<LockName, String> {
         let name = o.positional.get(i).ok_or_else(|| USAGE.to_string())?;
         LockName::try_new(name).map_err(|e| e.to_string())
@@ -149,8 +180,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let lock = lock_arg(1)?;
             let id = o.lease_id.as_deref().ok_or("release needs --lease-id")?;
             let id = LeaseId::try_new(id).map_err(|e| e.to_string())?;
-            let r =
-                block_on(locks.release(&lock, id, SystemTime::now())).map_err(|e| e.to_string())?;
+            let r = block_on(locks.release(&lock, id, SystemTime::now())).map_err(&fail)?;
             println!(
                 "{}",
                 if r == Release::Released {
@@ -163,7 +193,7 @@ fn run(args: &[String]) -> Result<(), String> {
         }
         Some("break") => {
             let lock = lock_arg(1)?;
-            block_on(locks.break_lock(&lock, 0, SystemTime::now())).map_err(|e| e.to_string())?;
+            block_on(locks.break_lock(&lock, 0, SystemTime::now())).map_err(&fail)?;
             println!("broken");
             Ok(())
         }
@@ -188,7 +218,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 lease_id: None,
                 condition: Condition::None,
             };
-            match block_on(locks.execute(&delete, now)).map_err(|e| e.to_string())? {
+            match block_on(locks.execute(&delete, now)).map_err(&fail)? {
                 (DeleteOutcome::Deleted, _) => println!("deleted"),
                 (DeleteOutcome::NotFound, _) => println!("no such lock blob (nothing to do)"),
                 (DeleteOutcome::Refused(r), _) => {
@@ -229,7 +259,7 @@ fn acquire_with(
     )
     .with_prefix("");
     let outcome = block_on(counted.acquire_with(lock, term, id, origin, "", SystemTime::now()))
-        .map_err(|e| e.to_string())?;
+        .map_err(explain(locks.account()))?;
     match outcome {
         Acquire::Acquired(a) => println!(
             "{} {lock}: lease id {}, fencing token {}, expires {}, {} request(s)",
@@ -249,7 +279,8 @@ fn acquire_with(
 }
 
 fn show(locks: &Locks<&NativeTransport>, lock: &LockName) -> Result<(), String> {
-    let info = block_on(locks.inspect(lock, SystemTime::now())).map_err(|e| e.to_string())?;
+    let info =
+        block_on(locks.inspect(lock, SystemTime::now())).map_err(explain(locks.account()))?;
     let status = match info.status {
         LockStatus::Available => "available".to_string(),
         LockStatus::Held {
@@ -291,10 +322,10 @@ fn demo(locks: &Locks<&NativeTransport>, key: &HolderKey) -> Result<(), String> 
     println!("node-a acquires again on its next invocation (extends, same token):");
     acquire(locks, &lock, term, a)?;
     println!("node-a releases; node-b takes over:");
-    block_on(locks.release(&lock, a, SystemTime::now())).map_err(|e| e.to_string())?;
+    block_on(locks.release(&lock, a, SystemTime::now())).map_err(explain(locks.account()))?;
     acquire(locks, &lock, term, b)?;
     show(locks, &lock)?;
-    block_on(locks.release(&lock, b, SystemTime::now())).map_err(|e| e.to_string())?;
+    block_on(locks.release(&lock, b, SystemTime::now())).map_err(explain(locks.account()))?;
     show(locks, &lock)?;
     Ok(())
 }
