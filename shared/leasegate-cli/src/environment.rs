@@ -9,7 +9,8 @@
 //!   service principal's client credentials at `LEASEGATE_AUTHORITY`, default
 //!   `https://login.microsoftonline.com`), again not both.
 //!
-//! An empty variable counts as unset. Errors name variables, never their values.
+//! A token variable without `LEASEGATE_BLOB_ENDPOINT` is an error, not ignored. An empty
+//! variable counts as unset. Errors name variables, never their values.
 
 use leasegate::token::{ClientSecret, TokenSource, PUBLIC_AUTHORITY};
 use leasegate::{AccessToken, Account, BlobEndpoint, Credential, Error};

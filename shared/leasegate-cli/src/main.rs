@@ -19,9 +19,9 @@
 //!   or a service principal's client secret: `LEASEGATE_TENANT_ID`, `LEASEGATE_CLIENT_ID` and
 //!   `LEASEGATE_CLIENT_SECRET` (and `LEASEGATE_AUTHORITY`, default
 //!   `https://login.microsoftonline.com`); one token request serves the whole command. Not
-//!   both; a missing variable of the three is named. The identity needs the Storage Blob Data
-//!   Contributor role on the container. A token goes only over https (or http to this
-//!   machine).
+//!   both; a missing variable of the three is named, and so is a token variable set without
+//!   `LEASEGATE_BLOB_ENDPOINT`. The identity needs the Storage Blob Data Contributor role on
+//!   the container. A token goes only over https (or http to this machine).
 //!
 //! No token or secret is printed, in an answer or an error.
 
