@@ -131,6 +131,69 @@ impl Drop for Started {
     }
 }
 
+/// Starts the assembled app's launcher as the Functions host does: in `site`, with only the
+/// port, the instance and `settings` in its environment; waits for an answer on the port.
+fn launch(dir: &Path, site: &Path, tmp: &Path, settings: &[(&str, String)]) -> (Started, String) {
+    let port = leasegate_tests::free_port();
+    let mut command = Command::new(site.join("launch.sh"));
+    command
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("TMPDIR", tmp)
+        .env("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string())
+        .env(
+            "WEBSITE_INSTANCE_ID",
+            "8f1c2d3e4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d",
+        )
+        .env("SPIN_VARIABLE_INSTANCE_ID", "westeurope");
+    for (name, value) in settings {
+        command.env(name, value);
+    }
+    let out = dir.join(format!("launch-{port}.out"));
+    let err = dir.join(format!("launch-{port}.err"));
+    let child = command
+        .current_dir(dir)
+        .process_group(0)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("start launch.sh");
+    let mut started = Started(child);
+    let output = || {
+        std::fs::read_to_string(&out).unwrap_or_default()
+            + &std::fs::read_to_string(&err).unwrap_or_default()
+    };
+    // The Functions host waits for the handler to answer on its port (~30-60 s at most).
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some(status)) = started.0.try_wait() {
+            panic!("the launcher exited ({status}):\n{}", output());
+        }
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            let root = leasegate_tests::app::call("GET", &format!("{base}/"), &[], b"");
+            assert_eq!(root.status, 404, "GET /: {}", root.text);
+            return (started, base);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no answer on the port within 60 s:\n{}",
+            output()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The Functions host's timer invocation of the leader.
+fn leader_timer(base: &str) -> leasegate_tests::app::Answer {
+    leasegate_tests::app::call(
+        "POST",
+        &format!("{base}/leader"),
+        &[("content-type", "application/json")],
+        br#"{"Data":{"timer":{"IsPastDue":false}},"Metadata":{"sys":{"UtcNow":"2026-11-22T06:00:00Z"}}}"#,
+    )
+}
+
 /// Runs a Python program with arguments; panics with its output when it fails.
 fn python(program: &str, args: &[&Path]) -> String {
     let out = Command::new("python3")
@@ -256,61 +319,26 @@ fn the_azure_package_zipped_as_core_tools_does_starts() {
     let azurite = leasegate_tests::Azurite::shared();
     let container = leasegate_tests::unique_container("afzip");
     let sink = leasegate_tests::sink::Sink::start();
-    let port = leasegate_tests::free_port();
     let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    // The Functions host's environment: the port, the instance, app settings as SPIN_VARIABLE_*,
-    // a managed identity's endpoint; nothing else of this process's environment.
-    let child = Command::new(site.join("launch.sh"))
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("TMPDIR", &tmp)
-        .env("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string())
-        .env(
-            "WEBSITE_INSTANCE_ID",
-            "8f1c2d3e4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d",
-        )
-        .env("SPIN_VARIABLE_INSTANCE_ID", "westeurope")
-        .env("SPIN_VARIABLE_GATE_TOKEN", GATE_TOKEN)
-        .env("SPIN_VARIABLE_LEASE_ID_SECRET", LEASE_ID_SECRET)
-        .env(
+    // App settings as SPIN_VARIABLE_*, a managed identity's endpoint (not used: the storage key
+    // signs).
+    let settings = [
+        ("SPIN_VARIABLE_GATE_TOKEN", GATE_TOKEN.to_string()),
+        ("SPIN_VARIABLE_LEASE_ID_SECRET", LEASE_ID_SECRET.to_string()),
+        (
             "SPIN_VARIABLE_STORAGE_ORIGIN",
             format!("http://127.0.0.1:{}", azurite.port()),
-        )
-        .env("SPIN_VARIABLE_CONTAINER", container.as_str())
-        .env("SPIN_VARIABLE_LEADER_ORIGIN", sink.origin())
-        .env("IDENTITY_ENDPOINT", "http://127.0.0.1:41234/msi/token")
-        .env("IDENTITY_HEADER", "not-a-real-header")
-        .current_dir(&dir)
-        .process_group(0)
-        .stdout(std::fs::File::create(dir.join("launch.out")).unwrap())
-        .stderr(std::fs::File::create(dir.join("launch.err")).unwrap())
-        .spawn()
-        .expect("start launch.sh");
-    let mut started = Started(child);
-    let output = || {
-        std::fs::read_to_string(dir.join("launch.out")).unwrap_or_default()
-            + &std::fs::read_to_string(dir.join("launch.err")).unwrap_or_default()
-    };
-
-    // The Functions host waits for the handler to answer on its port (~30-60 s at most).
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let root_answer = loop {
-        if let Ok(Some(status)) = started.0.try_wait() {
-            panic!("the launcher exited ({status}):\n{}", output());
-        }
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break call("GET", &format!("{base}/"), &[], b"");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no answer on the port within 60 s:\n{}",
-            output()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert_eq!(root_answer.status, 404, "GET /: {}", root_answer.text);
+        ),
+        ("SPIN_VARIABLE_CONTAINER", container.as_str().to_string()),
+        ("SPIN_VARIABLE_LEADER_ORIGIN", sink.origin()),
+        (
+            "IDENTITY_ENDPOINT",
+            "http://127.0.0.1:41234/msi/token".to_string(),
+        ),
+        ("IDENTITY_HEADER", "not-a-real-header".to_string()),
+    ];
+    let (started, base) = launch(&dir, &site, &tmp, &settings);
     // spin ran from the writable copy the launcher made executable.
     assert_eq!(mode(&tmp.join("leasegate-spin/bin/spin")), 0o755);
 
@@ -319,13 +347,8 @@ fn the_azure_package_zipped_as_core_tools_does_starts() {
     assert_eq!(gate.status, 401, "{}", gate.text);
     // A timer invocation on the Functions host's channel; the instance is this instance's own
     // identity: the deployment's name and the start of WEBSITE_INSTANCE_ID.
-    let timer = call(
-        "POST",
-        &format!("{base}/leader"),
-        &[("content-type", "application/json")],
-        br#"{"Data":{"timer":{"IsPastDue":false}},"Metadata":{"sys":{"UtcNow":"2026-11-22T06:00:00Z"}}}"#,
-    );
-    assert_eq!(timer.status, 200, "{}\n{}", timer.text, output());
+    let timer = leader_timer(&base);
+    assert_eq!(timer.status, 200, "{}", timer.text);
     assert_eq!(
         timer.json["ReturnValue"]["role"], "leader",
         "{}",
@@ -335,6 +358,54 @@ fn the_azure_package_zipped_as_core_tools_does_starts() {
         timer.json["ReturnValue"]["instance"], "westeurope.8f1c2d3e4a5b",
         "{}",
         timer.text
+    );
+    drop(started);
+
+    // The same package with storage_auth = managed_identity on a storage account that checks
+    // tokens (Azurite --oauth basic, HTTPS behind a plain-HTTP proxy): the launcher hands the
+    // platform's IDENTITY_ENDPOINT, IDENTITY_HEADER and the endpoint's origin to the app.
+    let tokens = leasegate_tests::entra::TokenServer::start();
+    let oauth = leasegate_tests::proxy::Proxy::start_to_tls(
+        &leasegate_tests::Azurite::shared_oauth().authority(),
+    );
+    let container = leasegate_tests::unique_container("afmi");
+    let settings = [
+        ("SPIN_VARIABLE_GATE_TOKEN", GATE_TOKEN.to_string()),
+        ("SPIN_VARIABLE_LEASE_ID_SECRET", LEASE_ID_SECRET.to_string()),
+        ("SPIN_VARIABLE_STORAGE_ORIGIN", oauth.origin()),
+        ("SPIN_VARIABLE_STORAGE_AUTH", "managed_identity".to_string()),
+        ("SPIN_VARIABLE_STORAGE_KEY", String::new()),
+        ("SPIN_VARIABLE_CONTAINER", container.as_str().to_string()),
+        ("SPIN_VARIABLE_LEADER_ORIGIN", sink.origin()),
+        ("IDENTITY_ENDPOINT", tokens.identity_endpoint()),
+        (
+            "IDENTITY_HEADER",
+            leasegate_tests::entra::IDENTITY_HEADER.to_string(),
+        ),
+    ];
+    let (started, base) = launch(&dir, &site, &tmp, &settings);
+    let (timer, seen) = oauth.during(|| leader_timer(&base));
+    assert_eq!(timer.status, 200, "{}", timer.text);
+    assert_eq!(
+        timer.json["ReturnValue"]["role"], "leader",
+        "{}",
+        timer.text
+    );
+    assert!(!seen.is_empty());
+    for s in &seen {
+        assert_eq!(s.auth, "Bearer", "{}", s.describe());
+    }
+    assert_eq!(tokens.token_count(), 1, "{:#?}", tokens.requests());
+    let again = leader_timer(&base);
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(
+        tokens.token_count(),
+        1,
+        "the token is kept between invocations"
+    );
+    assert!(
+        !timer.text.contains("eyJ")
+            && !timer.text.contains(leasegate_tests::entra::IDENTITY_HEADER)
     );
     drop(started);
     let _ = std::fs::remove_dir_all(&dir);
