@@ -488,10 +488,16 @@ impl App {
             let dir = crate::spin::scratch_dir("tls");
             let ca_file = crate::tls::TestCa::shared().write_ca_pem(&dir);
             scratch.push(dir);
-            let components: Vec<String> = manifest_components(&manifest.0)
-                .into_iter()
+            let all = manifest_components(&manifest.0);
+            let mut components: Vec<String> = all
+                .iter()
                 .filter(|c| STORAGE_COMPONENTS.contains(&c.as_str()))
+                .cloned()
                 .collect();
+            if components.is_empty() {
+                // A user's own app (the example, a project from the template).
+                components = all;
+            }
             Some(crate::tls::client_tls_runtime_config(
                 setup.runtime_config.as_deref(),
                 &components,

@@ -21,7 +21,12 @@ fn the_generated_project_is_what_the_template_promises() {
     // The defaults, the secrets marked secret, Spin's own variable templates left for Spin.
     assert!(manifest.contains("route = \"/api/work/...\""), "{manifest}");
     assert!(manifest.contains("name = \"gated-work\""), "{manifest}");
-    for secret in ["storage_key", "api_token"] {
+    for secret in [
+        "storage_key",
+        "api_token",
+        "identity_header",
+        "entra_client_secret",
+    ] {
         let line = manifest
             .lines()
             .find(|l| l.starts_with(&format!("{secret} = {{")))
@@ -30,7 +35,7 @@ fn the_generated_project_is_what_the_template_promises() {
     }
     assert!(
         manifest
-            .contains(r#"allowed_outbound_hosts = ["{{ storage_origin }}", "{{ work_origin }}"]"#),
+            .contains(r#"allowed_outbound_hosts = ["{{ storage_origin }}", "{{ token_origin }}", "{{ work_origin }}"]"#),
         "{manifest}"
     );
     let source = template_project().parent().unwrap().join("src/lib.rs");
@@ -94,4 +99,28 @@ fn a_key_runs_once_across_two_instances_of_the_generated_project() {
     assert_eq!(a.sink.received().len(), 2);
     a.assert_no_trap();
     b.assert_no_trap();
+}
+
+#[test]
+fn the_generated_project_signs_in_with_an_entra_id_token() {
+    let app = App::start_with(
+        "tmpl-entra",
+        &[],
+        Setup {
+            manifest: Manifest::Template,
+            entra: Some(leasegate_tests::app::Entra::ClientSecret),
+            ..Setup::default()
+        },
+    );
+    let (first, seen) = app.counted(|| work(&app, "k-1"));
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert!(!seen.is_empty());
+    for s in &seen {
+        assert_eq!(s.auth, "Bearer", "{}", s.describe());
+    }
+    let again = work(&app, "k-1");
+    assert_eq!(again.status, 429, "{}", again.text);
+    assert_eq!(app.sink.received().len(), 1);
+    assert_eq!(app.tokens().token_count(), 1);
+    app.assert_no_trap();
 }
