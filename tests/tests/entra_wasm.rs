@@ -283,3 +283,36 @@ fn a_token_nearing_its_expiry_is_replaced() {
     assert_eq!(c.status, 200, "{}", c.text);
     assert_eq!(app.tokens().token_count(), 2);
 }
+
+#[test]
+fn a_batch_and_concurrent_first_calls_share_their_tokens() {
+    let app = entra_app(
+        "entra-batch",
+        Entra::ManagedIdentity,
+        &[("kv_cache", "off")],
+    );
+    // A first invocation gating 24 devices at once (16 in flight): one token request.
+    let batch: Vec<serde_json::Value> = (0..24)
+        .map(|i| json!({ "deviceId": format!("batch-{i}"), "temperature": 40.0 }))
+        .collect();
+    let (a, seen) = app.counted(|| post_telemetry(&app, &json!(batch)));
+    assert_eq!(a.status, 200, "{}", a.text);
+    for d in a.json["decisions"].as_array().unwrap() {
+        assert_eq!(d["decision"], "notified", "{}", a.text);
+    }
+    all_bearer(&seen);
+    assert_eq!(app.tokens().token_count(), 1);
+    assert_eq!(app.sink.received().len(), 24);
+
+    // Many invocations at once once a token is kept: no more token requests.
+    std::thread::scope(|s| {
+        for i in 0..8 {
+            let app = &app;
+            s.spawn(move || {
+                let r = take_gate(app, &format!("concurrent-{i}"));
+                assert_eq!(r.status, 200, "{}", r.text);
+            });
+        }
+    });
+    assert_eq!(app.tokens().token_count(), 1);
+}

@@ -86,16 +86,27 @@ impl Transport for SpinTransport {
         source: &TokenSource,
         refresh: bool,
     ) -> Result<AccessToken, leasegate::Error> {
-        let now = SystemTime::now();
         let key = crate::token::key(source);
-        if !refresh {
-            let held = HELD_TOKEN.with_borrow(|held| match held {
+        let held = |now| {
+            HELD_TOKEN.with_borrow(|held| match held {
                 Some((k, t)) if *k == key && crate::token::fresh(t.expires_at, now) => {
                     Some(t.value.clone())
                 }
                 _ => None,
-            });
-            if let Some(token) = held {
+            })
+        };
+        if !refresh {
+            if let Some(token) = held(SystemTime::now()) {
+                return Ok(token);
+            }
+        }
+        // One token request at a time in this invocation: the storage requests a batch sends
+        // at once wait for the first one's token instead of each asking for one.
+        let asking = ASKING.with(std::rc::Rc::clone);
+        let _turn = asking.lock().await;
+        let now = SystemTime::now();
+        if !refresh {
+            if let Some(token) = held(now) {
                 return Ok(token);
             }
         }
@@ -125,6 +136,9 @@ thread_local! {
     /// storage requests need no store read (Spin gives each invocation its own instance).
     static HELD_TOKEN: std::cell::RefCell<Option<(String, Token)>> =
         const { std::cell::RefCell::new(None) };
+    /// Held while a token is looked up or fetched.
+    static ASKING: std::rc::Rc<futures::lock::Mutex<()>> =
+        std::rc::Rc::new(futures::lock::Mutex::new(()));
 }
 
 impl SpinTransport {
