@@ -9,9 +9,40 @@
 
 pub use http::{Method, StatusCode};
 
-/// Header fields in order, names lowercased; a name may repeat.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Header fields in order, names lowercased; a name may repeat. `Debug` shows the values of
+/// [`SECRET_HEADERS`] and of any header holding a SAS (`sig=`) as `<redacted>`.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Headers(Vec<(String, String)>);
+
+/// Headers whose values are secrets: a SharedKey signature or a bearer token, a copy source's
+/// token, a managed identity's header.
+pub const SECRET_HEADERS: [&str; 3] = [
+    "authorization",
+    "x-ms-copy-source-authorization",
+    "x-identity-header",
+];
+
+impl std::fmt::Debug for Headers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(name, value)| {
+                let secret = SECRET_HEADERS.contains(&name.as_str()) || value.contains("sig=");
+                (name, if secret { "<redacted>" } else { value.as_str() })
+            }))
+            .finish()
+    }
+}
+
+/// `uri` with the value of a `sig=` query parameter (a SAS's signature) replaced.
+fn redact_sig(uri: &str) -> String {
+    match uri.find("sig=") {
+        Some(at) => {
+            let end = uri[at..].find('&').map_or(uri.len(), |i| at + i);
+            format!("{}sig=<redacted>{}", &uri[..at], &uri[end..])
+        }
+        None => uri.to_string(),
+    }
+}
 
 impl Headers {
     /// No headers.
@@ -89,8 +120,9 @@ pub fn valid_header_name(name: &str) -> bool {
 }
 
 /// A request: method, URL (absolute for outbound requests; path and query for incoming ones),
-/// headers, body.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// headers, body. `Debug` shows no secret: a SAS signature and secret headers are redacted,
+/// the body (a token request's form holds a client secret) by its length only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Request {
     method: Method,
     uri: String,
@@ -214,12 +246,34 @@ pub(crate) fn split_scheme(uri: &str) -> Option<(&str, &str)> {
     Some((scheme, rest))
 }
 
-/// A response: status, headers, body.
-#[derive(Debug, Clone, PartialEq, Eq)]
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("uri", &redact_sig(&self.uri))
+            .field("headers", &self.headers)
+            .field("body_bytes", &self.body.len())
+            .finish()
+    }
+}
+
+/// A response: status, headers, body. `Debug` shows the body by its length only (a token
+/// endpoint's answer holds a token).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Response {
     status: StatusCode,
     headers: Headers,
     body: Vec<u8>,
+}
+
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Response")
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .field("body_bytes", &self.body.len())
+            .finish()
+    }
 }
 
 impl Response {
@@ -330,5 +384,29 @@ mod tests {
         assert!(valid_header_name("x-ms-meta-foo_1"));
         assert!(!valid_header_name("a b"));
         assert!(!valid_header_name(""));
+    }
+
+    #[test]
+    fn debug_output_holds_no_secret() {
+        let request = Request::new(
+            Method::PUT,
+            "https://a.blob.core.windows.net/c/b?comp=lease&sig=s3cr3t%3D&sv=1",
+        )
+        .with_header("authorization", "Bearer eyJ.secret.token")
+        .with_header("x-ms-copy-source-authorization", "Bearer eyJ.secret.token")
+        .with_header("x-identity-header", "hdr-s3cr3t")
+        .with_header(
+            "x-ms-copy-source",
+            "https://a.blob.core.windows.net/c/x?sv=1&sig=s3cr3t%3D",
+        )
+        .with_header("x-ms-version", "2021-12-02")
+        .with_body(b"client_secret=s3cr3t".to_vec());
+        let dbg = format!("{request:?}");
+        assert!(!dbg.contains("s3cr3t") && !dbg.contains("eyJ"), "{dbg}");
+        assert!(dbg.contains("comp=lease&sig=<redacted>&sv=1"), "{dbg}");
+        assert!(dbg.contains("2021-12-02"), "{dbg}");
+        let response = Response::new(StatusCode::OK)
+            .with_body(br#"{"access_token":"eyJ.secret.token"}"#.to_vec());
+        assert!(!format!("{response:?}").contains("eyJ"));
     }
 }
