@@ -324,14 +324,15 @@ pub enum Entra {
 }
 
 /// The components that reach storage (those of them a manifest has get its `[[client_tls]]`
-/// entry under [`Setup::storage_tls`]).
-pub const STORAGE_COMPONENTS: [&str; 6] = [
+/// entry under [`Setup::storage_tls`]): the six functions and the example's.
+pub const STORAGE_COMPONENTS: [&str; 7] = [
     "device-alerts",
     "gate",
     "scheduled-job",
     "leader",
     "init-once",
     "ttl-sweeper",
+    "ship-once",
 ];
 
 /// The ids of the components `manifest` declares (`[component.<id>]`).
