@@ -119,7 +119,12 @@ fn device_alerts_notify_once_with_a_client_secret_token() {
 fn a_token_endpoint_that_is_down_answers_503_and_sends_nothing() {
     let app = entra_app("entra-down", Entra::ManagedIdentity, &[]);
     let reading = json!({ "deviceId": "dev-down", "temperature": 45.0 });
-    for fault in [TokenFault::Status(503), TokenFault::Refuse] {
+    // Busy, refusing, and slower than storage_timeout_ms (3 s here).
+    for fault in [
+        TokenFault::Status(503),
+        TokenFault::Refuse,
+        TokenFault::Delay(Duration::from_secs(6)),
+    ] {
         let name = format!("{fault:?}");
         app.tokens().set_fault(Some(fault));
         let (a, seen) = app.counted(|| post_telemetry(&app, &reading));
