@@ -18,14 +18,20 @@
 //! a warm-up then a fixed measured time per cell. It only prints figures: it asserts none, and
 //! counts and shows every answer that is not the expected one.
 //!
+//! Then the Entra ID section (`entra.rs`): the throttled decision with a bearer token kept in
+//! the key-value store against the same decision with SharedKey, both over HTTPS to the same
+//! Azurite (`--oauth basic`), at c=1 and c=16, with the token requests per 1,000 decisions.
+//!
 //! Then it prints what the components' size costs (compiling, starting, answering; see
 //! `coldstart.rs`), for the release build or for each `--components DIR` given (to compare two
-//! builds); `--components-only` skips the decisions table.
+//! builds); `--components-only` (or `--only components`) skips the decisions table, `--only
+//! entra` runs the Entra ID section alone.
 //!
 //! `leasegate-bench [--python PATH] [--seconds 2.5] [--warmup 0.5] [--concurrency 1,4,16]
-//! [--components DIR]... [--components-only]`
+//! [--components DIR]... [--components-only] [--only entra|components]`
 
 mod coldstart;
+mod entra;
 mod load;
 
 use std::net::SocketAddr;
@@ -57,8 +63,22 @@ struct Options {
     warmup: f64,
     concurrency: Vec<usize>,
     components: Vec<PathBuf>,
-    components_only: bool,
+    /// Only this section (`--only`, `--components-only`); `None`: all of them.
+    only: Option<Section>,
 }
+
+/// A section that can run alone (`--only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    /// Bearer token against SharedKey over HTTPS (`entra.rs`).
+    Entra,
+    /// The components' size and what it costs (`coldstart.rs`).
+    Components,
+}
+
+const USAGE: &str = "usage: leasegate-bench [--python PATH] [--seconds S] [--warmup S] \
+                     [--concurrency 1,4,16] [--components DIR]... [--components-only] \
+                     [--only entra|components]";
 
 fn options() -> Result<Options, String> {
     let mut o = Options {
@@ -67,7 +87,7 @@ fn options() -> Result<Options, String> {
         warmup: 0.5,
         concurrency: vec![1, 4, 16],
         components: Vec::new(),
-        components_only: false,
+        only: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -84,14 +104,15 @@ fn options() -> Result<Options, String> {
                     .ok_or("bad --concurrency")?
             }
             "--components" => o.components.push(PathBuf::from(value()?)),
-            "--components-only" => o.components_only = true,
-            _ => {
-                return Err(format!(
-                    "unknown argument {arg}; usage: leasegate-bench [--python PATH] \
-                     [--seconds S] [--warmup S] [--concurrency 1,4,16] [--components DIR]... \
-                     [--components-only]"
-                ))
+            "--components-only" => o.only = Some(Section::Components),
+            "--only" => {
+                o.only = Some(match value()?.as_str() {
+                    "entra" => Section::Entra,
+                    "components" => Section::Components,
+                    other => return Err(format!("unknown section {other}; {USAGE}")),
+                })
             }
+            _ => return Err(format!("unknown argument {arg}; {USAGE}")),
         }
     }
     if !(o.seconds > 0.0 && o.warmup >= 0.0) || o.concurrency.is_empty() {
@@ -482,6 +503,12 @@ struct Tokens {
 }
 
 fn start_app(tokens: &Tokens, kv_cache: Option<&str>) -> App {
+    let kv: Vec<(&str, &str)> = kv_cache.map(|v| ("kv_cache", v)).into_iter().collect();
+    start_app_with("bench", tokens, &kv, Setup::default())
+}
+
+/// The app with the bench's tokens and alert window, then `extra` variables, from `setup`.
+fn start_app_with(tag: &str, tokens: &Tokens, extra: &[(&str, &str)], setup: Setup) -> App {
     let secret = format!("bench-{}", uuid::Uuid::new_v4().simple());
     let mut vars = vec![
         ("telemetry_token", tokens.telemetry.as_str()),
@@ -489,10 +516,8 @@ fn start_app(tokens: &Tokens, kv_cache: Option<&str>) -> App {
         ("lease_id_secret", secret.as_str()),
         ("alert_window_seconds", ALERT_WINDOW),
     ];
-    if let Some(v) = kv_cache {
-        vars.push(("kv_cache", v));
-    }
-    App::start_with("bench", &vars, Setup::default())
+    vars.extend_from_slice(extra);
+    App::start_with(tag, &vars, setup)
 }
 
 fn reading(i: usize, temperature: f64) -> Vec<u8> {
@@ -748,6 +773,12 @@ fn print_table(levels: &[usize], rows: &[Row]) {
         });
         lines.push(line);
     }
+    print_lines(&lines);
+}
+
+/// A Markdown table: the first line is the header; the first column left-aligned, the others
+/// right-aligned.
+fn print_lines(lines: &[Vec<String>]) {
     let widths: Vec<usize> = (0..lines[0].len())
         .map(|k| {
             lines
@@ -873,15 +904,27 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if options.components_only {
-        components(&options);
-        return;
+    match options.only {
+        Some(Section::Components) => {
+            components(&options);
+            return;
+        }
+        Some(Section::Entra) => {
+            let mut bench = Bench {
+                cells_total: entra::CELLS,
+                cells_done: 0,
+                options,
+            };
+            entra::section(&mut bench);
+            return;
+        }
+        None => {}
     }
     let levels = options.concurrency.clone();
     let kv_declared = declares_kv_cache();
     let app_rows_n = if kv_declared { 5 } else { 4 };
     let mut bench = Bench {
-        cells_total: levels.len() * (4 + app_rows_n),
+        cells_total: levels.len() * (4 + app_rows_n) + entra::CELLS,
         cells_done: 0,
         options,
     };
@@ -959,6 +1002,7 @@ fn main() {
         }
     }
     drop(apps);
+    entra::section(&mut bench);
     components(&bench.options);
     // Azurite stops, and its data folder goes, when this process ends and closes its pipe
     // (tests/azurite/run.js).
