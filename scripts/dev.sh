@@ -6,7 +6,9 @@
 #                          under the real `spin up`)
 #   scripts/dev.sh demo    starts a local Azurite and takes and shows a lease with the CLI
 #   scripts/dev.sh bench   one table: decisions/s and latency of storage alone, the Azure SDK for
-#                          Python and the app, at concurrency 1, 4 and 16 (its own Azurite)
+#                          Python and the app, at concurrency 1, 4 and 16 (its own Azurite), then
+#                          a bearer token against SharedKey over HTTPS; `--only entra` runs that
+#                          section alone (no Python SDK)
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite,
 #                          Spin and its cron plugin, faketime)
 set -euo pipefail
@@ -200,6 +202,13 @@ BENCH_SDK="azure-storage-blob==12.31.1 azure-core==1.41.0"
 bench() {
   setup
   build_components
+  case " $* " in
+    *" --only "*) # one section (entra, components): no Python SDK
+      cargo build --locked -p leasegate-tests --bin leasegate-bench
+      target/debug/leasegate-bench "$@"
+      return
+      ;;
+  esac
   local installed
   installed=$("$BENCH_VENV/bin/python" -c 'import importlib.metadata as m
 print(" ".join(f"{p}=={m.version(p)}" for p in ("azure-storage-blob", "azure-core")))' 2>/dev/null || true)

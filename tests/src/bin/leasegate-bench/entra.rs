@@ -13,13 +13,14 @@
 //!
 //! Both serve the throttled decision with `kv_cache = off`: a reading of a device already
 //! notified, one HEAD of its lock blob (as the main table's "telemetry throttled, kv_cache=off"
-//! row). At c=1 and c=16 the arms take turns in short rounds, [`PAIRS`] pairs of them, the
-//! first of each pair alternating (ABBAAB...), so that a drift or a burst in the machine's load
-//! (the 2-core machine is shared) falls on both alike. Each round opens its connections anew;
-//! the first round of an arm at a level runs after the bench's warm-up, the others after
-//! [`SETTLE`] (the app's own connections to storage are pooled and stay warm). An arm's rounds
-//! are merged into its cell; the ratio of each pair's two rates is kept too, and their median
-//! and range printed, as a figure a burst in one round cannot move much.
+//! row). At c=1 and c=16 the arms take turns in short rounds, [`PAIRS`] pairs of them making
+//! [`CELL_SHARE`] times `--seconds` per arm, the first of each pair alternating (ABBAAB...),
+//! so that a drift or a burst in the machine's load (the 2-core machine is shared) falls on
+//! both alike. Each round opens its connections anew; the first round of an arm at a level
+//! runs after the bench's warm-up, the others after [`SETTLE`] (the app's own connections to
+//! storage are pooled and stay warm). An arm's rounds are merged into its cell; the ratio of
+//! each pair's two rates is kept too, and their median and range printed, as a figure a burst
+//! in one round cannot move much.
 //!
 //! Storage requests (and the scheme they were signed with) are counted at each app's proxy and
 //! token requests at its token server, over every exchange of the rounds, warm-ups included.
@@ -43,8 +44,11 @@ use crate::{
 pub const LEVELS: [usize; 2] = [1, 16];
 /// Cells the section adds to the bench's progress count (two arms per level).
 pub const CELLS: usize = 2 * LEVELS.len();
-/// Pairs of rounds per level (each arm's cell is [`PAIRS`] rounds of `--seconds / PAIRS`).
+/// Pairs of rounds per level.
 const PAIRS: u32 = 10;
+/// Each arm's measured time per level, in `--seconds` (a cell of the main table): more than
+/// one, as the ratio of two arms is the figure sought here.
+const CELL_SHARE: u32 = 2;
 /// The warm-up of a round after the arm's first at a level.
 const SETTLE: Duration = Duration::from_millis(50);
 /// How long before it expires the app replaces a kept token (`leasegate_spin::token::
@@ -190,7 +194,7 @@ pub fn section(bench: &mut Bench) {
         }
     };
     let tokens_at_start: Vec<usize> = arms.iter().map(|a| a.app.tokens().count()).collect();
-    let measure = bench.measure() / PAIRS;
+    let measure = bench.measure() * CELL_SHARE / PAIRS;
     // Per level, each pair's bearer rate ÷ SharedKey rate.
     let mut pair_ratios: Vec<Vec<f64>> = Vec::new();
     for (k, &c) in LEVELS.iter().enumerate() {
@@ -248,7 +252,7 @@ fn print(
          proxy per app); per arm and level {PAIRS} rounds of {} s, the arms taking turns \
          (ABBAAB...), after a {} s warm-up (the first round of each arm) or {} ms; {} CPUs, \
          load average {load_before} before and {} after",
-        bench.options.seconds / f64::from(PAIRS),
+        bench.options.seconds * f64::from(CELL_SHARE) / f64::from(PAIRS),
         bench.options.warmup,
         SETTLE.as_millis(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
