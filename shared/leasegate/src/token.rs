@@ -212,6 +212,9 @@ pub struct Token {
 /// How long a token lives when its answer does not say (Entra ID's tokens last about an hour;
 /// assuming less only means asking earlier).
 const ASSUMED_LIFETIME: Duration = Duration::from_secs(600);
+/// The longest a token is kept, whatever its answer says (Entra ID's tokens live one to 24
+/// hours).
+const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
 impl TokenSource {
     /// A short description for logs and error messages (never a secret): `managed identity`,
@@ -339,11 +342,15 @@ impl TokenSource {
             v.as_u64()
                 .or_else(|| v.as_str().and_then(|s| s.trim().parse::<u64>().ok()))
         };
+        // At most MAX_LIFETIME ahead: an absurd answer neither overflows the clock nor keeps
+        // a token for ever.
+        let latest = now + MAX_LIFETIME;
         let expires_at = match (seconds("expires_on"), seconds("expires_in")) {
-            (Some(on), _) => SystemTime::UNIX_EPOCH + Duration::from_secs(on),
-            (None, Some(secs)) => now + Duration::from_secs(secs),
-            (None, None) => now + ASSUMED_LIFETIME,
-        };
+            (Some(on), _) => SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(on)),
+            (None, Some(secs)) => now.checked_add(Duration::from_secs(secs)),
+            (None, None) => Some(now + ASSUMED_LIFETIME),
+        }
+        .map_or(latest, |at| at.min(latest));
         Ok(Token { value, expires_at })
     }
 
@@ -543,5 +550,23 @@ mod tests {
         }
         let empty = Response::new(StatusCode::OK).with_body(b"{}".to_vec());
         assert!(matches!(source.parse(&empty, now), Err(Error::Token(_))));
+    }
+
+    #[test]
+    fn an_expiry_out_of_range_is_no_panic_and_no_token_kept_for_ever() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let source = client_secret();
+        for body in [
+            r#"{"access_token":"eyJ.a.b","expires_on":18446744073709551615}"#,
+            r#"{"access_token":"eyJ.a.b","expires_in":"18446744073709551615"}"#,
+            r#"{"access_token":"eyJ.a.b","expires_on":"99999999999"}"#,
+        ] {
+            let answer = Response::new(StatusCode::OK).with_body(body.as_bytes().to_vec());
+            let token = source.parse(&answer, now).unwrap();
+            assert!(
+                token.expires_at <= now + MAX_LIFETIME,
+                "{body}: kept past the longest lifetime"
+            );
+        }
     }
 }
