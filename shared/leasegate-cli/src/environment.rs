@@ -75,7 +75,7 @@ pub fn account(var: impl Fn(&str) -> Result<Option<String>, String>) -> Result<A
     let endpoint_url = endpoint.trim();
     let parsed =
         BlobEndpoint::try_new(endpoint_url).map_err(|e| format!("{BLOB_ENDPOINT}: {e}"))?;
-    if !parsed.origin().starts_with("https://") && !loopback(&parsed) {
+    if !safe(&parsed.origin()) {
         return Err(format!(
             "{BLOB_ENDPOINT}: a token is sent only over https (or over http to this machine)"
         ));
@@ -113,6 +113,12 @@ pub fn account(var: impl Fn(&str) -> Result<Option<String>, String>) -> Result<A
             }
             let value = |i: usize| client[i].1.as_deref().unwrap_or_default();
             let authority = client[3].1.as_deref().unwrap_or(PUBLIC_AUTHORITY);
+            if !safe(authority.trim()) {
+                return Err(format!(
+                    "{AUTHORITY}: a client secret is sent only over https (or over http to \
+                     this machine)"
+                ));
+            }
             TokenSource::ClientSecret(
                 ClientSecret::new(authority, value(0), value(1), value(2))
                     .map_err(|e| format!("the client secret variables: {e}"))?,
@@ -146,16 +152,22 @@ fn account_name(url: &str, path_style: bool) -> String {
     name.unwrap_or_default().to_string()
 }
 
-/// True when the endpoint's host is this machine.
-fn loopback(endpoint: &BlobEndpoint) -> bool {
-    let origin = endpoint.origin();
-    let authority = origin.split_once("://").map_or("", |(_, a)| a);
+/// True when a secret may be sent to `url`: over https, or to this machine.
+fn safe(url: &str) -> bool {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return false;
+    };
+    if scheme.eq_ignore_ascii_case("https") {
+        return true;
+    }
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
     let host = if authority.starts_with('[') {
         authority.split_inclusive(']').next().unwrap_or_default()
     } else {
         authority.split(':').next().unwrap_or_default()
     };
-    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+    // No user info: `http://localhost:1@elsewhere` goes elsewhere.
+    !authority.contains('@') && matches!(host, "127.0.0.1" | "localhost" | "[::1]")
 }
 
 /// A core error as the operator should read it: when storage refuses the credential, what to
@@ -328,6 +340,26 @@ mod tests {
                     (ACCESS_TOKEN, TOKEN),
                 ],
                 "a token is sent only over https",
+            ),
+            (
+                &[
+                    endpoint,
+                    (TENANT_ID, "t"),
+                    (CLIENT_ID, "c"),
+                    (CLIENT_SECRET, SECRET),
+                    (AUTHORITY, "http://login.example"),
+                ],
+                "LEASEGATE_AUTHORITY: a client secret is sent only over https",
+            ),
+            (
+                &[
+                    endpoint,
+                    (TENANT_ID, "t"),
+                    (CLIENT_ID, "c"),
+                    (CLIENT_SECRET, SECRET),
+                    (AUTHORITY, "http://localhost:1@login.example"),
+                ],
+                "LEASEGATE_AUTHORITY: a client secret is sent only over https",
             ),
             (
                 &[

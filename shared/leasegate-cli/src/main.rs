@@ -21,7 +21,7 @@
 //!   `https://login.microsoftonline.com`); one token request serves the whole command. Not
 //!   both; a missing variable of the three is named, and so is a token variable set without
 //!   `LEASEGATE_BLOB_ENDPOINT`. The identity needs the Storage Blob Data Contributor role on
-//!   the container. A token goes only over https (or http to this machine).
+//!   the container. A token or a client secret goes only over https (or http to this machine).
 //!
 //! No token or secret is printed, in an answer or an error.
 
