@@ -287,6 +287,13 @@ fn token_source(vars: &dyn Variables, kind: &str) -> Result<TokenSource, ConfigE
         }
         return Ok(TokenSource::ManagedIdentity(identity));
     }
+    if !token_origin.to_ascii_lowercase().starts_with("https://") && !loopback(&token_origin) {
+        return Err(ConfigError(
+            "variable token_origin: a client secret is sent only over https (or over http to \
+             this machine)"
+                .into(),
+        ));
+    }
     let tenant = required(vars, "entra_tenant_id", kind)?;
     let client_id = required(vars, "entra_client_id", kind)?;
     let secret = required(vars, "entra_client_secret", kind)?;
@@ -318,6 +325,16 @@ fn url_origin(url: &str) -> String {
         }
         None => url.to_string(),
     }
+}
+
+/// Whether `origin` (`scheme://host[:port]`) is this machine.
+fn loopback(origin: &str) -> bool {
+    let authority = origin.split_once("://").map_or("", |(_, a)| a);
+    let host = match authority.strip_prefix("[::1]") {
+        Some(_) => "[::1]",
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    !authority.contains('@') && matches!(host, "127.0.0.1" | "localhost" | "[::1]")
 }
 
 /// Whether bearer tokens are kept in the app's key-value store between invocations:
@@ -539,7 +556,7 @@ mod tests {
 
     #[test]
     fn entra_settings_that_cannot_work_are_named() {
-        let cases: [(&[(&str, &str)], &str); 9] = [
+        let cases: [(&[(&str, &str)], &str); 10] = [
             (&[("storage_auth", "entra")], "storage_auth must be key, sas, managed_identity or client_secret"),
             (&[("storage_auth", "managed_identity")], "variable identity_endpoint is not set (storage_auth = managed_identity)"),
             (
@@ -584,6 +601,16 @@ mod tests {
                     ("storage_token_cache", "maybe"),
                 ],
                 "variable storage_token_cache must be on or off",
+            ),
+            (
+                &[
+                    ("storage_auth", "client_secret"),
+                    ("entra_tenant_id", "t"),
+                    ("entra_client_id", "c"),
+                    ("entra_client_secret", "s3cret-header"),
+                    ("token_origin", "http://login.example"),
+                ],
+                "token_origin: a client secret is sent only over https",
             ),
         ];
         for (extra, want) in cases {
