@@ -105,6 +105,25 @@ impl Transport for SpinTransport {
         let asking = ASKING.with(std::rc::Rc::clone);
         let _turn = asking.lock().await;
         let now = SystemTime::now();
+        // The source was asked a moment ago (while this request waited, say): its failure is
+        // this request's too, and a token it gave after a refusal serves this refusal too.
+        // Asking again in turn would multiply the wait on a failing endpoint, or the tokens
+        // a batch whose requests storage refused at once asks for.
+        let recent = ASKED.with_borrow(|asked| {
+            asked
+                .as_ref()
+                .filter(|a| a.key == key && now < a.at + SHARED_FOR)
+                .map(|a| (a.refresh, a.failed.clone()))
+        });
+        match recent {
+            Some((_, Some(failed))) => return Err(leasegate::Error::Token(failed)),
+            Some((true, None)) => {
+                if let Some(token) = held(now) {
+                    return Ok(token);
+                }
+            }
+            _ => {}
+        }
         if !refresh {
             if let Some(token) = held(now) {
                 return Ok(token);
@@ -116,7 +135,20 @@ impl Transport for SpinTransport {
             _ => &store,
         };
         let token = crate::token::cached(cache, source, now, refresh, async || {
-            let token = leasegate::token::fetch(self, source, now).await?;
+            let fetched = leasegate::token::fetch(self, source, now).await;
+            let failed = match &fetched {
+                Err(leasegate::Error::Token(e)) => Some(e.clone()),
+                _ => None,
+            };
+            ASKED.with_borrow_mut(|asked| {
+                *asked = Some(Asked {
+                    key: key.clone(),
+                    at: SystemTime::now(),
+                    refresh,
+                    failed,
+                });
+            });
+            let token = fetched?;
             crate::log_line(serde_json::json!({
                 "event": "access_token_fetched",
                 "source": source.describe(),
@@ -131,11 +163,29 @@ impl Transport for SpinTransport {
     }
 }
 
+/// How long the answer of a token request serves the other token requests of the instance
+/// (the `Retry-After` of a `token_unavailable` answer).
+const SHARED_FOR: Duration = Duration::from_secs(5);
+
+/// The last token request of an instance.
+struct Asked {
+    /// The source's store key.
+    key: String,
+    /// When it was answered.
+    at: SystemTime,
+    /// Whether storage had refused the token before it.
+    refresh: bool,
+    /// Its failure, if it failed.
+    failed: Option<leasegate::token::TokenError>,
+}
+
 thread_local! {
     /// The token this instance handed out last, with its store key: the invocation's later
     /// storage requests need no store read (Spin gives each invocation its own instance).
     static HELD_TOKEN: std::cell::RefCell<Option<(String, Token)>> =
         const { std::cell::RefCell::new(None) };
+    /// The last token request of this instance.
+    static ASKED: std::cell::RefCell<Option<Asked>> = const { std::cell::RefCell::new(None) };
     /// Held while a token is looked up or fetched.
     static ASKING: std::rc::Rc<futures::lock::Mutex<()>> =
         std::rc::Rc::new(futures::lock::Mutex::new(()));

@@ -1,0 +1,79 @@
+//! Review of issue 24 under the real `spin up`: the token requests of one invocation when the
+//! token endpoint fails or storage refuses the tokens.
+
+use std::time::Duration;
+
+use leasegate_tests::app::{post_telemetry, App, Entra, Setup};
+use leasegate_tests::entra::TokenFault;
+use leasegate_tests::wait_for;
+use serde_json::json;
+
+fn entra_app(tag: &str, entra: Entra, overrides: &[(&str, &str)]) -> App {
+    App::start_with(
+        tag,
+        overrides,
+        Setup {
+            entra: Some(entra),
+            ..Setup::default()
+        },
+    )
+}
+
+/// A batch of `n` readings above the threshold, devices `{prefix}-{i}`.
+fn batch(prefix: &str, n: usize) -> serde_json::Value {
+    json!((0..n)
+        .map(|i| json!({ "deviceId": format!("{prefix}-{i}"), "temperature": 40.0 }))
+        .collect::<Vec<_>>())
+}
+
+#[test]
+fn a_batch_asks_a_failing_token_endpoint_once() {
+    let app = entra_app(
+        "entra-review-down",
+        Entra::ManagedIdentity,
+        &[("kv_cache", "off"), ("storage_timeout_ms", "1000")],
+    );
+    app.tokens().set_fault(Some(TokenFault::Status(503)));
+    let (a, seen) = app.counted(|| post_telemetry(&app, &batch("down", 24)));
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "token_unavailable", "{}", a.text);
+    assert!(seen.is_empty(), "{seen:#?}");
+    // The 16 requests in flight waited for the first one's token request: its failure is
+    // theirs (each asking again in turn multiplies the wait on an endpoint that hangs).
+    assert_eq!(app.tokens().count(), 1, "{:#?}", app.tokens().requests());
+
+    // An endpoint that hangs past the timeout: one token request, so one timeout, for all.
+    app.tokens()
+        .set_fault(Some(TokenFault::Delay(Duration::from_secs(3))));
+    let a = post_telemetry(&app, &batch("hung", 24));
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "token_unavailable", "{}", a.text);
+    // The server records a delayed request once it has answered it.
+    wait_for("the hung request recorded", Duration::from_secs(10), || {
+        (app.tokens().count() >= 2).then_some(())
+    });
+    assert_eq!(app.tokens().count(), 2, "{:#?}", app.tokens().requests());
+    assert!(app.sink.received().is_empty());
+}
+
+#[test]
+fn a_batch_whose_tokens_storage_refuses_asks_anew_once() {
+    let app = entra_app(
+        "entra-review-refused",
+        Entra::ManagedIdentity,
+        &[("kv_cache", "off")],
+    );
+    // Tokens for another resource: storage refuses each.
+    app.tokens().set_audience("https://vault.azure.net");
+    let a = post_telemetry(&app, &batch("refused", 24));
+    assert_eq!(a.status, 502, "{}", a.text);
+    assert_eq!(a.json["error"], "storage_forbidden", "{}", a.text);
+    // One token, refused; one new one for the whole batch, not one per refused request.
+    assert_eq!(
+        app.tokens().token_count(),
+        2,
+        "{:#?}",
+        app.tokens().requests()
+    );
+    assert!(app.sink.received().is_empty());
+}
