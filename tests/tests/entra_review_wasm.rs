@@ -1,5 +1,5 @@
 //! Review of issue 24 under the real `spin up`: the token requests of one invocation when the
-//! token endpoint fails or storage refuses the tokens.
+//! token endpoint fails or storage refuses the tokens, or when the token is short-lived.
 
 use std::time::Duration;
 
@@ -76,4 +76,21 @@ fn a_batch_whose_tokens_storage_refuses_asks_anew_once() {
         app.tokens().requests()
     );
     assert!(app.sink.received().is_empty());
+}
+
+#[test]
+fn a_short_lived_token_serves_its_whole_invocation() {
+    let app = entra_app("entra-review-short", Entra::ClientSecret, &[]);
+    // Four minutes and a half to live: inside the five minutes of early refresh at once, yet
+    // good for the few storage requests of an invocation.
+    app.tokens().set_lifetime(Duration::from_secs(270));
+    let a = post_telemetry(&app, &json!({ "deviceId": "short-1", "temperature": 40.0 }));
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["decisions"][0]["decision"], "notified", "{}", a.text);
+    assert_eq!(
+        app.tokens().token_count(),
+        1,
+        "{:#?}",
+        app.tokens().requests()
+    );
 }

@@ -78,9 +78,10 @@ impl Transport for SpinTransport {
         self.bounded(exchange(request, None)).await
     }
 
-    /// The bearer token of `source`: the one this invocation already holds, else the one kept
-    /// in the key-value store `default` ([`crate::token`]; not with `storage_token_cache =
-    /// off`), else a new one from the source, fetched through this transport.
+    /// The bearer token of `source`: the one this invocation already holds while it is
+    /// [usable](crate::token::usable) (it was the freshest to be had), else the one kept in
+    /// the key-value store `default` ([`crate::token`]; not with `storage_token_cache = off`),
+    /// else a new one from the source, fetched through this transport.
     async fn access_token(
         &self,
         source: &TokenSource,
@@ -89,7 +90,7 @@ impl Transport for SpinTransport {
         let key = crate::token::key(source);
         let held = |now| {
             HELD_TOKEN.with_borrow(|held| match held {
-                Some((k, t)) if *k == key && crate::token::fresh(t.expires_at, now) => {
+                Some((k, t)) if *k == key && crate::token::usable(t.expires_at, now) => {
                     Some(t.value.clone())
                 }
                 _ => None,

@@ -49,6 +49,16 @@ pub fn fresh(expires_at: SystemTime, now: SystemTime) -> bool {
     now + REFRESH_AHEAD < expires_at
 }
 
+/// A token is sent only with at least this long to live: the longest a storage request may
+/// take (`storage_timeout_ms` is at most a minute).
+pub const USABLE_AHEAD: Duration = Duration::from_secs(60);
+
+/// Whether a token expiring at `expires_at` may still be sent at `now` (one that is no longer
+/// [`fresh`] only when no fresh one can be had: the invocation already asked for it).
+pub fn usable(expires_at: SystemTime, now: SystemTime) -> bool {
+    now + USABLE_AHEAD < expires_at
+}
+
 /// The token for `source` at `now`: the one kept in `cache` while [`fresh`], else one from
 /// `fetch` (kept for the next invocations). `refresh`: storage refused the token handed out
 /// last; the kept one is dropped and a new one fetched. A fixed token is handed out as it is.
