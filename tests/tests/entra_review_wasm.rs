@@ -1,5 +1,6 @@
 //! Review of issue 24 under the real `spin up`: the token requests of one invocation when the
-//! token endpoint fails or storage refuses the tokens, or when the token is short-lived.
+//! token endpoint fails or storage refuses the tokens, when the token is short-lived, and a kept
+//! token still valid when its early refresh fails.
 
 use std::time::Duration;
 
@@ -93,4 +94,28 @@ fn a_short_lived_token_serves_its_whole_invocation() {
         "{:#?}",
         app.tokens().requests()
     );
+}
+
+#[test]
+fn a_kept_token_still_valid_serves_while_its_early_refresh_fails() {
+    let app = entra_app("entra-review-ahead", Entra::ClientSecret, &[]);
+    // Inside the five minutes of early refresh at once: every invocation tries to replace it.
+    app.tokens().set_lifetime(Duration::from_secs(270));
+    let a = post_telemetry(&app, &json!({ "deviceId": "ahead-1", "temperature": 40.0 }));
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(app.tokens().token_count(), 1);
+
+    // The endpoint fails: the kept token, good for minutes more, still serves.
+    app.tokens().set_fault(Some(TokenFault::Status(503)));
+    let b = post_telemetry(&app, &json!({ "deviceId": "ahead-2", "temperature": 40.0 }));
+    assert_eq!(b.status, 200, "{}", b.text);
+    assert_eq!(b.json["decisions"][0]["decision"], "notified", "{}", b.text);
+    assert_eq!(app.sink.for_device("ahead-2").len(), 1);
+    assert_eq!(app.tokens().token_count(), 1);
+
+    // Back: the next invocation replaces it.
+    app.tokens().set_fault(None);
+    let c = post_telemetry(&app, &json!({ "deviceId": "ahead-3", "temperature": 40.0 }));
+    assert_eq!(c.status, 200, "{}", c.text);
+    assert_eq!(app.tokens().token_count(), 2);
 }

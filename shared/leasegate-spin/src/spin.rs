@@ -106,6 +106,11 @@ impl Transport for SpinTransport {
         let asking = ASKING.with(std::rc::Rc::clone);
         let _turn = asking.lock().await;
         let now = SystemTime::now();
+        if !refresh {
+            if let Some(token) = held(now) {
+                return Ok(token);
+            }
+        }
         // The source was asked a moment ago (while this request waited, say): its failure is
         // this request's too, and a token it gave after a refusal serves this refusal too.
         // Asking again in turn would multiply the wait on a failing endpoint, or the tokens
@@ -124,11 +129,6 @@ impl Transport for SpinTransport {
                 }
             }
             _ => {}
-        }
-        if !refresh {
-            if let Some(token) = held(now) {
-                return Ok(token);
-            }
         }
         let store = SpinCache::default();
         let cache: &dyn Cache = match crate::config::token_cache(&SpinVariables) {

@@ -6,7 +6,8 @@
 //! before it expires, then replaced by a fresh one. Two invocations refreshing at once each
 //! fetch a token and write it: both are valid, the later write wins, nothing else happens. A
 //! token storage refused is dropped before a new one is fetched (so a failing endpoint does not
-//! leave it in place), and an entry that cannot be read counts as none.
+//! leave it in place), and an entry that cannot be read counts as none. A kept token no longer
+//! fresh still serves, while it may be sent ([`usable`]), when asking for a new one fails.
 
 use std::time::{Duration, SystemTime};
 
@@ -60,8 +61,9 @@ pub fn usable(expires_at: SystemTime, now: SystemTime) -> bool {
 }
 
 /// The token for `source` at `now`: the one kept in `cache` while [`fresh`], else one from
-/// `fetch` (kept for the next invocations). `refresh`: storage refused the token handed out
-/// last; the kept one is dropped and a new one fetched. A fixed token is handed out as it is.
+/// `fetch` (kept for the next invocations), else, when `fetch` fails, the kept one while
+/// [`usable`]. `refresh`: storage refused the token handed out last; the kept one is dropped
+/// and a new one fetched. A fixed token is handed out as it is.
 pub async fn cached(
     cache: &dyn Cache,
     source: &TokenSource,
@@ -73,12 +75,23 @@ pub async fn cached(
         return fetch().await;
     }
     let key = key(source);
-    if refresh {
+    let kept = if refresh {
         let _ = cache.delete(&key);
-    } else if let Some(token) = read(cache, &key).filter(|t| fresh(t.expires_at, now)) {
-        return Ok(token);
+        None
+    } else {
+        read(cache, &key)
+    };
+    if let Some(token) = kept.as_ref().filter(|t| fresh(t.expires_at, now)) {
+        return Ok(token.clone());
     }
-    let token = fetch().await?;
+    let token = match fetch().await {
+        Ok(token) => token,
+        // Refreshing early failed: the kept token serves while it may still be sent.
+        Err(e) => match kept.filter(|t| usable(t.expires_at, now)) {
+            Some(token) => return Ok(token),
+            None => return Err(e),
+        },
+    };
     let entry = Entry {
         token: token.value.secret().to_string(),
         expires_on: unix_secs(token.expires_at),
@@ -189,6 +202,25 @@ mod tests {
         }));
         assert!(failed.is_err());
         assert!(store.entries.borrow().is_empty());
+    }
+
+    #[test]
+    fn a_kept_token_serves_while_its_early_refresh_fails_and_it_may_still_be_sent() {
+        let store = Store::default();
+        let fetched = Cell::new(0);
+        assert_eq!(get(&store, 1000, false, &fetched), "tok1");
+        let failing = |now: u64, refresh: bool| {
+            pollster::block_on(cached(&store, &source(), at(now), refresh, async || {
+                Err(Error::InvalidArgument("down".into()))
+            }))
+            .map(|t| t.value.secret().to_string())
+        };
+        // Two minutes left: no longer fresh, still usable.
+        assert_eq!(failing(1000 + 3600 - 120, false).unwrap(), "tok1");
+        // Half a minute left: not sent any more.
+        assert!(failing(1000 + 3600 - 30, false).is_err());
+        // Refused by storage: never handed out again.
+        assert!(failing(1000 + 3600 - 120, true).is_err());
     }
 
     #[test]
