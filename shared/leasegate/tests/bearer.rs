@@ -272,3 +272,22 @@ fn the_default_fetches_a_token_every_time() {
     assert_eq!(uris.len(), 4, "{uris:?}");
     assert_eq!(uris[0], "https://login.example/tenant-1/oauth2/v2.0/token");
 }
+
+#[test]
+fn a_refused_fixed_token_is_not_sent_again() {
+    // The source of a fixed token has no other: the same request again would be refused too.
+    let transport = Scripted::answering(vec![refused(
+        StatusCode::UNAUTHORIZED,
+        "InvalidAuthenticationInfo",
+    )]);
+    let fixed = TokenSource::Fixed(AccessToken::try_new("eyJ.fixed.token").unwrap());
+    let locks = Locks::new(
+        &transport,
+        account(fixed),
+        ContainerName::try_new("leasegate").unwrap(),
+    );
+    let err = run(locks.execute(&acquire_op(), now())).unwrap_err();
+    assert_eq!(err.class(), Some(ErrorClass::Auth), "{err}");
+    assert_eq!(transport.sent.borrow().len(), 1);
+    assert_eq!(*transport.asked.borrow(), [false]);
+}

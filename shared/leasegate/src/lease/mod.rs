@@ -85,7 +85,7 @@ use crate::ops::{
 };
 use crate::signing::{authorize, authorize_with};
 use crate::types::{unix_secs, ETag, LeaseDuration, LeaseId, LeaseState};
-use crate::{Account, Credential, Error, Transport};
+use crate::{Account, Credential, Error, TokenSource, Transport};
 
 use claim::{Claim, Kind};
 pub use claim::{MAX_LABEL_BYTES, MAX_TOKEN};
@@ -498,14 +498,16 @@ impl<T: Transport> Locks<T> {
                 return Ok(self.transport.send(request).await?);
             };
             // A token storage refuses (expired, revoked) did nothing: the request goes once
-            // more with a new one. A refusal of the new one is the caller's answer.
+            // more with a new one (a fixed token has none). A refusal of the new one is the
+            // caller's answer.
+            let fixed = matches!(source, TokenSource::Fixed(_));
             let mut refresh = false;
             loop {
                 let token = self.transport.access_token(source, refresh).await?;
                 let mut attempt = request.clone();
                 authorize_with(&mut attempt, &self.account, date, Some(&token))?;
                 let response = self.transport.send(attempt).await?;
-                if refresh || !token_refused(&response) {
+                if refresh || fixed || !token_refused(&response) {
                     return Ok(response);
                 }
                 refresh = true;
