@@ -224,6 +224,26 @@ mod tests {
     }
 
     #[test]
+    fn system_assigned_identities_of_two_apps_sharing_a_store_do_not_meet() {
+        // Every App Service app has the same IDENTITY_ENDPOINT; its header tells it apart.
+        let identity = |header: &str| {
+            TokenSource::ManagedIdentity(
+                leasegate::token::ManagedIdentity::new(
+                    "http://localhost:8081/msi/token",
+                    header,
+                    None,
+                )
+                .unwrap(),
+            )
+        };
+        let (a, b) = (identity("header-of-app-a"), identity("header-of-app-b"));
+        assert_ne!(key(&a), key(&b));
+        assert_eq!(key(&a), key(&identity("header-of-app-a")));
+        assert!(!key(&a).contains("header-of-app-a"));
+        assert!(!a.identity().contains("header-of-app-a"));
+    }
+
+    #[test]
     fn a_broken_store_or_entry_means_asking() {
         let store = Store {
             broken: true,

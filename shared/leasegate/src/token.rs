@@ -231,15 +231,20 @@ impl TokenSource {
     }
 
     /// What tells this source's tokens apart from another's, for a cache key (no secret:
-    /// the endpoint or authority, the tenant and the client id).
+    /// the endpoint or authority, the tenant and the client id; for a managed identity a
+    /// digest of the identity header too, since every App Service app has the same endpoint).
     pub fn identity(&self) -> String {
         match self {
             TokenSource::Fixed(_) => "fixed".into(),
-            TokenSource::ManagedIdentity(m) => format!(
-                "managed-identity\n{}\n{}",
-                m.endpoint,
-                m.client_id.as_deref().unwrap_or("")
-            ),
+            TokenSource::ManagedIdentity(m) => {
+                let digest = <sha2::Sha256 as sha2::Digest>::digest(m.header.secret().as_bytes());
+                let header: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+                format!(
+                    "managed-identity\n{}\n{}\n{header}",
+                    m.endpoint,
+                    m.client_id.as_deref().unwrap_or("")
+                )
+            }
             TokenSource::ClientSecret(c) => {
                 format!(
                     "client-secret\n{}\n{}\n{}",
