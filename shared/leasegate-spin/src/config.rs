@@ -278,6 +278,13 @@ fn token_source(vars: &dyn Variables, kind: &str) -> Result<TokenSource, ConfigE
         let identity = ManagedIdentity::new(&endpoint, &header, client_id.as_deref())
             .map_err(|e| ConfigError(format!("managed identity: {}", plain(&e))))?;
         let at = url_origin(&endpoint);
+        if !secure(&at) {
+            return Err(ConfigError(
+                "variable identity_endpoint: the identity header is sent only over https (or \
+                 over http to this machine, as on Azure Functions)"
+                    .into(),
+            ));
+        }
         if !at.eq_ignore_ascii_case(&token_origin) {
             return Err(ConfigError(format!(
                 "identity_endpoint is at {at}, but token_origin is {token_origin}: set \
@@ -287,7 +294,7 @@ fn token_source(vars: &dyn Variables, kind: &str) -> Result<TokenSource, ConfigE
         }
         return Ok(TokenSource::ManagedIdentity(identity));
     }
-    if !token_origin.to_ascii_lowercase().starts_with("https://") && !loopback(&token_origin) {
+    if !secure(&token_origin) {
         return Err(ConfigError(
             "variable token_origin: a client secret is sent only over https (or over http to \
              this machine)"
@@ -327,8 +334,12 @@ fn url_origin(url: &str) -> String {
     }
 }
 
-/// Whether `origin` (`scheme://host[:port]`) is this machine.
-fn loopback(origin: &str) -> bool {
+/// Whether a secret may be sent to `origin` (`scheme://host[:port]`): over https, or to this
+/// machine.
+fn secure(origin: &str) -> bool {
+    if origin.to_ascii_lowercase().starts_with("https://") {
+        return true;
+    }
     let authority = origin.split_once("://").map_or("", |(_, a)| a);
     let host = match authority.strip_prefix("[::1]") {
         Some(_) => "[::1]",
@@ -556,7 +567,7 @@ mod tests {
 
     #[test]
     fn entra_settings_that_cannot_work_are_named() {
-        let cases: [(&[(&str, &str)], &str); 10] = [
+        let cases: [(&[(&str, &str)], &str); 11] = [
             (&[("storage_auth", "entra")], "storage_auth must be key, sas, managed_identity or client_secret"),
             (&[("storage_auth", "managed_identity")], "variable identity_endpoint is not set (storage_auth = managed_identity)"),
             (
@@ -611,6 +622,15 @@ mod tests {
                     ("token_origin", "http://login.example"),
                 ],
                 "token_origin: a client secret is sent only over https",
+            ),
+            (
+                &[
+                    ("storage_auth", "managed_identity"),
+                    ("identity_endpoint", "http://10.0.0.4:2377/msi"),
+                    ("identity_header", "s3cret-header"),
+                    ("token_origin", "http://10.0.0.4:2377"),
+                ],
+                "identity_endpoint: the identity header is sent only over https",
             ),
         ];
         for (extra, want) in cases {
