@@ -1,6 +1,6 @@
 //! Review of issue 24 under the real `spin up`: the token requests of one invocation when the
-//! token endpoint fails or storage refuses the tokens, when the token is short-lived, and a kept
-//! token still valid when its early refresh fails.
+//! token endpoint fails or storage refuses the tokens, when the token is short-lived, a kept
+//! token still valid when its early refresh fails, and a refused token never sent again.
 
 use std::time::Duration;
 
@@ -118,4 +118,29 @@ fn a_kept_token_still_valid_serves_while_its_early_refresh_fails() {
     let c = post_telemetry(&app, &json!({ "deviceId": "ahead-3", "temperature": 40.0 }));
     assert_eq!(c.status, 200, "{}", c.text);
     assert_eq!(app.tokens().token_count(), 2);
+}
+
+#[test]
+fn a_refused_token_is_not_sent_again_when_no_new_one_can_be_had() {
+    let app = entra_app(
+        "entra-review-dropped",
+        Entra::ManagedIdentity,
+        &[("kv_cache", "off")],
+    );
+    // A token storage refuses is kept (the new one asked for is refused too)...
+    app.tokens().set_audience("https://vault.azure.net");
+    let a = post_telemetry(
+        &app,
+        &json!({ "deviceId": "dropped-0", "temperature": 40.0 }),
+    );
+    assert_eq!(a.status, 502, "{}", a.text);
+    assert_eq!(app.tokens().token_count(), 2);
+
+    // ... then the endpoint fails. The 16 requests in flight go with the kept token and are
+    // refused; no new token can be had, and the other 8 devices do not send the refused one.
+    app.tokens().set_fault(Some(TokenFault::Status(503)));
+    let (b, seen) = app.counted(|| post_telemetry(&app, &batch("dropped", 24)));
+    assert_eq!(b.status, 503, "{}", b.text);
+    assert_eq!(seen.len(), 16, "{seen:#?}");
+    assert!(app.sink.received().is_empty());
 }

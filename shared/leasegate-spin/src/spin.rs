@@ -121,8 +121,16 @@ impl Transport for SpinTransport {
                 .filter(|a| a.key == key && now < a.at + SHARED_FOR)
                 .map(|a| (a.refresh, a.failed.clone()))
         });
+        // With `refresh`, the held token is the one storage refused: not handed out again,
+        // even if no new one can be had.
+        let refused = |e| {
+            if refresh {
+                HELD_TOKEN.with_borrow_mut(|held| *held = None);
+            }
+            e
+        };
         match recent {
-            Some((_, Some(failed))) => return Err(leasegate::Error::Token(failed)),
+            Some((_, Some(failed))) => return Err(refused(leasegate::Error::Token(failed))),
             Some((true, None)) => {
                 if let Some(token) = held(now) {
                     return Ok(token);
@@ -158,7 +166,8 @@ impl Transport for SpinTransport {
             }));
             Ok(token)
         })
-        .await?;
+        .await
+        .map_err(refused)?;
         HELD_TOKEN.with_borrow_mut(|held| *held = Some((key, token.clone())));
         Ok(token.value)
     }
