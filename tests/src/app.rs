@@ -17,6 +17,27 @@ use crate::sink::Sink;
 use crate::spin::{Spin, SpinConfig};
 use crate::{unique_container, Azurite};
 
+/// The `leasegate` CLI binary, built once per test process.
+pub fn cli_binary() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .current_dir(root())
+            .args([
+                "build",
+                "--locked",
+                "-p",
+                "leasegate-cli",
+                "--bin",
+                "leasegate",
+            ])
+            .status()
+            .expect("run cargo");
+        assert!(status.success(), "building the CLI failed");
+    });
+    root().join("target/debug/leasegate")
+}
+
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

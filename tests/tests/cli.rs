@@ -2,36 +2,14 @@
 //! metadata holds huge or garbage numbers give a clear error and a failing exit, never a panic.
 
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use leasegate::lease::Locks;
 use leasegate::ops::{Condition, Metadata, SetMetadata, WriteOutcome};
 use leasegate::LockName;
 use leasegate_cli::{block_on, NativeTransport};
-use leasegate_tests::app::root;
+use leasegate_tests::app::cli_binary as cli;
 use leasegate_tests::{unique_container, Azurite};
-
-/// The CLI binary, built once per test process.
-fn cli() -> std::path::PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .current_dir(root())
-            .args([
-                "build",
-                "--locked",
-                "-p",
-                "leasegate-cli",
-                "--bin",
-                "leasegate",
-            ])
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building the CLI failed");
-    });
-    root().join("target/debug/leasegate")
-}
 
 fn run(container: &str, args: &[&str]) -> (bool, String, String) {
     let Output {

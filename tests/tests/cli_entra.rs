@@ -5,34 +5,12 @@
 //! costs one token request; a refused secret or token says what to fix and prints no secret.
 
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use leasegate_tests::app::root;
+use leasegate_tests::app::cli_binary as cli;
 use leasegate_tests::entra::{self, TokenKind, TokenServer};
 use leasegate_tests::proxy::Proxy;
 use leasegate_tests::{unique_container, unix_now, Azurite};
-
-/// The CLI binary, built once per test process.
-fn cli() -> std::path::PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .current_dir(root())
-            .args([
-                "build",
-                "--locked",
-                "-p",
-                "leasegate-cli",
-                "--bin",
-                "leasegate",
-            ])
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building the CLI failed");
-    });
-    root().join("target/debug/leasegate")
-}
 
 /// A proxy with a plain-HTTP listener in front of the shared `--oauth basic` Azurite (HTTPS).
 fn proxy() -> Proxy {

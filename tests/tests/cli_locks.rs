@@ -3,38 +3,16 @@
 //! command a `lock_unusable` answer advises works.
 
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use leasegate::lease::Locks;
 use leasegate::ops::{Condition, Metadata, SetMetadata};
 use leasegate::LockName;
 use leasegate_cli::{block_on, NativeTransport};
-use leasegate_tests::app::{call, root, App, TIMER_AUTH};
+use leasegate_tests::app::{call, cli_binary as cli, App, TIMER_AUTH};
 use leasegate_tests::Azurite;
 
 const AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
-
-/// The CLI binary, built once per test process.
-fn cli() -> std::path::PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .current_dir(root())
-            .args([
-                "build",
-                "--locked",
-                "-p",
-                "leasegate-cli",
-                "--bin",
-                "leasegate",
-            ])
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building the CLI failed");
-    });
-    root().join("target/debug/leasegate")
-}
 
 fn run(args: &[&str]) -> (bool, String, String) {
     let Output {
