@@ -109,7 +109,8 @@ fn read(cache: &dyn Cache, key: &str) -> Option<Token> {
     let entry: Entry = serde_json::from_slice(&bytes).ok()?;
     Some(Token {
         value: AccessToken::try_new(&entry.token).ok()?,
-        expires_at: SystemTime::UNIX_EPOCH + Duration::from_secs(entry.expires_on),
+        // An entry no clock can hold is unreadable, not a panic.
+        expires_at: SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(entry.expires_on))?,
     })
 }
 
@@ -253,13 +254,18 @@ mod tests {
         assert_eq!(get(&store, 1000, false, &fetched), "tok1");
         assert_eq!(get(&store, 1000, false, &fetched), "tok2");
 
-        let store = Store::default();
-        store
-            .entries
-            .borrow_mut()
-            .insert(key(&source()), b"not json".to_vec());
-        let fetched = Cell::new(0);
-        assert_eq!(get(&store, 1000, false, &fetched), "tok1");
-        assert_eq!(get(&store, 1001, false, &fetched), "tok1");
+        for unreadable in [
+            &b"not json"[..],
+            br#"{"token":"tok0","expiresOn":18446744073709551615}"#,
+        ] {
+            let store = Store::default();
+            store
+                .entries
+                .borrow_mut()
+                .insert(key(&source()), unreadable.to_vec());
+            let fetched = Cell::new(0);
+            assert_eq!(get(&store, 1000, false, &fetched), "tok1");
+            assert_eq!(get(&store, 1001, false, &fetched), "tok1");
+        }
     }
 }
