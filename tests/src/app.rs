@@ -598,6 +598,43 @@ impl App {
         self.spin.json_lines()
     }
 
+    /// Starts an app that signs in to storage with Entra ID ([`Setup::entra`]), with the test
+    /// defaults, then `overrides`.
+    pub fn start_entra(tag: &str, entra: Entra, overrides: &[(&str, &str)]) -> App {
+        App::start_with(
+            tag,
+            overrides,
+            Setup {
+                entra: Some(entra),
+                ..Setup::default()
+            },
+        )
+    }
+
+    /// Panics if a secret shows in `answers` or in the app's log: the identity header, the
+    /// client secret, a token (every JWT starts `eyJ`), the app's own tokens and keys.
+    pub fn assert_no_secret(&self, answers: &[&Answer]) {
+        let mut texts: Vec<String> = answers.iter().map(|a| a.text.clone()).collect();
+        texts.extend(self.log_lines());
+        for text in &texts {
+            for secret in [
+                crate::entra::IDENTITY_HEADER,
+                crate::entra::CLIENT_SECRET,
+                "eyJ",
+                GATE_TOKEN,
+                TELEMETRY_TOKEN,
+                TIMER_TOKEN,
+                ADMIN_TOKEN,
+                SHIP_TOKEN,
+                TEMPLATE_TOKEN,
+                LEASE_ID_SECRET,
+                leasegate::account::DEV_ACCOUNT_KEY,
+            ] {
+                assert!(!text.contains(secret), "a secret shows: {text}");
+            }
+        }
+    }
+
     /// Panics if a component trapped or panicked (Spin's stderr and the log files say so).
     pub fn assert_no_trap(&self) {
         let traps: Vec<String> = self

@@ -323,6 +323,21 @@ fn accept_loop(listener: &TcpListener, state: &Arc<State>) {
     }
 }
 
+/// Panics unless every request in `seen` (at least one) carried a bearer token; a failure
+/// lists the requests by method, path and auth kind, never a header's value.
+pub fn assert_all_bearer(seen: &[crate::proxy::Seen]) {
+    assert!(!seen.is_empty(), "no storage request was seen");
+    let other: Vec<String> = seen
+        .iter()
+        .filter(|s| s.auth != "Bearer")
+        .map(|s| format!("{} {} [{}]", s.describe(), s.path(), s.auth))
+        .collect();
+    assert!(
+        other.is_empty(),
+        "requests without a bearer token: {other:#?}"
+    );
+}
+
 /// A request as read: method, path, query and form parameters (decoded), headers.
 struct Incoming {
     method: String,

@@ -16,11 +16,8 @@ use leasegate::lease::{LockInfo, LockStatus, Locks};
 use leasegate::ops::{CreateContainer, GetBlob, ListBlobs, Metadata, PutBlob};
 use leasegate::{BlobName, ContainerName, LockName};
 use leasegate_cli::{block_on, NativeTransport};
-use leasegate_tests::app::{
-    call, Answer, App, Entra, Manifest, Setup, ADMIN_AUTH, ADMIN_TOKEN, GATE_TOKEN,
-    LEASE_ID_SECRET, SHIP_TOKEN, TIMER_AUTH, TIMER_TOKEN,
-};
-use leasegate_tests::entra::{TokenKind, CLIENT_SECRET, IDENTITY_HEADER};
+use leasegate_tests::app::{call, Answer, App, Entra, Manifest, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::entra::{assert_all_bearer, TokenKind};
 use leasegate_tests::proxy::Seen;
 use leasegate_tests::{unique_container, unix_now, wait_for};
 use serde_json::{json, Value};
@@ -47,25 +44,9 @@ fn described(seen: &[Seen]) -> Vec<String> {
         .collect()
 }
 
-/// Every request in `seen` was authorized with a bearer token.
-fn all_bearer(seen: &[Seen]) {
-    assert!(!seen.is_empty(), "no storage request was seen");
-    let other: Vec<String> = described(
-        &seen
-            .iter()
-            .filter(|s| s.auth != "Bearer")
-            .cloned()
-            .collect::<Vec<_>>(),
-    );
-    assert!(
-        other.is_empty(),
-        "requests without a bearer token: {other:#?}"
-    );
-}
-
 /// Every storage request the app ever sent carried a bearer token.
 fn app_all_bearer(app: &App) {
-    all_bearer(&app.storage.seen());
+    assert_all_bearer(&app.storage.seen());
 }
 
 /// The app's token server handed out exactly `n` tokens, each asked for with the right kind of
@@ -88,29 +69,6 @@ fn tokens_handed_out(app: &App, entra: Entra, n: usize) {
     }
 }
 
-/// No secret in the answers' texts or the app's log: the identity header, the client secret,
-/// a token (every JWT starts `eyJ`), the app's own tokens and keys.
-fn no_secret_shows(app: &App, answers: &[&Answer]) {
-    let mut texts: Vec<String> = answers.iter().map(|a| a.text.clone()).collect();
-    texts.extend(app.log_lines());
-    for text in &texts {
-        for secret in [
-            IDENTITY_HEADER,
-            CLIENT_SECRET,
-            "eyJ",
-            GATE_TOKEN,
-            TIMER_TOKEN,
-            ADMIN_TOKEN,
-            SHIP_TOKEN,
-            LEASE_ID_SECRET,
-            leasegate::account::DEV_ACCOUNT_KEY,
-        ] {
-            assert!(!text.contains(secret), "a secret shows: {text}");
-        }
-    }
-}
-
-/// The test's own locks on the app's storage: the development key, through the plain proxy.
 fn inspect_locks(app: &App, container: &ContainerName, prefix: &str) -> Locks<NativeTransport> {
     Locks::new(
         NativeTransport::default(),
@@ -200,7 +158,7 @@ fn a_scheduled_job_runs_an_occurrence_once_with_tokens() {
     let (ran, seen) = app.counted(|| job_tick(&app, base));
     assert_eq!(ran.status, 200, "{}", ran.text);
     assert_eq!(ran.json["decision"], "ran", "{}", ran.text);
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
     assert_eq!(ran.json["storageRoundTrips"], seen.len(), "{}", ran.text);
     let calls = posts(&app, "/job");
     assert_eq!(calls.len(), 1, "{calls:?}");
@@ -213,7 +171,7 @@ fn a_scheduled_job_runs_an_occurrence_once_with_tokens() {
     assert_eq!(again.status, 200, "{}", again.text);
     assert_eq!(again.json["decision"], "skipped", "{}", again.text);
     assert_eq!(again.json["reservedBy"], "node-j", "{}", again.text);
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
     assert_eq!(posts(&app, "/job").len(), 1);
 
     // What storage holds: the reservation, and the log naming the run.
@@ -261,7 +219,7 @@ fn a_scheduled_job_runs_an_occurrence_once_with_tokens() {
     app_all_bearer(&app);
     tokens_handed_out(&app, Entra::ManagedIdentity, 1);
     answers.push(status);
-    no_secret_shows(&app, &answers.iter().collect::<Vec<_>>());
+    app.assert_no_secret(&answers.iter().collect::<Vec<_>>());
     app.assert_no_trap();
 }
 
@@ -290,7 +248,7 @@ fn two_leader_deployments_elect_one_leader_with_tokens() {
     let (led, seen) = a.counted(|| leader_tick(&a));
     assert_eq!(led.status, 200, "{}", led.text);
     assert_eq!(led.json["role"], "leader", "{}", led.text);
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
     let term = led.json["term"].as_u64().expect("a term");
     let mut answers = vec![led];
     for _ in 0..5 {
@@ -299,7 +257,7 @@ fn two_leader_deployments_elect_one_leader_with_tokens() {
         assert_eq!(f.json["role"], "follower", "{}", f.text);
         assert_eq!(f.json["leader"], "node-a", "{}", f.text);
         assert_eq!(f.json["term"], term, "{}", f.text);
-        all_bearer(&seen);
+        assert_all_bearer(&seen);
         let l = leader_tick(&a);
         assert_eq!(l.json["role"], "leader", "{}", l.text);
         assert_eq!(l.json["term"], term, "{}", l.text);
@@ -332,8 +290,8 @@ fn two_leader_deployments_elect_one_leader_with_tokens() {
     }
     answers.push(status);
     let refs: Vec<&Answer> = answers.iter().collect();
-    no_secret_shows(&a, &refs);
-    no_secret_shows(&b, &[]);
+    a.assert_no_secret(&refs);
+    b.assert_no_secret(&[]);
 }
 
 fn init_post(app: &App, name: &str) -> Answer {
@@ -370,7 +328,7 @@ fn init_once_runs_once_then_answers_done_with_tokens() {
     assert_eq!(first.status, 200, "{}", first.text);
     assert_eq!(first.json["ran"], true, "{}", first.text);
     assert_eq!(first.json["state"], "done", "{}", first.text);
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
     let token = first.json["fencingToken"]
         .as_u64()
         .expect("a fencing token");
@@ -403,7 +361,7 @@ fn init_once_runs_once_then_answers_done_with_tokens() {
         assert_eq!(again.json["ran"], false, "{}", again.text);
         assert_eq!(again.json["state"], "done", "{}", again.text);
         assert_eq!(seen.len(), 1, "{:#?}", described(&seen));
-        all_bearer(&seen);
+        assert_all_bearer(&seen);
         answers.push(again);
     }
     let state = init_state(&app, "seed");
@@ -434,7 +392,7 @@ fn init_once_runs_once_then_answers_done_with_tokens() {
     app_all_bearer(&app);
     tokens_handed_out(&app, Entra::ClientSecret, 1);
     answers.extend([state, reset, rerun]);
-    no_secret_shows(&app, &answers.iter().collect::<Vec<_>>());
+    app.assert_no_secret(&answers.iter().collect::<Vec<_>>());
     app.assert_no_trap();
 }
 
@@ -570,7 +528,7 @@ fn the_sweeper_deletes_and_moves_expired_blobs_with_tokens() {
     assert_eq!(totals["notExpired"], 1, "{totals:?}");
     assert_eq!(totals["errors"], 0, "{totals:?}");
     let swept = app.storage.seen()[before..].to_vec();
-    all_bearer(&swept);
+    assert_all_bearer(&swept);
     // The move's copy: to the dead-blob container, naming its source, the source's
     // authorization a bearer token too (its value never printed).
     let copies: Vec<&Seen> = swept
@@ -622,7 +580,7 @@ fn the_sweeper_deletes_and_moves_expired_blobs_with_tokens() {
     app_all_bearer(&app);
     tokens_handed_out(&app, Entra::ManagedIdentity, 1);
     answers.push(state);
-    no_secret_shows(&app, &answers.iter().collect::<Vec<_>>());
+    app.assert_no_secret(&answers.iter().collect::<Vec<_>>());
     app.assert_no_trap();
 }
 
@@ -710,8 +668,8 @@ fn the_example_ships_an_order_once_with_a_client_secret() {
     }
     answers.push(other);
     let refs: Vec<&Answer> = answers.iter().collect();
-    no_secret_shows(&a, &refs);
-    no_secret_shows(&b, &[]);
+    a.assert_no_secret(&refs);
+    b.assert_no_secret(&[]);
 }
 
 /// The decisions scheduled-job logged on the cron trigger: occurrence (Unix seconds) ->
@@ -823,6 +781,6 @@ fn the_cron_plugin_runs_a_scheduled_job_with_tokens() {
         calls.len()
     );
     tokens_handed_out(&app, Entra::ManagedIdentity, handed);
-    no_secret_shows(&app, &[]);
+    app.assert_no_secret(&[]);
     app.assert_no_trap();
 }

@@ -4,21 +4,10 @@
 
 use std::time::Duration;
 
-use leasegate_tests::app::{post_telemetry, App, Entra, Setup};
+use leasegate_tests::app::{post_telemetry, App, Entra};
 use leasegate_tests::entra::TokenFault;
 use leasegate_tests::wait_for;
 use serde_json::json;
-
-fn entra_app(tag: &str, entra: Entra, overrides: &[(&str, &str)]) -> App {
-    App::start_with(
-        tag,
-        overrides,
-        Setup {
-            entra: Some(entra),
-            ..Setup::default()
-        },
-    )
-}
 
 /// A batch of `n` readings above the threshold, devices `{prefix}-{i}`.
 fn batch(prefix: &str, n: usize) -> serde_json::Value {
@@ -29,7 +18,7 @@ fn batch(prefix: &str, n: usize) -> serde_json::Value {
 
 #[test]
 fn a_batch_asks_a_failing_token_endpoint_once() {
-    let app = entra_app(
+    let app = App::start_entra(
         "entra-review-down",
         Entra::ManagedIdentity,
         &[("kv_cache", "off"), ("storage_timeout_ms", "1000")],
@@ -59,7 +48,7 @@ fn a_batch_asks_a_failing_token_endpoint_once() {
 
 #[test]
 fn a_batch_whose_tokens_storage_refuses_asks_anew_once() {
-    let app = entra_app(
+    let app = App::start_entra(
         "entra-review-refused",
         Entra::ManagedIdentity,
         &[("kv_cache", "off")],
@@ -81,7 +70,7 @@ fn a_batch_whose_tokens_storage_refuses_asks_anew_once() {
 
 #[test]
 fn a_short_lived_token_serves_its_whole_invocation() {
-    let app = entra_app("entra-review-short", Entra::ClientSecret, &[]);
+    let app = App::start_entra("entra-review-short", Entra::ClientSecret, &[]);
     // Four minutes and a half to live: inside the five minutes of early refresh at once, yet
     // good for the few storage requests of an invocation.
     app.tokens().set_lifetime(Duration::from_secs(270));
@@ -98,7 +87,7 @@ fn a_short_lived_token_serves_its_whole_invocation() {
 
 #[test]
 fn a_kept_token_still_valid_serves_while_its_early_refresh_fails() {
-    let app = entra_app("entra-review-ahead", Entra::ClientSecret, &[]);
+    let app = App::start_entra("entra-review-ahead", Entra::ClientSecret, &[]);
     // Inside the five minutes of early refresh at once: every invocation tries to replace it.
     app.tokens().set_lifetime(Duration::from_secs(270));
     let a = post_telemetry(&app, &json!({ "deviceId": "ahead-1", "temperature": 40.0 }));
@@ -122,7 +111,7 @@ fn a_kept_token_still_valid_serves_while_its_early_refresh_fails() {
 
 #[test]
 fn a_refused_token_is_not_sent_again_when_no_new_one_can_be_had() {
-    let app = entra_app(
+    let app = App::start_entra(
         "entra-review-dropped",
         Entra::ManagedIdentity,
         &[("kv_cache", "off")],

@@ -7,24 +7,13 @@
 
 use std::time::Duration;
 
-use leasegate_tests::app::{call, post_telemetry, Answer, App, Entra, Setup, GATE_TOKEN};
-use leasegate_tests::entra::{TokenFault, CLIENT_SECRET, IDENTITY_HEADER};
-use leasegate_tests::proxy::{Fault, Seen};
+use leasegate_tests::app::{call, post_telemetry, Answer, App, Entra};
+use leasegate_tests::entra::{assert_all_bearer, TokenFault};
+use leasegate_tests::proxy::Fault;
 use leasegate_tests::wait_for;
 use serde_json::json;
 
 const AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
-
-fn entra_app(tag: &str, entra: Entra, overrides: &[(&str, &str)]) -> App {
-    App::start_with(
-        tag,
-        overrides,
-        Setup {
-            entra: Some(entra),
-            ..Setup::default()
-        },
-    )
-}
 
 fn take_gate(app: &App, key: &str) -> Answer {
     call(
@@ -35,38 +24,13 @@ fn take_gate(app: &App, key: &str) -> Answer {
     )
 }
 
-/// Every request in `seen` was authorized with a bearer token.
-fn all_bearer(seen: &[Seen]) {
-    assert!(!seen.is_empty(), "no storage request was seen");
-    for s in seen {
-        assert_eq!(
-            s.auth,
-            "Bearer",
-            "{} went without a bearer token",
-            s.describe()
-        );
-    }
-}
-
-/// No secret in the answers' texts or the app's log: the identity header, the client secret,
-/// a token (every JWT starts `eyJ`), the gate token.
-fn no_secret_shows(app: &App, answers: &[&Answer]) {
-    let mut texts: Vec<String> = answers.iter().map(|a| a.text.clone()).collect();
-    texts.extend(app.log_lines());
-    for text in &texts {
-        for secret in [IDENTITY_HEADER, CLIENT_SECRET, "eyJ", GATE_TOKEN] {
-            assert!(!text.contains(secret), "a secret shows: {text}");
-        }
-    }
-}
-
 #[test]
 fn the_gate_takes_leases_with_a_managed_identity_token() {
-    let app = entra_app("entra-gate", Entra::ManagedIdentity, &[]);
+    let app = App::start_entra("entra-gate", Entra::ManagedIdentity, &[]);
     let (a, seen) = app.counted(|| take_gate(&app, "k1"));
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["acquired"], true, "{}", a.text);
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
     // The identity endpoint was asked once, with its header.
     let asked = app.tokens().requests();
     assert_eq!(asked.len(), 1, "{asked:#?}");
@@ -76,7 +40,7 @@ fn the_gate_takes_leases_with_a_managed_identity_token() {
     let (b, seen) = app.counted(|| take_gate(&app, "k1"));
     assert_eq!(b.status, 429, "{}", b.text);
     assert_eq!(b.json["acquired"], false, "{}", b.text);
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
 
     // One token across many invocations: it is kept in the key-value store.
     for i in 0..20 {
@@ -84,13 +48,13 @@ fn the_gate_takes_leases_with_a_managed_identity_token() {
         assert_eq!(r.status, 200, "{}", r.text);
     }
     assert_eq!(app.tokens().token_count(), 1);
-    no_secret_shows(&app, &[&a, &b]);
+    app.assert_no_secret(&[&a, &b]);
     app.assert_no_trap();
 }
 
 #[test]
 fn device_alerts_notify_once_with_a_client_secret_token() {
-    let app = entra_app("entra-alerts", Entra::ClientSecret, &[("kv_cache", "off")]);
+    let app = App::start_entra("entra-alerts", Entra::ClientSecret, &[("kv_cache", "off")]);
     let reading = json!({ "deviceId": "dev-entra", "temperature": 41.0 });
     let (first, seen) = app.counted(|| post_telemetry(&app, &reading));
     assert_eq!(first.status, 200, "{}", first.text);
@@ -99,7 +63,7 @@ fn device_alerts_notify_once_with_a_client_secret_token() {
         "{}",
         first.text
     );
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
     let (second, seen) = app.counted(|| post_telemetry(&app, &reading));
     assert_eq!(second.status, 200, "{}", second.text);
     assert_eq!(
@@ -109,15 +73,15 @@ fn device_alerts_notify_once_with_a_client_secret_token() {
     );
     // A hot decision: one storage request, no token request.
     assert_eq!(seen.len(), 1, "{seen:#?}");
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
     assert_eq!(app.sink.for_device("dev-entra").len(), 1);
     assert_eq!(app.tokens().token_count(), 1);
-    no_secret_shows(&app, &[&first, &second]);
+    app.assert_no_secret(&[&first, &second]);
 }
 
 #[test]
 fn a_token_endpoint_that_is_down_answers_503_and_sends_nothing() {
-    let app = entra_app("entra-down", Entra::ManagedIdentity, &[]);
+    let app = App::start_entra("entra-down", Entra::ManagedIdentity, &[]);
     let reading = json!({ "deviceId": "dev-down", "temperature": 45.0 });
     // Busy, refusing, and slower than storage_timeout_ms (3 s here).
     for fault in [
@@ -146,7 +110,7 @@ fn a_token_endpoint_that_is_down_answers_503_and_sends_nothing() {
         let g = take_gate(&app, "down");
         assert_eq!(g.status, 503, "{}", g.text);
         assert_eq!(g.json["error"], "token_unavailable", "{}", g.text);
-        no_secret_shows(&app, &[&a, &g]);
+        app.assert_no_secret(&[&a, &g]);
     }
     assert!(app.sink.for_device("dev-down").is_empty());
 
@@ -166,7 +130,7 @@ fn a_token_endpoint_that_is_down_answers_503_and_sends_nothing() {
 
 #[test]
 fn a_refused_client_secret_answers_502_naming_the_endpoints_code() {
-    let app = entra_app(
+    let app = App::start_entra(
         "entra-badsecret",
         Entra::ClientSecret,
         &[("entra_client_secret", "a-wrong-secret-value")],
@@ -180,7 +144,7 @@ fn a_refused_client_secret_answers_502_naming_the_endpoints_code() {
     assert!(!a.text.contains("a-wrong-secret-value"));
     assert!(!a.headers.contains_key("retry-after"));
     assert!(app.storage.seen().is_empty());
-    no_secret_shows(&app, &[&a]);
+    app.assert_no_secret(&[&a]);
     for line in app.log_lines() {
         assert!(!line.contains("a-wrong-secret-value"), "{line}");
     }
@@ -188,7 +152,7 @@ fn a_refused_client_secret_answers_502_naming_the_endpoints_code() {
 
 #[test]
 fn a_token_storage_refuses_is_asked_anew_once() {
-    let app = entra_app("entra-refused", Entra::ManagedIdentity, &[]);
+    let app = App::start_entra("entra-refused", Entra::ManagedIdentity, &[]);
     // Tokens for another resource: storage refuses each (403 AuthenticationFailed).
     app.tokens().set_audience("https://vault.azure.net");
     let (a, seen) = app.counted(|| take_gate(&app, "k"));
@@ -213,17 +177,17 @@ fn a_token_storage_refuses_is_asked_anew_once() {
     let (b, seen) = app.counted(|| take_gate(&app, "k"));
     assert_eq!(b.status, 200, "{}", b.text);
     assert_eq!(b.json["acquired"], true, "{}", b.text);
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
     assert_eq!(app.tokens().token_count(), 3);
     let c = take_gate(&app, "k2");
     assert_eq!(c.status, 200, "{}", c.text);
     assert_eq!(app.tokens().token_count(), 3);
-    no_secret_shows(&app, &[&a, &b, &c]);
+    app.assert_no_secret(&[&a, &b, &c]);
 }
 
 #[test]
 fn a_missing_role_and_shared_key_off_name_the_fix() {
-    let app = entra_app("entra-role", Entra::ManagedIdentity, &[]);
+    let app = App::start_entra("entra-role", Entra::ManagedIdentity, &[]);
     app.storage
         .set_fault(Some(Fault::Error(403, "AuthorizationPermissionMismatch")));
     let a = take_gate(&app, "k");
@@ -259,7 +223,7 @@ fn a_missing_role_and_shared_key_off_name_the_fix() {
 
 #[test]
 fn a_token_nearing_its_expiry_is_replaced() {
-    let app = entra_app("entra-expiry", Entra::ClientSecret, &[]);
+    let app = App::start_entra("entra-expiry", Entra::ClientSecret, &[]);
     // Kept while more than 5 minutes are left: 20 s of use, then replaced.
     app.tokens().set_lifetime(Duration::from_secs(320));
     let a = take_gate(&app, "first");
@@ -291,7 +255,7 @@ fn a_token_nearing_its_expiry_is_replaced() {
 
 #[test]
 fn a_batch_and_concurrent_first_calls_share_their_tokens() {
-    let app = entra_app(
+    let app = App::start_entra(
         "entra-batch",
         Entra::ManagedIdentity,
         &[("kv_cache", "off")],
@@ -305,7 +269,7 @@ fn a_batch_and_concurrent_first_calls_share_their_tokens() {
     for d in a.json["decisions"].as_array().unwrap() {
         assert_eq!(d["decision"], "notified", "{}", a.text);
     }
-    all_bearer(&seen);
+    assert_all_bearer(&seen);
     assert_eq!(app.tokens().token_count(), 1);
     assert_eq!(app.sink.received().len(), 24);
 
