@@ -21,21 +21,23 @@ use crate::{unique_container, Azurite};
 pub fn cli_binary() -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .current_dir(root())
-            .args([
-                "build",
-                "--locked",
-                "-p",
-                "leasegate-cli",
-                "--bin",
-                "leasegate",
-            ])
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building the CLI failed");
+        cargo_build(
+            &["--locked", "-p", "leasegate-cli", "--bin", "leasegate"],
+            "the CLI",
+        )
     });
     root().join("target/debug/leasegate")
+}
+
+/// Runs `cargo build {args}` in the workspace; panics naming `what` if it fails.
+fn cargo_build(args: &[&str], what: &str) {
+    let status = Command::new(env!("CARGO"))
+        .current_dir(root())
+        .arg("build")
+        .args(args)
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building {what} failed");
 }
 
 /// The workspace root.
@@ -51,10 +53,8 @@ pub fn root() -> PathBuf {
 pub fn build_components() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .current_dir(root())
-            .args([
-                "build",
+        cargo_build(
+            &[
                 "--release",
                 "--locked",
                 "--target",
@@ -71,13 +71,9 @@ pub fn build_components() {
                 "init-once",
                 "-p",
                 "ttl-sweeper",
-            ])
-            .status()
-            .expect("run cargo to build the components");
-        assert!(
-            status.success(),
-            "building the wasm32-wasip2 components failed"
-        );
+            ],
+            "the wasm32-wasip2 components",
+        )
     });
 }
 
@@ -86,20 +82,17 @@ pub fn build_components() {
 pub fn build_example() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .current_dir(root())
-            .args([
-                "build",
+        cargo_build(
+            &[
                 "--release",
                 "--locked",
                 "--target",
                 "wasm32-wasip2",
                 "-p",
                 "ship-once",
-            ])
-            .status()
-            .expect("run cargo to build the example");
-        assert!(status.success(), "building the example ship-once failed");
+            ],
+            "the example ship-once",
+        )
     });
 }
 
