@@ -285,3 +285,40 @@ fn a_batch_and_concurrent_first_calls_share_their_tokens() {
     });
     assert_eq!(app.tokens().token_count(), 1);
 }
+
+/// A bearer token (and a SAS) rides on every storage request as it is: a `storage_origin` at
+/// plain http on another machine is refused before any token is asked for or any request sent
+/// (review #1), naming the variable and the rule, never the secret.
+#[test]
+fn a_token_or_a_sas_is_never_sent_in_clear_to_another_machine() {
+    let elsewhere = "http://acct.blob.core.windows.net";
+    for entra in [Entra::ManagedIdentity, Entra::ClientSecret] {
+        let app = App::start_entra("entra-clear", entra, &[("storage_origin", elsewhere)]);
+        let a = take_gate(&app, "k");
+        assert_eq!(a.status, 503, "{}", a.text);
+        assert_eq!(a.json["error"], "not_configured", "{}", a.text);
+        let message = a.json["message"].as_str().unwrap();
+        assert!(
+            message.contains("storage_origin: a bearer token")
+                && message.contains("only over https"),
+            "{message}"
+        );
+        assert_eq!(app.tokens().count(), 0, "a token was asked for");
+        assert_eq!(app.storage.count(), 0, "a storage request was sent");
+        app.assert_no_secret(&[&a]);
+    }
+    // A SAS: the same rule.
+    let sas =
+        "sv=2021-12-02&ss=b&srt=sco&sp=rwdlac&se=2099-01-01T00:00:00Z&sig=c2FzLXNlY3JldA%3D%3D";
+    let app = App::start(
+        "sas-clear",
+        &[("storage_origin", elsewhere), ("storage_sas", sas)],
+    );
+    let a = take_gate(&app, "k");
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "not_configured", "{}", a.text);
+    assert!(a.text.contains("storage_origin: a SAS"), "{}", a.text);
+    assert!(!a.text.contains("c2FzLXNlY3JldA"), "{}", a.text);
+    assert!(!app.spin.stderr().contains("c2FzLXNlY3JldA"));
+    assert_eq!(app.storage.count(), 0, "a storage request was sent");
+}

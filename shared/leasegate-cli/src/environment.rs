@@ -63,8 +63,17 @@ pub fn account(var: impl Fn(&str) -> Result<Option<String>, String>) -> Result<A
             ));
         }
         let cs = connection_string.unwrap_or_else(|| "UseDevelopmentStorage=true".into());
-        return Account::from_connection_string(&cs)
-            .map_err(|e| format!("{CONNECTION_STRING}: {e}"));
+        let account = Account::from_connection_string(&cs)
+            .map_err(|e| format!("{CONNECTION_STRING}: {e}"))?;
+        // A SAS rides on every request as it is (a key only signs): never in clear elsewhere.
+        if matches!(account.credential(), Credential::Sas(_)) && !safe(&account.endpoint().origin())
+        {
+            return Err(format!(
+                "{CONNECTION_STRING}: a SAS is sent only over https (or over http to this \
+                 machine): use an https BlobEndpoint"
+            ));
+        }
+        return Ok(account);
     };
     if connection_string.is_some() {
         return Err(format!(
@@ -244,6 +253,27 @@ mod tests {
         )])
         .unwrap();
         assert!(matches!(a.credential(), Credential::Sas(_)));
+        // A SAS rides on every request: in clear only to this machine.
+        let e = from(&[(
+            CONNECTION_STRING,
+            "BlobEndpoint=http://acct.blob.core.windows.net;SharedAccessSignature=sv=1&sig=s3cr3t",
+        )])
+        .unwrap_err();
+        assert!(e.contains("a SAS is sent only over https"), "{e}");
+        assert!(!e.contains("s3cr3t"), "{e}");
+        let a = from(&[(
+            CONNECTION_STRING,
+            "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;SharedAccessSignature=sv=1&sig=abc",
+        )])
+        .unwrap();
+        assert!(matches!(a.credential(), Credential::Sas(_)));
+        // A key signs; it does not travel.
+        let a = from(&[(
+            CONNECTION_STRING,
+            "DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5",
+        )])
+        .unwrap();
+        assert!(matches!(a.credential(), Credential::SharedKey(_)));
     }
 
     #[test]

@@ -179,6 +179,7 @@ pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
             ))
         }
     };
+    check_secret_in_transit(&account)?;
     let container_name = var(vars, "container").unwrap_or_else(|| "leasegate".into());
     let container = ContainerName::try_new(&container_name)
         .map_err(|e| ConfigError(format!("variable container: {e}")))?;
@@ -218,6 +219,31 @@ fn connection_string_account(cs: &str, origin: &str) -> Result<Account, ConfigEr
         )));
     }
     Ok(account)
+}
+
+/// Refuses a credential that would travel in clear: a bearer token (`storage_auth =
+/// managed_identity` / `client_secret`) and a SAS (`storage_sas`, or a connection string's
+/// `SharedAccessSignature`) ride on every storage request as they are, so they go only over
+/// https or over http to this machine (Azurite). A shared key never leaves the app (each request
+/// carries an HMAC of itself), so it may go to any origin.
+fn check_secret_in_transit(account: &Account) -> Result<(), ConfigError> {
+    let what = match account.credential() {
+        Credential::Bearer(_) => {
+            "a bearer token (storage_auth = managed_identity or client_secret)"
+        }
+        Credential::Sas(_) => {
+            "a SAS (storage_sas, or the SharedAccessSignature of storage_connection_string)"
+        }
+        _ => return Ok(()),
+    };
+    let origin = account.endpoint().origin();
+    if secure(&origin) {
+        return Ok(());
+    }
+    Err(ConfigError(format!(
+        "variable storage_origin: {what} is sent to storage only over https (or over http to \
+         this machine): storage_origin is {origin}; set it to the account's https origin"
+    )))
 }
 
 /// `storage_account` at `origin` (path or host style) with `credential`.
@@ -563,6 +589,100 @@ mod tests {
 
         let s = storage(&entra(&[("storage_auth", "key")])).unwrap();
         assert!(matches!(s.account.credential(), Credential::SharedKey(_)));
+    }
+
+    /// A bearer token or a SAS rides on every storage request as it is: never over plain http
+    /// to another machine (review #1). A shared key signs each request and never travels, so
+    /// it may; loopback (Azurite) stays allowed for every credential.
+    #[test]
+    fn a_token_or_a_sas_goes_to_storage_only_over_https_or_to_this_machine() {
+        let bearer: [&[(&str, &str)]; 2] = [
+            &[
+                ("storage_auth", "managed_identity"),
+                ("identity_endpoint", "http://localhost:41741/msi/token"),
+                ("identity_header", "hdr-secret-1"),
+                ("token_origin", "http://localhost:41741"),
+            ],
+            &[
+                ("storage_auth", "client_secret"),
+                ("entra_tenant_id", "contoso.onmicrosoft.com"),
+                ("entra_client_id", "0000-aaaa"),
+                ("entra_client_secret", "client-secret-2"),
+            ],
+        ];
+        for extra in bearer {
+            for (origin, allowed) in [
+                ("http://acct.blob.core.windows.net", false),
+                ("HTTP://acct.blob.core.windows.net", false),
+                ("http://10.1.2.3:10000", false),
+                ("http://localhost:1@acct.blob.core.windows.net", false),
+                ("https://acct.blob.core.windows.net", true),
+                ("http://127.0.0.1:10000", true),
+                ("http://localhost:10000", true),
+                ("http://[::1]:10000", true),
+            ] {
+                let mut v = entra(extra);
+                v.insert("storage_origin".into(), origin.into());
+                match storage(&v) {
+                    Ok(_) => assert!(allowed, "{origin} was accepted for {extra:?}"),
+                    Err(e) => {
+                        assert!(!allowed, "{origin}: {e}");
+                        let e = e.to_string();
+                        assert!(e.contains("variable storage_origin: "), "{e}");
+                        if !origin.contains('@') {
+                            // (user info is refused as such, whatever the credential)
+                            assert!(e.contains("a bearer token"), "{e}");
+                            assert!(e.contains("only over https"), "{e}");
+                        }
+                        assert!(!e.contains("secret-1") && !e.contains("secret-2"), "{e}");
+                    }
+                }
+            }
+        }
+        let sas = "sv=2021-12-02&sig=c2FzLXNlY3JldA%3D%3D";
+        let sas_elsewhere = [
+            vars(&[
+                ("storage_account", "acct"),
+                ("storage_origin", "http://acct.blob.core.windows.net"),
+                ("storage_sas", sas),
+            ]),
+            vars(&[
+                ("storage_account", "acct"),
+                ("storage_origin", "http://acct.blob.core.windows.net"),
+                ("storage_auth", "sas"),
+                ("storage_sas", sas),
+            ]),
+            vars(&[
+                (
+                    "storage_connection_string",
+                    &format!("BlobEndpoint=http://acct.blob.core.windows.net;SharedAccessSignature={sas}"),
+                ),
+                ("storage_origin", "http://acct.blob.core.windows.net"),
+            ]),
+        ];
+        for v in sas_elsewhere {
+            let e = storage(&v).unwrap_err().to_string();
+            assert!(e.contains("variable storage_origin: a SAS"), "{e}");
+            assert!(!e.contains("c2FzLXNlY3JldA"), "{e}");
+        }
+        for origin in [
+            "https://acct.blob.core.windows.net",
+            "http://127.0.0.1:10000",
+        ] {
+            let v = vars(&[
+                ("storage_account", "acct"),
+                ("storage_origin", origin),
+                ("storage_sas", sas),
+            ]);
+            assert!(storage(&v).is_ok(), "{origin}");
+        }
+        // A shared key signs; it does not travel.
+        let key = vars(&[
+            ("storage_account", "acct"),
+            ("storage_origin", "http://acct.blob.core.windows.net"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+        ]);
+        assert!(storage(&key).is_ok());
     }
 
     #[test]
