@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasegate_tests::app::{call, Answer, App, TIMER_AUTH};
+use leasegate_tests::app::{call, Answer, App, ADMIN_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{rfc3339_secs as rfc3339, unix_now};
 use serde_json::json;
@@ -15,7 +15,7 @@ fn tick_at(app: &App, at: u64) -> Answer {
     call(
         "POST",
         &app.url(&format!("/api/jobs/{JOB}/tick")),
-        &[TIMER_AUTH, ("content-type", "application/json")],
+        &[ADMIN_AUTH, ("content-type", "application/json")],
         json!({ "at": rfc3339(at) }).to_string().as_bytes(),
     )
 }

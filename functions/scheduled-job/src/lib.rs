@@ -61,6 +61,15 @@ use leasegate_spin::{auth, elapsed_ms, log_line, Context};
 pub const LOG_ENTRIES: usize = 10;
 /// The longest job name, in bytes.
 pub const MAX_JOB_NAME: usize = leasegate_spin::config::MAX_NAME;
+/// A tick may write `skipped_overlap` on an occurrence at most this far ahead of the storage
+/// server's clock (its `Date` is whole seconds, so an occurrence due within the second reads
+/// one second ahead).
+const DUE_GRACE_SECS: u64 = 1;
+/// Earlier occurrences a winning tick settles at most (each costs a read, and a write when its
+/// reserver left it without an outcome).
+const SETTLE_MAX: usize = 4;
+/// How many occurrences back a winning tick looks for ones to settle at most.
+const SETTLE_LOOKBACK: u64 = 64;
 /// How many times a compare-and-swap of the log is tried before giving up.
 const LOG_ATTEMPTS: usize = 8;
 /// Seconds added to the job's timeout for the lease: the lease outlives the call it guards.
@@ -172,6 +181,42 @@ impl Settings {
         })
     }
 
+    /// How long a reservation's reserver has to write its outcome: the job's lease term (see
+    /// [`abandoned`]).
+    pub fn reservation_deadline(&self) -> Duration {
+        term_length(self.lease_term)
+    }
+
+    /// How far the trigger time of a tick with the tick token may be from this instance's
+    /// clock: `job_early_seconds`, but at most 10 s and half a period, so that the occurrence
+    /// it names is the one due now (or, at a boundary, the one just before or after).
+    pub fn tick_tolerance(&self) -> Duration {
+        self.early.min(Duration::from_secs(10)).min(self.period / 2)
+    }
+
+    /// Whether a tick for trigger time `at` names the occurrence due at `now` (this instance's
+    /// clock): the occurrence of a time within [`Settings::tick_tolerance`] of `now`.
+    pub fn due_now(&self, at: SystemTime, now: SystemTime) -> bool {
+        let named = timer::occurrence(at, self.period, self.offset);
+        let tolerance = self.tick_tolerance();
+        [
+            now.checked_sub(tolerance).unwrap_or(now),
+            now,
+            now + tolerance,
+        ]
+        .iter()
+        .any(|t| timer::occurrence(*t, self.period, self.offset) == named)
+    }
+
+    /// The first occurrence of the schedule after `t` (Unix seconds).
+    fn next_occurrence(&self, t: u64) -> u64 {
+        let (p, o) = (self.period.as_secs().max(1), self.offset.as_secs());
+        if t < o {
+            return o;
+        }
+        ((t - o) / p + 1).saturating_mul(p).saturating_add(o)
+    }
+
     fn occurrences_prefix(&self) -> String {
         format!("jobs/{}/occurrences/", self.job)
     }
@@ -182,6 +227,15 @@ impl Settings {
 
     fn log_blob(&self) -> Result<BlobName, leasegate::Error> {
         BlobName::try_new(&format!("jobs/{}/log.json", self.job))
+    }
+}
+
+/// The length of a lease term.
+fn term_length(term: Term) -> Duration {
+    match term {
+        Term::Native(leasegate::LeaseDuration::Seconds(s)) => Duration::from_secs(u64::from(s)),
+        Term::Record(d) => d,
+        Term::Native(_) => Duration::from_secs(60),
     }
 }
 
@@ -243,6 +297,16 @@ pub struct Log {
     /// tick for them is refused, whatever retention its deployment has.
     #[serde(default)]
     pub cleaned_before: u64,
+    /// Every occurrence of the schedule up to this one (Unix seconds) is settled: it has an
+    /// outcome, or nobody reserved it. A winning tick looks at the occurrences after it
+    /// (bounded) and settles a reservation its reserver left without an outcome
+    /// ([`settle_earlier`]). 0: not known yet (a log written by an older version).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub settled_through: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a tick came to.
@@ -288,6 +352,13 @@ pub enum Decision {
     TooEarly {
         /// The tolerance.
         early: Duration,
+    },
+    /// A run of an earlier occurrence holds the job's lease and this occurrence is not due yet
+    /// by the storage server's clock: nothing is recorded (no tick skips an occurrence before
+    /// it is due); a tick once it is due decides.
+    NotDue {
+        /// How long until it is due.
+        retry_after: Duration,
     },
 }
 
@@ -406,15 +477,20 @@ async fn run_tick<T, S: Transport, J: Transport>(
         WriteOutcome::Refused(_) => {
             let (props, date) = head(&locks, &blob, ctx.now).await?;
             let props = props.unwrap_or_default();
+            let server_now = date.unwrap_or(ctx.now);
             let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
-            if reserved_by.as_deref() != Some(settings.instance_id.as_str()) {
+            // This instance reserved it on an earlier tick (or another tick of it is at work
+            // on it now), or its reserver left it without an outcome past its deadline (any
+            // instance takes it over): the outcome on the reservation says whether it is
+            // settled, and its compare-and-swap lets one tick run it.
+            if reserved_by.as_deref() != Some(settings.instance_id.as_str())
+                && !abandoned(&props, server_now, settings)
+            {
                 return Ok(Decision::Skipped {
                     reserved_by,
                     reason: "another instance reserved it".into(),
                 });
             }
-            // This instance reserved it on an earlier tick (or another tick of it is at work
-            // on it now): its outcome on the reservation says whether it is settled.
             let t = props.last_modified.unwrap_or(ctx.now);
             let r = Reservation {
                 blob,
@@ -451,10 +527,32 @@ async fn run_tick<T, S: Transport, J: Transport>(
         settings,
         tick,
         occurrence,
-        reserved_at,
+        (reserved_at, server_now),
         reservation,
     )
     .await
+}
+
+/// Whether a reservation has been left without an outcome past its deadline: its reserver's
+/// chance has passed, and any instance may settle it. The deadline is the reservation's time
+/// (its `Last-Modified`, by the storage server's clock) plus the job's lease term, which
+/// bounds the reserver's steps up to its outcome (the lease, then the outcome's write); the
+/// reserver's own lease on the job, if it took one, has run out by then too. Taking over
+/// early would still run the occurrence at most once (the outcome's compare-and-swap decides).
+fn abandoned(
+    props: &leasegate::ops::BlobProperties,
+    server_now: SystemTime,
+    settings: &Settings,
+) -> bool {
+    !props.metadata.contains_key(META_RUN)
+        && props
+            .last_modified
+            .is_some_and(|t| t + settings.reservation_deadline() <= server_now)
+}
+
+/// The occurrence a job's lease label names (`{instance} {occurrence}`).
+fn label_occurrence(label: &str) -> Option<u64> {
+    label.rsplit(' ').next()?.parse().ok()
 }
 
 /// One HEAD of a reservation.
@@ -503,7 +601,7 @@ async fn commit<T: Transport>(
     reservation: &Reservation,
     outcome: &str,
     nonce: &str,
-    token: u64,
+    token: Option<u64>,
     now: SystemTime,
 ) -> Result<Commit, leasegate::Error> {
     let mut seen = reservation.clone();
@@ -515,7 +613,9 @@ async fn commit<T: Transport>(
             let mut metadata = seen.metadata.clone();
             metadata.insert(META_RUN.into(), outcome.into());
             metadata.insert(META_RUN_TICK.into(), nonce.into());
-            metadata.insert(META_RUN_TOKEN.into(), token.to_string());
+            if let Some(token) = token {
+                metadata.insert(META_RUN_TOKEN.into(), token.to_string());
+            }
             let write = SetMetadata {
                 container: locks.container().clone(),
                 blob: seen.blob.clone(),
@@ -598,12 +698,19 @@ async fn run_reserved<T, S: Transport, J: Transport>(
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-    reserved_at: SystemTime,
+    (reserved_at, server_now): (SystemTime, SystemTime),
     reservation: Reservation,
 ) -> Result<Decision, leasegate::Error> {
+    let reserved_by = reservation.metadata.get(META_RESERVED_BY).cloned();
     let settled = |run: &str| Decision::Skipped {
-        reserved_by: Some(settings.instance_id.clone()),
-        reason: format!("this instance settled it on an earlier tick ({run})"),
+        reserved_by: reserved_by.clone(),
+        reason: if run == "missed" {
+            "it was recorded missed: its reserver wrote no outcome by its deadline".into()
+        } else if reserved_by.as_deref() == Some(settings.instance_id.as_str()) {
+            format!("this instance settled it on an earlier tick ({run})")
+        } else {
+            format!("it was settled after its reserver's deadline ({run})")
+        },
     };
     if let Some(run) = reservation.metadata.get(META_RUN) {
         return Ok(settled(run));
@@ -646,16 +753,34 @@ async fn run_reserved<T, S: Transport, J: Transport>(
             Acquire::Acquired(_) => true,
             Acquire::Busy {
                 holder: Some(h), ..
-            } if h.label != label => {
-                // Another occurrence's run: this occurrence is skipped, once.
+            } if label_occurrence(&h.label) != Some(occurrence) => {
+                // Another occurrence's run: this occurrence is skipped, once, but only once it
+                // is due (by the storage server's clock, give or take its second): a tick ahead
+                // of it records nothing, and a tick once it is due decides.
+                let due_in = occurrence.saturating_sub(unix(server_now));
+                if due_in > DUE_GRACE_SECS {
+                    if reservation.created {
+                        take_back(locks, &reservation, ctx.now).await;
+                    }
+                    return Ok(Decision::NotDue {
+                        retry_after: Duration::from_secs(due_in),
+                    });
+                }
                 entry.status = "skipped_overlap".into();
                 entry.reason = Some("the previous run still holds the job's lease".into());
-                let written =
-                    match commit(locks, &reservation, &entry.status, &nonce, token, ctx.now).await?
-                    {
-                        Commit::Settled(run) => return Ok(settled(&run)),
-                        Commit::Written(w) => w,
-                    };
+                let written = match commit(
+                    locks,
+                    &reservation,
+                    &entry.status,
+                    &nonce,
+                    Some(token),
+                    ctx.now,
+                )
+                .await?
+                {
+                    Commit::Settled(run) => return Ok(settled(&run)),
+                    Commit::Written(w) => w,
+                };
                 return match append(locks, settings, &entry, ctx.now).await {
                     Ok(Err(LogRefusal::TooOld)) => {
                         uncommit(locks, &reservation, &written, ctx.now).await;
@@ -675,13 +800,7 @@ async fn run_reserved<T, S: Transport, J: Transport>(
                 if let Some(run) = props.as_ref().and_then(|p| p.metadata.get(META_RUN)) {
                     return Ok(settled(run));
                 }
-                let wait = retry_after.unwrap_or(match settings.lease_term {
-                    Term::Native(leasegate::LeaseDuration::Seconds(s)) => {
-                        Duration::from_secs(u64::from(s))
-                    }
-                    Term::Record(d) => d,
-                    Term::Native(_) => Duration::from_secs(60),
-                });
+                let wait = retry_after.unwrap_or(term_length(settings.lease_term));
                 return Ok(Decision::InProgress {
                     retry_after: wait.max(Duration::from_secs(1)),
                 });
@@ -697,7 +816,7 @@ async fn run_reserved<T, S: Transport, J: Transport>(
         }
     };
     // 4. The outcome "running" on the reservation: the one tick that writes it runs the job.
-    let written = match commit(locks, &reservation, "running", &nonce, token, ctx.now).await {
+    let written = match commit(locks, &reservation, "running", &nonce, Some(token), ctx.now).await {
         Ok(Commit::Written(w)) => w,
         Ok(Commit::Settled(run)) => {
             release().await;
@@ -748,9 +867,12 @@ async fn run_reserved<T, S: Transport, J: Transport>(
     }
     let finished = update(locks, settings, &entry, ctx.now).await;
     release().await;
-    if let Ok((end, cleaned_before)) = &finished {
+    if let Ok((end, log)) = &finished {
         entry.finished_at = Some(rfc3339(*end));
-        let _ = clean_up(locks, settings, *cleaned_before, ctx.now).await;
+        // Earlier occurrences whose reservers left them without an outcome: settled here, as a
+        // redundant deployment is for. Best effort: a later winner goes on from the log.
+        let _ = settle_earlier(ctx, locks, settings, tick, occurrence, log).await;
+        let _ = clean_up(locks, settings, log.cleaned_before, ctx.now).await;
     }
     Ok(match result {
         Ok(()) => Decision::Ran { entry },
@@ -914,20 +1036,144 @@ async fn append<T: Transport>(
         log.entries
             .retain(|e| e.occurrence_unix != entry.occurrence_unix);
         log.entries.push(entry.clone());
+        advance_settled(log, settings, entry.occurrence_unix, 0);
         Ok(())
     })
     .await?;
     Ok(changed.map(|_| ()))
 }
 
+/// Moves the log's `settled_through` watermark up: over the occurrences that have an entry,
+/// and up to `through` (occurrences [`settle_earlier`] found settled). A log without one
+/// starts from its newest entry before `newest` (or the occurrence before it), and the
+/// watermark never lags more than [`SETTLE_LOOKBACK`] occurrences behind `newest`.
+fn advance_settled(log: &mut Log, settings: &Settings, newest: u64, through: u64) {
+    let period = settings.period.as_secs().max(1);
+    if log.settled_through == 0 {
+        log.settled_through = log
+            .entries
+            .iter()
+            .map(|e| e.occurrence_unix)
+            .filter(|o| *o < newest)
+            .max()
+            .unwrap_or(newest.saturating_sub(period));
+    }
+    let floor = newest.saturating_sub(SETTLE_LOOKBACK.saturating_mul(period));
+    log.settled_through = log.settled_through.max(through).max(floor);
+    loop {
+        let next = settings.next_occurrence(log.settled_through);
+        let settled =
+            next < log.cleaned_before || log.entries.iter().any(|e| e.occurrence_unix == next);
+        if next > newest || !settled {
+            break;
+        }
+        log.settled_through = next;
+    }
+}
+
+/// Settles the occurrences between the log's `settled_through` and `occurrence` (this tick's,
+/// which it ran) that have no entry in the log, oldest first, at most [`SETTLE_MAX`]: a
+/// reservation its reserver left without an outcome past its deadline ([`abandoned`]) gets the
+/// outcome `missed` (by the same compare-and-swap as any outcome, so a reserver that comes
+/// back late finds it settled) and an entry in the log; one that nobody reserved, or that has
+/// an outcome, is settled as it is. The first one still within its reserver's deadline stops
+/// the walk: a later winner looks again. Nothing is read when the watermark is at the
+/// occurrence before this one, as it is whenever every tick has a winner.
+async fn settle_earlier<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<&S>,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+    log: &Log,
+) -> Result<(), leasegate::Error> {
+    let mut candidates = Vec::new();
+    let mut next = settings.next_occurrence(log.settled_through);
+    while log.settled_through != 0 && next < occurrence && candidates.len() < SETTLE_MAX {
+        if next >= log.cleaned_before && !log.entries.iter().any(|e| e.occurrence_unix == next) {
+            candidates.push(next);
+        }
+        next = settings.next_occurrence(next);
+    }
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let mut missed = Vec::new();
+    let mut through = 0;
+    for o in candidates {
+        let blob = settings.reservation(o)?;
+        let (props, date) = head(locks, &blob, ctx.now).await?;
+        let Some(props) = props else {
+            through = o;
+            continue;
+        };
+        if props.metadata.contains_key(META_RUN) {
+            through = o;
+            continue;
+        }
+        if !abandoned(&props, date.unwrap_or(ctx.now), settings) {
+            break;
+        }
+        let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
+        let reservation = Reservation {
+            blob,
+            etag: props.etag,
+            metadata: props.metadata,
+            created: false,
+        };
+        let nonce = (ctx.new_lease_id)().to_string();
+        if let Commit::Written(_) =
+            commit(locks, &reservation, "missed", &nonce, None, ctx.now).await?
+        {
+            let at_now = date.unwrap_or(ctx.now);
+            missed.push(Entry {
+                occurrence: rfc3339(at(o)),
+                occurrence_unix: o,
+                instance: reserved_by.clone().unwrap_or_default(),
+                reserved_at: rfc3339(props.last_modified.unwrap_or(at_now)),
+                status: "missed".into(),
+                fencing_token: None,
+                trigger: tick.source.as_str().into(),
+                past_due: false,
+                finished_at: Some(rfc3339(at_now)),
+                reason: Some(format!(
+                    "its reserver ({}) wrote no outcome within {} s; settled by {}",
+                    reserved_by.as_deref().unwrap_or("unknown"),
+                    settings.reservation_deadline().as_secs(),
+                    settings.instance_id
+                )),
+            });
+        }
+        through = o;
+    }
+    if through == 0 {
+        return Ok(());
+    }
+    let _ = change_log(locks, settings, ctx.now, |log, _| {
+        for entry in &missed {
+            if !log
+                .entries
+                .iter()
+                .any(|e| e.occurrence_unix == entry.occurrence_unix)
+            {
+                log.entries.push(entry.clone());
+            }
+        }
+        advance_settled(log, settings, occurrence, through);
+        Ok::<(), ()>(())
+    })
+    .await?;
+    Ok(())
+}
+
 /// Records the run's result, its end stamped with the server's clock, and moves the clean-up
-/// watermark up to the retention. Returns the end and the watermark.
+/// watermark up to the retention. Returns the end and the log as written.
 async fn update<T: Transport>(
     locks: &Locks<T>,
     settings: &Settings,
     entry: &Entry,
     now: SystemTime,
-) -> Result<(SystemTime, u64), leasegate::Error> {
+) -> Result<(SystemTime, Log), leasegate::Error> {
     let written = change_log(locks, settings, now, |log, read_at| {
         // The run's own entry (added again if the log lost it: the reservation holds the
         // outcome, the log shows it).
@@ -938,11 +1184,11 @@ async fn update<T: Transport>(
         log.entries.push(done);
         let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
         log.cleaned_before = log.cleaned_before.max(cutoff);
+        advance_settled(log, settings, entry.occurrence_unix, 0);
         Ok::<(), ()>(())
     })
     .await?;
-    let (date, log) = written.unwrap_or_else(|()| (now, Log::default()));
-    Ok((date, log.cleaned_before))
+    Ok(written.unwrap_or_else(|()| (now, Log::default())))
 }
 
 /// Deletes reservations before the log's clean-up watermark (oldest first, a page at a time):
@@ -1012,6 +1258,7 @@ impl Decision {
             Decision::TooOld { .. } => "too_old",
             Decision::TooEarly { .. } => "too_early",
             Decision::InProgress { .. } => "in_progress",
+            Decision::NotDue { .. } => "not_due",
         }
     }
 }
@@ -1061,6 +1308,15 @@ pub fn describe(
                     v["error"] = json!("occurrence_in_progress");
                     v["message"] = json!(format!(
                         "this instance's lease for the occurrence is held but the occurrence has no outcome yet: retry in {} s (once the lease ends, a tick runs it)",
+                        retry_after.as_secs()
+                    ));
+                    v["retryAfterSeconds"] = json!(retry_after.as_secs());
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                Decision::NotDue { retry_after } => {
+                    v["error"] = json!("occurrence_not_due");
+                    v["message"] = json!(format!(
+                        "a run of an earlier occurrence holds the job's lease and this occurrence is not due for {} s by the storage server's clock: nothing was recorded; a tick once it is due decides",
                         retry_after.as_secs()
                     ));
                     v["retryAfterSeconds"] = json!(retry_after.as_secs());
@@ -1144,8 +1400,9 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Handles the component's HTTP requests:
 /// * `POST /api/jobs/{job}/tick` (bearer `timer_token` or `admin_token`): a tick from an HTTP
 ///   scheduler, for the time in an optional JSON body `{"at": "2026-11-21T14:55:00Z"}` (else
-///   now); an occurrence more than `job_early_seconds` before the current one (by this
-///   instance's clock) is a manual run of a past occurrence: `admin_token` only;
+///   now); with `timer_token` only the occurrence due now by this instance's clock (give or
+///   take [`Settings::tick_tolerance`]): naming any other, past or future, is a manual run,
+///   `admin_token` only;
 /// * `GET /api/jobs/{job}` (bearer, either token): the reservation log;
 /// * `POST /{FunctionName}`, any other path: an Azure Functions timer invocation (the custom
 ///   handler's channel, served only by the Azure Functions manifest).
@@ -1230,15 +1487,13 @@ async fn api<T: Transport>(
         Ok(t) => t.unwrap_or(ctx.now),
         Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_tick", m),
     };
-    // A tick for an occurrence more than job_early_seconds before the one this instance's
-    // clock stands for is a manual run of a past occurrence: the admin token's.
-    let named = unix(timer::occurrence(at_time, settings.period, settings.offset));
-    let current = unix(timer::occurrence(ctx.now, settings.period, settings.offset));
-    if named.saturating_add(settings.early.as_secs()) < current {
+    // The tick token names only the occurrence due now by this instance's clock (give or take
+    // the tick tolerance); any other, past or future, is a manual run: the admin token's.
+    if !settings.due_now(at_time, ctx.now) {
         if let Err(r) = auth::require_admin(
             ctx.variables,
             power,
-            "a tick for a past occurrence (a manual run)",
+            "a tick naming an occurrence other than the one due now (a manual run)",
         ) {
             return r;
         }
@@ -1544,6 +1799,122 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn settings(period: u64, offset: u64, early: u64) -> Settings {
+        let vars: std::collections::HashMap<String, String> = [
+            ("instance_id", "node-u"),
+            ("job_url", "http://127.0.0.1:9/job"),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain([
+            ("job_period_seconds".to_string(), period.to_string()),
+            ("job_offset_seconds".to_string(), offset.to_string()),
+            ("job_early_seconds".to_string(), early.to_string()),
+        ])
+        .collect();
+        Settings::load(&vars).unwrap()
+    }
+
+    #[test]
+    fn the_tick_token_names_the_occurrence_due_now() {
+        // A per-minute job with the default job_early_seconds (300): 10 s of tolerance.
+        let s = settings(60, 0, 300);
+        assert_eq!(s.tick_tolerance(), Duration::from_secs(10));
+        let now = at(1_795_765_625); // 5 s past the minute 1_795_765_620
+                                     // Exactly: the occurrence of now, or of a time within the tolerance of now.
+        assert!(s.due_now(at(1_795_765_620), now));
+        assert!(!s.due_now(at(1_795_765_680), now));
+        assert!(!s.due_now(at(1_795_765_560), now));
+        // Near a boundary (3 s before the half minute), the neighbour is due too.
+        let edge = at(1_795_765_647);
+        assert!(s.due_now(at(1_795_765_620), edge) && s.due_now(at(1_795_765_680), edge));
+        // A per-5-second job: at most half a period of tolerance, so never two ahead.
+        let fast = settings(5, 0, 300);
+        assert_eq!(fast.tick_tolerance(), Duration::from_millis(2500));
+        assert!(!fast.due_now(at(1_795_765_630), at(1_795_765_620)));
+        // A small job_early_seconds is the tolerance.
+        assert_eq!(settings(60, 0, 3).tick_tolerance(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn next_occurrences_follow_period_and_offset() {
+        let s = settings(60, 7, 300);
+        assert_eq!(s.next_occurrence(0), 7);
+        assert_eq!(s.next_occurrence(7), 67);
+        assert_eq!(s.next_occurrence(66), 67);
+        assert_eq!(s.next_occurrence(100), 127);
+        // Off the grid (a period changed): the next point of today's grid.
+        assert_eq!(settings(5, 0, 300).next_occurrence(61), 65);
+    }
+
+    fn entry_at(o: u64, status: &str) -> Entry {
+        Entry {
+            occurrence: rfc3339(at(o)),
+            occurrence_unix: o,
+            instance: "i".into(),
+            reserved_at: rfc3339(at(o)),
+            status: status.into(),
+            fencing_token: None,
+            trigger: "cron".into(),
+            past_due: false,
+            finished_at: None,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn the_settled_watermark_moves_over_logged_occurrences_only() {
+        let s = settings(60, 0, 300);
+        // A log of an older version (no watermark): it starts at the newest earlier entry.
+        let mut log = Log {
+            job: "j".into(),
+            entries: vec![entry_at(600, "running"), entry_at(540, "succeeded")],
+            ..Log::default()
+        };
+        advance_settled(&mut log, &s, 600, 0);
+        assert_eq!(log.settled_through, 600);
+        // 660 has no entry (abandoned, or nobody ticked): the watermark stops before it even
+        // when 720 is logged.
+        log.entries.push(entry_at(720, "running"));
+        advance_settled(&mut log, &s, 720, 0);
+        assert_eq!(log.settled_through, 600);
+        // Settled by a winner (through 660): it moves on over 720.
+        advance_settled(&mut log, &s, 720, 660);
+        assert_eq!(log.settled_through, 720);
+        // A new log starts at the occurrence before the first.
+        let mut new = Log::default();
+        new.entries.push(entry_at(1200, "running"));
+        advance_settled(&mut new, &s, 1200, 0);
+        assert_eq!(new.settled_through, 1200);
+        // Never more than SETTLE_LOOKBACK occurrences behind.
+        let mut far = Log {
+            settled_through: 60,
+            ..Log::default()
+        };
+        far.entries.push(entry_at(60 * 1000, "running"));
+        advance_settled(&mut far, &s, 60 * 1000, 0);
+        assert_eq!(far.settled_through, 60 * (1000 - SETTLE_LOOKBACK));
+        // Below the clean-up watermark counts as settled.
+        let mut cleaned = Log {
+            settled_through: 600,
+            cleaned_before: 800,
+            ..Log::default()
+        };
+        cleaned.entries.push(entry_at(840, "running"));
+        advance_settled(&mut cleaned, &s, 840, 0);
+        assert_eq!(cleaned.settled_through, 840);
+        // Written only once known: an old log is written back as it was.
+        assert!(!serde_json::to_string(&Log::default())
+            .unwrap()
+            .contains("settledThrough"));
+        assert!(serde_json::to_string(&log)
+            .unwrap()
+            .contains("\"settledThrough\":720"));
     }
 
     #[test]

@@ -1,0 +1,235 @@
+//! scheduled-job, as release `.wasm` served by the real `spin up`: a reservation whose reserver
+//! failed before writing its outcome is settled by another deployment once the reserver's
+//! deadline (the reservation's time plus the job's lease term) has passed. A tick naming that
+//! occurrence runs it (once: the outcome's compare-and-swap decides); the winner of a later
+//! occurrence records it `missed`. Two deployments share one container; the failure enters at
+//! the fault proxy in front of the reserver's storage (review #2).
+
+use std::time::Duration;
+
+use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::proxy::Fault;
+use leasegate_tests::{rfc3339_secs as rfc3339, unique_container, unix_now, wait_for};
+use serde_json::{json, Value};
+
+const JOB: &str = "example-job";
+
+/// job_timeout 1 s + 4 x storage_timeout 1 s + 10 s: the job's lease term, and so how long a
+/// reserver has to write its outcome.
+const DEADLINE_SECS: u64 = 15;
+
+/// A tick with the tick token for now (no `at`: the scheduler's own clock is the instance's).
+fn tick_now(app: &App) -> Answer {
+    call(
+        "POST",
+        &app.url(&format!("/api/jobs/{JOB}/tick")),
+        &[TIMER_AUTH],
+        b"",
+    )
+}
+
+/// A manual tick (the admin token) for the occurrence at `at`.
+fn tick_admin(app: &App, at: u64) -> Answer {
+    call(
+        "POST",
+        &app.url(&format!("/api/jobs/{JOB}/tick")),
+        &[ADMIN_AUTH, ("content-type", "application/json")],
+        json!({ "at": rfc3339(at) }).to_string().as_bytes(),
+    )
+}
+
+fn occurrence_of(a: &Answer) -> u64 {
+    let text = a.json["occurrence"].as_str().expect("an occurrence");
+    humantime::parse_rfc3339(text)
+        .expect("RFC 3339")
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
+
+/// The job POSTs both deployments' sinks received for `occurrence`: (instance, idempotency
+/// key, fencing token).
+fn runs_of(apps: &[&App], occurrence: u64) -> Vec<(String, String, u64)> {
+    apps.iter()
+        .flat_map(|a| a.sink.received())
+        .filter(|r| r.path == "/job" && r.body["occurrenceUnix"].as_u64() == Some(occurrence))
+        .map(|r| {
+            (
+                r.body["instance"].as_str().unwrap_or("").to_string(),
+                r.idempotency_key.clone().unwrap_or_default(),
+                r.body["fencingToken"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+fn log(app: &App) -> Value {
+    let a = call(
+        "GET",
+        &app.url(&format!("/api/jobs/{JOB}")),
+        &[TIMER_AUTH],
+        b"",
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    a.json
+}
+
+fn entry(app: &App, occurrence: u64) -> Option<Value> {
+    log(app)["reservations"]
+        .as_array()?
+        .iter()
+        .find(|e| e["occurrenceUnix"].as_u64() == Some(occurrence))
+        .cloned()
+}
+
+/// Two deployments of one job on one container: node-a and node-b.
+fn pair(tag: &str, period: u64, offset: u64) -> (App, App) {
+    let container = unique_container(tag);
+    let vars = |instance: &'static str| {
+        [
+            ("instance_id", instance.to_string()),
+            ("job_period_seconds", period.to_string()),
+            ("job_offset_seconds", offset.to_string()),
+            ("job_timeout_seconds", "1".to_string()),
+            ("storage_timeout_ms", "1000".to_string()),
+        ]
+    };
+    let start = |instance| {
+        let v = vars(instance);
+        let refs: Vec<(&str, &str)> = v.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        App::start_with(
+            tag,
+            &refs,
+            Setup {
+                container: Some(container.clone()),
+                ..Setup::default()
+            },
+        )
+    };
+    (start("node-a"), start("node-b"))
+}
+
+/// Every request node-a sends for the job's lease fails: it reserves the occurrence, then
+/// cannot write its outcome.
+fn break_the_lease(app: &App) {
+    let c = app.container.as_str();
+    app.storage.fault_on(
+        &format!("/devstoreaccount1/{c}/jobs/{JOB}/lock"),
+        Fault::Status(503),
+    );
+}
+
+/// Waits until the instance's clock is at or past `t` (Unix seconds).
+fn wait_until(t: u64) {
+    while unix_now() < t {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// node-a reserves the occurrence and fails before its outcome (503). node-b's tick of the same
+/// occurrence is skipped while node-a's deadline runs; after it, node-b's tick runs the
+/// occurrence, once, and node-a's retry finds it settled.
+#[test]
+fn a_tick_after_the_reservers_deadline_runs_the_occurrence() {
+    // A two-minute period whose occurrence lands a little after the apps are up: every tick of
+    // the next minute names it.
+    let x = unix_now() + 20;
+    let (a, b) = pair("abandon-run", 120, x % 120);
+    wait_until(x);
+    break_the_lease(&a);
+    let failed = tick_now(&a);
+    assert_eq!(failed.status, 503, "{}", failed.text);
+    assert_eq!(occurrence_of(&failed), x, "{}", failed.text);
+    a.storage.set_fault(None);
+
+    let early = tick_now(&b);
+    assert_eq!(early.status, 200, "{}", early.text);
+    assert_eq!(early.json["decision"], "skipped", "{}", early.text);
+    assert_eq!(early.json["reservedBy"], "node-a", "{}", early.text);
+    assert!(runs_of(&[&a, &b], x).is_empty());
+
+    // Past the deadline (storage's clock, not the test's: a tick until it runs).
+    let ran = wait_for(
+        "node-b to take the occurrence over",
+        Duration::from_secs(DEADLINE_SECS + 20),
+        || {
+            let t = tick_now(&b);
+            assert_eq!(occurrence_of(&t), x, "{}", t.text);
+            (t.json["decision"] != "skipped").then_some(t)
+        },
+    );
+    assert!(unix_now() >= x + DEADLINE_SECS - 1, "taken over too early");
+    assert_eq!(ran.status, 200, "{}", ran.text);
+    assert_eq!(ran.json["decision"], "ran", "{}", ran.text);
+    assert_eq!(ran.json["entry"]["instance"], "node-b", "{}", ran.text);
+    let runs = runs_of(&[&a, &b], x);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].0, "node-b");
+
+    // node-a's retry, and node-b's again: settled, not run again.
+    for (app, who) in [(&a, "node-a"), (&b, "node-b")] {
+        let again = tick_now(app);
+        assert_eq!(again.status, 200, "{who}: {}", again.text);
+        assert_eq!(again.json["decision"], "skipped", "{who}: {}", again.text);
+    }
+    assert_eq!(runs_of(&[&a, &b], x).len(), 1);
+    assert_eq!(entry(&b, x).expect("logged")["status"], "succeeded");
+    a.assert_no_trap();
+    b.assert_no_trap();
+}
+
+/// A per-5-second job: node-a reserves one occurrence and fails before its outcome; node-b
+/// wins the next ones. Once node-a's deadline has passed, node-b's winning tick records the
+/// abandoned occurrence `missed` (on its reservation and in the log): an operator sees the
+/// gap, and node-a's late retry finds it settled. Nothing ran it, nothing ran twice.
+#[test]
+fn a_later_winner_records_an_abandoned_occurrence_as_missed() {
+    let (a, b) = pair("abandon-miss", 5, 0);
+    // A run first: the log exists and is settled up to it.
+    let first = tick_now(&b);
+    assert_eq!(first.json["decision"], "ran", "{}", first.text);
+    let y0 = occurrence_of(&first);
+
+    let x = y0 + 5;
+    wait_until(x);
+    break_the_lease(&a);
+    let failed = tick_now(&a);
+    assert_eq!(failed.status, 503, "{}", failed.text);
+    assert_eq!(occurrence_of(&failed), x, "{}", failed.text);
+    a.storage.set_fault(None);
+
+    // node-b ticks every occurrence after it, as its scheduler would.
+    let mut next = x + 5;
+    let missed = wait_for(
+        "the abandoned occurrence to be recorded missed",
+        Duration::from_secs(DEADLINE_SECS + 30),
+        || {
+            wait_until(next);
+            let t = tick_now(&b);
+            assert_eq!(t.status, 200, "{}", t.text);
+            assert_eq!(t.json["decision"], "ran", "{}", t.text);
+            next = occurrence_of(&t) + 5;
+            entry(&b, x).filter(|e| e["status"] == "missed")
+        },
+    );
+    assert_eq!(missed["instance"], "node-a", "{missed}");
+    assert!(
+        missed["reason"].as_str().unwrap_or("").contains("node-a"),
+        "{missed}"
+    );
+    assert!(
+        runs_of(&[&a, &b], x).is_empty(),
+        "the abandoned occurrence ran"
+    );
+    // node-a's late retry of it (a manual tick) finds it settled.
+    let retry = tick_admin(&a, x);
+    assert_eq!(retry.status, 200, "{}", retry.text);
+    assert_eq!(retry.json["decision"], "skipped", "{}", retry.text);
+    assert!(runs_of(&[&a, &b], x).is_empty());
+    // Every other occurrence ran once.
+    for o in (y0..next).step_by(5).filter(|o| *o != x) {
+        assert_eq!(runs_of(&[&a, &b], o).len(), 1, "occurrence {o}");
+    }
+    a.assert_no_trap();
+    b.assert_no_trap();
+}
