@@ -29,14 +29,17 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use leasegate_spin::auth::Power;
 use leasegate_spin::config::check_name;
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
-use leasegate_spin::timer::{self, Source};
+use leasegate_spin::timer::{self, Source, Tick, TimerFunction};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, log_line, Context};
 
 /// Route prefix of the HTTP API.
 pub const ROUTE_PREFIX: &str = "/api/init/";
+/// The HTTP API's route.
+pub const ROUTE: &str = "/api/init";
 /// Blob name prefix of the do-once locks.
 pub const PREFIX: &str = "init/";
 /// The mark of a finished initialization.
@@ -399,132 +402,115 @@ pub fn describe(
     (status, v, retry)
 }
 
-fn log_call(v: &Value) {
-    let mut line = v.clone();
-    line["fn"] = json!("init-once");
-    log_line(line);
-}
-
-/// Handles `handle-cron-event` for `init_name`: `Ok` when done or running elsewhere, `Err` when
-/// it failed or storage did.
-pub async fn handle_cron<T: Transport>(
-    ctx: &Context<'_, T>,
-    _timestamp: u64,
-) -> Result<(), String> {
-    let started = Instant::now();
-    let settings = Settings::load(ctx.variables).map_err(|e| {
-        log_line(json!({"fn": "init-once", "error": "not_configured", "message": format!("{e}")}));
-        e.to_string()
-    })?;
-    let name = settings.name.clone();
-    let (state, trips) = call(ctx, &settings, &name).await;
-    let (status, v, _) = describe(&settings, &name, &state, trips, started, Source::Cron);
-    log_call(&v);
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(v["message"]
-            .as_str()
-            .unwrap_or("the call failed")
-            .to_string())
-    }
-}
-
 /// The largest request body the routes read.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// Handles the component's HTTP requests: `POST|GET /api/init/{name}` (bearer `timer_token`
-/// or `admin_token`), `DELETE /api/init/{name}` (the reset: bearer `admin_token` only), and `POST /{FunctionName}` (any other path: an Azure Functions timer
-/// invocation for `init_name`, served only by that deployment).
-pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
-    let started = Instant::now();
-    let path = request.path();
-    if let Some(rest) = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
-        (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
-    }) {
-        let power = match auth::authenticate_timer(ctx.variables, &request) {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
+/// init-once as a timer function: `init_name` run by Spin's cron trigger or an Azure Functions
+/// timer, any name by `POST /api/init/{name}`.
+pub struct InitOnce;
+
+impl TimerFunction for InitOnce {
+    const NAME: &'static str = "init-once";
+    const ROUTES: &'static [&'static str] = &[ROUTE];
+    type Settings = Settings;
+    type Answer = Value;
+
+    fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        Settings::load(vars)
+    }
+
+    /// A call for `init_name`: `Ok` to the cron trigger when done or running elsewhere.
+    async fn tick<T: Transport>(
+        ctx: &Context<'_, T>,
+        settings: &Settings,
+        tick: &Tick,
+        started: Instant,
+    ) -> (StatusCode, Value) {
+        let name = settings.name.clone();
+        let (state, trips) = call(ctx, settings, &name).await;
+        let (status, v, _) = describe(settings, &name, &state, trips, started, tick.source);
+        (status, v)
+    }
+
+    fn failure(v: &Value) -> String {
+        v["message"]
+            .as_str()
+            .unwrap_or("the call failed")
+            .to_string()
+    }
+
+    fn summary(settings: &Settings, v: &Value) -> String {
+        format!(
+            "init-once {}: {} on {}",
+            settings.name,
+            v["state"].as_str().unwrap_or("unknown"),
+            settings.instance_id
+        )
+    }
+
+    /// A run still going elsewhere is settled for this invocation: 2xx.
+    fn azure_status(status: StatusCode) -> StatusCode {
+        if status == StatusCode::ACCEPTED {
+            StatusCode::OK
+        } else {
+            status
+        }
+    }
+
+    /// `POST|GET /api/init/{name}` (bearer `timer_token` or `admin_token`), `DELETE
+    /// /api/init/{name}` (the reset: bearer `admin_token` only).
+    async fn api<T: Transport>(
+        ctx: &Context<'_, T>,
+        request: &Request,
+        power: Power,
+        started: Instant,
+    ) -> Response {
         if request.method() == leasegate::Method::DELETE {
             if let Err(r) = auth::require_admin(ctx.variables, power, "a reset") {
                 return r;
             }
         }
-        return api(ctx, &request, rest.trim_end_matches('/'), started).await;
+        let name = request
+            .path()
+            .strip_prefix(ROUTE_PREFIX)
+            .unwrap_or("")
+            .trim_end_matches('/');
+        if let Err(m) = check_name(name, "name") {
+            return web::error(StatusCode::BAD_REQUEST, "invalid_name", m);
+        }
+        let method = request.method().clone();
+        if method != leasegate::Method::POST
+            && method != leasegate::Method::GET
+            && method != leasegate::Method::DELETE
+        {
+            return web::method_not_allowed("GET, POST, DELETE");
+        }
+        if !request.body().iter().all(u8::is_ascii_whitespace) {
+            return web::error(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                "these routes take no body",
+            );
+        }
+        let settings = match Settings::load(ctx.variables) {
+            Ok(s) => s,
+            Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+        };
+        if method == leasegate::Method::GET {
+            return state_answer(ctx, &settings, name).await;
+        }
+        if method == leasegate::Method::DELETE {
+            return reset(ctx, &settings, name).await;
+        }
+        let (state, trips) = call(ctx, &settings, name).await;
+        let (status, v, retry) = describe(&settings, name, &state, trips, started, Source::Http);
+        Self::log(&v);
+        let mut r = web::json(status, &v);
+        if let Some(secs) = retry {
+            r.headers_mut().insert("retry-after", secs.to_string());
+        }
+        r
     }
-    if !timer::azure_channel(ctx.variables) {
-        return timer::no_route();
-    }
-    let (settings, _tick) = match timer::azure_invocation(
-        ctx.variables,
-        &request,
-        ctx.now,
-        "init-once",
-        Settings::load,
-    ) {
-        Ok(started_with) => started_with,
-        Err(answer) => return answer,
-    };
-    let name = settings.name.clone();
-    let (state, trips) = call(ctx, &settings, &name).await;
-    let (status, v, _) = describe(&settings, &name, &state, trips, started, Source::Azure);
-    log_call(&v);
-    let summary = format!(
-        "init-once {name}: {} on {}",
-        v["state"].as_str().unwrap_or("unknown"),
-        settings.instance_id
-    );
-    // A run still going elsewhere is settled for this invocation: 2xx.
-    let status = if status == StatusCode::ACCEPTED {
-        StatusCode::OK
-    } else {
-        status
-    };
-    timer::azure_answer(status, v, vec![summary])
-}
-
-async fn api<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: &Request,
-    name: &str,
-    started: Instant,
-) -> Response {
-    if let Err(m) = check_name(name, "name") {
-        return web::error(StatusCode::BAD_REQUEST, "invalid_name", m);
-    }
-    let method = request.method().clone();
-    if method != leasegate::Method::POST
-        && method != leasegate::Method::GET
-        && method != leasegate::Method::DELETE
-    {
-        return web::method_not_allowed("GET, POST, DELETE");
-    }
-    if !request.body().iter().all(u8::is_ascii_whitespace) {
-        return web::error(
-            StatusCode::BAD_REQUEST,
-            "invalid_body",
-            "these routes take no body",
-        );
-    }
-    let settings = match Settings::load(ctx.variables) {
-        Ok(s) => s,
-        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
-    };
-    if method == leasegate::Method::GET {
-        return state_answer(ctx, &settings, name).await;
-    }
-    if method == leasegate::Method::DELETE {
-        return reset(ctx, &settings, name).await;
-    }
-    let (state, trips) = call(ctx, &settings, name).await;
-    let (status, v, retry) = describe(&settings, name, &state, trips, started, Source::Http);
-    log_call(&v);
-    let mut r = web::json(status, &v);
-    if let Some(secs) = retry {
-        r.headers_mut().insert("retry-after", secs.to_string());
-    }
-    r
 }
 
 /// `GET /api/init/{name}`: `pending`, `running` (and on which instance) or `done` (by whom,
@@ -635,10 +621,17 @@ async fn handle_request(
     request: spin_sdk::http::IncomingRequest,
     out: spin_sdk::http::ResponseOutparam,
 ) {
-    leasegate_spin::spin::serve(request, out, MAX_BODY_BYTES, handle_http).await
+    use leasegate_spin::{spin, timer};
+    spin::serve(
+        request,
+        out,
+        MAX_BODY_BYTES,
+        timer::handle_http::<InitOnce, _>,
+    )
+    .await
 }
 #[cfg(target_arch = "wasm32")]
-leasegate_spin::cron_export!(crate::handle_cron);
+leasegate_spin::cron_export!(leasegate_spin::timer::handle_cron::<crate::InitOnce, _>);
 
 #[cfg(test)]
 mod tests {

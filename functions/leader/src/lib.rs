@@ -31,9 +31,10 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use leasegate_spin::auth::Power;
 use leasegate_spin::config::check_name;
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
-use leasegate_spin::timer::{self, Source, Tick};
+use leasegate_spin::timer::{self, Source, Tick, TimerFunction};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, log_line, Context};
 
@@ -242,53 +243,59 @@ async fn heartbeat<T: Transport>(
     }
 }
 
-fn log_tick(v: &Value) {
-    let mut line = v.clone();
-    line["fn"] = json!("leader");
-    log_line(line);
-}
-
-/// Handles `handle-cron-event`: `Err` when storage failed (no leadership claimed) or the
-/// leader's heartbeat failed.
-pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> Result<(), String> {
-    let started = Instant::now();
-    let settings = Settings::load(ctx.variables).map_err(|e| {
-        log_line(json!({"fn": "leader", "error": "not_configured", "message": format!("{e}")}));
-        e.to_string()
-    })?;
-    let _ = timestamp; // every tick is the same question: who leads now?
-    let tick_info = Tick {
-        at: ctx.now,
-        source: Source::Cron,
-        past_due: false,
-    };
-    let (status, v) = tick(ctx, &settings, &tick_info, started).await;
-    log_tick(&v);
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(v["message"]
-            .as_str()
-            .unwrap_or("the tick failed")
-            .to_string())
-    }
-}
-
 /// The largest request body the routes read.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// Handles the component's HTTP requests: `POST /api/leader/tick`, `GET /api/leader` (bearer
-/// `timer_token` or `admin_token`), `DELETE /api/leader[?instance=ID]` (bearer `admin_token`
-/// only), and `POST /{FunctionName}`
-/// (any other path: an Azure Functions timer invocation, served only by that deployment).
-pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
-    let started = Instant::now();
-    let path = request.path().trim_end_matches('/').to_string();
-    if path == ROUTE || path.starts_with(&format!("{ROUTE}/")) {
-        let power = match auth::authenticate_timer(ctx.variables, &request) {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
+/// The leader as a timer function: ticked by Spin's cron trigger, an Azure Functions timer, or
+/// `POST /api/leader/tick`.
+pub struct Leader;
+
+impl TimerFunction for Leader {
+    const NAME: &'static str = "leader";
+    const ROUTES: &'static [&'static str] = &[ROUTE];
+    type Settings = Settings;
+    type Answer = Value;
+
+    fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        Settings::load(vars)
+    }
+
+    /// Every tick is the same question, whatever its time: who leads now?
+    async fn tick<T: Transport>(
+        ctx: &Context<'_, T>,
+        settings: &Settings,
+        t: &Tick,
+        started: Instant,
+    ) -> (StatusCode, Value) {
+        tick(ctx, settings, t, started).await
+    }
+
+    fn failure(v: &Value) -> String {
+        v["message"]
+            .as_str()
+            .unwrap_or("the tick failed")
+            .to_string()
+    }
+
+    fn summary(settings: &Settings, v: &Value) -> String {
+        format!(
+            "leader {}: {} is {} (term {})",
+            settings.group,
+            settings.instance_id,
+            v["role"].as_str().unwrap_or("unknown"),
+            v["term"]
+        )
+    }
+
+    /// `POST /api/leader/tick`, `GET /api/leader` (bearer `timer_token` or `admin_token`),
+    /// `DELETE /api/leader[?instance=ID]` (bearer `admin_token` only).
+    async fn api<T: Transport>(
+        ctx: &Context<'_, T>,
+        request: &Request,
+        power: Power,
+        started: Instant,
+    ) -> Response {
+        let path = request.path().trim_end_matches('/');
         let action = path[ROUTE.len()..].trim_start_matches('/');
         let method = request.method().clone();
         match (action, &method) {
@@ -332,7 +339,7 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
                 past_due: false,
             };
             let (status, v) = tick(ctx, &settings, &t, started).await;
-            log_tick(&v);
+            Self::log(&v);
             return web::json(status, &v);
         }
         if method == leasegate::Method::GET {
@@ -350,26 +357,8 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
                 );
             }
         }
-        return step_down(ctx, &settings).await;
+        step_down(ctx, &settings).await
     }
-    if !timer::azure_channel(ctx.variables) {
-        return timer::no_route();
-    }
-    let (settings, t) =
-        match timer::azure_invocation(ctx.variables, &request, ctx.now, "leader", Settings::load) {
-            Ok(started_with) => started_with,
-            Err(answer) => return answer,
-        };
-    let (status, v) = tick(ctx, &settings, &t, started).await;
-    log_tick(&v);
-    let summary = format!(
-        "leader {}: {} is {} (term {})",
-        settings.group,
-        settings.instance_id,
-        v["role"].as_str().unwrap_or("unknown"),
-        v["term"]
-    );
-    timer::azure_answer(status, v, vec![summary])
 }
 
 fn query_instance(query: Option<&str>) -> Result<Option<String>, String> {
@@ -477,7 +466,14 @@ async fn handle_request(
     request: spin_sdk::http::IncomingRequest,
     out: spin_sdk::http::ResponseOutparam,
 ) {
-    leasegate_spin::spin::serve(request, out, MAX_BODY_BYTES, handle_http).await
+    use leasegate_spin::{spin, timer};
+    spin::serve(
+        request,
+        out,
+        MAX_BODY_BYTES,
+        timer::handle_http::<Leader, _>,
+    )
+    .await
 }
 #[cfg(target_arch = "wasm32")]
-leasegate_spin::cron_export!(crate::handle_cron);
+leasegate_spin::cron_export!(leasegate_spin::timer::handle_cron::<crate::Leader, _>);

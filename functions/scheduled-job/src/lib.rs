@@ -51,9 +51,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use leasegate_spin::auth::Power;
 use leasegate_spin::config::{self, check_name, ConfigError, Storage, Variables};
 use leasegate_spin::storage::execute_creating_container;
-use leasegate_spin::timer::{self, Source, Tick};
+use leasegate_spin::timer::{self, Source, Tick, TimerFunction};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, log_line, Context};
 
@@ -76,6 +77,8 @@ const LOG_ATTEMPTS: usize = 8;
 const LEASE_MARGIN_SECS: u64 = 10;
 /// Route prefix of the HTTP API.
 pub const ROUTE_PREFIX: &str = "/api/jobs/";
+/// The HTTP API's route.
+pub const ROUTE: &str = "/api/jobs";
 
 /// Whether a run may start while the previous one still holds the job's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1350,79 +1353,86 @@ pub fn describe(
     (status, v)
 }
 
-/// The log line of a tick: its answer without the entry, naming the function.
-fn log_tick(v: &Value) {
-    let mut line = v.clone();
-    line["fn"] = json!("scheduled-job");
-    if let Some(obj) = line.as_object_mut() {
-        obj.shift_remove("entry");
-    }
-    log_line(line);
-}
-
-/// Handles `handle-cron-event` (Spin's cron trigger): `Err` when the occurrence was not settled
-/// (the job failed, storage failed, misconfiguration), so the trigger logs it.
-pub async fn handle_cron<T: Transport>(ctx: &Context<'_, T>, timestamp: u64) -> Result<(), String> {
-    let started = Instant::now();
-    let settings = Settings::load(ctx.variables).map_err(|e| {
-        log_line(
-            json!({"fn": "scheduled-job", "error": "not_configured", "message": format!("{e}")}),
-        );
-        e.to_string()
-    })?;
-    let latest = unix(timer::latest_time());
-    if timestamp > latest {
-        return Err(format!(
-            "the cron event's timestamp {timestamp} is out of range (after {latest})"
-        ));
-    }
-    let tick = Tick {
-        at: at(timestamp),
-        source: Source::Cron,
-        past_due: false,
-    };
-    let outcome = self::tick(ctx, &settings, &tick).await;
-    let (status, v) = describe(&settings, &tick, &outcome, started);
-    log_tick(&v);
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(v["message"]
-            .as_str()
-            .unwrap_or("the tick failed")
-            .to_string())
-    }
-}
-
 /// The largest request body the HTTP routes read.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// Handles the component's HTTP requests:
-/// * `POST /api/jobs/{job}/tick` (bearer `timer_token` or `admin_token`): a tick from an HTTP
-///   scheduler, for the time in an optional JSON body `{"at": "2026-11-21T14:55:00Z"}` (else
-///   now); with `timer_token` only the occurrence due now by this instance's clock (give or
-///   take [`Settings::tick_tolerance`]): naming any other, past or future, is a manual run,
-///   `admin_token` only;
-/// * `GET /api/jobs/{job}` (bearer, either token): the reservation log;
-/// * `POST /{FunctionName}`, any other path: an Azure Functions timer invocation (the custom
-///   handler's channel, served only by the Azure Functions manifest).
-pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
-    let started = Instant::now();
-    let path = request.path();
-    let rest = path.strip_prefix(ROUTE_PREFIX).or_else(|| {
-        (path.trim_end_matches('/') == ROUTE_PREFIX.trim_end_matches('/')).then_some("")
-    });
-    if let Some(rest) = rest {
-        let power = match auth::authenticate_timer(ctx.variables, &request) {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
-        return api(ctx, &request, rest, power, started).await;
+/// scheduled-job as a timer function: ticked by Spin's cron trigger (`Err` when the occurrence
+/// was not settled: the job failed, storage failed, misconfiguration), an Azure Functions
+/// timer, or `POST /api/jobs/{job}/tick`.
+pub struct ScheduledJob;
+
+impl TimerFunction for ScheduledJob {
+    const NAME: &'static str = "scheduled-job";
+    const ROUTES: &'static [&'static str] = &[ROUTE];
+    type Settings = Settings;
+    type Answer = Value;
+
+    fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        Settings::load(vars)
     }
-    if !timer::azure_channel(ctx.variables) {
-        return timer::no_route();
+
+    /// The event's own time: the occurrence it stands for.
+    fn cron_time(timestamp: u64, _now: SystemTime) -> Result<SystemTime, String> {
+        let latest = unix(timer::latest_time());
+        if timestamp > latest {
+            return Err(format!(
+                "the cron event's timestamp {timestamp} is out of range (after {latest})"
+            ));
+        }
+        Ok(at(timestamp))
     }
-    azure(ctx, &request, started).await
+
+    async fn tick<T: Transport>(
+        ctx: &Context<'_, T>,
+        settings: &Settings,
+        tick: &Tick,
+        started: Instant,
+    ) -> (StatusCode, Value) {
+        let outcome = self::tick(ctx, settings, tick).await;
+        describe(settings, tick, &outcome, started)
+    }
+
+    fn failure(v: &Value) -> String {
+        v["message"]
+            .as_str()
+            .unwrap_or("the tick failed")
+            .to_string()
+    }
+
+    fn summary(settings: &Settings, v: &Value) -> String {
+        format!(
+            "scheduled-job {}: occurrence {} {} on {}",
+            settings.job,
+            v["occurrence"].as_str().unwrap_or(""),
+            v["decision"].as_str().unwrap_or(""),
+            settings.instance_id
+        )
+    }
+
+    /// The log line of a tick: its answer without the entry, naming the function.
+    fn log(v: &Value) {
+        let mut line = timer::with_fn(v, Self::NAME);
+        if let Some(obj) = line.as_object_mut() {
+            obj.shift_remove("entry");
+        }
+        log_line(line);
+    }
+
+    /// * `POST /api/jobs/{job}/tick` (bearer `timer_token` or `admin_token`): a tick from an
+    ///   HTTP scheduler, for the time in an optional JSON body `{"at": "2026-11-21T14:55:00Z"}`
+    ///   (else now); with `timer_token` only the occurrence due now by this instance's clock
+    ///   (give or take [`Settings::tick_tolerance`]): naming any other, past or future, is a
+    ///   manual run, `admin_token` only;
+    /// * `GET /api/jobs/{job}` (bearer, either token): the reservation log.
+    async fn api<T: Transport>(
+        ctx: &Context<'_, T>,
+        request: &Request,
+        power: Power,
+        started: Instant,
+    ) -> Response {
+        let rest = request.path().strip_prefix(ROUTE_PREFIX).unwrap_or("");
+        api(ctx, request, rest, power, started).await
+    }
 }
 
 async fn api<T: Transport>(
@@ -1505,7 +1515,7 @@ async fn api<T: Transport>(
     };
     let outcome = self::tick(ctx, &settings, &tick).await;
     let (status, v) = describe(&settings, &tick, &outcome, started);
-    log_tick(&v);
+    ScheduledJob::log(&v);
     let mut r = web::json(status, &v);
     if status == StatusCode::SERVICE_UNAVAILABLE {
         let wait = v["retryAfterSeconds"].as_u64().unwrap_or(1).to_string();
@@ -1564,34 +1574,6 @@ fn tick_time(request: &Request) -> Result<Option<SystemTime>, String> {
             .map(Some)
             .ok_or_else(|| "at must be an RFC 3339 time (2026-11-21T14:55:00Z)".to_string()),
     }
-}
-
-async fn azure<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: &Request,
-    started: Instant,
-) -> Response {
-    let (settings, tick) = match timer::azure_invocation(
-        ctx.variables,
-        request,
-        ctx.now,
-        "scheduled-job",
-        Settings::load,
-    ) {
-        Ok(started_with) => started_with,
-        Err(answer) => return answer,
-    };
-    let outcome = self::tick(ctx, &settings, &tick).await;
-    let (status, v) = describe(&settings, &tick, &outcome, started);
-    log_tick(&v);
-    let summary = format!(
-        "scheduled-job {}: occurrence {} {} on {}",
-        settings.job,
-        v["occurrence"].as_str().unwrap_or(""),
-        v["decision"].as_str().unwrap_or(""),
-        settings.instance_id
-    );
-    timer::azure_answer(status, v, vec![summary])
 }
 
 #[cfg(test)]
@@ -1769,10 +1751,17 @@ async fn handle_request(
     request: spin_sdk::http::IncomingRequest,
     out: spin_sdk::http::ResponseOutparam,
 ) {
-    leasegate_spin::spin::serve(request, out, MAX_BODY_BYTES, handle_http).await
+    use leasegate_spin::{spin, timer};
+    spin::serve(
+        request,
+        out,
+        MAX_BODY_BYTES,
+        timer::handle_http::<ScheduledJob, _>,
+    )
+    .await
 }
 #[cfg(target_arch = "wasm32")]
-leasegate_spin::cron_export!(crate::handle_cron);
+leasegate_spin::cron_export!(leasegate_spin::timer::handle_cron::<crate::ScheduledJob, _>);
 
 #[cfg(test)]
 mod tests {

@@ -51,9 +51,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
 
+use leasegate_spin::auth::Power;
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
 use leasegate_spin::storage::execute_creating_container;
-use leasegate_spin::timer::{self, Source};
+use leasegate_spin::timer::{self, Source, Tick, TimerFunction};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, log_line, Context};
 
@@ -514,7 +515,7 @@ pub struct TickEntry {
 }
 
 /// One tick's bookkeeping.
-struct Tick {
+struct Bookkeeping {
     id: String,
     /// Counters written to the state (as far as this tick knows).
     credited: Counters,
@@ -540,7 +541,7 @@ pub async fn sweep<T: Transport>(
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
     let locks = settings.storage.locks(&counting, "sweeper/");
-    let mut tick = Tick {
+    let mut tick = Bookkeeping {
         id: (ctx.new_lease_id)().to_string(),
         credited: Counters::default(),
         pending: Counters::default(),
@@ -726,7 +727,7 @@ async fn claim<T, S: Transport>(
     ctx: &Context<'_, T>,
     locks: &Locks<S>,
     settings: &Settings,
-    tick: &mut Tick,
+    tick: &mut Bookkeeping,
     started: Option<Instant>,
 ) -> Result<Claim, leasegate::Error> {
     let lock = LockName::try_new("lock")?;
@@ -763,7 +764,7 @@ async fn claim<T, S: Transport>(
 async fn claim_held<S: Transport>(
     locks: &Locks<S>,
     settings: &Settings,
-    tick: &mut Tick,
+    tick: &mut Bookkeeping,
     page_wanted: bool,
     now: SystemTime,
 ) -> Result<Claim, leasegate::Error> {
@@ -1364,10 +1365,10 @@ async fn sweep_lock<T, S: Transport>(
 /// ended it if one did.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct TickAnswer<'a> {
+pub struct TickAnswer {
     #[serde(flatten)]
-    report: &'a Report,
-    instance: &'a str,
+    report: Report,
+    instance: String,
     trigger: &'static str,
     storage_round_trips: u32,
     duration_ms: u64,
@@ -1377,17 +1378,17 @@ struct TickAnswer<'a> {
     message: Option<String>,
 }
 
-fn describe<'a>(
-    settings: &'a Settings,
+fn describe(
+    settings: &Settings,
     source: Source,
-    report: &'a Report,
+    report: Report,
     failure: Option<&leasegate::Error>,
     round_trips: u32,
     started: Instant,
-) -> (StatusCode, TickAnswer<'a>) {
+) -> (StatusCode, TickAnswer) {
     let mut answer = TickAnswer {
         report,
-        instance: &settings.instance_id,
+        instance: settings.instance_id.clone(),
         trigger: source.as_str(),
         storage_round_trips: round_trips,
         duration_ms: elapsed_ms(started),
@@ -1413,52 +1414,6 @@ fn describe<'a>(
     }
 }
 
-/// A tick's log line: its answer, and `"fn": "ttl-sweeper"`.
-#[derive(Serialize)]
-struct LogTickLine<'a> {
-    #[serde(flatten)]
-    answer: &'a TickAnswer<'a>,
-    r#fn: &'static str,
-}
-
-fn log_tick(answer: &TickAnswer) {
-    log_line(LogTickLine {
-        answer,
-        r#fn: "ttl-sweeper",
-    });
-}
-
-/// Handles `handle-cron-event`: one tick; `Err` when the sweep state could not be used.
-pub async fn handle_cron<T: Transport>(
-    ctx: &Context<'_, T>,
-    _timestamp: u64,
-) -> Result<(), String> {
-    let started = Instant::now();
-    let settings = Settings::load(ctx.variables).map_err(|e| {
-        log_line(
-            json!({"fn": "ttl-sweeper", "error": "not_configured", "message": format!("{e}")}),
-        );
-        e.to_string()
-    })?;
-    let (report, failure, trips) = sweep(ctx, &settings, started).await;
-    let (status, answer) = describe(
-        &settings,
-        Source::Cron,
-        &report,
-        failure.as_ref(),
-        trips,
-        started,
-    );
-    log_tick(&answer);
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(answer
-            .message
-            .unwrap_or_else(|| "the sweep failed".to_string()))
-    }
-}
-
 /// The largest request body the routes read.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Route prefix of the marking API.
@@ -1466,29 +1421,71 @@ pub const TTL_ROUTE: &str = "/api/ttl/";
 /// Route of the sweeper's HTTP forms.
 pub const SWEEPER_ROUTE: &str = "/api/sweeper";
 
-/// Handles the component's HTTP requests: `PUT /api/ttl/{container}/{blob}` (marking: bearer
-/// `admin_token` only), `POST /api/sweeper/tick` and `GET /api/sweeper` (the state: bearer
-/// `timer_token` or `admin_token`); and
-/// `POST /{FunctionName}` (any other path: an Azure Functions timer invocation).
-pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Response {
-    let started = Instant::now();
-    let path = request.path();
-    let api = path.starts_with(TTL_ROUTE)
-        || path.trim_end_matches('/') == TTL_ROUTE.trim_end_matches('/')
-        || path.trim_end_matches('/') == SWEEPER_ROUTE
-        || path.starts_with(&format!("{SWEEPER_ROUTE}/"));
-    if api {
-        let power = match auth::authenticate_timer(ctx.variables, &request) {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
+/// The TTL sweeper as a timer function: a pass ticked by Spin's cron trigger, an Azure Functions
+/// timer, or `POST /api/sweeper/tick`; blobs marked by `PUT /api/ttl/{container}/{blob}`.
+pub struct Sweeper;
+
+impl TimerFunction for Sweeper {
+    const NAME: &'static str = "ttl-sweeper";
+    const ROUTES: &'static [&'static str] = &["/api/ttl", SWEEPER_ROUTE];
+    type Settings = Settings;
+    type Answer = TickAnswer;
+
+    fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+        Settings::load(vars)
+    }
+
+    /// One pass of the sweep: `Err` to the cron trigger when the sweep state could not be
+    /// used.
+    async fn tick<T: Transport>(
+        ctx: &Context<'_, T>,
+        settings: &Settings,
+        tick: &Tick,
+        started: Instant,
+    ) -> (StatusCode, TickAnswer) {
+        let (report, failure, trips) = sweep(ctx, settings, started).await;
+        describe(
+            settings,
+            tick.source,
+            report,
+            failure.as_ref(),
+            trips,
+            started,
+        )
+    }
+
+    fn failure(answer: &TickAnswer) -> String {
+        answer
+            .message
+            .clone()
+            .unwrap_or_else(|| "the sweep failed".to_string())
+    }
+
+    fn summary(settings: &Settings, answer: &TickAnswer) -> String {
+        let report = &answer.report;
+        format!(
+            "ttl-sweeper on {}: {} pages, {} deleted, {} moved",
+            settings.instance_id, report.pages, report.deleted, report.moved
+        )
+    }
+
+    /// `PUT /api/ttl/{container}/{blob}` (marking: bearer `admin_token` only), `POST
+    /// /api/sweeper/tick` and `GET /api/sweeper` (the state: bearer `timer_token` or
+    /// `admin_token`).
+    async fn api<T: Transport>(
+        ctx: &Context<'_, T>,
+        request: &Request,
+        power: Power,
+        started: Instant,
+    ) -> Response {
+        let path = request.path();
         if path.starts_with(TTL_ROUTE)
             || path.trim_end_matches('/') == TTL_ROUTE.trim_end_matches('/')
         {
             if let Err(r) = auth::require_admin(ctx.variables, power, "marking a blob") {
                 return r;
             }
-            return mark(ctx, &request).await;
+            return mark(ctx, request).await;
         }
         let action = path[SWEEPER_ROUTE.len()..].trim_matches('/');
         let method = request.method().clone();
@@ -1523,46 +1520,15 @@ pub async fn handle_http<T: Transport>(ctx: &Context<'_, T>, request: Request) -
                 Err(e) => web::storage_unavailable(&e),
             };
         }
-        let (report, failure, trips) = sweep(ctx, &settings, started).await;
-        let (status, answer) = describe(
-            &settings,
-            Source::Http,
-            &report,
-            failure.as_ref(),
-            trips,
-            started,
-        );
-        log_tick(&answer);
-        return web::json(status, &answer);
+        let tick = Tick {
+            at: ctx.now,
+            source: Source::Http,
+            past_due: false,
+        };
+        let (status, answer) = Self::tick(ctx, &settings, &tick, started).await;
+        Self::log(&answer);
+        web::json(status, &answer)
     }
-    if !timer::azure_channel(ctx.variables) {
-        return timer::no_route();
-    }
-    let (settings, _tick) = match timer::azure_invocation(
-        ctx.variables,
-        &request,
-        ctx.now,
-        "ttl-sweeper",
-        Settings::load,
-    ) {
-        Ok(started_with) => started_with,
-        Err(answer) => return answer,
-    };
-    let (report, failure, trips) = sweep(ctx, &settings, started).await;
-    let (status, answer) = describe(
-        &settings,
-        Source::Azure,
-        &report,
-        failure.as_ref(),
-        trips,
-        started,
-    );
-    log_tick(&answer);
-    let summary = format!(
-        "ttl-sweeper on {}: {} pages, {} deleted, {} moved",
-        settings.instance_id, report.pages, report.deleted, report.moved
-    );
-    timer::azure_answer(status, &answer, vec![summary])
 }
 
 /// The body of a marking request: `expiresAt` or `ttlSeconds` (`null` counts as missing), and
@@ -1844,10 +1810,17 @@ async fn handle_request(
     request: spin_sdk::http::IncomingRequest,
     out: spin_sdk::http::ResponseOutparam,
 ) {
-    leasegate_spin::spin::serve(request, out, MAX_BODY_BYTES, handle_http).await
+    use leasegate_spin::{spin, timer};
+    spin::serve(
+        request,
+        out,
+        MAX_BODY_BYTES,
+        timer::handle_http::<Sweeper, _>,
+    )
+    .await
 }
 #[cfg(target_arch = "wasm32")]
-leasegate_spin::cron_export!(crate::handle_cron);
+leasegate_spin::cron_export!(leasegate_spin::timer::handle_cron::<crate::Sweeper, _>);
 
 #[cfg(test)]
 mod tests {
@@ -2195,7 +2168,7 @@ mod tests {
             storage_error_code: None,
             message: "listing failed".into(),
         });
-        let (status, answer) = describe(&s, Source::Http, &report, None, 7, Instant::now());
+        let (status, answer) = describe(&s, Source::Http, report.clone(), None, 7, Instant::now());
         assert_eq!(status, StatusCode::OK);
         let v = serde_json::to_value(&answer).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
@@ -2224,16 +2197,12 @@ mod tests {
         assert_eq!(v["containersSkipped"][0]["storageStatus"], json!(null));
         assert_eq!(v["containersSkipped"][0]["storageErrorCode"], json!(null));
         assert_eq!(v["storageRoundTrips"], 7);
-        let line = serde_json::to_value(LogTickLine {
-            answer: &answer,
-            r#fn: "ttl-sweeper",
-        })
-        .unwrap();
+        let line = timer::with_fn(&answer, Sweeper::NAME);
         assert_eq!(line["fn"], "ttl-sweeper");
+        assert_eq!(line.as_object().unwrap().keys().next_back().unwrap(), "fn");
         assert_eq!(line["pages"], 2);
         let failed = leasegate::Error::CorruptLock("x".into());
-        let (status, answer) =
-            describe(&s, Source::Cron, &report, Some(&failed), 7, Instant::now());
+        let (status, answer) = describe(&s, Source::Cron, report, Some(&failed), 7, Instant::now());
         assert!(!status.is_success());
         let v = serde_json::to_value(&answer).unwrap();
         assert_eq!(v["error"], "state_unusable");

@@ -10,14 +10,153 @@
 //! * from **any HTTP scheduler** (a Kubernetes CronJob with curl): `POST .../tick`,
 //!   bearer-protected.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::{Request, Response, StatusCode};
+use leasegate::{Request, Response, StatusCode, Transport};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
+use crate::auth::{self, Power};
 use crate::config::{self, ConfigError, Variables};
-use crate::web;
+use crate::{log_line, web, Context};
+
+/// A timer function: what it writes so that the three ways a tick arrives reach it through one
+/// shell ([`handle_cron`], [`handle_http`]): its name and routes, its settings, its tick, and
+/// what its answer says. Ours (scheduled-job, leader, init-once, ttl-sweeper) and a user's are
+/// written the same way.
+///
+/// The shell reads the settings (a `not_configured` log line, or answer, when they cannot be
+/// used), authenticates the function's routes with the tick or admin token before anything
+/// else, serves the Azure Functions timer channel only where it is turned on, writes one log
+/// line per tick and answers in the form each trigger expects.
+// A Spin instance runs one invocation on one thread: the futures need no `Send` bound.
+#[allow(async_fn_in_trait)]
+pub trait TimerFunction {
+    /// The function's name in log lines (`"fn"`) and in messages.
+    const NAME: &'static str;
+    /// The function's HTTP routes: a path is the function's when it is a route (with or without
+    /// a trailing `/`) or below it. Every other path is the Azure Functions timer channel.
+    const ROUTES: &'static [&'static str];
+    /// Its settings.
+    type Settings;
+    /// What a tick answers (and logs).
+    type Answer: serde::Serialize;
+
+    /// Reads the settings.
+    fn load(vars: &dyn Variables) -> Result<Self::Settings, ConfigError>;
+
+    /// The trigger time of a cron event at `timestamp` (Unix seconds): by default the
+    /// instance's clock, `now` (a function whose tick asks "what now?" needs no more); `Err`
+    /// refuses the event with that message.
+    fn cron_time(timestamp: u64, now: SystemTime) -> Result<SystemTime, String> {
+        let _ = timestamp;
+        Ok(now)
+    }
+
+    /// One tick: its status and answer.
+    async fn tick<T: Transport>(
+        ctx: &Context<'_, T>,
+        settings: &Self::Settings,
+        tick: &Tick,
+        started: Instant,
+    ) -> (StatusCode, Self::Answer);
+
+    /// Why a tick that did not answer 2xx failed: the cron trigger's error.
+    fn failure(answer: &Self::Answer) -> String;
+
+    /// The one-line summary of an Azure Functions invocation's `Logs`.
+    fn summary(settings: &Self::Settings, answer: &Self::Answer) -> String;
+
+    /// The status an Azure Functions invocation answers for a tick's `status` (2xx: done).
+    fn azure_status(status: StatusCode) -> StatusCode {
+        status
+    }
+
+    /// Writes the tick's log line: its answer with `"fn"` last.
+    fn log(answer: &Self::Answer) {
+        log_line(with_fn(answer, Self::NAME));
+    }
+
+    /// Serves the function's routes ([`TimerFunction::ROUTES`]), once the caller has shown the
+    /// tick or the admin token (`power`).
+    async fn api<T: Transport>(
+        ctx: &Context<'_, T>,
+        request: &Request,
+        power: Power,
+        started: Instant,
+    ) -> Response;
+}
+
+/// `answer` as a JSON object with `"fn": name` added last (a log line).
+pub fn with_fn(answer: &impl serde::Serialize, name: &str) -> serde_json::Value {
+    let mut line = serde_json::to_value(answer).unwrap_or_default();
+    line["fn"] = serde_json::json!(name);
+    line
+}
+
+/// Handles `handle-cron-event` (Spin's cron trigger) for `F`: one tick; `Err` when it did not
+/// answer 2xx (the trigger logs it), or when the settings cannot be used (logged too).
+pub async fn handle_cron<F: TimerFunction, T: Transport>(
+    ctx: &Context<'_, T>,
+    timestamp: u64,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let settings = F::load(ctx.variables).map_err(|e| {
+        log_line(
+            serde_json::json!({"fn": F::NAME, "error": "not_configured", "message": format!("{e}")}),
+        );
+        e.to_string()
+    })?;
+    let tick = Tick {
+        at: F::cron_time(timestamp, ctx.now)?,
+        source: Source::Cron,
+        past_due: false,
+    };
+    let (status, answer) = F::tick(ctx, &settings, &tick, started).await;
+    F::log(&answer);
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(F::failure(&answer))
+    }
+}
+
+/// Whether `path` is `route` (with or without a trailing `/`) or below it.
+pub fn on_route(path: &str, route: &str) -> bool {
+    path.trim_end_matches('/') == route
+        || path
+            .strip_prefix(route)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Handles a timer function's HTTP requests: its routes ([`TimerFunction::api`], after the
+/// tick or admin token), and `POST /{FunctionName}` on any other path (an Azure Functions
+/// timer invocation, served only where [`azure_channel`] is on).
+pub async fn handle_http<F: TimerFunction, T: Transport>(
+    ctx: &Context<'_, T>,
+    request: Request,
+) -> Response {
+    let started = Instant::now();
+    if F::ROUTES.iter().any(|r| on_route(request.path(), r)) {
+        let power = match auth::authenticate_timer(ctx.variables, &request) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        return F::api(ctx, &request, power, started).await;
+    }
+    if !azure_channel(ctx.variables) {
+        return no_route();
+    }
+    let (settings, tick) =
+        match azure_invocation(ctx.variables, &request, ctx.now, F::NAME, F::load) {
+            Ok(started_with) => started_with,
+            Err(answer) => return answer,
+        };
+    let (status, answer) = F::tick(ctx, &settings, &tick, started).await;
+    F::log(&answer);
+    let summary = F::summary(&settings, &answer);
+    azure_answer(F::azure_status(status), &answer, vec![summary])
+}
 
 /// Where a tick came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,6 +512,29 @@ mod tests {
 
     fn at(s: &str) -> SystemTime {
         humantime::parse_rfc3339(s).unwrap()
+    }
+
+    #[test]
+    fn routes_are_the_route_or_below_it() {
+        for (path, on) in [
+            ("/api/jobs", true),
+            ("/api/jobs/", true),
+            ("/api/jobs//", true),
+            ("/api/jobs/x/tick", true),
+            ("/api/jobsx", false),
+            ("/api/job", false),
+            ("/scheduled-job", false),
+            ("/", false),
+        ] {
+            assert_eq!(on_route(path, "/api/jobs"), on, "{path}");
+        }
+    }
+
+    #[test]
+    fn log_lines_end_with_the_function() {
+        let line = with_fn(&serde_json::json!({"b": 1, "a": 2}), "leader");
+        let keys: Vec<&String> = line.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["b", "a", "fn"]);
     }
 
     #[test]
