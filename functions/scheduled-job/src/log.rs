@@ -1,0 +1,408 @@
+//! The reservation log, `jobs/{job}/log.json`: a view of the last 10 outcomes, newest first,
+//! changed by compare-and-swap on its ETag, with its clean-up and settled-through watermarks.
+
+use leasegate::lease::Locks;
+use leasegate::ops::{Condition, GetBlob, PutBlob, WriteOutcome};
+use leasegate::Transport;
+use leasegate_spin::web::rfc3339;
+use serde::{Deserialize, Serialize};
+use std::time::SystemTime;
+
+use crate::settings::Settings;
+use crate::{unix, LOG_ENTRIES};
+
+/// How many times a compare-and-swap of the log is tried before giving up.
+pub(crate) const LOG_ATTEMPTS: usize = 8;
+
+/// How many occurrences back a winning tick looks for ones to settle at most.
+pub(crate) const SETTLE_LOOKBACK: u64 = 64;
+
+/// One entry of the reservation log. A stored record: unknown fields are ignored and none is
+/// renamed, so deployments of older and newer versions read each other's logs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// The occurrence (RFC 3339).
+    pub occurrence: String,
+    /// The occurrence in Unix seconds (what entries are ordered by).
+    pub occurrence_unix: u64,
+    /// The instance that reserved it.
+    pub instance: String,
+    /// When it was reserved, by the storage server's clock.
+    pub reserved_at: String,
+    /// `running`, `succeeded`, `failed`, `skipped_overlap`.
+    pub status: String,
+    /// The run's fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    /// `cron`, `azure` or `http`.
+    pub trigger: String,
+    /// Azure's `IsPastDue`.
+    #[serde(default)]
+    pub past_due: bool,
+    /// When the run ended, by the storage server's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Why it failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The reservation log blob, written as indented JSON. A stored record, like [`Entry`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Log {
+    /// The job.
+    pub job: String,
+    /// The last reservations, newest (latest occurrence) first.
+    #[serde(default)]
+    pub entries: Vec<Entry>,
+    /// Reservations of occurrences before this one (Unix seconds) may have been deleted: a
+    /// tick for them is refused, whatever retention its deployment has.
+    #[serde(default)]
+    pub cleaned_before: u64,
+    /// Every occurrence of the schedule up to this one (Unix seconds) is settled: it has an
+    /// outcome, or nobody reserved it. A winning tick looks at the occurrences after it
+    /// (bounded) and settles a reservation its reserver left without an outcome
+    /// ([`settle_earlier`]). 0: not known yet (a log written by an older version).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub settled_through: u64,
+}
+
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Reads the log: its content, its ETag (`None`: no log yet) and the server's `Date`.
+pub async fn read_log<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    now: SystemTime,
+) -> Result<(Log, Option<leasegate::ETag>, SystemTime), leasegate::Error> {
+    let (blob, date) = locks
+        .execute(
+            &GetBlob {
+                container: locks.container().clone(),
+                blob: settings.log_blob()?,
+            },
+            now,
+        )
+        .await?;
+    let date = date.unwrap_or(now);
+    match blob {
+        None => Ok((
+            Log {
+                job: settings.job.clone(),
+                ..Log::default()
+            },
+            None,
+            date,
+        )),
+        Some(content) => {
+            let log: Log = serde_json::from_slice(&content.body).map_err(|_| {
+                leasegate::Error::CorruptLock(format!(
+                    "the reservation log of job {} is not valid JSON",
+                    settings.job
+                ))
+            })?;
+            Ok((log, content.properties.etag, date))
+        }
+    }
+}
+
+/// Changes the log with `change` (given the server's time of the read) by compare-and-swap,
+/// retrying lost races. `change` may refuse (`Err`): nothing is written. Returns the server's
+/// `Date` of the write and the log as written.
+pub(crate) async fn change_log<T: Transport, R>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    now: SystemTime,
+    change: impl Fn(&mut Log, SystemTime) -> Result<(), R>,
+) -> Result<Result<(SystemTime, Log), R>, leasegate::Error> {
+    for _ in 0..LOG_ATTEMPTS {
+        let (mut log, etag, read_at) = read_log(locks, settings, now).await?;
+        if let Err(refusal) = change(&mut log, read_at) {
+            return Ok(Err(refusal));
+        }
+        // Newest first (a stable sort: entries of one occurrence keep their order).
+        log.entries
+            .sort_by_key(|e| std::cmp::Reverse(e.occurrence_unix));
+        log.entries.truncate(LOG_ENTRIES);
+        let body = serde_json::to_vec_pretty(&log).map_err(|e| {
+            leasegate::Error::InvalidArgument(format!(
+                "the reservation log of job {} could not be written: {e}",
+                settings.job
+            ))
+        })?;
+        let condition = match etag {
+            Some(e) => Condition::IfMatch(e),
+            None => Condition::IfNotExists,
+        };
+        let put = PutBlob::block(locks.container().clone(), settings.log_blob()?, body)
+            .with_content_type("application/json")
+            .with_condition(condition);
+        match locks.execute(&put, now).await? {
+            (WriteOutcome::Written(w), date) => {
+                return Ok(Ok((w.server_date.or(date).unwrap_or(now), log)))
+            }
+            (WriteOutcome::Refused(_), _) => continue,
+        }
+    }
+    Err(leasegate::Error::InvalidArgument(format!(
+        "the reservation log of job {} kept changing: gave up after {LOG_ATTEMPTS} tries",
+        settings.job
+    )))
+}
+
+/// Why the log refused an entry.
+pub(crate) enum LogRefusal {
+    /// The occurrence is before the log's clean-up watermark.
+    TooOld,
+}
+
+/// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
+/// before the clean-up watermark.
+pub(crate) async fn append<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    entry: &Entry,
+    now: SystemTime,
+) -> Result<Result<(), LogRefusal>, leasegate::Error> {
+    let changed = change_log(locks, settings, now, |log, _| {
+        if entry.occurrence_unix < log.cleaned_before {
+            return Err(LogRefusal::TooOld);
+        }
+        log.job = settings.job.clone();
+        log.entries
+            .retain(|e| e.occurrence_unix != entry.occurrence_unix);
+        log.entries.push(entry.clone());
+        advance_settled(log, settings, entry.occurrence_unix, 0);
+        Ok(())
+    })
+    .await?;
+    Ok(changed.map(|_| ()))
+}
+
+/// Moves the log's `settled_through` watermark up: over the occurrences that have an entry,
+/// and up to `through` (occurrences [`settle_earlier`] found settled). A log without one
+/// starts from its newest entry before `newest` (or the occurrence before it), and the
+/// watermark never lags more than [`SETTLE_LOOKBACK`] occurrences behind `newest`.
+pub(crate) fn advance_settled(log: &mut Log, settings: &Settings, newest: u64, through: u64) {
+    let period = settings.period.as_secs().max(1);
+    if log.settled_through == 0 {
+        log.settled_through = log
+            .entries
+            .iter()
+            .map(|e| e.occurrence_unix)
+            .filter(|o| *o < newest)
+            .max()
+            .unwrap_or(newest.saturating_sub(period));
+    }
+    let floor = newest.saturating_sub(SETTLE_LOOKBACK.saturating_mul(period));
+    log.settled_through = log.settled_through.max(through).max(floor);
+    loop {
+        let next = settings.next_occurrence(log.settled_through);
+        let settled =
+            next < log.cleaned_before || log.entries.iter().any(|e| e.occurrence_unix == next);
+        if next > newest || !settled {
+            break;
+        }
+        log.settled_through = next;
+    }
+}
+
+/// Records the run's result, its end stamped with the server's clock, and moves the clean-up
+/// watermark up to the retention. Returns the end and the log as written.
+pub(crate) async fn update<T: Transport>(
+    locks: &Locks<T>,
+    settings: &Settings,
+    entry: &Entry,
+    now: SystemTime,
+) -> Result<(SystemTime, Log), leasegate::Error> {
+    let written = change_log(locks, settings, now, |log, read_at| {
+        // The run's own entry (added again if the log lost it: the reservation holds the
+        // outcome, the log shows it).
+        log.entries
+            .retain(|e| e.occurrence_unix != entry.occurrence_unix);
+        let mut done = entry.clone();
+        done.finished_at = Some(rfc3339(read_at));
+        log.entries.push(done);
+        let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
+        log.cleaned_before = log.cleaned_before.max(cutoff);
+        advance_settled(log, settings, entry.occurrence_unix, 0);
+        Ok::<(), ()>(())
+    })
+    .await?;
+    Ok(written.unwrap_or_else(|()| (now, Log::default())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::at;
+    use crate::reservation::occurrence_token;
+    use crate::settings::tests::settings;
+    use leasegate_spin::web::rfc3339;
+
+    /// A log as the versions before serde wrote it (their own JSON writer): a run, a failure,
+    /// an overlap skip (no fencing token, no end).
+    const OLD_LOG: &str = r#"{
+  "job": "nightly",
+  "entries": [
+    {
+      "occurrence": "2026-11-21T14:55:00Z",
+      "occurrenceUnix": 1795359300,
+      "instance": "node-a",
+      "reservedAt": "2026-11-21T14:55:00.412Z",
+      "status": "succeeded",
+      "fencingToken": 117660667084800,
+      "trigger": "cron",
+      "pastDue": false,
+      "finishedAt": "2026-11-21T14:55:01.020Z"
+    },
+    {
+      "occurrence": "2026-11-21T14:54:00Z",
+      "occurrenceUnix": 1795359240,
+      "instance": "node-b",
+      "reservedAt": "2026-11-21T14:54:00.101Z",
+      "status": "failed",
+      "fencingToken": 117660663152640,
+      "trigger": "azure",
+      "pastDue": true,
+      "finishedAt": "2026-11-21T14:54:30.500Z",
+      "reason": "the job answered 500"
+    },
+    {
+      "occurrence": "2026-11-21T14:53:00Z",
+      "occurrenceUnix": 1795359180,
+      "instance": "node-a",
+      "reservedAt": "2026-11-21T14:53:00.007Z",
+      "status": "skipped_overlap",
+      "trigger": "http",
+      "pastDue": false,
+      "reason": "the previous run still holds the job's lease"
+    }
+  ],
+  "cleanedBefore": 1795355700
+}"#;
+
+    #[test]
+    fn old_logs_read_and_are_written_back_byte_for_byte() {
+        let log: Log = serde_json::from_str(OLD_LOG).unwrap();
+        assert_eq!(log.job, "nightly");
+        assert_eq!(log.cleaned_before, 1_795_355_700);
+        assert_eq!(log.entries.len(), 3);
+        assert_eq!(
+            log.entries[1],
+            Entry {
+                occurrence: "2026-11-21T14:54:00Z".into(),
+                occurrence_unix: 1_795_359_240,
+                instance: "node-b".into(),
+                reserved_at: "2026-11-21T14:54:00.101Z".into(),
+                status: "failed".into(),
+                fencing_token: Some(occurrence_token(1_795_359_240).unwrap()),
+                trigger: "azure".into(),
+                past_due: true,
+                finished_at: Some("2026-11-21T14:54:30.500Z".into()),
+                reason: Some("the job answered 500".into()),
+            }
+        );
+        assert_eq!(log.entries[2].fencing_token, None);
+        assert_eq!(log.entries[2].finished_at, None);
+        // What this version writes is what the old one wrote (and reads).
+        let written = serde_json::to_vec_pretty(&log).unwrap();
+        assert_eq!(String::from_utf8(written).unwrap(), OLD_LOG);
+        let empty = Log {
+            job: "x".into(),
+            ..Log::default()
+        };
+        assert_eq!(
+            serde_json::to_string_pretty(&empty).unwrap(),
+            "{\n  \"job\": \"x\",\n  \"entries\": [],\n  \"cleanedBefore\": 0\n}"
+        );
+    }
+
+    #[test]
+    fn logs_of_other_versions_read() {
+        // The first versions wrote no watermark; a newer one may add fields; absent options
+        // and nulls are absent.
+        let log: Log = serde_json::from_str(
+            r#"{"job": "j", "addedLater": [1], "entries": [{"occurrence": "1970-01-01T00:01:00Z",
+              "occurrenceUnix": 60, "instance": "i", "reservedAt": "1970-01-01T00:01:00Z",
+              "status": "running", "trigger": "cron", "reason": null, "note": "new"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(log.cleaned_before, 0);
+        let e = &log.entries[0];
+        assert_eq!((e.occurrence_unix, e.past_due), (60, false));
+        assert_eq!((&e.fencing_token, &e.reason), (&None, &None));
+        // A log without its job or with a broken entry is refused, not half read.
+        assert!(serde_json::from_str::<Log>(r#"{"entries": []}"#).is_err());
+        assert!(serde_json::from_str::<Log>(r#"{"job": "j", "entries": [{}]}"#).is_err());
+    }
+
+    fn entry_at(o: u64, status: &str) -> Entry {
+        Entry {
+            occurrence: rfc3339(at(o)),
+            occurrence_unix: o,
+            instance: "i".into(),
+            reserved_at: rfc3339(at(o)),
+            status: status.into(),
+            fencing_token: None,
+            trigger: "cron".into(),
+            past_due: false,
+            finished_at: None,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn the_settled_watermark_moves_over_logged_occurrences_only() {
+        let s = settings(60, 0, 300);
+        // A log of an older version (no watermark): it starts at the newest earlier entry.
+        let mut log = Log {
+            job: "j".into(),
+            entries: vec![entry_at(600, "running"), entry_at(540, "succeeded")],
+            ..Log::default()
+        };
+        advance_settled(&mut log, &s, 600, 0);
+        assert_eq!(log.settled_through, 600);
+        // 660 has no entry (abandoned, or nobody ticked): the watermark stops before it even
+        // when 720 is logged.
+        log.entries.push(entry_at(720, "running"));
+        advance_settled(&mut log, &s, 720, 0);
+        assert_eq!(log.settled_through, 600);
+        // Settled by a winner (through 660): it moves on over 720.
+        advance_settled(&mut log, &s, 720, 660);
+        assert_eq!(log.settled_through, 720);
+        // A new log starts at the occurrence before the first.
+        let mut new = Log::default();
+        new.entries.push(entry_at(1200, "running"));
+        advance_settled(&mut new, &s, 1200, 0);
+        assert_eq!(new.settled_through, 1200);
+        // Never more than SETTLE_LOOKBACK occurrences behind.
+        let mut far = Log {
+            settled_through: 60,
+            ..Log::default()
+        };
+        far.entries.push(entry_at(60 * 1000, "running"));
+        advance_settled(&mut far, &s, 60 * 1000, 0);
+        assert_eq!(far.settled_through, 60 * (1000 - SETTLE_LOOKBACK));
+        // Below the clean-up watermark counts as settled.
+        let mut cleaned = Log {
+            settled_through: 600,
+            cleaned_before: 800,
+            ..Log::default()
+        };
+        cleaned.entries.push(entry_at(840, "running"));
+        advance_settled(&mut cleaned, &s, 840, 0);
+        assert_eq!(cleaned.settled_through, 840);
+        // Written only once known: an old log is written back as it was.
+        assert!(!serde_json::to_string(&Log::default())
+            .unwrap()
+            .contains("settledThrough"));
+        assert!(serde_json::to_string(&log)
+            .unwrap()
+            .contains("\"settledThrough\":720"));
+    }
+}
