@@ -165,16 +165,21 @@ pub(crate) async fn api<T: Transport>(
         Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_tick", m),
     };
     // The tick token names only the occurrence due now by this instance's clock (give or take
-    // the tick tolerance); any other, past or future, is a manual run: the admin token's.
-    if !settings.due_now(at_time, ctx.now) {
-        if let Err(r) = auth::require_admin(
-            ctx.variables,
-            power,
-            "a tick naming an occurrence other than the one due now (a manual run)",
-        ) {
-            return r;
+    // the tick tolerance, never one more than that ahead); any other, past or future, is a
+    // manual run: the admin token's.
+    let at_time = match settings.due_now(at_time, ctx.now) {
+        Some(due) => due,
+        None => {
+            if let Err(r) = auth::require_admin(
+                ctx.variables,
+                power,
+                "a tick naming an occurrence other than the one due now (a manual run)",
+            ) {
+                return r;
+            }
+            at_time
         }
-    }
+    };
     let tick = Tick {
         at: at_time,
         source: Source::Http,

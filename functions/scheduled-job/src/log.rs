@@ -14,9 +14,6 @@ use crate::{unix, LOG_ENTRIES};
 /// How many times a compare-and-swap of the log is tried before giving up.
 pub(crate) const LOG_ATTEMPTS: usize = 8;
 
-/// How many occurrences back a winning tick looks for ones to settle at most.
-pub(crate) const SETTLE_LOOKBACK: u64 = 64;
-
 /// One entry of the reservation log. A stored record: unknown fields are ignored and none is
 /// renamed, so deployments of older and newer versions read each other's logs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,7 +165,7 @@ pub(crate) async fn append<T: Transport>(
     entry: &Entry,
     now: SystemTime,
 ) -> Result<Result<(), LogRefusal>, leasegate::Error> {
-    let changed = change_log(locks, settings, now, |log, _| {
+    let changed = change_log(locks, settings, now, |log, read_at| {
         if entry.occurrence_unix < log.cleaned_before {
             return Err(LogRefusal::TooOld);
         }
@@ -176,7 +173,7 @@ pub(crate) async fn append<T: Transport>(
         log.entries
             .retain(|e| e.occurrence_unix != entry.occurrence_unix);
         log.entries.push(entry.clone());
-        advance_settled(log, settings, entry.occurrence_unix, 0);
+        advance_settled(log, settings, entry.occurrence_unix, 0, read_at);
         Ok(())
     })
     .await?;
@@ -184,21 +181,30 @@ pub(crate) async fn append<T: Transport>(
 }
 
 /// Moves the log's `settled_through` watermark up: over the occurrences that have an entry,
-/// and up to `through` (occurrences [`settle_earlier`] found settled). A log without one
-/// starts from its newest entry before `newest` (or the occurrence before it), and the
-/// watermark never lags more than [`SETTLE_LOOKBACK`] occurrences behind `newest`.
-pub(crate) fn advance_settled(log: &mut Log, settings: &Settings, newest: u64, through: u64) {
+/// and up to `through` (occurrences [`settle_earlier`] found settled). A log without one (new,
+/// or rewritten by an older version) starts just before its oldest entry, so the gaps between
+/// its entries are looked at once (a new log: just before `newest`). The watermark never lags
+/// more than [`Settings::lookback`] behind `server_now` (the storage server's clock).
+pub(crate) fn advance_settled(
+    log: &mut Log,
+    settings: &Settings,
+    newest: u64,
+    through: u64,
+    server_now: SystemTime,
+) {
     let period = settings.period.as_secs().max(1);
     if log.settled_through == 0 {
         log.settled_through = log
             .entries
             .iter()
             .map(|e| e.occurrence_unix)
-            .filter(|o| *o < newest)
-            .max()
-            .unwrap_or(newest.saturating_sub(period));
+            .min()
+            .unwrap_or(newest)
+            .saturating_sub(1)
+            .min(newest.saturating_sub(period))
+            .max(1);
     }
-    let floor = newest.saturating_sub(SETTLE_LOOKBACK.saturating_mul(period));
+    let floor = unix(server_now).saturating_sub(settings.lookback().as_secs());
     log.settled_through = log.settled_through.max(through).max(floor);
     loop {
         let next = settings.next_occurrence(log.settled_through);
@@ -229,7 +235,7 @@ pub(crate) async fn update<T: Transport>(
         log.entries.push(done);
         let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
         log.cleaned_before = log.cleaned_before.max(cutoff);
-        advance_settled(log, settings, entry.occurrence_unix, 0);
+        advance_settled(log, settings, entry.occurrence_unix, 0, read_at);
         Ok::<(), ()>(())
     })
     .await?;
@@ -359,35 +365,39 @@ mod tests {
     #[test]
     fn the_settled_watermark_moves_over_logged_occurrences_only() {
         let s = settings(60, 0, 300);
-        // A log of an older version (no watermark): it starts at the newest earlier entry.
+        let now = |t: u64| at(t);
+        // A log of an older version (no watermark): it starts before its oldest entry, so the
+        // gaps between its entries are looked at (540 has none here).
         let mut log = Log {
             job: "j".into(),
-            entries: vec![entry_at(600, "running"), entry_at(540, "succeeded")],
+            entries: vec![entry_at(600, "running"), entry_at(480, "succeeded")],
             ..Log::default()
         };
-        advance_settled(&mut log, &s, 600, 0);
+        advance_settled(&mut log, &s, 600, 0, now(600));
+        assert_eq!(log.settled_through, 480);
+        // Settled by a winner through 540: on over 600.
+        advance_settled(&mut log, &s, 600, 540, now(600));
         assert_eq!(log.settled_through, 600);
         // 660 has no entry (abandoned, or nobody ticked): the watermark stops before it even
         // when 720 is logged.
         log.entries.push(entry_at(720, "running"));
-        advance_settled(&mut log, &s, 720, 0);
+        advance_settled(&mut log, &s, 720, 0, now(720));
         assert_eq!(log.settled_through, 600);
-        // Settled by a winner (through 660): it moves on over 720.
-        advance_settled(&mut log, &s, 720, 660);
+        advance_settled(&mut log, &s, 720, 660, now(720));
         assert_eq!(log.settled_through, 720);
         // A new log starts at the occurrence before the first.
         let mut new = Log::default();
         new.entries.push(entry_at(1200, "running"));
-        advance_settled(&mut new, &s, 1200, 0);
+        advance_settled(&mut new, &s, 1200, 0, now(1200));
         assert_eq!(new.settled_through, 1200);
-        // Never more than SETTLE_LOOKBACK occurrences behind.
+        // Never more than the lookback behind the storage server's clock.
         let mut far = Log {
             settled_through: 60,
             ..Log::default()
         };
         far.entries.push(entry_at(60 * 1000, "running"));
-        advance_settled(&mut far, &s, 60 * 1000, 0);
-        assert_eq!(far.settled_through, 60 * (1000 - SETTLE_LOOKBACK));
+        advance_settled(&mut far, &s, 60 * 1000, 0, now(60 * 1000));
+        assert_eq!(far.settled_through, 60 * 1000 - s.lookback().as_secs());
         // Below the clean-up watermark counts as settled.
         let mut cleaned = Log {
             settled_through: 600,
@@ -395,7 +405,7 @@ mod tests {
             ..Log::default()
         };
         cleaned.entries.push(entry_at(840, "running"));
-        advance_settled(&mut cleaned, &s, 840, 0);
+        advance_settled(&mut cleaned, &s, 840, 0, now(840));
         assert_eq!(cleaned.settled_through, 840);
         // Written only once known: an old log is written back as it was.
         assert!(!serde_json::to_string(&Log::default())
@@ -404,5 +414,40 @@ mod tests {
         assert!(serde_json::to_string(&log)
             .unwrap()
             .contains("\"settledThrough\":720"));
+    }
+
+    /// The review's cases: the watermark never passes a reservation before its reserver's
+    /// deadline, whatever the period, the timeout or a tick far ahead.
+    #[test]
+    fn the_watermark_waits_for_a_reservers_deadline() {
+        // A per-5-second job with a 330 s lease term: X abandoned, every later occurrence
+        // logged up to X + 325 (65 periods): the watermark stays below X.
+        let mut v = std::collections::HashMap::new();
+        for (k, val) in [
+            ("instance_id", "node-u"),
+            ("job_url", "http://127.0.0.1:9/job"),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("job_period_seconds", "5"),
+            ("job_timeout_seconds", "300"),
+        ] {
+            v.insert(k.to_string(), val.to_string());
+        }
+        let s = Settings::load(&v).unwrap();
+        const X: u64 = 1_795_765_620;
+        let mut log = Log {
+            settled_through: X - 5,
+            ..Log::default()
+        };
+        for k in 1..=65 {
+            log.entries.push(entry_at(X + 5 * k, "succeeded"));
+            log.entries.retain(|e| e.occurrence_unix + 50 > X + 5 * k);
+            advance_settled(&mut log, &s, X + 5 * k, 0, at(X + 5 * k));
+            assert!(log.settled_through < X, "passed X at {k}");
+        }
+        // A tick far ahead of the clock (an admin's, or a clock ahead) does not move it.
+        advance_settled(&mut log, &s, X + 290, 0, at(X + 2));
+        assert!(log.settled_through < X);
     }
 }

@@ -508,9 +508,15 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
             through = o;
             continue;
         };
-        if props.metadata.contains_key(META_RUN) {
-            through = o;
-            continue;
+        // `running` with no log entry: its runner's log write is on its way, or failed and
+        // will undo the outcome (a later winner looks again; the lookback bounds the wait).
+        match props.metadata.get(META_RUN).map(String::as_str) {
+            Some("running") => break,
+            Some(_) => {
+                through = o;
+                continue;
+            }
+            None => {}
         }
         if !abandoned(&props, date.unwrap_or(ctx.now), settings) {
             break;
@@ -523,9 +529,12 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
             created: false,
         };
         let nonce = (ctx.new_lease_id)().to_string();
-        if let Commit::Written(_) =
-            commit(locks, &reservation, "missed", &nonce, None, ctx.now).await?
-        {
+        let written = match commit(locks, &reservation, "missed", &nonce, None, ctx.now).await? {
+            Commit::Settled(run) if run == "running" => break,
+            Commit::Settled(_) => false,
+            Commit::Written(_) => true,
+        };
+        if written {
             let at_now = date.unwrap_or(ctx.now);
             missed.push(Entry {
                 occurrence: rfc3339(at(o)),
@@ -550,7 +559,7 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
     if through == 0 {
         return Ok(());
     }
-    let _ = change_log(locks, settings, ctx.now, |log, _| {
+    let _ = change_log(locks, settings, ctx.now, |log, read_at| {
         for entry in &missed {
             if !log
                 .entries
@@ -560,7 +569,7 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
                 log.entries.push(entry.clone());
             }
         }
-        advance_settled(log, settings, occurrence, through);
+        advance_settled(log, settings, occurrence, through, read_at);
         Ok::<(), ()>(())
     })
     .await?;

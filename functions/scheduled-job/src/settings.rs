@@ -9,6 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use crate::LOG_ENTRIES;
 
+/// How many occurrences back the log's settled-through watermark may lag at most (see
+/// [`Settings::lookback`]).
+pub(crate) const SETTLE_LOOKBACK: u64 = 64;
+
 /// Seconds added to the job's timeout for the lease: the lease outlives the call it guards.
 pub(crate) const LEASE_MARGIN_SECS: u64 = 10;
 
@@ -101,6 +105,21 @@ impl Settings {
         let job_url = config::url(vars, "job_url")?;
         let storage = config::storage(vars)?;
         let lease_term = lease_term(timeout, storage.timeout)?;
+        // Reservations are kept past their reserver's deadline (the lease term) by a period at
+        // least, so that one left without an outcome is settled before the clean-up deletes it:
+        // the default grows to that, a setting below it is refused.
+        let keep = term_length(lease_term) + period;
+        let retention = match config::var(vars, "job_retention_seconds") {
+            None => retention.max(keep),
+            Some(_) if retention < keep => {
+                return Err(ConfigError(format!(
+                    "variable job_retention_seconds must be at least the job's lease term plus \
+                     one period ({} s)",
+                    keep.as_secs()
+                )))
+            }
+            Some(_) => retention,
+        };
         Ok(Settings {
             storage,
             lease_term,
@@ -129,18 +148,32 @@ impl Settings {
         self.early.min(Duration::from_secs(10)).min(self.period / 2)
     }
 
-    /// Whether a tick for trigger time `at` names the occurrence due at `now` (this instance's
-    /// clock): the occurrence of a time within [`Settings::tick_tolerance`] of `now`.
-    pub fn due_now(&self, at: SystemTime, now: SystemTime) -> bool {
-        let named = timer::occurrence(at, self.period, self.offset);
+    /// The occurrence a tick with the tick token names for trigger time `at`, when `at` is
+    /// within [`Settings::tick_tolerance`] of `now` (this instance's clock): the occurrence `at`
+    /// rounds to, unless that is more than the tolerance ahead of `now`, then the one before it
+    /// (the one due now). `None`: `at` is further from `now` (a manual run: the admin token's).
+    /// So the tick token never names an occurrence more than the tolerance ahead of the clock.
+    pub fn due_now(&self, at: SystemTime, now: SystemTime) -> Option<SystemTime> {
         let tolerance = self.tick_tolerance();
-        [
-            now.checked_sub(tolerance).unwrap_or(now),
-            now,
-            now + tolerance,
-        ]
-        .iter()
-        .any(|t| timer::occurrence(*t, self.period, self.offset) == named)
+        let near = match at.duration_since(now) {
+            Ok(ahead) => ahead <= tolerance,
+            Err(behind) => behind.duration() <= tolerance,
+        };
+        if !near {
+            return None;
+        }
+        let named = timer::occurrence(at, self.period, self.offset);
+        if named > now + tolerance {
+            return named.checked_sub(self.period);
+        }
+        Some(named)
+    }
+
+    /// How far behind the storage server's clock the log's settled-through watermark may lag
+    /// at most: 64 occurrences, and at least the job's lease term (a reserver's deadline) plus
+    /// two periods, so that it never passes a reservation before its deadline.
+    pub(crate) fn lookback(&self) -> Duration {
+        (self.period * SETTLE_LOOKBACK as u32).max(self.reservation_deadline() + self.period * 2)
     }
 
     /// The first occurrence of the schedule after `t` (Unix seconds).
@@ -193,8 +226,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::at;
 
-    pub(crate) fn settings(period: u64, offset: u64, early: u64) -> Settings {
-        let vars: std::collections::HashMap<String, String> = [
+    fn vars(period: u64, offset: u64, early: u64) -> std::collections::HashMap<String, String> {
+        [
             ("instance_id", "node-u"),
             ("job_url", "http://127.0.0.1:9/job"),
             ("storage_origin", "http://127.0.0.1:10000"),
@@ -208,8 +241,11 @@ pub(crate) mod tests {
             ("job_offset_seconds".to_string(), offset.to_string()),
             ("job_early_seconds".to_string(), early.to_string()),
         ])
-        .collect();
-        Settings::load(&vars).unwrap()
+        .collect()
+    }
+
+    pub(crate) fn settings(period: u64, offset: u64, early: u64) -> Settings {
+        Settings::load(&vars(period, offset, early)).unwrap()
     }
 
     #[test]
@@ -240,20 +276,59 @@ pub(crate) mod tests {
         // A per-minute job with the default job_early_seconds (300): 10 s of tolerance.
         let s = settings(60, 0, 300);
         assert_eq!(s.tick_tolerance(), Duration::from_secs(10));
-        let now = at(1_795_765_625); // 5 s past the minute 1_795_765_620
-                                     // Exactly: the occurrence of now, or of a time within the tolerance of now.
-        assert!(s.due_now(at(1_795_765_620), now));
-        assert!(!s.due_now(at(1_795_765_680), now));
-        assert!(!s.due_now(at(1_795_765_560), now));
-        // Near a boundary (3 s before the half minute), the neighbour is due too.
-        let edge = at(1_795_765_647);
-        assert!(s.due_now(at(1_795_765_620), edge) && s.due_now(at(1_795_765_680), edge));
+        const N: u64 = 1_795_765_620; // a minute
+        let due = |t: u64, now: u64| s.due_now(at(t), at(now)).map(crate::unix);
+        // The occurrence due now, named with the instance's time or a time a few seconds off.
+        assert_eq!(due(N + 5, N + 5), Some(N));
+        assert_eq!(due(N, N + 5), Some(N));
+        assert_eq!(due(N + 1, N - 2), Some(N));
+        // A time further off is a manual run: the next minute, a past one, one 40 s ahead.
+        assert_eq!(due(N + 60, N + 5), None);
+        assert_eq!(due(N - 60, N + 5), None);
+        assert_eq!(due(N, N - 40), None);
+        // A tick at N - 25 rounds to N, 25 s ahead: the one due is the minute before.
+        assert_eq!(due(N - 25, N - 25), Some(N - 60));
+        // Never more than the tolerance ahead of the clock.
+        for now in (N - 60..N + 60).step_by(1) {
+            for t in now - 10..=now + 10 {
+                if let Some(o) = due(t, now) {
+                    assert!(o <= now + 10, "{t} at {now}: {o}");
+                }
+            }
+        }
+        // A per-20-second job: the next occurrence, a period ahead, is a manual run.
+        let twenty = settings(20, 0, 300);
+        assert_eq!(twenty.due_now(at(N + 20), at(N)), None);
         // A per-5-second job: at most half a period of tolerance, so never two ahead.
         let fast = settings(5, 0, 300);
         assert_eq!(fast.tick_tolerance(), Duration::from_millis(2500));
-        assert!(!fast.due_now(at(1_795_765_630), at(1_795_765_620)));
+        assert_eq!(fast.due_now(at(N + 10), at(N)), None);
         // A small job_early_seconds is the tolerance.
         assert_eq!(settings(60, 0, 3).tick_tolerance(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn retention_covers_a_reservers_deadline() {
+        // A 330 s lease term (300 + 4 x 5 + 10) and a 5 s period: kept at least 335 s.
+        let mut v = vars(5, 0, 300);
+        v.insert("job_timeout_seconds".into(), "300".into());
+        let s = Settings::load(&v).unwrap();
+        assert_eq!(s.reservation_deadline(), Duration::from_secs(330));
+        assert!(s.retention >= Duration::from_secs(3600));
+        v.insert("job_timeout_seconds".into(), "3600".into());
+        let s = Settings::load(&v).unwrap();
+        assert_eq!(s.retention, Duration::from_secs(3600 + 30 + 5));
+        v.insert("job_retention_seconds".into(), "600".into());
+        let e = Settings::load(&v).unwrap_err().to_string();
+        assert!(
+            e.contains("job_retention_seconds must be at least the job's lease term plus one period (3635 s)"),
+            "{e}"
+        );
+        // The lookback never passes a reservation before its deadline.
+        v.insert("job_retention_seconds".into(), "7200".into());
+        v.insert("job_timeout_seconds".into(), "300".into());
+        let s = Settings::load(&v).unwrap();
+        assert!(s.lookback() >= s.reservation_deadline() + s.period * 2);
     }
 
     #[test]

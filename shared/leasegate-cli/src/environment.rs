@@ -171,7 +171,13 @@ fn safe(url: &str) -> bool {
     }
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
     let host = if authority.starts_with('[') {
-        authority.split_inclusive(']').next().unwrap_or_default()
+        let (host, rest) = authority.split_at(authority.find(']').map_or(0, |i| i + 1));
+        // `[::1]` alone or with a port; `[::1]evil` is no loopback.
+        if rest.is_empty() || rest.starts_with(':') {
+            host
+        } else {
+            ""
+        }
     } else {
         authority.split(':').next().unwrap_or_default()
     };

@@ -212,6 +212,10 @@ fn connection_string_account(cs: &str, origin: &str) -> Result<Account, ConfigEr
         .map_err(|e| ConfigError(format!("variable storage_connection_string: {e}")))?;
     let endpoint = account.endpoint().origin();
     if !endpoint.eq_ignore_ascii_case(origin) {
+        // storage_origin as scheme://host[:port] only: whatever else was pasted into it (a SAS
+        // URL's query) is not repeated.
+        let origin = url_origin(origin);
+        let origin = origin.split(['?', '#']).next().unwrap_or_default();
         return Err(ConfigError(format!(
             "the blob endpoint of storage_connection_string is at {endpoint}, but \
              storage_origin is {origin}: set storage_origin={endpoint} (Spin lets the \
@@ -368,7 +372,9 @@ fn secure(origin: &str) -> bool {
     }
     let authority = origin.split_once("://").map_or("", |(_, a)| a);
     let host = match authority.strip_prefix("[::1]") {
-        Some(_) => "[::1]",
+        // `[::1]` alone or with a port; `[::1]evil` is no loopback.
+        Some(rest) if rest.is_empty() || rest.starts_with(':') => "[::1]",
+        Some(_) => "",
         None => authority.split(':').next().unwrap_or_default(),
     };
     !authority.contains('@') && matches!(host, "127.0.0.1" | "localhost" | "[::1]")
@@ -489,6 +495,24 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("a2V5"), "{err}");
+        // storage_origin with a SAS pasted into it: the query is not repeated.
+        let err = storage(&vars(&[
+            (
+                "storage_connection_string",
+                "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=a2V5",
+            ),
+            (
+                "storage_origin",
+                "https://other.example/?sv=1&sig=T0PSECRET",
+            ),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("T0PSECRET"), "{err}");
+        assert!(
+            err.contains("storage_origin is https://other.example"),
+            "{err}"
+        );
         let ok = storage(&vars(&[
             (
                 "storage_connection_string",
@@ -620,6 +644,8 @@ mod tests {
                 ("http://127.0.0.1:10000", true),
                 ("http://localhost:10000", true),
                 ("http://[::1]:10000", true),
+                ("http://[::1]", true),
+                ("http://[::1]evil.example:10000", false),
             ] {
                 let mut v = entra(extra);
                 v.insert("storage_origin".into(), origin.into());
