@@ -1,0 +1,371 @@
+//! Claiming a page: under the state's lease (`sweeper/lock`) a tick settles its counters,
+//! lists the next page of the pass from the stored marker, writes the new marker back and
+//! releases the lease at once (or records that the pass is complete, or that the tick is done).
+
+use std::time::{Duration, Instant, SystemTime};
+
+use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
+use leasegate::ops::{ListBlobs, ListBlobsPage};
+use leasegate::{BlobName, ContainerName, LockName, StatusCode, Transport};
+
+use leasegate_spin::timer;
+use leasegate_spin::web::rfc3339;
+use leasegate_spin::Context;
+
+use crate::answer::{SkippedContainer, UnusableName};
+use crate::settings::{Kind, Settings};
+use crate::state::{
+    read_state, reconcile, write_state, Counters, Entry, State, TickEntry, Unusable, MAX_UNUSABLE,
+};
+use crate::TIME_TO_LIVE;
+
+/// How long a worker waits for a busy state lease before ending its tick.
+const CLAIM_PATIENCE: Duration = Duration::from_secs(5);
+/// The pause between two tries of a busy state lease.
+const CLAIM_PAUSE: Duration = Duration::from_millis(40);
+
+/// A claimed page.
+pub(crate) struct Claimed {
+    pub(crate) kind: Kind,
+    pub(crate) container: ContainerName,
+    pub(crate) page: ListBlobsPage,
+    pub(crate) server_now: SystemTime,
+}
+
+/// One tick's bookkeeping.
+pub(crate) struct Bookkeeping {
+    pub(crate) id: String,
+    /// Counters written to the state (as far as this tick knows).
+    pub(crate) credited: Counters,
+    /// Counters of processed pages not yet written.
+    pub(crate) pending: Counters,
+    /// The state may show this tick active.
+    pub(crate) maybe_active: bool,
+    /// Containers skipped by this tick's claims (see
+    /// [`Report::containers_skipped`](crate::answer::Report::containers_skipped)).
+    pub(crate) containers_skipped: Vec<SkippedContainer>,
+    /// Unusable names this tick's claims found first.
+    pub(crate) unusable_names: Vec<UnusableName>,
+    /// Unusable names this tick's claims found that the state had no room to remember.
+    pub(crate) unusable_overflow: u64,
+}
+
+/// What a claim came to.
+pub(crate) enum Claim {
+    /// A page to process.
+    Page(Claimed),
+    /// This claim completed the pass.
+    PassComplete,
+    /// Every page of the pass is claimed; other ticks still process theirs.
+    Finishing,
+    /// The last pass ended less than `ttl_pass_interval_seconds` ago.
+    Resting,
+    /// Another worker held the state, or wrote it meanwhile: nothing was written.
+    Busy,
+    /// The last write of a tick landed.
+    Done,
+}
+
+/// Takes the state lease, settles the tick's counters, claims the next page (or, when
+/// `started` is `None`, only records the tick as done), writes the state and releases the lease.
+pub(crate) async fn claim<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<S>,
+    settings: &Settings,
+    tick: &mut Bookkeeping,
+    started: Option<Instant>,
+) -> Result<Claim, leasegate::Error> {
+    let lock = LockName::try_new("lock")?;
+    let id = (ctx.new_lease_id)();
+    let term = Term::for_window(Duration::from_secs(30))?;
+    let waited = Instant::now();
+    loop {
+        match locks
+            .acquire_with(
+                &lock,
+                term,
+                id,
+                IdOrigin::Fresh,
+                &settings.instance_id,
+                ctx.now,
+            )
+            .await?
+        {
+            Acquire::Acquired(_) => break,
+            Acquire::Busy { .. }
+                if waited.elapsed() < CLAIM_PATIENCE
+                    && started.is_none_or(|s| s.elapsed() < settings.budget) =>
+            {
+                (ctx.sleep)(CLAIM_PAUSE).await;
+            }
+            Acquire::Busy { .. } => return Ok(Claim::Busy),
+        }
+    }
+    let claimed = claim_held(locks, settings, tick, started.is_some(), ctx.now).await;
+    let _ = locks.release(&lock, id, ctx.now).await;
+    claimed
+}
+
+async fn claim_held<S: Transport>(
+    locks: &Locks<S>,
+    settings: &Settings,
+    tick: &mut Bookkeeping,
+    page_wanted: bool,
+    now: SystemTime,
+) -> Result<Claim, leasegate::Error> {
+    let (mut state, etag, server_now) = read_state(locks, settings, now).await?;
+    reconcile(&mut state, settings);
+    // A write whose answer was lost may have landed: this tick's entry says what did.
+    if let Some(e) = state.ticks.iter().find(|t| t.id == tick.id) {
+        let landed = e.credited.minus(tick.credited);
+        tick.pending = tick.pending.minus(landed);
+        tick.credited = e.credited;
+    }
+    let credited = tick.credited.plus(tick.pending);
+    let c = credited.minus(tick.credited);
+    state.purged = state.purged.saturating_add(c.purged);
+    state.moved = state.moved.saturating_add(c.moved);
+    state.locks_removed = state.locks_removed.saturating_add(c.locks_removed);
+    let bound = settings.tick_bound();
+    state.ticks.retain(|t| {
+        t.id != tick.id
+            && timer::parse_time(&t.since).is_some_and(|since| since + bound > server_now)
+    });
+    let others_active = state.ticks.iter().any(|t| t.active);
+    let mut entry = TickEntry {
+        id: tick.id.clone(),
+        instance: settings.instance_id.clone(),
+        since: rfc3339(server_now),
+        active: false,
+        credited,
+    };
+    let mut page = None;
+    let mut skipped = Vec::new();
+    let mut unusable_new = Vec::new();
+    let mut unusable_overflow = 0;
+    let outcome = if !page_wanted {
+        Claim::Done
+    } else if resting(&state, settings, server_now) {
+        Claim::Resting
+    } else {
+        let mut found = None;
+        while let Some(index) = state
+            .containers
+            .iter()
+            .position(|e| !e.off && (e.status == "init" || e.status == "current"))
+        {
+            match list_page(locks, settings, &state.containers[index], now).await {
+                Ok(listed) => {
+                    found = Some((index, listed));
+                    break;
+                }
+                // A listing storage refuses for good (a SAS without list rights there, a bad
+                // request) would stop every pass here: the container is skipped until the next
+                // pass, and reported.
+                Err(e) if refuses_for_good(&e) => {
+                    let entry = &mut state.containers[index];
+                    let (storage_status, storage_error_code) = match &e {
+                        leasegate::Error::Storage(s) => (Some(s.status.as_u16()), s.code.clone()),
+                        _ => (None, None),
+                    };
+                    skipped.push(SkippedContainer {
+                        container: entry.container.clone(),
+                        prefix: entry.prefix.clone(),
+                        storage_status,
+                        storage_error_code,
+                        message: format!("listing failed: {e}"),
+                    });
+                    entry.status = "last".into();
+                    entry.marker = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some((index, listed)) = found {
+            if listed.kind == Kind::Ttl {
+                unusable_overflow = remember_unusable(&mut state, &listed, &mut unusable_new);
+            }
+            let e = &mut state.containers[index];
+            e.marker = listed.page.next_marker.clone();
+            e.status = if e.marker.is_some() {
+                "current"
+            } else {
+                "last"
+            }
+            .into();
+            state.pages += 1;
+            entry.active = true;
+            page = Some(listed);
+            Claim::Busy
+        } else if others_active {
+            Claim::Finishing
+        } else {
+            // Every page of the pass is claimed and processed: it is complete.
+            for e in &mut state.containers {
+                e.status = "init".into();
+                e.marker = None;
+            }
+            // Unusable names this pass did not list again are gone (or renamed).
+            let this_pass = state.passes;
+            state.unusable.retain(|u| u.pass == this_pass);
+            state.passes += 1;
+            state.last_pass_completed_at = Some(rfc3339(server_now));
+            Claim::PassComplete
+        }
+    };
+    let active = entry.active;
+    state.ticks.push(entry);
+    // If this write's answer is lost, the next claim's read settles the counters.
+    tick.maybe_active |= active;
+    if !write_state(locks, settings, &state, etag, now).await? {
+        // The state moved although we hold its lease (someone wrote it without): nothing
+        // was written, nothing is claimed.
+        return Ok(Claim::Busy);
+    }
+    tick.credited = credited;
+    tick.pending = Counters::default();
+    tick.maybe_active = active;
+    tick.containers_skipped.extend(skipped);
+    tick.unusable_names.extend(unusable_new);
+    tick.unusable_overflow += unusable_overflow;
+    Ok(page.map_or(outcome, Claim::Page))
+}
+
+/// Whether a listing error will not go away by asking again this pass: storage refused the
+/// request (4xx but a timeout or throttling), or the request could not be built.
+fn refuses_for_good(e: &leasegate::Error) -> bool {
+    match e {
+        leasegate::Error::Storage(s) => {
+            s.status.is_client_error()
+                && !matches!(
+                    s.status,
+                    StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS
+                )
+        }
+        leasegate::Error::InvalidName { .. } | leasegate::Error::InvalidArgument(_) => true,
+        _ => false,
+    }
+}
+
+/// Records the page's marked blobs whose names cannot be swept (a `.` or `..` segment, a
+/// control character) in the state, and puts those it did not know into `new`: each is
+/// reported once, not on every pass. Past [`MAX_UNUSABLE`] a name cannot be remembered, so it
+/// is not named (it would be on every pass): the answer is how many such names the page had.
+fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<UnusableName>) -> u64 {
+    let pass = state.passes;
+    let mut overflow = 0;
+    for item in &listed.page.blobs {
+        if !item.properties.metadata.contains_key(TIME_TO_LIVE)
+            || BlobName::try_new(&item.name).is_ok()
+        {
+            continue;
+        }
+        let container = listed.container.as_str();
+        match state
+            .unusable
+            .iter_mut()
+            .find(|u| u.container == container && u.name == item.name)
+        {
+            Some(known) => known.pass = pass,
+            None => {
+                if state.unusable.len() < MAX_UNUSABLE {
+                    state.unusable.push(Unusable {
+                        container: container.to_string(),
+                        name: item.name.clone(),
+                        pass,
+                    });
+                    new.push(UnusableName {
+                        container: container.to_string(),
+                        name: item.name.clone(),
+                    });
+                } else {
+                    overflow += 1;
+                }
+            }
+        }
+    }
+    overflow
+}
+
+/// Whether a new pass must wait: the last one ended less than `ttl_pass_interval_seconds` ago
+/// and this one has not started.
+pub(crate) fn resting(state: &State, settings: &Settings, server_now: SystemTime) -> bool {
+    let fresh = state.containers.iter().all(|e| e.off || e.status == "init");
+    fresh
+        && state
+            .last_pass_completed_at
+            .as_deref()
+            .and_then(timer::parse_time)
+            .is_some_and(|t| t + settings.pass_interval > server_now)
+}
+
+/// Lists the next page of `entry`.
+async fn list_page<S: Transport>(
+    locks: &Locks<S>,
+    settings: &Settings,
+    entry: &Entry,
+    now: SystemTime,
+) -> Result<Claimed, leasegate::Error> {
+    let container = ContainerName::try_new(&entry.container)?;
+    let list = ListBlobs {
+        prefix: (!entry.prefix.is_empty()).then(|| entry.prefix.clone()),
+        marker: entry.marker.clone(),
+        max_results: Some(settings.page_size),
+        include_metadata: true,
+        ..ListBlobs::new(container.clone())
+    };
+    let (page, date) = match locks.execute(&list, now).await {
+        Ok((page, date)) => (page, date),
+        // A swept container that does not exist (yet) has no blobs.
+        Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
+            (ListBlobsPage::default(), None)
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Claimed {
+        kind: entry.kind,
+        container,
+        page,
+        server_now: date.unwrap_or(now),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+
+    /// Past the names the state can remember, an unusable name is not reported by name (it
+    /// would be reported again on every pass): only counted.
+    #[test]
+    fn unusable_names_past_the_cap_are_counted_not_reported_every_pass() {
+        use super::*;
+        let mut state = State::default();
+        for k in 0..MAX_UNUSABLE {
+            state.unusable.push(Unusable {
+                container: "c".into(),
+                name: format!("old/{k}/.."),
+                pass: 0,
+            });
+        }
+        let mut properties = leasegate::ops::BlobProperties::default();
+        properties.metadata.insert(TIME_TO_LIVE.into(), "60".into());
+        let listed = Claimed {
+            kind: Kind::Ttl,
+            container: ContainerName::try_new("logs").unwrap(),
+            page: ListBlobsPage {
+                blobs: vec![leasegate::ops::BlobItem {
+                    name: "a/../b".into(),
+                    properties,
+                }],
+                ..ListBlobsPage::default()
+            },
+            server_now: SystemTime::UNIX_EPOCH,
+        };
+        for _pass in 0..2 {
+            let mut new = Vec::new();
+            let overflow = remember_unusable(&mut state, &listed, &mut new);
+            assert!(new.is_empty(), "{new:?}");
+            assert_eq!(overflow, 1);
+            assert_eq!(state.unusable.len(), MAX_UNUSABLE);
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! The sweep state blob (`sweeper/state.json`): its schema, its reading and writing (under
+//! the state's lease, see `claim`), and its containers reconciled with the settings.
+//!
+//! The state blob is JSON with camelCase keys, written pretty; absent options, an empty
+//! `unusable` and `off: false` are left out. It stays readable both ways during a rolling
+//! upgrade: unknown fields are ignored (a newer writer's), missing counters and lists read as
+//! 0 and empty, and no field is renamed.
+
+use std::time::SystemTime;
+
+use leasegate::lease::Locks;
+use leasegate::ops::{Condition, GetBlob, PutBlob, WriteOutcome};
+use leasegate::Transport;
+use serde::{Deserialize, Serialize};
+
+use leasegate_spin::storage::execute_creating_container;
+
+use crate::answer::Report;
+use crate::settings::{Kind, Settings};
+use crate::STATE_BLOB;
+
+/// The most unusable names the state remembers (each reported once).
+pub(crate) const MAX_UNUSABLE: usize = 100;
+
+/// One swept container (and prefix) in the state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    /// The container.
+    pub(crate) container: String,
+    /// The prefix swept (empty: all).
+    #[serde(default)]
+    pub(crate) prefix: String,
+    /// What it sweeps.
+    pub(crate) kind: Kind,
+    /// `init` (the pass has not reached it), `current` (pages left) or `last` (its last page
+    /// was claimed this pass).
+    pub(crate) status: String,
+    /// Where the next page starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) marker: Option<String>,
+    /// No longer configured: skipped, its progress kept.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub(crate) off: bool,
+}
+
+/// The sweep state blob.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct State {
+    /// The swept containers, in order.
+    pub(crate) containers: Vec<Entry>,
+    /// Passes completed.
+    #[serde(default)]
+    pub(crate) passes: u64,
+    /// When the last pass completed (server clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) last_pass_completed_at: Option<String>,
+    /// Blobs deleted (moved ones included) since the state began.
+    #[serde(default)]
+    pub(crate) purged: u64,
+    /// Of those, moved to a dead-blob container.
+    #[serde(default)]
+    pub(crate) moved: u64,
+    /// Lock blobs removed.
+    #[serde(default)]
+    pub(crate) locks_removed: u64,
+    /// Pages claimed.
+    #[serde(default)]
+    pub(crate) pages: u64,
+    /// The ticks of the last minutes (see [`TickEntry`]).
+    #[serde(default)]
+    pub(crate) ticks: Vec<TickEntry>,
+    /// Marked blobs whose names cannot be swept: reported once, forgotten when a pass no
+    /// longer lists them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) unusable: Vec<Unusable>,
+}
+
+/// A marked blob whose name cannot be swept, as the state remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Unusable {
+    /// Its container.
+    pub(crate) container: String,
+    /// Its name.
+    pub(crate) name: String,
+    /// The pass that last listed it.
+    #[serde(default)]
+    pub(crate) pass: u64,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Counters kept in the state (a tick's entry holds them as its own fields; missing ones are
+/// 0).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct Counters {
+    /// Blobs deleted (moved ones included).
+    pub(crate) purged: u64,
+    /// Of those, moved to a dead-blob container.
+    pub(crate) moved: u64,
+    /// Lock blobs removed.
+    pub(crate) locks_removed: u64,
+}
+
+impl Counters {
+    pub(crate) fn of(report: &Report) -> Counters {
+        Counters {
+            purged: report.deleted,
+            moved: report.moved,
+            locks_removed: report.locks_removed,
+        }
+    }
+
+    pub(crate) fn is_zero(&self) -> bool {
+        *self == Counters::default()
+    }
+
+    pub(crate) fn plus(self, o: Counters) -> Counters {
+        Counters {
+            purged: self.purged.saturating_add(o.purged),
+            moved: self.moved.saturating_add(o.moved),
+            locks_removed: self.locks_removed.saturating_add(o.locks_removed),
+        }
+    }
+
+    pub(crate) fn minus(self, o: Counters) -> Counters {
+        Counters {
+            purged: self.purged.saturating_sub(o.purged),
+            moved: self.moved.saturating_sub(o.moved),
+            locks_removed: self.locks_removed.saturating_sub(o.locks_removed),
+        }
+    }
+}
+
+/// A tick as the state knows it: while it is `active` it may still be processing a page it
+/// claimed, and the pass does not end; `credited` is what it has added to the state's counters
+/// so far. A tick leaves it inactive when it is done; entries of other ticks are dropped once
+/// older than [`Settings::tick_bound`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TickEntry {
+    /// The tick's random id.
+    pub(crate) id: String,
+    /// Its instance.
+    pub(crate) instance: String,
+    /// When it last wrote the state (server clock).
+    pub(crate) since: String,
+    /// Whether it may still be processing a page.
+    pub(crate) active: bool,
+    /// What it has added to the counters (`purged`, `moved`, `locksRemoved`).
+    #[serde(flatten)]
+    pub(crate) credited: Counters,
+}
+
+/// Reads the state (content and ETag); a missing state is empty.
+pub(crate) async fn read_state<S: Transport>(
+    locks: &Locks<S>,
+    settings: &Settings,
+    now: SystemTime,
+) -> Result<(State, Option<leasegate::ETag>, SystemTime), leasegate::Error> {
+    let (blob, date) = locks
+        .execute(
+            &GetBlob {
+                container: settings.storage.container.clone(),
+                blob: settings.state_blob()?,
+            },
+            now,
+        )
+        .await?;
+    let date = date.unwrap_or(now);
+    match blob {
+        None => Ok((State::default(), None, date)),
+        Some(b) => {
+            let state: State = serde_json::from_slice(&b.body).map_err(|e| {
+                leasegate::Error::CorruptLock(format!(
+                    "the sweep state {STATE_BLOB} is not a sweep state ({e}; delete it to start over)"
+                ))
+            })?;
+            Ok((state, b.properties.etag, date))
+        }
+    }
+}
+
+pub(crate) async fn write_state<S: Transport>(
+    locks: &Locks<S>,
+    settings: &Settings,
+    state: &State,
+    etag: Option<leasegate::ETag>,
+    now: SystemTime,
+) -> Result<bool, leasegate::Error> {
+    // Serializing the state cannot fail (string keys, integers); pretty, as it always was.
+    let body = serde_json::to_vec_pretty(state).expect("the state serializes");
+    let put = PutBlob::block(
+        settings.storage.container.clone(),
+        settings.state_blob()?,
+        body,
+    )
+    .with_content_type("application/json")
+    .with_condition(etag.map_or(Condition::IfNotExists, Condition::IfMatch));
+    Ok(matches!(
+        execute_creating_container(locks, &put, now).await?.0,
+        WriteOutcome::Written(_)
+    ))
+}
+
+/// The configured targets, with the state's progress where it has some. A target no longer
+/// configured is kept `off` with its progress; configured again, it goes on from there.
+pub(crate) fn reconcile(state: &mut State, settings: &Settings) {
+    for e in &mut state.containers {
+        if e.status == "off" {
+            // (A state written before `off` became a flag.)
+            e.status = "init".into();
+            e.off = true;
+        }
+        e.off = !settings
+            .targets
+            .iter()
+            .any(|(k, c, p)| e.kind == *k && e.container == c.as_str() && e.prefix == *p);
+    }
+    for (kind, container, prefix) in &settings.targets {
+        let known = state
+            .containers
+            .iter()
+            .any(|e| e.kind == *kind && e.container == container.as_str() && e.prefix == *prefix);
+        if !known {
+            state.containers.push(Entry {
+                container: container.to_string(),
+                prefix: prefix.clone(),
+                kind: *kind,
+                status: "init".into(),
+                marker: None,
+                off: false,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::resting;
+    use crate::settings::tests::settings;
+
+    #[test]
+    fn a_container_dropped_from_the_configuration_keeps_its_progress() {
+        let both = settings(&[("ttl_containers", "xxx,yyy/logs/")]).unwrap();
+        let only_x = settings(&[("ttl_containers", "xxx")]).unwrap();
+        let mut state = State::default();
+        reconcile(&mut state, &both);
+        assert_eq!(state.containers.len(), 2);
+        state.containers[1].status = "current".into();
+        state.containers[1].marker = Some("m-7".into());
+        // A deployment still on the old configuration: y is off, its progress kept.
+        reconcile(&mut state, &only_x);
+        let y = &state.containers[1];
+        assert!(y.off && y.status == "current" && y.marker.as_deref() == Some("m-7"));
+        assert!(!resting(&state, &only_x, SystemTime::UNIX_EPOCH));
+        // Configured again: it goes on from its marker.
+        reconcile(&mut state, &both);
+        let y = &state.containers[1];
+        assert!(!y.off && y.status == "current" && y.marker.as_deref() == Some("m-7"));
+        assert_eq!(y.prefix, "logs/");
+        // A state written when `off` was a status.
+        state.containers[1].status = "off".into();
+        reconcile(&mut state, &both);
+        assert!(!state.containers[1].off && state.containers[1].status == "init");
+    }
+
+    #[test]
+    fn counters_settle_what_a_lost_answer_wrote() {
+        let c = |p, m| Counters {
+            purged: p,
+            moved: m,
+            locks_removed: 0,
+        };
+        // Credited 3, pending 2; the state shows 5 credited: the lost write landed.
+        let landed = c(5, 1).minus(c(3, 1));
+        assert_eq!(c(2, 0).minus(landed), Counters::default());
+        assert_eq!(c(u64::MAX, 0).plus(c(1, 0)).purged, u64::MAX);
+        assert!(Counters::default().is_zero());
+    }
+
+    /// A sweep state as the hand-written JSON writer wrote it (pretty, camelCase, options and
+    /// `off: false` left out), with a field from a newer writer and an entry of a tick without
+    /// counters: it reads, and written back it is the same text but the unknown field.
+    #[test]
+    fn an_old_state_reads_and_writes_back_the_same() {
+        let old = r#"{
+  "containers": [
+    {
+      "container": "logs",
+      "prefix": "",
+      "kind": "ttl",
+      "status": "current",
+      "marker": "m-7"
+    },
+    {
+      "container": "leasegate",
+      "prefix": "gates/",
+      "kind": "locks",
+      "status": "init",
+      "off": true
+    }
+  ],
+  "passes": 3,
+  "lastPassCompletedAt": "2026-11-21T14:00:00Z",
+  "purged": 12,
+  "moved": 2,
+  "locksRemoved": 5,
+  "pages": 40,
+  "ticks": [
+    {
+      "id": "t-1",
+      "instance": "node-a",
+      "since": "2026-11-21T14:00:01Z",
+      "active": true,
+      "purged": 4,
+      "moved": 1,
+      "locksRemoved": 0
+    }
+  ],
+  "unusable": [
+    {
+      "container": "logs",
+      "name": "a/../b",
+      "pass": 3
+    }
+  ]
+}"#;
+        let state: State = serde_json::from_str(old).unwrap();
+        assert_eq!(state.containers.len(), 2);
+        assert_eq!(state.containers[0].marker.as_deref(), Some("m-7"));
+        assert!(state.containers[1].off && state.containers[1].kind == Kind::Locks);
+        assert_eq!(
+            (state.passes, state.purged, state.locks_removed),
+            (3, 12, 5)
+        );
+        assert_eq!(
+            state.ticks[0].credited,
+            Counters {
+                purged: 4,
+                moved: 1,
+                locks_removed: 0
+            }
+        );
+        assert_eq!(state.unusable[0].name, "a/../b");
+        assert_eq!(serde_json::to_string_pretty(&state).unwrap(), old);
+
+        // A newer writer's field is ignored; missing counters and lists read as 0 and empty.
+        let sparse = r#"{"containers": [{"container": "logs", "kind": "ttl", "status": "init",
+            "since": "a newer field"}], "ticks": [{"id": "t", "instance": "i",
+            "since": "2026-11-21T14:00:01Z", "active": false}], "shards": 4}"#;
+        let state: State = serde_json::from_str(sparse).unwrap();
+        assert_eq!(state.containers[0].prefix, "");
+        assert_eq!(state.ticks[0].credited, Counters::default());
+        assert_eq!((state.passes, state.unusable.len()), (0, 0));
+        let written = serde_json::to_string(&state).unwrap();
+        assert!(!written.contains("lastPassCompletedAt") && !written.contains("unusable"));
+
+        // Not a state: refused, never a panic.
+        for bad in [r#"{}"#, r#"{"containers": [{"kind": "ttl"}]}"#, "[]", "{"] {
+            assert!(serde_json::from_str::<State>(bad).is_err(), "{bad}");
+        }
+    }
+}

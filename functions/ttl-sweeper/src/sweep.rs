@@ -1,0 +1,509 @@
+//! A tick: pages claimed and processed until the budget is spent or the pass completes, and
+//! what becomes of each listed blob (deleted, moved to its dead-blob container first, or left
+//! alone) and of each lock blob.
+
+use std::time::{Instant, SystemTime};
+
+use futures::StreamExt;
+use leasegate::lease::Locks;
+use leasegate::ops::{
+    public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, CreateContainer,
+    DeleteBlob, DeleteBlobAndSnapshots, DeleteOutcome, GetProperties, Refusal,
+};
+use leasegate::{BlobName, ContainerName, Counting, LeaseState, Transport};
+
+use leasegate_spin::timer;
+use leasegate_spin::Context;
+
+use crate::answer::Report;
+use crate::claim::{claim, Bookkeeping, Claim, Claimed};
+use crate::settings::{parse_location, Kind, Settings, COPY_POLL, COPY_WAIT};
+use crate::state::Counters;
+use crate::{DEAD_BLOB_CONTAINER, TIME_TO_LIVE};
+
+/// One tick: claim and process pages until the budget is spent or the pass completes. The
+/// report stands even when the tick ends on a storage failure.
+pub(crate) async fn sweep<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    started: Instant,
+) -> (Report, Option<leasegate::Error>, u32) {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
+    let locks = settings.storage.locks(&counting, "sweeper/");
+    let mut tick = Bookkeeping {
+        id: (ctx.new_lease_id)().to_string(),
+        credited: Counters::default(),
+        pending: Counters::default(),
+        maybe_active: false,
+        containers_skipped: Vec::new(),
+        unusable_names: Vec::new(),
+        unusable_overflow: 0,
+    };
+    let mut report = Report::default();
+    let mut failure = None;
+    loop {
+        if started.elapsed() >= settings.budget {
+            report.stopped = "budget".into();
+            break;
+        }
+        let claimed = match claim(ctx, &locks, settings, &mut tick, Some(started)).await {
+            Ok(Claim::Page(p)) => p,
+            Ok(Claim::PassComplete) => {
+                report.pass_completed = true;
+                report.stopped = "pass complete".into();
+                break;
+            }
+            Ok(Claim::Finishing) => {
+                report.stopped =
+                    "no pages left: the pass ends when the other workers finish theirs".into();
+                break;
+            }
+            Ok(Claim::Resting) => {
+                report.stopped = "resting until ttl_pass_interval_seconds has passed".into();
+                break;
+            }
+            // (`Done` answers only the last write.)
+            Ok(Claim::Busy | Claim::Done) => {
+                report.stopped = "state busy".into();
+                break;
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        let page_report = process(ctx, &locks, settings, &claimed, started).await;
+        tick.pending = tick.pending.plus(Counters::of(&page_report));
+        report = merge(report, &page_report);
+        report.pages += 1;
+    }
+    // The last write: the counters not yet written, and this tick no longer active.
+    if tick.maybe_active || !tick.pending.is_zero() {
+        match claim(ctx, &locks, settings, &mut tick, None).await {
+            Ok(Claim::Done) => {}
+            Ok(_) => report
+                .stopped
+                .push_str("; the state could not be updated (busy)"),
+            Err(e) => {
+                report
+                    .stopped
+                    .push_str("; the state could not be updated (storage)");
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    report.containers_skipped = std::mem::take(&mut tick.containers_skipped);
+    report.unusable_names = std::mem::take(&mut tick.unusable_names);
+    report.unusable_names_not_remembered = tick.unusable_overflow;
+    (report, failure, counting.sent())
+}
+
+fn merge(mut into: Report, page: &Report) -> Report {
+    into.scanned += page.scanned;
+    into.unmarked += page.unmarked;
+    into.not_expired += page.not_expired;
+    into.deleted += page.deleted;
+    into.moved += page.moved;
+    into.locks_removed += page.locks_removed;
+    into.errors += page.errors;
+    for (k, v) in &page.skipped {
+        into.skip_n(k, *v);
+    }
+    into
+}
+
+/// Processes a claimed page concurrently (at most `max_in_flight` blobs at a time).
+async fn process<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<S>,
+    settings: &Settings,
+    claimed: &Claimed,
+    started: Instant,
+) -> Report {
+    let outcomes: Vec<Outcome> = futures::stream::iter(claimed.page.blobs.iter())
+        .map(|item| async move {
+            // Late in the tick no blob is begun: it stays within `tick_bound`.
+            if started.elapsed() >= settings.work_deadline() {
+                return Outcome::Skipped("the tick's time ran out (the next pass takes it)");
+            }
+            match claimed.kind {
+                Kind::Ttl => sweep_blob(ctx, locks, settings, claimed, item).await,
+                Kind::Locks => sweep_lock(ctx, locks, settings, claimed, item).await,
+            }
+        })
+        .buffer_unordered(settings.storage.max_in_flight)
+        .collect()
+        .await;
+    let mut report = Report::default();
+    for o in outcomes {
+        report.scanned += 1;
+        match o {
+            Outcome::Unmarked => report.unmarked += 1,
+            Outcome::NotExpired => report.not_expired += 1,
+            Outcome::Deleted => report.deleted += 1,
+            Outcome::Moved => {
+                report.deleted += 1;
+                report.moved += 1;
+            }
+            Outcome::LockRemoved => report.locks_removed += 1,
+            Outcome::Skipped(reason) => report.skip(reason),
+            // Reported once, by the claim that first listed it.
+            Outcome::Unusable => {}
+            Outcome::Error => report.errors += 1,
+        }
+    }
+    report
+}
+
+/// What became of one listed blob.
+enum Outcome {
+    Unmarked,
+    NotExpired,
+    Deleted,
+    Moved,
+    LockRemoved,
+    Skipped(&'static str),
+    /// A name that cannot be swept (see `remember_unusable` in `claim`).
+    Unusable,
+    Error,
+}
+
+async fn sweep_blob<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<S>,
+    settings: &Settings,
+    claimed: &Claimed,
+    item: &BlobItem,
+) -> Outcome {
+    let props = &item.properties;
+    let Some(ttl) = props.metadata.get(TIME_TO_LIVE) else {
+        return Outcome::Unmarked;
+    };
+    let Some(expires) = timer::parse_time(ttl) else {
+        return Outcome::Skipped("TimeToLive is not a time");
+    };
+    if expires > claimed.server_now {
+        return Outcome::NotExpired;
+    }
+    let dead = match props.metadata.get(DEAD_BLOB_CONTAINER) {
+        None => None,
+        Some(d) if d.trim().is_empty() => None,
+        Some(d) => match parse_location(d) {
+            Ok(loc) => Some(loc),
+            Err(_) => return Outcome::Skipped("DeadBlobContainer is not container[/prefix/]"),
+        },
+    };
+    if props
+        .lease_state
+        .is_some_and(|s| matches!(s, LeaseState::Leased | LeaseState::Breaking))
+    {
+        return Outcome::Skipped("leased");
+    }
+    let Ok(source) = BlobName::try_new(&item.name) else {
+        return Outcome::Unusable;
+    };
+    let Some(etag) = props.etag.clone() else {
+        return Outcome::Skipped("listed without an ETag");
+    };
+    let container = &claimed.container;
+    if let Some((dead_container, prefix)) = &dead {
+        // The owner asked for a move: a move that is not allowed leaves the blob where it is.
+        if let Some(reason) = settings.dead_refusal(dead_container, prefix) {
+            return Outcome::Skipped(reason);
+        }
+        // The copy keeps the source's metadata: never carry a claim of this app's elsewhere.
+        if props.metadata.keys().any(|k| k.starts_with("leasegate_")) {
+            return Outcome::Skipped("the blob carries leasegate claim metadata (never moved)");
+        }
+        if let Err(reason) = move_blob(
+            ctx,
+            locks,
+            settings,
+            claimed,
+            item,
+            &etag,
+            dead_container,
+            prefix,
+        )
+        .await
+        {
+            return reason;
+        }
+    }
+    // With its snapshots (a plain delete of a blob with snapshots is refused, every pass).
+    let delete = DeleteBlobAndSnapshots(DeleteBlob {
+        container: container.clone(),
+        blob: source,
+        lease_id: None,
+        condition: Condition::IfMatch(etag),
+    });
+    match locks.execute(&delete, ctx.now).await {
+        Ok((DeleteOutcome::Deleted, _)) => {
+            if dead.is_some() {
+                Outcome::Moved
+            } else {
+                Outcome::Deleted
+            }
+        }
+        Ok((DeleteOutcome::NotFound, _)) => Outcome::Skipped("already gone"),
+        Ok((DeleteOutcome::Refused(Refusal::LeaseHeld), _)) => Outcome::Skipped("leased"),
+        Ok((DeleteOutcome::Refused(_), _)) => Outcome::Skipped("changed since listing"),
+        Err(_) => Outcome::Error,
+    }
+}
+
+/// Whether `copy` holds the very content of `listed`: both carry a `Content-MD5` (storage
+/// computes it for a Put Blob, and a copy keeps its source's) and they and the lengths agree.
+/// A copy made in the same second as the listed version was written cannot be told from a
+/// copy of an earlier version by its time; by its content it can.
+fn same_content(
+    copy: &leasegate::ops::BlobProperties,
+    listed: &leasegate::ops::BlobProperties,
+) -> bool {
+    copy.content_md5.is_some()
+        && copy.content_md5 == listed.content_md5
+        && copy.content_length.is_some()
+        && copy.content_length == listed.content_length
+}
+
+/// Whether a successful copy of this source, written at `copied` (seconds), holds the version
+/// listed as written at `listed`: one written in a later second does; one written in the same
+/// second does only with the very content (`same_content`). An earlier copy never does, even
+/// with the same content: the source's metadata may have changed since (same MD5).
+fn holds_listed_version(copied: Option<u64>, listed: Option<u64>, same_content: bool) -> bool {
+    match (copied, listed) {
+        (Some(copied), Some(listed)) => copied > listed || (copied == listed && same_content),
+        _ => false,
+    }
+}
+
+/// Copies the listed version of `item` to its dead-blob container, never over another blob:
+/// to `{prefix}{name}`, or, when that name is taken by another blob, `{prefix}{name}.{etag}`.
+/// The copy sends no metadata, so storage keeps the source's exactly (names' case and values).
+/// A destination that already holds this version (copied from this source, successfully, and
+/// either written in a later second than the listed version or, in the same second, holding
+/// the listed version's very content, by `Content-MD5` and length: an earlier move that did
+/// not get to delete the source) counts as copied; an earlier copy never does. `Err` is the outcome of a blob that must stay where it is.
+#[allow(clippy::too_many_arguments)]
+async fn move_blob<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<S>,
+    settings: &Settings,
+    claimed: &Claimed,
+    item: &BlobItem,
+    etag: &leasegate::ETag,
+    dead_container: &ContainerName,
+    prefix: &str,
+) -> Result<(), Outcome> {
+    let source =
+        BlobName::try_new(&item.name).map_err(|_| Outcome::Skipped("the name is not usable"))?;
+    let source_uri = public_blob_url(&settings.storage.account, &claimed.container, &source);
+    let version = etag.as_str().trim_matches('"').to_string();
+    let secs = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .ok()
+    };
+    let listed_at = item.properties.last_modified.map(secs);
+    for name in [
+        format!("{prefix}{}", item.name),
+        format!("{prefix}{}.{version}", item.name),
+    ] {
+        let target = BlobName::try_new(&name)
+            .map_err(|_| Outcome::Skipped("the dead blob's name is too long"))?;
+        let copy = CopyBlob {
+            condition: Condition::IfNotExists,
+            source_etag: Some(etag.clone()),
+            metadata: None,
+            ..CopyBlob::new(
+                claimed.container.clone(),
+                source.clone(),
+                dead_container.clone(),
+                target.clone(),
+            )
+        };
+        match copy_creating(locks, &copy, dead_container, ctx.now).await {
+            Ok(CopyOutcome::Started {
+                status: CopyStatus::Success,
+                ..
+            }) => return Ok(()),
+            Ok(CopyOutcome::Started {
+                status: CopyStatus::Pending,
+                copy_id,
+                ..
+            }) => {
+                return if wait_for_copy(ctx, locks, dead_container, &target, copy_id.as_deref())
+                    .await
+                {
+                    Ok(())
+                } else {
+                    Err(Outcome::Skipped("the copy did not finish"))
+                };
+            }
+            Ok(CopyOutcome::Refused(Refusal::ConditionFailed)) => {
+                return Err(Outcome::Skipped("changed since listing"))
+            }
+            // The name is taken (or leased): by this very version, or by another blob.
+            Ok(CopyOutcome::Refused(_)) => {
+                let head = GetProperties {
+                    container: dead_container.clone(),
+                    blob: target.clone(),
+                };
+                match locks.execute(&head, ctx.now).await {
+                    Ok((Some(p), _))
+                        if p.copy_status.as_deref() == Some("success")
+                            && p.copy_source.as_deref().and_then(|s| s.split('?').next())
+                                == Some(source_uri.as_str())
+                            && holds_listed_version(
+                                p.last_modified.and_then(secs),
+                                listed_at.flatten(),
+                                same_content(&p, &item.properties),
+                            ) =>
+                    {
+                        return Ok(())
+                    }
+                    Ok(_) => continue,
+                    Err(_) => return Err(Outcome::Error),
+                }
+            }
+            Err(_) => return Err(Outcome::Error),
+        }
+    }
+    Err(Outcome::Skipped("the dead blob's name is taken"))
+}
+
+/// Copies, creating the dead-blob container if it is missing.
+async fn copy_creating<S: Transport>(
+    locks: &Locks<S>,
+    copy: &CopyBlob,
+    dead_container: &ContainerName,
+    now: SystemTime,
+) -> Result<CopyOutcome, leasegate::Error> {
+    match locks.execute(copy, now).await {
+        Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
+            locks
+                .execute(
+                    &CreateContainer {
+                        container: dead_container.clone(),
+                    },
+                    now,
+                )
+                .await?;
+            Ok(locks.execute(copy, now).await?.0)
+        }
+        other => other.map(|(o, _)| o),
+    }
+}
+
+/// Polls a pending copy's destination until this copy succeeds (`true`), or fails, is
+/// replaced, or takes longer than [`COPY_WAIT`].
+async fn wait_for_copy<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<S>,
+    container: &ContainerName,
+    blob: &BlobName,
+    copy_id: Option<&str>,
+) -> bool {
+    let waited = Instant::now();
+    while waited.elapsed() < COPY_WAIT {
+        (ctx.sleep)(COPY_POLL).await;
+        let head = GetProperties {
+            container: container.clone(),
+            blob: blob.clone(),
+        };
+        match locks.execute(&head, ctx.now).await {
+            Ok((Some(p), _)) if copy_id.is_none_or(|id| p.copy_id.as_deref() == Some(id)) => {
+                match p.copy_status.as_deref() {
+                    Some("success") => return true,
+                    Some("pending") => continue,
+                    _ => return false,
+                }
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// A lock blob free for longer than the retention (not leased, no live claim, no marks, not
+/// written since) is deleted with `If-Match` on its listed ETag.
+async fn sweep_lock<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    locks: &Locks<S>,
+    settings: &Settings,
+    claimed: &Claimed,
+    item: &BlobItem,
+) -> Outcome {
+    let Some(retention) = settings.lock_retention else {
+        return Outcome::NotExpired;
+    };
+    let props = &item.properties;
+    if props.blob_type.as_deref() != Some("PageBlob") || props.content_length.unwrap_or(0) != 0 {
+        return Outcome::Skipped("not a lock blob");
+    }
+    if props
+        .lease_state
+        .is_some_and(|s| matches!(s, LeaseState::Leased | LeaseState::Breaking))
+    {
+        return Outcome::NotExpired;
+    }
+    if props.metadata.keys().any(|k| !k.starts_with("leasegate_")) {
+        return Outcome::Skipped("a lock with marks");
+    }
+    let secs = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    };
+    let cutoff = secs(claimed.server_now).saturating_sub(retention.as_secs());
+    // A record counts until it expires; a native claim only while its lease is held (it is not).
+    let record = props
+        .metadata
+        .get("leasegate_term")
+        .is_none_or(|t| t == "record");
+    let expires: u64 = props
+        .metadata
+        .get("leasegate_expires")
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(0);
+    let written = props.last_modified.map(secs).unwrap_or(u64::MAX);
+    if (record && expires > cutoff) || written > cutoff {
+        return Outcome::NotExpired;
+    }
+    let (Ok(blob), Some(etag)) = (BlobName::try_new(&item.name), props.etag.clone()) else {
+        return Outcome::Skipped("the name is not usable");
+    };
+    let delete = DeleteBlob {
+        container: claimed.container.clone(),
+        blob,
+        lease_id: None,
+        condition: Condition::IfMatch(etag),
+    };
+    match locks.execute(&delete, ctx.now).await {
+        Ok((DeleteOutcome::Deleted, _)) => Outcome::LockRemoved,
+        Ok((DeleteOutcome::NotFound, _)) => Outcome::Skipped("already gone"),
+        // Taken or written since it was listed: in use again.
+        Ok((DeleteOutcome::Refused(_), _)) => Outcome::NotExpired,
+        Err(_) => Outcome::Error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    /// A dead-blob copy written before the listed version is an older version (its metadata
+    /// may differ with the same content): never counted as copied; a later one is; one of the
+    /// same second is when its content is the listed one.
+    #[test]
+    fn only_a_copy_from_the_listed_second_on_counts_as_copied() {
+        use super::holds_listed_version as holds;
+        assert!(!holds(Some(99), Some(100), true), "an older copy, same MD5");
+        assert!(!holds(Some(99), Some(100), false));
+        assert!(holds(Some(101), Some(100), false));
+        assert!(holds(Some(100), Some(100), true));
+        assert!(!holds(Some(100), Some(100), false));
+        assert!(!holds(None, Some(100), true), "a copy of unknown age");
+        assert!(!holds(Some(100), None, true));
+    }
+}
