@@ -82,7 +82,7 @@ fn garbage_in_a_lock_blob_is_a_clear_error_at_the_cli() {
     ] {
         let mut metadata = Metadata::new();
         metadata.insert(field.into(), value.into());
-        let (written, _) = block_on(locks.execute(
+        let (written, _) = block_on(locks.client().execute(
             &SetMetadata {
                 container: c.clone(),
                 blob: blob.clone(),

@@ -109,7 +109,7 @@ fn the_lock_unusable_advice_works() {
     let mut m = Metadata::new();
     m.insert("leasegate_since".into(), "yesterday".into());
     block_on(locks.break_lock(&lock, 0, SystemTime::now())).unwrap();
-    block_on(locks.execute(
+    block_on(locks.client().execute(
         &SetMetadata {
             container: app.container.clone(),
             blob: locks.blob_name(&lock).unwrap(),

@@ -113,7 +113,12 @@ fn metadata_of(container: &ContainerName, blob: &str) -> Metadata {
         include_metadata: true,
         ..ListBlobs::new(container.clone())
     };
-    let (page, _) = block_on(sas_storage(container).execute(&op, SystemTime::now())).unwrap();
+    let (page, _) = block_on(
+        sas_storage(container)
+            .client()
+            .execute(&op, SystemTime::now()),
+    )
+    .unwrap();
     page.blobs
         .into_iter()
         .find(|b| b.name == blob)
@@ -134,6 +139,7 @@ fn a_blob_whose_metadata_holds_two_spaces_in_a_row_can_be_marked() {
             Azurite::shared().account(),
             c.clone(),
         )
+        .client()
         .execute(
             &CreateContainer {
                 container: c.clone(),
@@ -146,7 +152,7 @@ fn a_blob_whose_metadata_holds_two_spaces_in_a_row_can_be_marked() {
         .into_iter()
         .collect();
     block_on(
-        sas_storage(&c).execute(
+        sas_storage(&c).client().execute(
             &PutBlob::block(c.clone(), BlobName::try_new("doc").unwrap(), b"x".to_vec())
                 .with_metadata(metadata),
             SystemTime::now(),

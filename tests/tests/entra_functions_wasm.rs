@@ -91,7 +91,8 @@ fn read_blob(app: &App, container: &ContainerName, name: &str) -> Option<Vec<u8>
         container: container.clone(),
         blob: BlobName::try_new(name).unwrap(),
     };
-    let (blob, _) = block_on(locks.execute(&get, SystemTime::now())).expect("the test reads");
+    let (blob, _) =
+        block_on(locks.client().execute(&get, SystemTime::now())).expect("the test reads");
     blob.map(|b| b.body)
 }
 
@@ -103,7 +104,7 @@ fn list_blobs(app: &App, container: &ContainerName, prefix: &str) -> BTreeMap<St
         include_metadata: true,
         ..ListBlobs::new(container.clone())
     };
-    match block_on(locks.execute(&op, SystemTime::now())) {
+    match block_on(locks.client().execute(&op, SystemTime::now())) {
         Ok((page, _)) => {
             assert!(page.next_marker.is_none(), "more than one page");
             page.blobs
@@ -409,7 +410,7 @@ fn put_blob(
 ) {
     let locks = inspect_locks(app, container, "");
     let now = SystemTime::now();
-    block_on(locks.execute(
+    block_on(locks.client().execute(
         &CreateContainer {
             container: container.clone(),
         },
@@ -421,7 +422,7 @@ fn put_blob(
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     block_on(
-        locks.execute(
+        locks.client().execute(
             &PutBlob::block(
                 container.clone(),
                 BlobName::try_new(name).unwrap(),

@@ -316,7 +316,7 @@ fn a_corrupt_gate_blob_is_a_clear_error() {
         .unwrap();
     let mut metadata = leasegate::ops::Metadata::new();
     metadata.insert("leasegate_token".into(), "18446744073709551615".into());
-    leasegate_cli::block_on(locks.execute(
+    leasegate_cli::block_on(locks.client().execute(
         &leasegate::ops::SetMetadata {
             container: app.container.clone(),
             blob,
@@ -657,6 +657,7 @@ fn the_documented_storage_setups_work() {
             account.clone(),
             container.clone(),
         )
+        .client()
         .execute(
             &leasegate::ops::CreateContainer {
                 container: container.clone(),

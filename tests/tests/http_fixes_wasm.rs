@@ -40,7 +40,7 @@ fn metadata(app: &App, prefix: &str, lock: &str) -> Metadata {
     )
     .with_prefix(prefix);
     let blob = locks.blob_name(&LockName::try_new(lock).unwrap()).unwrap();
-    let (props, _) = block_on(locks.execute(
+    let (props, _) = block_on(locks.client().execute(
         &GetProperties {
             container: app.container.clone(),
             blob,
@@ -433,7 +433,7 @@ fn lock_unusable_names_a_working_command() {
     block_on(locks.break_lock(&lock, 0, std::time::SystemTime::now())).unwrap();
     let mut m = Metadata::new();
     m.insert("leasegate_token".into(), "x".into());
-    block_on(locks.execute(
+    block_on(locks.client().execute(
         &SetMetadata {
             container: app.container.clone(),
             blob: locks.blob_name(&lock).unwrap(),

@@ -89,7 +89,7 @@ fn reservations(app: &App) -> Vec<u64> {
         prefix: Some(format!("jobs/{JOB}/occurrences/")),
         ..ListBlobs::new(app.container.clone())
     };
-    let (page, _) = block_on(locks.execute(&list, SystemTime::now())).unwrap();
+    let (page, _) = block_on(locks.client().execute(&list, SystemTime::now())).unwrap();
     page.blobs
         .iter()
         .filter_map(|b| b.name.rsplit('/').next()?.parse().ok())

@@ -335,14 +335,14 @@ fn create_blob(container: &ContainerName, name: &str) {
         Azurite::shared().account(),
         container.clone(),
     );
-    let _ = block_on(locks.execute(
+    let _ = block_on(locks.client().execute(
         &CreateContainer {
             container: container.clone(),
         },
         SystemTime::now(),
     ));
     block_on(
-        locks.execute(
+        locks.client().execute(
             &PutBlob::block(
                 container.clone(),
                 BlobName::try_new(name).unwrap(),

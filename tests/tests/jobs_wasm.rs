@@ -100,7 +100,7 @@ fn locks(container: &leasegate::ContainerName) -> Locks<NativeTransport> {
 fn old_reservation(container: &leasegate::ContainerName, occurrence: u64) {
     let locks = locks(container);
     let blob = BlobName::try_new(&format!("jobs/{JOB}/occurrences/{occurrence:012}")).unwrap();
-    block_on(locks.execute(
+    block_on(locks.client().execute(
         &leasegate::ops::CreateContainer {
             container: container.clone(),
         },
@@ -108,7 +108,7 @@ fn old_reservation(container: &leasegate::ContainerName, occurrence: u64) {
     ))
     .unwrap();
     block_on(
-        locks.execute(
+        locks.client().execute(
             &PutBlob::block(container.clone(), blob, b"{}".to_vec())
                 .with_condition(Condition::IfNotExists),
             SystemTime::now(),
@@ -122,7 +122,7 @@ fn reservations(container: &leasegate::ContainerName) -> Vec<u64> {
         prefix: Some(format!("jobs/{JOB}/occurrences/")),
         ..ListBlobs::new(container.clone())
     };
-    let (page, _) = block_on(locks(container).execute(&list, SystemTime::now())).unwrap();
+    let (page, _) = block_on(locks(container).client().execute(&list, SystemTime::now())).unwrap();
     page.blobs
         .iter()
         .map(|b| b.name.rsplit('/').next().unwrap().parse().unwrap())
@@ -136,7 +136,7 @@ fn stored_log(container: &leasegate::ContainerName) -> Value {
         container: container.clone(),
         blob: BlobName::try_new(&format!("jobs/{JOB}/log.json")).unwrap(),
     };
-    let (blob, _) = block_on(locks(container).execute(&get, SystemTime::now())).unwrap();
+    let (blob, _) = block_on(locks(container).client().execute(&get, SystemTime::now())).unwrap();
     let blob = blob.expect("the reservation log exists");
     serde_json::from_slice(&blob.body).expect("the log is JSON")
 }

@@ -79,7 +79,7 @@ fn acquire_creates_missing_container_and_blob() {
     let expires = a.expires_at.unwrap().duration_since(a.server_date).unwrap();
     assert_eq!(expires, Duration::from_secs(15));
     // The lock blob now exists as an empty page blob, leased, with its holder's claim.
-    let (props, _) = block_on(l.execute(
+    let (props, _) = block_on(l.client().execute(
         &GetProperties {
             container: c.clone(),
             blob: l.blob_name(&name).unwrap(),
@@ -417,7 +417,11 @@ fn lock_names_map_to_distinct_safe_blobs() {
     for n in names {
         held(acquire(&l, &lock(n), native(15), random_id()));
     }
-    let (page, _) = block_on(l.execute(&ListBlobs::new(c.clone()), SystemTime::now())).unwrap();
+    let (page, _) = block_on(
+        l.client()
+            .execute(&ListBlobs::new(c.clone()), SystemTime::now()),
+    )
+    .unwrap();
     let mut blobs: Vec<_> = page.blobs.iter().map(|b| b.name.clone()).collect();
     blobs.sort();
     assert_eq!(blobs.len(), names.len(), "{blobs:?}");

@@ -202,7 +202,7 @@ fn tokens_do_not_restart_when_the_lock_blob_is_deleted() {
         let id = random_id();
         let before = held(acquire(&l, &name, window, id));
         release(&l, &name, id);
-        let (gone, _) = block_on(l.execute(
+        let (gone, _) = block_on(l.client().execute(
             &DeleteBlob {
                 container: c.clone(),
                 blob: l.blob_name(&name).unwrap(),
@@ -327,7 +327,7 @@ fn garbage_in_a_lock_blob_is_a_clear_error() {
             held(acquire(&l, &name, window, id));
             release(&l, &name, id);
             let blob = l.blob_name(&name).unwrap();
-            let (props, _) = block_on(l.execute(
+            let (props, _) = block_on(l.client().execute(
                 &GetProperties {
                     container: c.clone(),
                     blob: blob.clone(),
@@ -338,7 +338,7 @@ fn garbage_in_a_lock_blob_is_a_clear_error() {
             let mut metadata: Metadata = props.unwrap().metadata;
             metadata.insert(field.into(), value.into());
             metadata.insert("leasegate_holder".into(), random_id().to_string());
-            block_on(l.execute(
+            block_on(l.client().execute(
                 &SetMetadata {
                     container: c.clone(),
                     blob,
@@ -504,7 +504,7 @@ fn a_slow_creator_never_issues_a_token_below_an_earlier_one() {
     assert!(token(&cc) > token(&b));
     block_on(l.release(&name, c_id, SystemTime::now())).unwrap();
     // An operator cleans the free lock blob up.
-    let (gone, _) = block_on(l.execute(
+    let (gone, _) = block_on(l.client().execute(
         &DeleteBlob {
             container: c.clone(),
             blob: l.blob_name(&name).unwrap(),
@@ -764,7 +764,7 @@ fn a_creator_that_lost_the_lease_is_never_named_as_holder() {
             container: c.clone(),
             blob: blob.clone(),
         };
-        block_on(l.execute(&props, SystemTime::now()))
+        block_on(l.client().execute(&props, SystemTime::now()))
             .unwrap()
             .0
             .is_some()
@@ -789,7 +789,7 @@ fn a_creator_that_lost_the_lease_is_never_named_as_holder() {
             container: c.clone(),
             blob: blob.clone(),
         };
-        let (p, _) = block_on(l.execute(&props, SystemTime::now())).unwrap();
+        let (p, _) = block_on(l.client().execute(&props, SystemTime::now())).unwrap();
         p.is_some_and(|p| p.lease_state.is_some_and(leasegate::LeaseState::is_held))
     };
     wait_for("B's grant", Duration::from_secs(5), || {

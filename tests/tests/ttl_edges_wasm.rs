@@ -25,7 +25,7 @@ fn storage() -> Locks<NativeTransport> {
 }
 
 fn create_container(c: &ContainerName) {
-    block_on(storage().execute(
+    block_on(storage().client().execute(
         &CreateContainer {
             container: c.clone(),
         },
@@ -49,7 +49,7 @@ fn put(c: &ContainerName, name: &str, body: &[u8], metadata: &[(&str, String)]) 
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
     block_on(
-        storage().execute(
+        storage().client().execute(
             &PutBlob::block(c.clone(), BlobName::try_new(name).unwrap(), body.to_vec())
                 .with_metadata(m),
             SystemTime::now(),
@@ -67,7 +67,7 @@ fn names(c: &ContainerName) -> BTreeSet<String> {
             marker: marker.clone(),
             ..ListBlobs::new(c.clone())
         };
-        let (page, _) = match block_on(storage().execute(&op, SystemTime::now())) {
+        let (page, _) = match block_on(storage().client().execute(&op, SystemTime::now())) {
             Ok(p) => p,
             Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => return out,
             Err(e) => panic!("{e}"),
@@ -85,7 +85,7 @@ fn contents(c: &ContainerName) -> BTreeSet<String> {
     names(c)
         .into_iter()
         .map(|name| {
-            let blob = block_on(storage().execute(
+            let blob = block_on(storage().client().execute(
                 &GetBlob {
                     container: c.clone(),
                     blob: BlobName::try_new(&name).unwrap(),
@@ -331,7 +331,7 @@ fn a_new_pass_does_not_move_a_blob_a_worker_is_still_moving() {
             names(&dead).contains("x").then_some(())
         });
         // A consumer of the dead-blob container takes the moved blob.
-        block_on(storage().execute(
+        block_on(storage().client().execute(
             &leasegate::ops::DeleteBlob {
                 container: dead.clone(),
                 blob: BlobName::try_new("x").unwrap(),

@@ -70,7 +70,7 @@ fn create_container(c: &str) {
     let create = leasegate::ops::CreateContainer {
         container: leasegate::ContainerName::try_new(c).unwrap(),
     };
-    leasegate_cli::block_on(storage.execute(&create, SystemTime::now())).unwrap();
+    leasegate_cli::block_on(storage.client().execute(&create, SystemTime::now())).unwrap();
 }
 
 /// Puts a block blob (`path` is `/name`, percent-encoded as it goes on the wire).

@@ -28,7 +28,7 @@ fn storage() -> Locks<NativeTransport> {
 }
 
 fn create_container(c: &ContainerName) {
-    block_on(storage().execute(
+    block_on(storage().client().execute(
         &CreateContainer {
             container: c.clone(),
         },
@@ -48,7 +48,7 @@ fn put(c: &ContainerName, name: &str, body: &[u8], metadata: &[(&str, String)]) 
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
     block_on(
-        storage().execute(
+        storage().client().execute(
             &PutBlob::block(c.clone(), BlobName::try_new(name).unwrap(), body.to_vec())
                 .with_metadata(m),
             SystemTime::now(),
@@ -67,7 +67,7 @@ fn list(c: &ContainerName) -> BTreeMap<String, (String, Metadata)> {
             include_metadata: true,
             ..ListBlobs::new(c.clone())
         };
-        let (page, _) = match block_on(storage().execute(&op, SystemTime::now())) {
+        let (page, _) = match block_on(storage().client().execute(&op, SystemTime::now())) {
             Ok(p) => p,
             Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => return out,
             Err(e) => panic!("{e}"),
@@ -260,7 +260,7 @@ fn four_workers_sweep_two_thousand_blobs_once() {
         assert!(meta.contains_key("timetolive"), "{meta:?}");
         assert!(meta.contains_key("deadblobcontainer"), "{meta:?}");
         assert!(!meta.contains_key("sourceuri"), "{meta:?}");
-        let content = block_on(storage().execute(
+        let content = block_on(storage().client().execute(
             &GetBlob {
                 container: dead.clone(),
                 blob: BlobName::try_new(name).unwrap(),
@@ -308,7 +308,7 @@ fn changed_leased_and_badly_marked_blobs_are_left_alone() {
             proposed: LeaseId::from_random_bytes([4; 16]),
         },
     );
-    block_on(storage().execute(&lease, SystemTime::now())).unwrap();
+    block_on(storage().client().execute(&lease, SystemTime::now())).unwrap();
     let app = sweeper("edge", c.as_str(), &[("storage_timeout_ms", "10000")], None);
     // The deletes of two blobs are held up 4 s: in that time, after the listing (the state
     // shows the page claimed), one is rewritten and the other re-marked.
@@ -411,7 +411,7 @@ fn marking_api() {
     assert!(!meta.contains_key("deadblobcontainer"));
     assert_eq!(meta.get("owner").unwrap().as_str(), "team-a");
     put(&c, "held", b"x", &[]);
-    block_on(storage().execute(
+    block_on(storage().client().execute(
         &Lease::new(
             c.clone(),
             BlobName::try_new("held").unwrap(),
@@ -581,7 +581,7 @@ fn free_lock_blobs_are_removed_after_the_retention() {
     // Free for longer than the 2 s retention by the server's clock.
     wait_for("the retention to pass", Duration::from_secs(10), || {
         let head = block_on(
-            locks.execute(
+            locks.client().execute(
                 &GetProperties {
                     container: app.container.clone(),
                     blob: locks
@@ -754,7 +754,7 @@ fn storage_faults_leave_blobs_in_place_and_the_next_pass_finishes() {
     assert!(names(&c).is_empty());
     assert_eq!(names(&dead), movers);
     for name in &movers {
-        let blob = block_on(storage().execute(
+        let blob = block_on(storage().client().execute(
             &GetBlob {
                 container: dead.clone(),
                 blob: BlobName::try_new(name).unwrap(),

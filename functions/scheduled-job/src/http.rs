@@ -1,6 +1,5 @@
 //! The HTTP API, `POST /api/jobs/{job}/tick` and `GET /api/jobs/{job}`, and a tick's answer.
 
-use leasegate::lease::Locks;
 use leasegate::{Request, Response, StatusCode, Transport};
 use leasegate_spin::timer::{self, Source, Tick};
 use leasegate_spin::web::{self, rfc3339};
@@ -142,12 +141,8 @@ pub(crate) async fn api<T: Transport>(
     }
     if method == leasegate::Method::GET {
         let transport = (ctx.connect)(settings.storage.timeout);
-        let locks = Locks::new(
-            &transport,
-            settings.storage.account.clone(),
-            settings.storage.container.clone(),
-        );
-        return match read_log(&locks, &settings, ctx.now).await {
+        let blobs = settings.storage.blobs(&transport);
+        return match read_log(&blobs, &settings, ctx.now).await {
             Ok((log, _, _)) => web::json(
                 StatusCode::OK,
                 &json!({

@@ -1,8 +1,8 @@
 //! The reservation log, `jobs/{job}/log.json`: a view of the last 10 outcomes, newest first,
 //! changed by compare-and-swap on its ETag, with its clean-up and settled-through watermarks.
 
-use leasegate::lease::Locks;
 use leasegate::ops::{Condition, GetBlob, PutBlob, WriteOutcome};
+use leasegate::BlobClient;
 use leasegate::Transport;
 use leasegate_spin::web::rfc3339;
 use serde::{Deserialize, Serialize};
@@ -72,14 +72,14 @@ pub(crate) fn is_zero(n: &u64) -> bool {
 
 /// Reads the log: its content, its ETag (`None`: no log yet) and the server's `Date`.
 pub async fn read_log<T: Transport>(
-    locks: &Locks<T>,
+    blobs: &BlobClient<T>,
     settings: &Settings,
     now: SystemTime,
 ) -> Result<(Log, Option<leasegate::ETag>, SystemTime), leasegate::Error> {
-    let (blob, date) = locks
+    let (blob, date) = blobs
         .execute(
             &GetBlob {
-                container: locks.container().clone(),
+                container: blobs.container().clone(),
                 blob: settings.log_blob()?,
             },
             now,
@@ -111,13 +111,13 @@ pub async fn read_log<T: Transport>(
 /// retrying lost races. `change` may refuse (`Err`): nothing is written. Returns the server's
 /// `Date` of the write and the log as written.
 pub(crate) async fn change_log<T: Transport, R>(
-    locks: &Locks<T>,
+    blobs: &BlobClient<T>,
     settings: &Settings,
     now: SystemTime,
     change: impl Fn(&mut Log, SystemTime) -> Result<(), R>,
 ) -> Result<Result<(SystemTime, Log), R>, leasegate::Error> {
     for _ in 0..LOG_ATTEMPTS {
-        let (mut log, etag, read_at) = read_log(locks, settings, now).await?;
+        let (mut log, etag, read_at) = read_log(blobs, settings, now).await?;
         if let Err(refusal) = change(&mut log, read_at) {
             return Ok(Err(refusal));
         }
@@ -135,10 +135,10 @@ pub(crate) async fn change_log<T: Transport, R>(
             Some(e) => Condition::IfMatch(e),
             None => Condition::IfNotExists,
         };
-        let put = PutBlob::block(locks.container().clone(), settings.log_blob()?, body)
+        let put = PutBlob::block(blobs.container().clone(), settings.log_blob()?, body)
             .with_content_type("application/json")
             .with_condition(condition);
-        match locks.execute(&put, now).await? {
+        match blobs.execute(&put, now).await? {
             (WriteOutcome::Written(w), date) => {
                 return Ok(Ok((w.server_date.or(date).unwrap_or(now), log)))
             }
@@ -160,12 +160,12 @@ pub(crate) enum LogRefusal {
 /// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
 /// before the clean-up watermark.
 pub(crate) async fn append<T: Transport>(
-    locks: &Locks<T>,
+    blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &Entry,
     now: SystemTime,
 ) -> Result<Result<(), LogRefusal>, leasegate::Error> {
-    let changed = change_log(locks, settings, now, |log, read_at| {
+    let changed = change_log(blobs, settings, now, |log, read_at| {
         if entry.occurrence_unix < log.cleaned_before {
             return Err(LogRefusal::TooOld);
         }
@@ -220,12 +220,12 @@ pub(crate) fn advance_settled(
 /// Records the run's result, its end stamped with the server's clock, and moves the clean-up
 /// watermark up to the retention. Returns the end and the log as written.
 pub(crate) async fn update<T: Transport>(
-    locks: &Locks<T>,
+    blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &Entry,
     now: SystemTime,
 ) -> Result<(SystemTime, Log), leasegate::Error> {
-    let written = change_log(locks, settings, now, |log, read_at| {
+    let written = change_log(blobs, settings, now, |log, read_at| {
         // The run's own entry (added again if the log lost it: the reservation holds the
         // outcome, the log shows it).
         log.entries

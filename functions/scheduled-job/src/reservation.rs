@@ -2,10 +2,10 @@
 //! ran. Its outcome is written by compare-and-swap on its ETag; its reserver's chance ends at
 //! its deadline; reservations older than the retention are deleted.
 
-use leasegate::lease::Locks;
 use leasegate::ops::{
     Condition, DeleteBlob, GetProperties, ListBlobs, Metadata, SetMetadata, WriteOutcome,
 };
+use leasegate::BlobClient;
 use leasegate::{BlobName, Transport};
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
@@ -87,14 +87,14 @@ pub(crate) fn label_occurrence(label: &str) -> Option<u64> {
 
 /// One HEAD of a reservation.
 pub(crate) async fn head<T: Transport>(
-    locks: &Locks<T>,
+    blobs: &BlobClient<T>,
     blob: &BlobName,
     now: SystemTime,
 ) -> Result<(Option<leasegate::ops::BlobProperties>, Option<SystemTime>), leasegate::Error> {
-    locks
+    blobs
         .execute(
             &GetProperties {
-                container: locks.container().clone(),
+                container: blobs.container().clone(),
                 blob: blob.clone(),
             },
             now,
@@ -104,18 +104,18 @@ pub(crate) async fn head<T: Transport>(
 
 /// Deletes the reservation this tick made (as it last wrote it): best effort.
 pub(crate) async fn take_back<T: Transport>(
-    locks: &Locks<T>,
+    blobs: &BlobClient<T>,
     reservation: &Reservation,
     now: SystemTime,
 ) {
     if let Some(etag) = &reservation.etag {
         let delete = DeleteBlob {
-            container: locks.container().clone(),
+            container: blobs.container().clone(),
             blob: reservation.blob.clone(),
             lease_id: None,
             condition: Condition::IfMatch(etag.clone()),
         };
-        let _ = locks.execute(&delete, now).await;
+        let _ = blobs.execute(&delete, now).await;
     }
 }
 
@@ -131,7 +131,7 @@ pub(crate) enum Commit {
 /// the ticks of one occurrence, one writes an outcome, and only that one runs the job (or
 /// records the skip). A write whose answer is lost is read back (its `nonce`).
 pub(crate) async fn commit<T: Transport>(
-    locks: &Locks<T>,
+    blobs: &BlobClient<T>,
     reservation: &Reservation,
     outcome: &str,
     nonce: &str,
@@ -151,13 +151,13 @@ pub(crate) async fn commit<T: Transport>(
                 metadata.insert(META_RUN_TOKEN.into(), token.to_string());
             }
             let write = SetMetadata {
-                container: locks.container().clone(),
+                container: blobs.container().clone(),
                 blob: seen.blob.clone(),
                 metadata: metadata.clone(),
                 lease_id: None,
                 condition: Condition::IfMatch(etag),
             };
-            match locks.execute(&write, now).await {
+            match blobs.execute(&write, now).await {
                 Ok((WriteOutcome::Written(w), _)) => {
                     return Ok(Commit::Written(Reservation {
                         etag: w.etag,
@@ -168,7 +168,7 @@ pub(crate) async fn commit<T: Transport>(
                 Ok((WriteOutcome::Refused(_), _)) => {}
                 Err(e) => {
                     // Storage may have written it: read back whose outcome is there.
-                    return match head(locks, &seen.blob, now).await {
+                    return match head(blobs, &seen.blob, now).await {
                         Ok((Some(p), _))
                             if p.metadata.get(META_RUN_TICK).map(String::as_str) == Some(nonce) =>
                         {
@@ -184,7 +184,7 @@ pub(crate) async fn commit<T: Transport>(
             }
         }
         // Changed since it was read (or read without an ETag): read it again.
-        let (props, _) = head(locks, &seen.blob, now).await?;
+        let (props, _) = head(blobs, &seen.blob, now).await?;
         let Some(props) = props else {
             return Ok(Commit::Settled("deleted".into()));
         };
@@ -201,7 +201,7 @@ pub(crate) async fn commit<T: Transport>(
 /// storage failed): a reservation this tick created is deleted, an older one gets its metadata
 /// back, so a later tick decides afresh. Best effort.
 pub(crate) async fn uncommit<T: Transport>(
-    locks: &Locks<T>,
+    blobs: &BlobClient<T>,
     original: &Reservation,
     written: &Reservation,
     now: SystemTime,
@@ -210,24 +210,24 @@ pub(crate) async fn uncommit<T: Transport>(
         return;
     };
     if original.created {
-        take_back(locks, written, now).await;
+        take_back(blobs, written, now).await;
         return;
     }
     let write = SetMetadata {
-        container: locks.container().clone(),
+        container: blobs.container().clone(),
         blob: original.blob.clone(),
         metadata: original.metadata.clone(),
         lease_id: None,
         condition: Condition::IfMatch(etag),
     };
-    let _ = locks.execute(&write, now).await;
+    let _ = blobs.execute(&write, now).await;
 }
 
 /// Deletes reservations before the log's clean-up watermark (oldest first, a page at a time):
 /// the watermark was raised first, so a tick for such an occurrence is refused, whatever
 /// retention its deployment has, and none can run twice.
 pub(crate) async fn clean_up<T: Transport>(
-    locks: &Locks<T>,
+    blobs: &BlobClient<T>,
     settings: &Settings,
     cutoff: u64,
     now: SystemTime,
@@ -235,9 +235,9 @@ pub(crate) async fn clean_up<T: Transport>(
     let list = ListBlobs {
         prefix: Some(settings.occurrences_prefix()),
         max_results: Some(16),
-        ..ListBlobs::new(locks.container().clone())
+        ..ListBlobs::new(blobs.container().clone())
     };
-    let (page, _) = locks.execute(&list, now).await?;
+    let (page, _) = blobs.execute(&list, now).await?;
     let mut deleted = 0;
     for item in page.blobs {
         let occurrence: u64 = item
@@ -253,7 +253,7 @@ pub(crate) async fn clean_up<T: Transport>(
             continue;
         };
         let delete = DeleteBlob {
-            container: locks.container().clone(),
+            container: blobs.container().clone(),
             blob,
             lease_id: None,
             condition: item
@@ -262,7 +262,7 @@ pub(crate) async fn clean_up<T: Transport>(
                 .map(Condition::IfMatch)
                 .unwrap_or_default(),
         };
-        if locks.execute(&delete, now).await.is_ok() {
+        if blobs.execute(&delete, now).await.is_ok() {
             deleted += 1;
         }
     }

@@ -4,6 +4,7 @@
 
 use leasegate::lease::{Acquire, IdOrigin, Locks};
 use leasegate::ops::{Condition, Metadata, PutBlob, SetMetadata, WriteOutcome};
+use leasegate::BlobClient;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
 use leasegate_spin::storage::execute_creating_container;
 use leasegate_spin::timer::{self, Tick};
@@ -135,7 +136,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     occurrence: u64,
 ) -> Result<Decision, leasegate::Error> {
     let s = &settings.storage;
-    let locks = Locks::new(storage, s.account.clone(), s.container.clone());
+    let blobs = BlobClient::new(storage, s.account.clone(), s.container.clone());
     let blob = settings.reservation(occurrence)?;
     // 1. Reserve.
     let mut metadata = Metadata::new();
@@ -153,7 +154,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         .with_content_type("application/json")
         .with_condition(Condition::IfNotExists)
         .with_metadata(metadata.clone());
-    let (reserved, date) = execute_creating_container(&locks, &put, ctx.now).await?;
+    let (reserved, date) = execute_creating_container(&blobs, &s.container, &put, ctx.now).await?;
     let (reserved_at, server_now, reservation) = match reserved {
         WriteOutcome::Written(w) => {
             let t = w.server_date.or(date).unwrap_or(ctx.now);
@@ -166,7 +167,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             (t, t, r)
         }
         WriteOutcome::Refused(_) => {
-            let (props, date) = head(&locks, &blob, ctx.now).await?;
+            let (props, date) = head(&blobs, &blob, ctx.now).await?;
             let props = props.unwrap_or_default();
             let server_now = date.unwrap_or(ctx.now);
             let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
@@ -207,13 +208,13 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     };
     if let Some(refusal) = refusal {
         if reservation.created {
-            take_back(&locks, &reservation, ctx.now).await;
+            take_back(&blobs, &reservation, ctx.now).await;
         }
         return Ok(refusal);
     }
     run_reserved(
         ctx,
-        &locks,
+        &blobs,
         job,
         settings,
         tick,
@@ -228,7 +229,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
-    locks: &Locks<&S>,
+    blobs: &BlobClient<&S>,
     job: &J,
     settings: &Settings,
     tick: &Tick,
@@ -266,9 +267,8 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     let nonce = (ctx.new_lease_id)().to_string();
     // 3. The job's lease (skip: one run at a time), labelled with the instance and the
     // occurrence, so that a tick finding its own occurrence's run in it leaves that run alone.
-    let job_locks = locks
-        .clone()
-        .with_prefix(&format!("jobs/{}/", settings.job));
+    let job_locks =
+        Locks::from_client(blobs.clone()).with_prefix(&format!("jobs/{}/", settings.job));
     let lock_name = LockName::try_new("lock")?;
     let label = format!("{} {occurrence}", settings.instance_id);
     let lease_id = (ctx.new_lease_id)();
@@ -295,7 +295,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                 let due_in = occurrence.saturating_sub(unix(server_now));
                 if due_in > DUE_GRACE_SECS {
                     if reservation.created {
-                        take_back(locks, &reservation, ctx.now).await;
+                        take_back(blobs, &reservation, ctx.now).await;
                     }
                     return Ok(Decision::NotDue {
                         retry_after: Duration::from_secs(due_in),
@@ -304,7 +304,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                 entry.status = "skipped_overlap".into();
                 entry.reason = Some("the previous run still holds the job's lease".into());
                 let written = match commit(
-                    locks,
+                    blobs,
                     &reservation,
                     &entry.status,
                     &nonce,
@@ -316,9 +316,9 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                     Commit::Settled(run) => return Ok(settled(&run)),
                     Commit::Written(w) => w,
                 };
-                return match append(locks, settings, &entry, ctx.now).await {
+                return match append(blobs, settings, &entry, ctx.now).await {
                     Ok(Err(LogRefusal::TooOld)) => {
-                        uncommit(locks, &reservation, &written, ctx.now).await;
+                        uncommit(blobs, &reservation, &written, ctx.now).await;
                         Ok(Decision::TooOld {
                             retention: settings.retention,
                         })
@@ -331,7 +331,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                 // This occurrence's lease (or one with no claim yet): settled only if the
                 // reservation now shows an outcome. Else its holder may be dead (its outcome
                 // write and its release failed): not settled, retried once the lease ends.
-                let (props, _) = head(locks, &reservation.blob, ctx.now).await?;
+                let (props, _) = head(blobs, &reservation.blob, ctx.now).await?;
                 if let Some(run) = props.as_ref().and_then(|p| p.metadata.get(META_RUN)) {
                     return Ok(settled(run));
                 }
@@ -351,7 +351,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         }
     };
     // 4. The outcome "running" on the reservation: the one tick that writes it runs the job.
-    let written = match commit(locks, &reservation, "running", &nonce, Some(token), ctx.now).await {
+    let written = match commit(blobs, &reservation, "running", &nonce, Some(token), ctx.now).await {
         Ok(Commit::Written(w)) => w,
         Ok(Commit::Settled(run)) => {
             release().await;
@@ -365,10 +365,10 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     // 5. Log the run before it starts, so a run that never ends still shows; the log refuses an
     // occurrence below its clean-up watermark. Either refusal, or a storage failure, undoes
     // the outcome: the job was not called, and a later tick decides afresh.
-    match append(locks, settings, &entry, ctx.now).await {
+    match append(blobs, settings, &entry, ctx.now).await {
         Ok(Ok(())) => {}
         refused => {
-            uncommit(locks, &reservation, &written, ctx.now).await;
+            uncommit(blobs, &reservation, &written, ctx.now).await;
             release().await;
             return match refused {
                 Err(e) => Err(e),
@@ -392,22 +392,22 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         let mut metadata = written.metadata.clone();
         metadata.insert(META_RUN.into(), status.into());
         let write = SetMetadata {
-            container: locks.container().clone(),
+            container: blobs.container().clone(),
             blob: written.blob.clone(),
             metadata,
             lease_id: None,
             condition: Condition::IfMatch(etag),
         };
-        let _ = locks.execute(&write, ctx.now).await;
+        let _ = blobs.execute(&write, ctx.now).await;
     }
-    let finished = update(locks, settings, &entry, ctx.now).await;
+    let finished = update(blobs, settings, &entry, ctx.now).await;
     release().await;
     if let Ok((end, log)) = &finished {
         entry.finished_at = Some(rfc3339(*end));
         // Earlier occurrences whose reservers left them without an outcome: settled here, as a
         // redundant deployment is for. Best effort: a later winner goes on from the log.
-        let _ = settle_earlier(ctx, locks, settings, tick, occurrence, log).await;
-        let _ = clean_up(locks, settings, log.cleaned_before, ctx.now).await;
+        let _ = settle_earlier(ctx, blobs, settings, tick, occurrence, log).await;
+        let _ = clean_up(blobs, settings, log.cleaned_before, ctx.now).await;
     }
     Ok(match result {
         Ok(()) => Decision::Ran { entry },
@@ -482,7 +482,7 @@ pub fn idempotency_key(job: &str, occurrence: u64) -> String {
 /// occurrence before this one, as it is whenever every tick has a winner.
 pub(crate) async fn settle_earlier<T, S: Transport>(
     ctx: &Context<'_, T>,
-    locks: &Locks<&S>,
+    blobs: &BlobClient<&S>,
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
@@ -503,7 +503,7 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
     let mut through = 0;
     for o in candidates {
         let blob = settings.reservation(o)?;
-        let (props, date) = head(locks, &blob, ctx.now).await?;
+        let (props, date) = head(blobs, &blob, ctx.now).await?;
         let Some(props) = props else {
             through = o;
             continue;
@@ -529,7 +529,7 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
             created: false,
         };
         let nonce = (ctx.new_lease_id)().to_string();
-        let written = match commit(locks, &reservation, "missed", &nonce, None, ctx.now).await? {
+        let written = match commit(blobs, &reservation, "missed", &nonce, None, ctx.now).await? {
             Commit::Settled(run) if run == "running" => break,
             Commit::Settled(_) => false,
             Commit::Written(_) => true,
@@ -559,7 +559,7 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
     if through == 0 {
         return Ok(());
     }
-    let _ = change_log(locks, settings, ctx.now, |log, read_at| {
+    let _ = change_log(blobs, settings, ctx.now, |log, read_at| {
         for entry in &missed {
             if !log
                 .entries

@@ -314,7 +314,7 @@ async fn list_page<S: Transport>(
         include_metadata: true,
         ..ListBlobs::new(container.clone())
     };
-    let (page, date) = match locks.execute(&list, now).await {
+    let (page, date) = match locks.client().execute(&list, now).await {
         Ok((page, date)) => (page, date),
         // A swept container that does not exist (yet) has no blobs.
         Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {

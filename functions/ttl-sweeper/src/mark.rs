@@ -197,7 +197,7 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
             container: container.clone(),
             blob: blob.clone(),
         };
-        let (props, date) = match locks.execute(&head, ctx.now).await {
+        let (props, date) = match locks.client().execute(&head, ctx.now).await {
             Ok((Some(p), date)) => (p, date),
             Ok((None, _)) => {
                 return web::error(StatusCode::NOT_FOUND, "blob_not_found", "no such blob")
@@ -232,7 +232,7 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
             lease_id: None,
             condition: Condition::IfMatch(etag),
         };
-        match locks.execute(&write, ctx.now).await {
+        match locks.client().execute(&write, ctx.now).await {
             Ok((WriteOutcome::Written(_), _)) => {
                 log_line(
                     json!({"fn": "ttl-sweeper", "decision": "marked", "container": container.as_str(), "expiresAt": rfc3339(expires)}),

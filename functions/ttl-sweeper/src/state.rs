@@ -161,6 +161,7 @@ pub(crate) async fn read_state<S: Transport>(
     now: SystemTime,
 ) -> Result<(State, Option<leasegate::ETag>, SystemTime), leasegate::Error> {
     let (blob, date) = locks
+        .client()
         .execute(
             &GetBlob {
                 container: settings.storage.container.clone(),
@@ -200,7 +201,9 @@ pub(crate) async fn write_state<S: Transport>(
     .with_content_type("application/json")
     .with_condition(etag.map_or(Condition::IfNotExists, Condition::IfMatch));
     Ok(matches!(
-        execute_creating_container(locks, &put, now).await?.0,
+        execute_creating_container(locks.client(), locks.container(), &put, now)
+            .await?
+            .0,
         WriteOutcome::Written(_)
     ))
 }

@@ -7,10 +7,11 @@ use std::time::{Instant, SystemTime};
 use futures::StreamExt;
 use leasegate::lease::Locks;
 use leasegate::ops::{
-    public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, CreateContainer,
-    DeleteBlob, DeleteBlobAndSnapshots, DeleteOutcome, GetProperties, Refusal,
+    public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, DeleteBlob,
+    DeleteBlobAndSnapshots, DeleteOutcome, GetProperties, Refusal,
 };
 use leasegate::{BlobName, ContainerName, Counting, LeaseState, Transport};
+use leasegate_spin::storage::execute_creating_container;
 
 use leasegate_spin::timer;
 use leasegate_spin::Context;
@@ -238,7 +239,7 @@ async fn sweep_blob<T, S: Transport>(
         lease_id: None,
         condition: Condition::IfMatch(etag),
     });
-    match locks.execute(&delete, ctx.now).await {
+    match locks.client().execute(&delete, ctx.now).await {
         Ok((DeleteOutcome::Deleted, _)) => {
             if dead.is_some() {
                 Outcome::Moved
@@ -350,7 +351,7 @@ async fn move_blob<T, S: Transport>(
                     container: dead_container.clone(),
                     blob: target.clone(),
                 };
-                match locks.execute(&head, ctx.now).await {
+                match locks.client().execute(&head, ctx.now).await {
                     Ok((Some(p), _))
                         if p.copy_status.as_deref() == Some("success")
                             && p.copy_source.as_deref().and_then(|s| s.split('?').next())
@@ -380,20 +381,9 @@ async fn copy_creating<S: Transport>(
     dead_container: &ContainerName,
     now: SystemTime,
 ) -> Result<CopyOutcome, leasegate::Error> {
-    match locks.execute(copy, now).await {
-        Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
-            locks
-                .execute(
-                    &CreateContainer {
-                        container: dead_container.clone(),
-                    },
-                    now,
-                )
-                .await?;
-            Ok(locks.execute(copy, now).await?.0)
-        }
-        other => other.map(|(o, _)| o),
-    }
+    execute_creating_container(locks.client(), dead_container, copy, now)
+        .await
+        .map(|(outcome, _)| outcome)
 }
 
 /// Polls a pending copy's destination until this copy succeeds (`true`), or fails, is
@@ -412,7 +402,7 @@ async fn wait_for_copy<T, S: Transport>(
             container: container.clone(),
             blob: blob.clone(),
         };
-        match locks.execute(&head, ctx.now).await {
+        match locks.client().execute(&head, ctx.now).await {
             Ok((Some(p), _)) if copy_id.is_none_or(|id| p.copy_id.as_deref() == Some(id)) => {
                 match p.copy_status.as_deref() {
                     Some("success") => return true,
@@ -480,7 +470,7 @@ async fn sweep_lock<T, S: Transport>(
         lease_id: None,
         condition: Condition::IfMatch(etag),
     };
-    match locks.execute(&delete, ctx.now).await {
+    match locks.client().execute(&delete, ctx.now).await {
         Ok((DeleteOutcome::Deleted, _)) => Outcome::LockRemoved,
         Ok((DeleteOutcome::NotFound, _)) => Outcome::Skipped("already gone"),
         // Taken or written since it was listed: in use again.

@@ -204,7 +204,7 @@ fn run(args: &[String]) -> Result<(), String> {
             // End any lease at once (whoever holds an unusable lock cannot be trusted to give
             // it back), then delete. A lock blob created again starts above every token the
             // old one issued (the fencing rule), so deleting never lets a token go back.
-            let _ = block_on(locks.execute(
+            let _ = block_on(locks.client().execute(
                 &Lease::new(
                     locks.container().clone(),
                     blob.clone(),
@@ -218,7 +218,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 lease_id: None,
                 condition: Condition::None,
             };
-            match block_on(locks.execute(&delete, now)).map_err(&fail)? {
+            match block_on(locks.client().execute(&delete, now)).map_err(&fail)? {
                 (DeleteOutcome::Deleted, _) => println!("deleted"),
                 (DeleteOutcome::NotFound, _) => println!("no such lock blob (nothing to do)"),
                 (DeleteOutcome::Refused(r), _) => {

@@ -5,7 +5,8 @@ use std::time::Duration;
 use leasegate::lease::Locks;
 use leasegate::token::{self, ClientSecret, ManagedIdentity, TokenSource};
 use leasegate::{
-    Account, AccountKey, BlobEndpoint, ContainerName, Credential, HolderKey, SasToken, Transport,
+    Account, AccountKey, BlobClient, BlobEndpoint, ContainerName, Credential, HolderKey, SasToken,
+    Transport,
 };
 
 /// Where settings come from: Spin's component variables, or a map in tests.
@@ -92,7 +93,13 @@ pub struct Storage {
 impl Storage {
     /// The locks below `prefix` in this storage, reached through `transport`.
     pub fn locks<'t, T: Transport>(&self, transport: &'t T, prefix: &str) -> Locks<&'t T> {
-        Locks::new(transport, self.account.clone(), self.container.clone()).with_prefix(prefix)
+        Locks::from_client(self.blobs(transport)).with_prefix(prefix)
+    }
+
+    /// The blobs of the container, for plain blob work (a record, a log), reached through
+    /// `transport`.
+    pub fn blobs<'t, T: Transport>(&self, transport: &'t T) -> BlobClient<&'t T> {
+        BlobClient::new(transport, self.account.clone(), self.container.clone())
     }
 
     /// The key of holder-derived lease ids, required by a function that derives them.

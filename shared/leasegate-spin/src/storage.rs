@@ -2,22 +2,24 @@
 
 use std::time::SystemTime;
 
-use leasegate::lease::Locks;
-use leasegate::Transport;
+use leasegate::ops::{CreateContainer, Operation};
+use leasegate::{BlobClient, ContainerName, ErrorClass, Transport};
 
-/// Runs `op`, creating the container first if storage says it is missing (first use).
-pub async fn execute_creating_container<T: Transport, O: leasegate::ops::Operation>(
-    locks: &Locks<T>,
+/// Runs `op`, first creating `container` (the one `op` writes to) when storage says it is
+/// missing (first use), then running `op` again.
+pub async fn execute_creating_container<T: Transport, O: Operation>(
+    blobs: &BlobClient<T>,
+    container: &ContainerName,
     op: &O,
     now: SystemTime,
 ) -> Result<(O::Output, Option<SystemTime>), leasegate::Error> {
-    match locks.execute(op, now).await {
-        Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
-            let create = leasegate::ops::CreateContainer {
-                container: locks.container().clone(),
+    match blobs.execute(op, now).await {
+        Err(e) if e.class() == Some(ErrorClass::ContainerMissing) => {
+            let create = CreateContainer {
+                container: container.clone(),
             };
-            locks.execute(&create, now).await?;
-            locks.execute(op, now).await
+            blobs.execute(&create, now).await?;
+            blobs.execute(op, now).await
         }
         other => other,
     }

@@ -71,6 +71,7 @@
 struct ReadmeDoctests;
 
 pub mod account;
+pub mod blob;
 pub mod error;
 pub mod lease;
 pub mod message;
@@ -82,6 +83,7 @@ pub mod transport;
 pub mod types;
 
 pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken};
+pub use blob::BlobClient;
 pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};
 pub use message::{Headers, Method, Request, Response, StatusCode};
 pub use names::{is_format_or_separator, BlobName, ContainerName, LockName};

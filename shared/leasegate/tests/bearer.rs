@@ -120,7 +120,7 @@ fn every_request_carries_the_transports_token() {
         account(client_secret()),
         ContainerName::try_new("leasegate").unwrap(),
     );
-    let (outcome, _) = run(locks.execute(&acquire_op(), now())).unwrap();
+    let (outcome, _) = run(locks.client().execute(&acquire_op(), now())).unwrap();
     assert!(matches!(outcome, LeaseOutcome::Held { .. }), "{outcome:?}");
     assert_eq!(transport.auth_headers(), ["Bearer t1"]);
     assert_eq!(*transport.asked.borrow(), [false]);
@@ -142,7 +142,7 @@ fn a_refused_token_is_asked_anew_once() {
             account(client_secret()),
             ContainerName::try_new("leasegate").unwrap(),
         );
-        let (outcome, _) = run(locks.execute(&acquire_op(), now())).unwrap();
+        let (outcome, _) = run(locks.client().execute(&acquire_op(), now())).unwrap();
         assert!(matches!(outcome, LeaseOutcome::Held { .. }), "{outcome:?}");
         assert_eq!(transport.auth_headers(), ["Bearer t1", "Bearer t2"]);
         assert_eq!(*transport.asked.borrow(), [false, true]);
@@ -158,7 +158,7 @@ fn a_refused_token_is_asked_anew_once() {
         account(client_secret()),
         ContainerName::try_new("leasegate").unwrap(),
     );
-    let err = run(locks.execute(&acquire_op(), now())).unwrap_err();
+    let err = run(locks.client().execute(&acquire_op(), now())).unwrap_err();
     assert_eq!(err.class(), Some(ErrorClass::Auth), "{err}");
     assert!(!err.outcome_unknown());
     assert_eq!(transport.sent.borrow().len(), 2);
@@ -177,7 +177,7 @@ fn a_missing_role_or_shared_key_off_is_not_retried() {
             account(client_secret()),
             ContainerName::try_new("leasegate").unwrap(),
         );
-        let err = run(locks.execute(&acquire_op(), now())).unwrap_err();
+        let err = run(locks.client().execute(&acquire_op(), now())).unwrap_err();
         assert_eq!(err.class(), Some(ErrorClass::Auth), "{code}: {err}");
         assert_eq!(transport.sent.borrow().len(), 1, "{code}");
         assert!(err.to_string().contains(code), "{err}");
@@ -195,7 +195,7 @@ fn no_token_sends_nothing() {
         account(client_secret()),
         ContainerName::try_new("leasegate").unwrap(),
     );
-    let err = run(locks.execute(&acquire_op(), now())).unwrap_err();
+    let err = run(locks.client().execute(&acquire_op(), now())).unwrap_err();
     assert!(matches!(err, Error::Token(ref e) if e.retryable), "{err:?}");
     assert!(!err.outcome_unknown());
     assert!(transport.sent.borrow().is_empty());
@@ -266,8 +266,8 @@ fn the_default_fetches_a_token_every_time() {
         account(client_secret()),
         ContainerName::try_new("leasegate").unwrap(),
     );
-    run(locks.execute(&acquire_op(), now())).unwrap();
-    run(locks.execute(&acquire_op(), now())).unwrap();
+    run(locks.client().execute(&acquire_op(), now())).unwrap();
+    run(locks.client().execute(&acquire_op(), now())).unwrap();
     let uris = transport.0.borrow();
     assert_eq!(uris.len(), 4, "{uris:?}");
     assert_eq!(uris[0], "https://login.example/tenant-1/oauth2/v2.0/token");
@@ -286,7 +286,7 @@ fn a_refused_fixed_token_is_not_sent_again() {
         account(fixed),
         ContainerName::try_new("leasegate").unwrap(),
     );
-    let err = run(locks.execute(&acquire_op(), now())).unwrap_err();
+    let err = run(locks.client().execute(&acquire_op(), now())).unwrap_err();
     assert_eq!(err.class(), Some(ErrorClass::Auth), "{err}");
     assert_eq!(transport.sent.borrow().len(), 1);
     assert_eq!(*transport.asked.borrow(), [false]);

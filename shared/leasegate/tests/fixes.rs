@@ -429,7 +429,7 @@ fn a_copy_answer_without_a_status_is_pending() {
         ContainerName::try_new("dead").unwrap(),
         BlobName::try_new("a").unwrap(),
     );
-    let (outcome, _) = pollster::block_on(locks(&t).execute(&copy, server_now())).unwrap();
+    let (outcome, _) = pollster::block_on(locks(&t).client().execute(&copy, server_now())).unwrap();
     match outcome {
         CopyOutcome::Started {
             status, copy_id, ..

@@ -71,24 +71,24 @@
 mod claim;
 pub mod native;
 pub mod record;
+mod snapshot;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use crate::error::ErrorClass;
-use crate::message::{Request, Response, StatusCode};
+use crate::message::StatusCode;
 use crate::names::{BlobName, ContainerName, LockName};
 use crate::ops::{
-    server_date, token_refused, BlobKind, BlobProperties, Condition, CreateContainer,
-    GetProperties, Lease, LeaseAction, Metadata, Operation, PutBlob, SetMetadata, WriteOutcome,
+    BlobKind, Condition, CreateContainer, GetProperties, Lease, LeaseAction, Metadata, PutBlob,
+    SetMetadata, WriteOutcome,
 };
-use crate::signing::{authorize, authorize_with};
-use crate::types::{unix_secs, ETag, LeaseDuration, LeaseId, LeaseState};
-use crate::{Account, Credential, Error, TokenSource, Transport};
+use crate::types::{unix_secs, LeaseDuration, LeaseId, LeaseState};
+use crate::{Account, Error, Transport};
 
+use crate::blob::BlobClient;
 use claim::{Claim, Kind};
 pub use claim::{MAX_LABEL_BYTES, MAX_TOKEN};
+use snapshot::{checked_date, Read, Snapshot, Tenure};
 
 /// How many times a step that lost a race (a concurrent create, a compare-and-swap, an ETag
 /// that moved) is tried again before giving up.
@@ -239,206 +239,23 @@ pub struct LockInfo {
     pub marks: Metadata,
 }
 
-/// A lock blob as one HEAD saw it.
-#[derive(Debug, Clone)]
-pub(crate) struct Snapshot {
-    etag: ETag,
-    leased: bool,
-    /// The lease is being broken (an operator's break period): nobody may extend or switch.
-    breaking: bool,
-    metadata: Metadata,
-    claim: Claim,
-    /// The highest token issued: the claim's, or the page blob sequence number that older
-    /// leasegate versions used as the native lease's counter.
-    highest_token: u64,
-    server_date: SystemTime,
-    /// Ids that stepped down, each barred until a time (Unix seconds, the server's clock).
-    stepped_down: Vec<(LeaseId, u64)>,
-}
-
-impl Snapshot {
-    fn from_properties(props: BlobProperties, server_date: SystemTime) -> Result<Self, Error> {
-        let etag = props
-            .etag
-            .ok_or_else(|| Error::unexpected(StatusCode::OK, "the lock blob has no ETag"))?;
-        let claim = Claim::read(&props.metadata)?;
-        let highest_token = claim.token.max(props.sequence_number.unwrap_or(0));
-        let sequence = props.sequence_number.unwrap_or(0);
-        if sequence > MAX_TOKEN {
-            return Err(Error::CorruptLock(format!(
-                "the page blob sequence number {sequence} is above {MAX_TOKEN}"
-            )));
-        }
-        let stepped_down = claim::read_stepped_down(&props.metadata)?;
-        Ok(Snapshot {
-            etag,
-            leased: props.lease_state.is_some_and(LeaseState::is_held),
-            breaking: props.lease_state == Some(LeaseState::Breaking),
-            metadata: props.metadata,
-            claim,
-            highest_token,
-            server_date: checked_date(server_date)?,
-            stepped_down,
-        })
-    }
-
-    fn server_secs(&self) -> u64 {
-        unix_secs(self.server_date)
-    }
-
-    /// The claim of whoever holds the lock now, if it says so:
-    /// * a live record (with the blob also leased by the same holder after a term switch whose
-    ///   lease could not be let go);
-    /// * a leased blob's native claim that has not run out (an infinite one never does). Every
-    ///   native holder writes its claim when granted and moves its expiry when it extends, so a
-    ///   leased blob without one is held by a holder that stopped between its grant and its
-    ///   claim: only the acquire itself can tell whose it is.
-    ///
-    /// A native claim's expiry is the grant's `Date` (whole seconds, rounded down) plus the
-    /// duration, so storage's lease can outlive it by up to a second: while storage says the
-    /// blob is leased, the claim still counts in the second it names. (Storage's lease state
-    /// decides; the claim only says whose the lease is and its token.)
-    fn holder_claim(&self) -> Option<&Claim> {
-        let c = &self.claim;
-        c.holder?;
-        match c.kind {
-            Kind::Record => (c.expires > self.server_secs()).then_some(c),
-            Kind::Native(LeaseDuration::Infinite) => self.leased.then_some(c),
-            Kind::Native(_) => (self.leased && c.expires >= self.server_secs()).then_some(c),
-        }
-    }
-
-    /// The live record of the lock (for a break, and for inspection).
-    fn live_record(&self) -> Option<&Claim> {
-        self.holder_claim().filter(|c| c.kind == Kind::Record)
-    }
-
-    /// Whether `id` holds the lock as its claim says.
-    fn held_by(&self, id: LeaseId) -> bool {
-        self.holder_claim().is_some_and(|c| c.holder == Some(id))
-    }
-
-    /// Who holds the lock, if anyone does and it is not `id`: the refusal to give `id`. `None`
-    /// also for a leased blob whose holder wrote no claim: the acquire itself tells (storage
-    /// grants that lease to its own id only, and refuses a record over it). During a break
-    /// period nobody extends or switches.
-    fn busy_for(&self, id: LeaseId) -> Option<Acquire> {
-        match self.holder_claim() {
-            Some(c) if c.holder == Some(id) && !self.breaking => None,
-            Some(_) => Some(self.busy()),
-            None if self.breaking => Some(self.busy()),
-            None => {
-                // A free lock that `id` stepped down from: not before its bar ends.
-                let now = self.server_secs();
-                let until = self
-                    .stepped_down
-                    .iter()
-                    .find(|(who, until)| *who == id && *until > now)?
-                    .1;
-                Some(Acquire::Busy {
-                    retry_after: Some(Duration::from_secs(until - now)),
-                    holder: None,
-                    stepped_down_until: Some(at(until)),
-                })
-            }
-        }
-    }
-
-    /// "Busy", with the time the holder has left where its claim tells it (every holder moves
-    /// its claim's expiry when it extends).
-    fn busy(&self) -> Acquire {
-        let now = self.server_secs();
-        let claim = self.holder_claim();
-        // At least a second: a native claim counts in the second it names (see `holder_claim`).
-        let retry_after = claim
-            .filter(|c| c.expires > 0)
-            .map(|c| Duration::from_secs(c.expires.saturating_sub(now).max(1)));
-        Acquire::Busy {
-            retry_after,
-            holder: claim.map(|c| Holder {
-                label: c.label.clone(),
-                since: c.since_at(),
-                expires_at: c.expires_at(),
-                token: c.token,
-            }),
-            stepped_down_until: None,
-        }
-    }
-
-    /// The blob's own marks: its metadata other than the claim.
-    fn marks(&self) -> Metadata {
-        self.metadata
-            .iter()
-            .filter(|(k, _)| !claim::is_claim_field(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-
-    /// The live record of `id`, whether or not the blob is leased too (a holder that switched
-    /// from a native lease to a record and could not let the lease go).
-    fn record_of(&self, id: LeaseId) -> Option<&Claim> {
-        self.live_record().filter(|c| c.holder == Some(id))
-    }
-
-    /// `id`'s tenure if it takes the lock now: its own (it holds the lock already, in either
-    /// term), or a new one with a token by [the fencing rule](claim::next_token).
-    fn tenure_for(&self, id: LeaseId) -> Result<Tenure, Error> {
-        let own = self.holder_claim().filter(|c| c.holder == Some(id));
-        Ok(match own {
-            Some(c) => Tenure {
-                token: c.token,
-                since: c.since,
-                extended: true,
-            },
-            None => Tenure {
-                token: claim::next_token(self.highest_token, self.server_date)?,
-                since: self.server_secs(),
-                extended: false,
-            },
-        })
-    }
-
-    /// The metadata with `claim` written into it (other entries kept).
-    fn with_claim(&self, claim: &Claim) -> Metadata {
-        let mut m = self.metadata.clone();
-        claim.write(&mut m);
-        m
-    }
-}
-
-/// A holder's tenure: its token, when it began (server seconds), and whether the holder held
-/// the lock already (an extension keeps token and start).
-#[derive(Debug, Clone, Copy)]
-struct Tenure {
-    token: u64,
-    since: u64,
-    extended: bool,
-}
-
-/// What one read of a lock blob found.
-enum Read {
-    /// No blob (or no container) yet, at this server time.
-    Missing(SystemTime),
-    /// The blob.
-    Found(Snapshot),
-}
-
 /// Locks in one container, under one name prefix, reached through a [`Transport`].
 #[derive(Debug, Clone)]
 pub struct Locks<T> {
-    transport: T,
-    account: Account,
-    container: ContainerName,
+    client: BlobClient<T>,
     prefix: String,
 }
 
 impl<T: Transport> Locks<T> {
     /// Locks kept in `container` below the prefix `locks/`.
     pub fn new(transport: T, account: Account, container: ContainerName) -> Self {
+        Locks::from_client(BlobClient::new(transport, account, container))
+    }
+
+    /// Locks kept in the client's container below the prefix `locks/`.
+    pub fn from_client(client: BlobClient<T>) -> Self {
         Locks {
-            transport,
-            account,
-            container,
+            client,
             prefix: "locks/".into(),
         }
     }
@@ -449,70 +266,29 @@ impl<T: Transport> Locks<T> {
         self
     }
 
+    /// The blob client the locks are kept through (for plain blob work beside them).
+    pub fn client(&self) -> &BlobClient<T> {
+        &self.client
+    }
+
     /// The transport.
     pub fn transport(&self) -> &T {
-        &self.transport
+        self.client.transport()
     }
 
     /// The account.
     pub fn account(&self) -> &Account {
-        &self.account
+        self.client.account()
     }
 
     /// The container.
     pub fn container(&self) -> &ContainerName {
-        &self.container
+        self.client.container()
     }
 
     /// The blob that holds `lock`.
     pub fn blob_name(&self, lock: &LockName) -> Result<BlobName, Error> {
         lock.blob_name(&self.prefix)
-    }
-
-    /// One round trip: builds, sends and parses `op`; also returns the server's `Date`.
-    pub async fn execute<O: Operation>(
-        &self,
-        op: &O,
-        now: SystemTime,
-    ) -> Result<(O::Output, Option<SystemTime>), Error> {
-        let response = self.round_trip(op.request(&self.account), now).await?;
-        Ok((op.parse(&response)?, server_date(&response)))
-    }
-
-    /// What [`Locks::execute`] does whatever the operation: signs and sends. Kept apart (and
-    /// behind a pointer) so the sending state machine exists once in a component rather than
-    /// once per operation type.
-    ///
-    /// The request is dated (`x-ms-date`) when it is signed, right before it is sent: by the
-    /// transport's clock when it has one ([`Transport::now`]), else with `now`.
-    fn round_trip(
-        &self,
-        request: Result<Request, Error>,
-        now: SystemTime,
-    ) -> Pin<Box<dyn Future<Output = Result<Response, Error>> + '_>> {
-        Box::pin(async move {
-            let mut request = request?;
-            let date = self.transport.now().unwrap_or(now);
-            let Credential::Bearer(source) = self.account.credential() else {
-                authorize(&mut request, &self.account, date)?;
-                return Ok(self.transport.send(request).await?);
-            };
-            // A token storage refuses (expired, revoked) did nothing: the request goes once
-            // more with a new one (a fixed token has none). A refusal of the new one is the
-            // caller's answer.
-            let fixed = matches!(source, TokenSource::Fixed(_));
-            let mut refresh = false;
-            loop {
-                let token = self.transport.access_token(source, refresh).await?;
-                let mut attempt = request.clone();
-                authorize_with(&mut attempt, &self.account, date, Some(&token))?;
-                let response = self.transport.send(attempt).await?;
-                if refresh || fixed || !token_refused(&response) {
-                    return Ok(response);
-                }
-                refresh = true;
-            }
-        })
     }
 
     /// Takes `lock` for `term` with `lease_id`, or extends it if `lease_id` already holds it
@@ -591,7 +367,7 @@ impl<T: Transport> Locks<T> {
         match e {
             Error::CorruptLock(reason) => Error::UnusableLock {
                 lock: self.lock_path(lock),
-                container: self.container.as_str().to_string(),
+                container: self.client.container().as_str().to_string(),
                 reason,
             },
             e => e,
@@ -643,13 +419,13 @@ impl<T: Transport> Locks<T> {
             }
         }
         let write = SetMetadata {
-            container: self.container.clone(),
+            container: self.client.container().clone(),
             blob,
             metadata,
             lease_id: snap.leased.then_some(lease_id),
             condition: Condition::IfMatch(snap.etag.clone()),
         };
-        match self.execute(&write, now).await? {
+        match self.client.execute(&write, now).await? {
             (WriteOutcome::Written(_), _) => Ok(true),
             (WriteOutcome::Refused(_), _) => Ok(false),
         }
@@ -703,13 +479,13 @@ impl<T: Transport> Locks<T> {
             let mut metadata = snap.metadata.clone();
             claim::write_stepped_down(&bars[skip..], &mut metadata);
             let write = SetMetadata {
-                container: self.container.clone(),
+                container: self.client.container().clone(),
                 blob: blob.clone(),
                 metadata,
                 lease_id: snap.leased.then_some(lease_id),
                 condition: Condition::IfMatch(snap.etag.clone()),
             };
-            match self.execute(&write, now).await? {
+            match self.client.execute(&write, now).await? {
                 (WriteOutcome::Written(_), _) => return self.release_of(lock, lease_id, now).await,
                 (WriteOutcome::Refused(_), _) => continue,
             }
@@ -770,13 +546,13 @@ impl<T: Transport> Locks<T> {
     ) -> Result<(), Error> {
         let blob = self.blob_name(lock)?;
         let op = Lease::new(
-            self.container.clone(),
+            self.client.container().clone(),
             blob.clone(),
             LeaseAction::Break {
                 period: Some(period),
             },
         );
-        match self.execute(&op, now).await {
+        match self.client.execute(&op, now).await {
             Ok(_) => {}
             Err(e) if is_missing(&e) => return Ok(()),
             Err(e) => return Err(e),
@@ -794,9 +570,10 @@ impl<T: Transport> Locks<T> {
     async fn inspect_of(&self, lock: &LockName, now: SystemTime) -> Result<LockInfo, Error> {
         let blob = self.blob_name(lock)?;
         let (props, date) = self
+            .client
             .execute(
                 &GetProperties {
-                    container: self.container.clone(),
+                    container: self.client.container().clone(),
                     blob,
                 },
                 now,
@@ -841,9 +618,10 @@ impl<T: Transport> Locks<T> {
     /// One HEAD of the lock blob.
     async fn read(&self, blob: &BlobName, now: SystemTime) -> Result<Read, Error> {
         let (props, date) = self
+            .client
             .execute(
                 &GetProperties {
-                    container: self.container.clone(),
+                    container: self.client.container().clone(),
                     blob: blob.clone(),
                 },
                 now,
@@ -903,10 +681,10 @@ impl<T: Transport> Locks<T> {
             kind: BlobKind::Page(0),
             condition: Condition::IfNotExists,
             metadata: metadata.clone(),
-            ..PutBlob::block(self.container.clone(), blob.clone(), Vec::new())
+            ..PutBlob::block(self.client.container().clone(), blob.clone(), Vec::new())
         };
         for _ in 0..MAX_ATTEMPTS {
-            match self.execute(&op, now).await {
+            match self.client.execute(&op, now).await {
                 Ok((WriteOutcome::Written(w), date)) => {
                     let etag = w.etag.ok_or_else(|| {
                         Error::unexpected(StatusCode::CREATED, "the new blob has no ETag")
@@ -924,13 +702,14 @@ impl<T: Transport> Locks<T> {
                 }
                 Ok((WriteOutcome::Refused(_), _)) => return Ok(None),
                 Err(e) if e.class() == Some(ErrorClass::ContainerMissing) => {
-                    self.execute(
-                        &CreateContainer {
-                            container: self.container.clone(),
-                        },
-                        now,
-                    )
-                    .await?;
+                    self.client
+                        .execute(
+                            &CreateContainer {
+                                container: self.client.container().clone(),
+                            },
+                            now,
+                        )
+                        .await?;
                 }
                 Err(e) => return Err(e),
             }
@@ -940,7 +719,7 @@ impl<T: Transport> Locks<T> {
 
     /// A lease operation on `blob`.
     fn lease_op(&self, blob: &BlobName, action: LeaseAction) -> Lease {
-        Lease::new(self.container.clone(), blob.clone(), action)
+        Lease::new(self.client.container().clone(), blob.clone(), action)
     }
 }
 
@@ -972,22 +751,4 @@ fn gave_up(what: &str) -> Error {
         StatusCode::CONFLICT,
         format!("could not {what}: the lock blob kept changing under us"),
     )
-}
-
-/// The latest server `Date` this crate acts on: one window before the latest time a claim may
-/// name, so that no expiry it computes is out of range (a storage clock past the year 9000 is
-/// broken, or hostile).
-fn checked_date(date: SystemTime) -> Result<SystemTime, Error> {
-    if unix_secs(date) > claim::MAX_SECS - MAX_WINDOW_SECS - 1 {
-        return Err(Error::unexpected(
-            StatusCode::OK,
-            "storage's Date header is out of range (after the year 9000)",
-        ));
-    }
-    Ok(date)
-}
-
-/// `secs` as a time.
-fn at(secs: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
 }

@@ -14,9 +14,10 @@
 
 use std::time::SystemTime;
 
+use super::snapshot::{at, checked_date, Read, Snapshot, Tenure};
 use super::{
-    at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin,
-    Kind, Locks, Read, Release, Snapshot, Tenure, MAX_ATTEMPTS,
+    is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin, Kind, Locks,
+    Release, MAX_ATTEMPTS,
 };
 use crate::error::ErrorClass;
 use crate::names::BlobName;
@@ -143,7 +144,7 @@ async fn take<T: Transport>(
             },
         )
         .with_condition(Condition::IfMatch(snap.etag.clone()));
-    let granted = match locks.execute(&op, now).await {
+    let granted = match locks.client.execute(&op, now).await {
         Ok((LeaseOutcome::Held { server_date, .. }, date)) => {
             match server_date
                 .or(date)
@@ -244,13 +245,13 @@ async fn write_claim<T: Transport>(
             return Ok(Some(there.clone()));
         }
         let write = SetMetadata {
-            container: locks.container.clone(),
+            container: locks.container().clone(),
             blob: blob.clone(),
             metadata: current.with_claim(&claim),
             lease_id: Some(id),
             condition: Condition::IfMatch(current.etag.clone()),
         };
-        match locks.execute(&write, now).await? {
+        match locks.client.execute(&write, now).await? {
             (WriteOutcome::Written(_), _) => return Ok(Some(claim)),
             (WriteOutcome::Refused(Refusal::ConditionFailed), _) => {}
             (WriteOutcome::Refused(_), _) => return Ok(None),
@@ -271,6 +272,7 @@ pub(super) async fn release<T: Transport>(
     now: SystemTime,
 ) -> Result<Release, Error> {
     match locks
+        .client
         .execute(&locks.lease_op(blob, LeaseAction::Release(id)), now)
         .await
     {

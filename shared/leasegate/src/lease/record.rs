@@ -13,9 +13,10 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::snapshot::{at, checked_date, Read, Snapshot, Tenure};
 use super::{
-    at, checked_date, is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin,
-    Kind, Locks, Read, Snapshot, Tenure, MAX_ATTEMPTS, MAX_WINDOW_SECS,
+    is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin, Kind, Locks,
+    MAX_ATTEMPTS, MAX_WINDOW_SECS,
 };
 use crate::names::BlobName;
 use crate::ops::{Condition, Metadata, Refusal, SetMetadata, WriteOutcome};
@@ -79,13 +80,13 @@ pub(super) async fn acquire<T: Transport>(
         // lease let go.
         let switching = snap.leased && snap.held_by(id);
         let write = SetMetadata {
-            container: locks.container.clone(),
+            container: locks.container().clone(),
             blob: blob.clone(),
             metadata: snap.with_claim(&claim),
             lease_id: switching.then_some(id),
             condition: Condition::IfMatch(snap.etag.clone()),
         };
-        match locks.execute(&write, now).await {
+        match locks.client.execute(&write, now).await {
             Ok((WriteOutcome::Written(w), date)) => {
                 if switching {
                     // Best effort: a lease left behind runs out on its own, and a release
@@ -175,13 +176,13 @@ pub(super) async fn clear_at<T: Transport>(
     now: SystemTime,
 ) -> Result<bool, Error> {
     let write = SetMetadata {
-        container: locks.container.clone(),
+        container: locks.container().clone(),
         blob: blob.clone(),
         metadata: snap.with_claim(&snap.claim.released()),
         lease_id: None,
         condition: Condition::IfMatch(snap.etag.clone()),
     };
-    match locks.execute(&write, now).await {
+    match locks.client.execute(&write, now).await {
         Ok((WriteOutcome::Written(_), _)) => Ok(true),
         Ok((WriteOutcome::Refused(_), _)) => Ok(false),
         Err(e) if is_missing(&e) => Ok(false),
