@@ -1,7 +1,7 @@
 //! init-once, as the release `.wasm` served by the real `spin up`, against Azurite: 16
 //! concurrent callers run the initialization once; a dead initializer is replaced with a larger
 //! token and the work is marked done once; failures are never marked done; reset; timers (Azure
-//! and the real cron plugin); bad input.
+//! and the real cron plugin); bad input, and a timeout longer than the lease refused.
 
 use std::time::Duration;
 
@@ -414,4 +414,25 @@ fn bad_input_to_the_init_routes() {
         ],
     );
     assert!(runs(&[&app]).is_empty());
+}
+
+/// 21.11: an initialization allowed to take longer than its lock lasts is refused.
+#[test]
+fn an_init_timeout_above_its_lease_is_not_configured() {
+    let app = App::start(
+        "inittimeout",
+        &[
+            ("init_lease_seconds", "60"),
+            ("init_timeout_seconds", "120"),
+        ],
+    );
+    let a = call("POST", &app.url("/api/init/seed"), &[TIMER_AUTH], b"");
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "not_configured", "{}", a.text);
+    let m = a.json["message"].as_str().unwrap();
+    assert!(
+        m.contains("init_timeout_seconds") && m.contains("init_lease_seconds"),
+        "{m}"
+    );
+    assert!(app.sink.received().is_empty());
 }

@@ -1,7 +1,10 @@
 //! scheduled-job's edges, as `.wasm` served by the real `spin up` against Azurite: the
 //! routes' authentication, odd times, occurrences far ahead or long past, retried ticks,
-//! retention across deployments, contention on the reservation log, extreme settings.
+//! retention across deployments, contention on the reservation log, fencing tokens that rise
+//! with the occurrence (a late run of an older one included), extreme settings (a storage
+//! timeout whose lease term is not whole seconds among them).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use leasegate::lease::Locks;
@@ -63,6 +66,21 @@ fn job_posts(app: &App) -> Vec<u64> {
         .filter(|r| r.path == "/job")
         .filter_map(|r| r.body["occurrenceUnix"].as_u64())
         .collect()
+}
+
+/// The job POSTs every app's sink received, counted per occurrence.
+fn runs(apps: &[&App]) -> BTreeMap<u64, usize> {
+    let mut runs = BTreeMap::new();
+    for app in apps {
+        for r in app.sink.received() {
+            if r.path == "/job" {
+                if let Some(o) = r.body["occurrenceUnix"].as_u64() {
+                    *runs.entry(o).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+    runs
 }
 
 fn log_entries(app: &App) -> Vec<Value> {
@@ -519,4 +537,69 @@ fn extremes_do_not_trap() {
         y.text
     );
     assert_eq!(job_posts(&a).len() + job_posts(&b).len(), 1);
+}
+
+/// Fencing tokens rise with the occurrence, whatever `job_overlap` says: occurrences run in
+/// order get rising tokens, and a late run of an older occurrence gets a lower token than the
+/// newer occurrence's run (so the job's resource refuses the late writer).
+#[test]
+fn fencing_tokens_rise_with_the_occurrence() {
+    for policy in ["skip", "allow"] {
+        let app = App::start(
+            "tokens",
+            &[("instance_id", "node-t"), ("job_overlap", policy)],
+        );
+        let base = (unix_now() / 60 + 1) * 60;
+        let token = |a: &Answer| {
+            assert_eq!(a.json["decision"], "ran", "{policy}: {}", a.text);
+            a.json["entry"]["fencingToken"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{policy}: no token: {}", a.text))
+        };
+        // In order, quickly (several in one second).
+        let t0 = token(&tick_at(&app, base));
+        let t1 = token(&tick_at(&app, base + 60));
+        assert!(t0 < t1, "{policy}: {t0} then {t1}");
+        // The newer first, then the older late.
+        let newer = token(&tick_at(&app, base + 180));
+        let older = token(&tick_at(&app, base + 120));
+        assert!(
+            t1 < older && older < newer,
+            "{policy}: occurrence +120 got {older}, +180 got {newer} (+60 got {t1})"
+        );
+        let sent: Vec<(u64, u64)> = app
+            .sink
+            .received()
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.body["occurrenceUnix"].as_u64()?,
+                    r.body["fencingToken"].as_u64()?,
+                ))
+            })
+            .collect();
+        let mut by_occurrence = sent.clone();
+        by_occurrence.sort();
+        assert!(
+            by_occurrence.windows(2).all(|w| w[0].1 < w[1].1),
+            "{policy}: tokens the job received, by occurrence: {by_occurrence:?}"
+        );
+    }
+}
+
+/// `storage_timeout_ms = 5100` makes the lease term 30 + 4 x 5.1 + 10 = 60.4 s: rounded up to
+/// whole seconds, the job runs; nothing is reserved and left behind by a refused term.
+#[test]
+fn a_storage_timeout_that_is_not_whole_seconds_runs_the_job() {
+    let app = App::start(
+        "timeout5100",
+        &[("instance_id", "node-s"), ("storage_timeout_ms", "5100")],
+    );
+    let occ = (unix_now() / 60 + 1) * 60;
+    let a = tick_at(&app, occ);
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["decision"], "ran", "{}", a.text);
+    let b = tick_at(&app, occ + 60);
+    assert_eq!(b.json["decision"], "ran", "{}", b.text);
+    assert_eq!(runs(&[&app]).len(), 2);
 }

@@ -1,6 +1,7 @@
 //! leader, as the release `.wasm` served by the real `spin up`, against Azurite: one leader per
 //! term among instances ticking concurrently, failover within one lease length when the leader
-//! stops, step-down, storage faults, bad input, and the leader on the real cron plugin.
+//! stops, step-down (a stepped-down leader stays a follower for a lease length), storage
+//! faults, bad input, and the leader on the real cron plugin.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
@@ -423,4 +424,58 @@ fn the_cron_plugin_elects_one_leader() {
     for app in &apps {
         app.assert_no_trap();
     }
+}
+
+/// 21.5: a stepped-down leader stays a follower for a lease length; another instance takes
+/// over at its next tick.
+#[test]
+fn a_stepped_down_leader_stays_a_follower_for_a_lease() {
+    let a = App::start(
+        "stepdown",
+        &[("instance_id", "node-a"), ("leader_lease_seconds", "15")],
+    );
+    let b = App::start_with(
+        "stepdown",
+        &[("instance_id", "node-b"), ("leader_lease_seconds", "15")],
+        Setup {
+            container: Some(a.container.clone()),
+            ..Setup::default()
+        },
+    );
+    let tick = |app: &App| call("POST", &app.url("/api/leader/tick"), &[TIMER_AUTH], b"");
+    let first = tick(&a);
+    assert_eq!(first.json["role"], "leader", "{}", first.text);
+    // A step-down takes the admin token (the tick token only ticks and reads): four storage
+    // requests (docs/functions.md).
+    let refused = call("DELETE", &a.url("/api/leader"), &[TIMER_AUTH], b"");
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    let (down, requests) =
+        a.storage_requests(|| call("DELETE", &a.url("/api/leader"), &[ADMIN_AUTH], b""));
+    assert_eq!(down.status, 200, "{}", down.text);
+    assert_eq!(down.json["steppedDown"], true, "{}", down.text);
+    assert_eq!(requests, 4, "a step-down costs four requests");
+    let started = Instant::now();
+    let again = tick(&a);
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json["role"], "follower", "{}", again.text);
+    assert!(again.json["steppedDownUntil"].is_string(), "{}", again.text);
+    let other = tick(&b);
+    assert_eq!(other.json["role"], "leader", "{}", other.text);
+    assert!(other.json["term"].as_u64() > first.json["term"].as_u64());
+    // node-b steps down too; node-a is still barred within its lease length, then may lead.
+    let down_b = call("DELETE", &b.url("/api/leader"), &[ADMIN_AUTH], b"");
+    assert_eq!(down_b.json["steppedDown"], true, "{}", down_b.text);
+    if started.elapsed() < Duration::from_secs(12) {
+        assert_eq!(tick(&a).json["role"], "follower");
+    }
+    let led = leasegate_tests::wait_for("node-a leads again", Duration::from_secs(30), || {
+        let t = tick(&a);
+        (t.json["role"] == "leader").then_some(t)
+    });
+    assert!(
+        started.elapsed() >= Duration::from_secs(13),
+        "node-a led again after {:?}: {}",
+        started.elapsed(),
+        led.text
+    );
 }

@@ -1,14 +1,14 @@
 //! Outbound responses whose bodies misbehave (break off, are far too large, trickle), read by
 //! the release `.wasm` components served by the real `spin up`: storage or the webhook is a
 //! misbehaving stub server. Never a trap, never a 500: storage problems are a 503
-//! `storage_unavailable`, a webhook answer that breaks off a `notify_failed` decision (a huge
-//! webhook body is not read: `core_fixes_wasm.rs::huge_webhook_answers_are_not_read`).
+//! `storage_unavailable`, a webhook answer that breaks off a `notify_failed` decision, and a
+//! webhook answer with a huge body is not read (its status confirms the notification).
 
 use std::time::{Duration, Instant};
 
 use leasegate_tests::app::{call, post_telemetry, Answer, App};
 use leasegate_tests::stub::{Behaviour, Heads, Stub};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
 
@@ -195,7 +195,46 @@ fn webhook_body_reset_mid_read_is_notify_failed() {
     webhook_case("hookreset", Behaviour::ResetMidBody, "3000");
 }
 
-// A webhook answering 200 with a huge body is no failure any more: its body is read 4 KiB at
-// most and the notification is confirmed by its status (`notified`).
-// `core_fixes_wasm.rs::huge_webhook_answers_are_not_read` holds that rule (a chunked and a
-// declared 64 MiB body, 48 devices at once, every decision `notified`, no trap).
+/// Issue 25.7: an outbound answer whose body is not used (a webhook's) is read a few KB at
+/// most. A webhook answering 200 with a huge body, to a batch of many devices at once: the
+/// decision comes quickly, the notifications are confirmed by their status (the body is not
+/// read to its end), and the component neither traps nor runs out of memory.
+#[test]
+fn huge_webhook_answers_are_not_read() {
+    for (tag, behaviour) in [
+        ("hookchunked", Behaviour::HugeBody),
+        ("hookdeclared", Behaviour::HugeDeclaredBody),
+    ] {
+        let stub = Stub::start(behaviour);
+        let app = App::start(
+            tag,
+            &[
+                ("notify_origin", &stub.origin()),
+                ("max_in_flight", "64"),
+                ("storage_timeout_ms", "20000"),
+            ],
+        );
+        let batch: Vec<Value> = (0..48)
+            .map(|i| json!({"deviceId": format!("{tag}-{i}"), "temperature": 40}))
+            .collect();
+        let started = Instant::now();
+        let answer = post_telemetry(&app, &json!(batch));
+        let took = started.elapsed();
+        assert_eq!(answer.status, 200, "{tag}: {}", answer.text);
+        let decisions = answer.json["decisions"].as_array().unwrap();
+        assert_eq!(decisions.len(), 48);
+        for d in decisions {
+            assert_eq!(d["decision"], "notified", "{tag}: {d}");
+        }
+        assert!(
+            took < Duration::from_secs(20),
+            "{tag}: the decision took {took:?}"
+        );
+        app.assert_no_trap();
+        assert_eq!(
+            stub.seen().iter().filter(|s| s.method == "POST").count(),
+            48,
+            "{tag}: every notification reached the webhook"
+        );
+    }
+}

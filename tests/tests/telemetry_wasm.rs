@@ -1,6 +1,8 @@
 //! device-alerts, as the release `.wasm` served by the real `spin up` from `spin.toml`, against
 //! a real Azurite behind a counting, fault-injecting proxy, with notifications counted at a
-//! webhook sink (behind a proxy of its own).
+//! webhook sink (behind a proxy of its own). Also an invocation deadline after which no device
+//! is started, `Retry-After` growing with the kind of failure, and devices not on `device_ids`
+//! costing nothing.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -575,7 +577,7 @@ fn storage_faults_answer_503_and_notify_nobody() {
     );
     // Each failure kind with the Retry-After it asks for (jittered): `Fault::Refuse` reads the
     // request and then resets the connection (a broken connection, "anything else": 5 to 7 s;
-    // a connection refused outright is `http_fixes_wasm.rs::retry_after_backs_off_with_the_failure`);
+    // a connection refused outright is `retry_after_backs_off_with_the_failure` below);
     // a 403 is no outage: 502 `storage_forbidden`, not retryable.
     let faults = [
         ("refused", Fault::Refuse, Some(5..=7)),
@@ -792,4 +794,120 @@ fn a_failure_after_the_gate_was_granted_does_not_throttle_the_retry() {
         );
         assert_eq!(app.sink.for_device(&device).len(), 2);
     }
+}
+
+/// 25.3: an invocation deadline: devices not started by then are not gated (503, nothing
+/// done for them), and the answer comes soon after the deadline however big the batch.
+#[test]
+fn device_alerts_stop_starting_devices_at_the_deadline() {
+    let app = App::start(
+        "deadline",
+        &[("alert_deadline_ms", "1500"), ("max_in_flight", "1")],
+    );
+    app.storage
+        .set_fault(Some(Fault::Delay(Duration::from_millis(400))));
+    let batch: Vec<_> = (0..8)
+        .map(|i| json!({"deviceId": format!("d{i}"), "temperature": 99}))
+        .collect();
+    let started = Instant::now();
+    let a = post_telemetry(&app, &json!(batch));
+    let took = started.elapsed();
+    app.storage.set_fault(None);
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "deadline_exceeded", "{}", a.text);
+    let decisions = a.json["decisions"].as_array().unwrap();
+    let skipped = decisions
+        .iter()
+        .filter(|d| d["decision"] == "deadline_exceeded")
+        .count();
+    assert!(skipped >= 4, "{}", a.text);
+    assert!(a.headers.contains_key("retry-after"));
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    // A retry gates the rest.
+    let again = post_telemetry(&app, &json!(batch));
+    assert_eq!(again.status, 200, "{}", again.text);
+}
+
+/// 25.3: `Retry-After` grows with the kind of failure, each jittered within its band
+/// (docs/functions.md): a refused connection 2 to 3 s, a connection broken after the request
+/// went out (the proxy's `Fault::Refuse` reads the request, then resets: "anything else") 5 to
+/// 7 s, no answer in time 10 to 14 s.
+#[test]
+fn retry_after_backs_off_with_the_failure() {
+    let app = App::start("retryafter", &[("storage_timeout_ms", "500")]);
+    let reading = json!({"deviceId": "s1", "temperature": 99});
+    let mut reset = Vec::new();
+    let mut timed_out = Vec::new();
+    for _ in 0..3 {
+        app.storage.set_fault(Some(Fault::Refuse));
+        let a = post_telemetry(&app, &reading);
+        assert_eq!(a.status, 503, "{}", a.text);
+        reset.push(a.headers["retry-after"].parse::<u64>().unwrap());
+        app.storage
+            .set_fault(Some(Fault::Delay(Duration::from_millis(1500))));
+        let a = post_telemetry(&app, &reading);
+        assert_eq!(a.status, 503, "{}", a.text);
+        timed_out.push(a.headers["retry-after"].parse::<u64>().unwrap());
+    }
+    app.storage.set_fault(None);
+    // Storage on a port that refuses connections: nothing was sent.
+    let door = Door::closed();
+    let closed = App::start(
+        "retryrefused",
+        &[
+            ("storage_origin", &door.origin()),
+            ("storage_timeout_ms", "500"),
+        ],
+    );
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        let a = post_telemetry(&closed, &reading);
+        assert_eq!(a.status, 503, "{}", a.text);
+        refused.push(a.headers["retry-after"].parse::<u64>().unwrap());
+    }
+    assert!(refused.iter().all(|s| (2..=3).contains(s)), "{refused:?}");
+    assert!(reset.iter().all(|s| (5..=7).contains(s)), "{reset:?}");
+    assert!(
+        timed_out.iter().all(|s| (10..=14).contains(s)),
+        "{timed_out:?}"
+    );
+}
+
+/// 25.3: with `device_ids` set, a device not on the list costs no storage request and no
+/// webhook call.
+#[test]
+fn unlisted_devices_cost_nothing() {
+    let app = App::start("allowlist", &[("device_ids", "sensor-*, pump-7")]);
+    let batch = json!([
+        {"deviceId": "sensor-1", "temperature": 99},
+        {"deviceId": "pump-7", "temperature": 99},
+        {"deviceId": "pump-8", "temperature": 99},
+        {"deviceId": "invented-1", "temperature": 99},
+    ]);
+    let (a, seen) = app.counted(|| post_telemetry(&app, &batch));
+    assert_eq!(a.status, 200, "{}", a.text);
+    let d = a.json["decisions"].as_array().unwrap();
+    assert_eq!(d[0]["decision"], "notified");
+    assert_eq!(d[1]["decision"], "notified");
+    for i in [2, 3] {
+        assert_eq!(d[i]["decision"], "invalid", "{}", a.text);
+        assert!(d[i]["reason"].as_str().unwrap().contains("device_ids"));
+    }
+    assert!(seen
+        .iter()
+        .all(|s| !s.path().contains("pump-8") && !s.path().contains("invented")));
+    assert_eq!(app.sink.received().len(), 2);
+    // What a new device costs (docs/functions.md): 4 storage requests, 1 blob, 1 webhook call.
+    let (a, requests) = app.storage_requests(|| {
+        post_telemetry(&app, &json!({"deviceId": "sensor-new", "temperature": 99}))
+    });
+    assert_eq!(a.json["decisions"][0]["decision"], "notified", "{}", a.text);
+    assert_eq!(requests, 4);
+    assert_eq!(app.sink.received().len(), 3);
+    // A bad pattern is not_configured.
+    let bad = App::start("allowlistbad", &[("device_ids", "a*b")]);
+    let a = post_telemetry(&bad, &json!({"deviceId": "ab", "temperature": 99}));
+    assert_eq!(a.status, 503, "{}", a.text);
+    assert_eq!(a.json["error"], "not_configured");
+    assert!(a.text.contains("device_ids"), "{}", a.text);
 }

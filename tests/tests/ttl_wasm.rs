@@ -1,7 +1,7 @@
 //! ttl-sweeper, as the release `.wasm` served by the real `spin up`, against Azurite: 2,000 blobs
 //! over 2 containers swept by 4 workers at once, each expired blob deleted or moved exactly once;
 //! blobs changed after listing, leased blobs and bad metadata left alone; the marking API; the
-//! app's own lock blobs; blobs swept per second with 1 and 4 workers.
+//! app's own lock blobs (swept by default); blobs swept per second with 1 and 4 workers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
@@ -94,7 +94,7 @@ fn sweeper(
     app_container: Option<ContainerName>,
 ) -> App {
     // Moves into any dead-blob container but the app's own and the swept ones (the
-    // allow-list itself is tested in ttl_fixes_wasm.rs); `extra` may narrow it.
+    // allow-list itself is tested in ttl_storage_wasm.rs); `extra` may narrow it.
     let mut vars = vec![
         ("instance_id", tag),
         ("ttl_containers", containers),
@@ -818,4 +818,22 @@ fn a_slow_page_is_cut_at_the_work_deadline_and_the_next_pass_finishes_it() {
     }
     assert_eq!(deleted, 2);
     assert!(list(&c).is_empty());
+}
+
+/// 25.3: lock-blob clean-up is on by default: with nothing set but the defaults, the sweeper
+/// sweeps the app's own lock blobs (retention one day).
+#[test]
+fn lock_blob_clean_up_is_on_by_default() {
+    let app = App::start("lockclean", &[]);
+    let a = call("POST", &app.url("/api/sweeper/tick"), &[TIMER_AUTH], b"");
+    assert_eq!(a.status, 200, "{}", a.text);
+    let s = call("GET", &app.url("/api/sweeper"), &[TIMER_AUTH], b"");
+    let swept: Vec<&str> = s.json["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "locks")
+        .map(|c| c["prefix"].as_str().unwrap())
+        .collect();
+    assert_eq!(swept, ["alerts/", "gates/"], "{}", s.text);
 }

@@ -1,18 +1,19 @@
-//! Fixes of the lease core and the outbound transport (issues 21 and 25), seen from outside:
-//! the release `.wasm` components under the real `spin up`, storage behind the fault proxy,
-//! webhooks behind a misbehaving stub.
+//! The rules of `docs/protocol.md` seen from outside, as the release `.wasm` components under
+//! the real `spin up` with storage behind the fault proxy: a lost first create of a lease
+//! record leaves the key free, one holder re-acquiring from many callers at once always gets
+//! its gate with one token, a metadata value with inner spaces is signed as sent, and a 403
+//! from storage is answered 502 `storage_forbidden`.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use leasegate::lease::Locks;
 use leasegate::ops::{CreateContainer, ListBlobs, Metadata, PutBlob};
 use leasegate::{Account, BlobName, ContainerName};
 use leasegate_cli::{block_on, NativeTransport};
-use leasegate_tests::app::{call, post_telemetry, Answer, App, ADMIN_AUTH};
+use leasegate_tests::app::{call, Answer, App, ADMIN_AUTH};
 use leasegate_tests::proxy::Fault;
-use leasegate_tests::stub::{Behaviour, Stub};
 use leasegate_tests::{container_sas, unique_container, Azurite};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
 
@@ -208,48 +209,4 @@ fn a_403_from_storage_is_502_storage_forbidden() {
         );
     }
     app.assert_no_trap();
-}
-
-/// Issue 25.7: an outbound answer whose body is not used (a webhook's) is read a few KB at
-/// most. A webhook answering 200 with a huge body, to a batch of many devices at once: the
-/// decision comes quickly, the notifications are confirmed by their status (the body is not
-/// read to its end), and the component neither traps nor runs out of memory.
-#[test]
-fn huge_webhook_answers_are_not_read() {
-    for (tag, behaviour) in [
-        ("hookchunked", Behaviour::HugeBody),
-        ("hookdeclared", Behaviour::HugeDeclaredBody),
-    ] {
-        let stub = Stub::start(behaviour);
-        let app = App::start(
-            tag,
-            &[
-                ("notify_origin", &stub.origin()),
-                ("max_in_flight", "64"),
-                ("storage_timeout_ms", "20000"),
-            ],
-        );
-        let batch: Vec<Value> = (0..48)
-            .map(|i| json!({"deviceId": format!("{tag}-{i}"), "temperature": 40}))
-            .collect();
-        let started = Instant::now();
-        let answer = post_telemetry(&app, &json!(batch));
-        let took = started.elapsed();
-        assert_eq!(answer.status, 200, "{tag}: {}", answer.text);
-        let decisions = answer.json["decisions"].as_array().unwrap();
-        assert_eq!(decisions.len(), 48);
-        for d in decisions {
-            assert_eq!(d["decision"], "notified", "{tag}: {d}");
-        }
-        assert!(
-            took < Duration::from_secs(20),
-            "{tag}: the decision took {took:?}"
-        );
-        app.assert_no_trap();
-        assert_eq!(
-            stub.seen().iter().filter(|s| s.method == "POST").count(),
-            48,
-            "{tag}: every notification reached the webhook"
-        );
-    }
 }

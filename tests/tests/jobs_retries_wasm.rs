@@ -1,23 +1,17 @@
-//! scheduled-job and the timer routes' tokens, as release `.wasm` served by the real `spin up`:
-//! exactly once per occurrence whatever interleaving one instance's ticks take (two `App`s with
-//! the same `instance_id` sharing a container, slowed at the fault proxies), a retried tick
-//! after the reservation log moved on, fencing tokens that rise with the occurrence, a storage
-//! timeout whose lease term is not whole seconds, and the tick token versus the admin token.
+//! scheduled-job, as release `.wasm` served by the real `spin up`: a retried or concurrent
+//! tick of one instance never runs an occurrence twice nor loses it. Two `App`s with the same
+//! `instance_id` share a container, slowed at the fault proxies, so that one instance's ticks
+//! interleave as a replica's, a retried HTTP tick or a manual tick beside the timer would; a tick retried after the reservation log moved on finds its
+//! occurrence settled; the outcome written on the reservation is the commit point (a lost
+//! answer, a failure before it); a retry that finds its own lease but no outcome waits for the
+//! lease to end, then runs the occurrence once.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use leasegate::lease::Locks;
-use leasegate::ops::{Condition, CreateContainer, PutBlob};
-use leasegate::{BlobName, ContainerName};
-use leasegate_cli::{block_on, NativeTransport};
-use leasegate_tests::app::{
-    call, expect_clear_errors, Answer, App, BadCase, Setup, ADMIN_AUTH, ADMIN_TOKEN, TIMER_AUTH,
-    TIMER_TOKEN,
-};
+use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{rfc3339_secs as rfc3339, unix_now};
-use leasegate_tests::{unique_container, Azurite};
 use serde_json::{json, Value};
 
 const JOB: &str = "example-job";
@@ -264,209 +258,92 @@ fn the_outcome_write_survives_a_lost_answer_and_a_failure_before_it_is_retried()
     }
 }
 
-/// Fencing tokens rise with the occurrence, whatever `job_overlap` says: occurrences run in
-/// order get rising tokens, and a late run of an older occurrence gets a lower token than the
-/// newer occurrence's run (so the job's resource refuses the late writer).
+/// A tick reserves the occurrence and takes the job's lease, then its outcome write fails and
+/// so does the release of the lease: it answers 503. The retry finds its own occurrence's
+/// lease and no outcome on the reservation: nobody is running the job, so it must not answer
+/// 200 "skipped" (the scheduler would stop retrying and the occurrence would be lost). It
+/// answers 503 `occurrence_in_progress` with a Retry-After until the lease ends; a tick after
+/// that runs the occurrence, once.
 #[test]
-fn fencing_tokens_rise_with_the_occurrence() {
-    for policy in ["skip", "allow"] {
-        let app = App::start(
-            "tokens",
-            &[("instance_id", "node-t"), ("job_overlap", policy)],
-        );
-        let base = (unix_now() / 60 + 1) * 60;
-        let token = |a: &Answer| {
-            assert_eq!(a.json["decision"], "ran", "{policy}: {}", a.text);
-            a.json["entry"]["fencingToken"]
-                .as_u64()
-                .unwrap_or_else(|| panic!("{policy}: no token: {}", a.text))
-        };
-        // In order, quickly (several in one second).
-        let t0 = token(&tick_at(&app, base));
-        let t1 = token(&tick_at(&app, base + 60));
-        assert!(t0 < t1, "{policy}: {t0} then {t1}");
-        // The newer first, then the older late.
-        let newer = token(&tick_at(&app, base + 180));
-        let older = token(&tick_at(&app, base + 120));
-        assert!(
-            t1 < older && older < newer,
-            "{policy}: occurrence +120 got {older}, +180 got {newer} (+60 got {t1})"
-        );
-        let sent: Vec<(u64, u64)> = app
-            .sink
-            .received()
-            .iter()
-            .filter_map(|r| {
-                Some((
-                    r.body["occurrenceUnix"].as_u64()?,
-                    r.body["fencingToken"].as_u64()?,
-                ))
-            })
-            .collect();
-        let mut by_occurrence = sent.clone();
-        by_occurrence.sort();
-        assert!(
-            by_occurrence.windows(2).all(|w| w[0].1 < w[1].1),
-            "{policy}: tokens the job received, by occurrence: {by_occurrence:?}"
-        );
-    }
-}
-
-/// `storage_timeout_ms = 5100` makes the lease term 30 + 4 x 5.1 + 10 = 60.4 s: rounded up to
-/// whole seconds, the job runs; nothing is reserved and left behind by a refused term.
-#[test]
-fn a_storage_timeout_that_is_not_whole_seconds_runs_the_job() {
+fn a_retry_that_finds_its_own_lease_but_no_outcome_is_not_settled() {
+    // A 15 s lease term: job_timeout 1 s + 4 x 1 s + 10 s.
     let app = App::start(
-        "timeout5100",
-        &[("instance_id", "node-s"), ("storage_timeout_ms", "5100")],
+        "review-job",
+        &[
+            ("instance_id", "node-r"),
+            ("job_timeout_seconds", "1"),
+            ("storage_timeout_ms", "1000"),
+        ],
     );
-    let occ = (unix_now() / 60 + 1) * 60;
-    let a = tick_at(&app, occ);
-    assert_eq!(a.status, 200, "{}", a.text);
-    assert_eq!(a.json["decision"], "ran", "{}", a.text);
-    let b = tick_at(&app, occ + 60);
-    assert_eq!(b.json["decision"], "ran", "{}", b.text);
-    assert_eq!(runs(&[&app]).len(), 2);
-}
-
-fn create_blob(container: &ContainerName, name: &str) {
-    let locks = Locks::new(
-        NativeTransport::default(),
-        Azurite::shared().account(),
-        container.clone(),
+    let base = (unix_now() / 60 + 1) * 60;
+    assert_eq!(tick_at(&app, base).json["decision"], "ran");
+    let occurrence = base + 60;
+    let c = app.container.as_str();
+    // The reservation's path, learnt from the first occurrence's.
+    let first = format!("{base:012}");
+    let reservation = app
+        .storage
+        .seen()
+        .iter()
+        .find(|s| s.method == "PUT" && s.path().ends_with(&first))
+        .map(|s| s.path().replace(&first, &format!("{occurrence:012}")))
+        .expect("the first occurrence's reservation was written");
+    // The outcome write fails; its read-back is slow (time to break the release too).
+    app.storage.fault_on(
+        &format!("PUT {reservation}?comp=metadata"),
+        Fault::Status(503),
     );
-    let _ = block_on(locks.client().execute(
-        &CreateContainer {
-            container: container.clone(),
-        },
-        SystemTime::now(),
-    ));
-    block_on(
-        locks.client().execute(
-            &PutBlob::block(
-                container.clone(),
-                BlobName::try_new(name).unwrap(),
-                b"data".to_vec(),
-            )
-            .with_condition(Condition::IfNotExists),
-            SystemTime::now(),
-        ),
-    )
-    .unwrap();
-}
-
-/// The destructive routes of the four timer functions, as `(method, path, body)`.
-fn destructive(data: &ContainerName, past: u64) -> Vec<(&'static str, String, Vec<u8>)> {
-    vec![
-        (
-            "PUT",
-            format!("/api/ttl/{}/old.txt", data.as_str()),
-            json!({"ttlSeconds": 3600}).to_string().into_bytes(),
-        ),
-        ("DELETE", "/api/init/example-init".into(), Vec::new()),
-        ("DELETE", "/api/leader".into(), Vec::new()),
-        (
-            "POST",
-            format!("/api/jobs/{JOB}/tick"),
-            json!({"at": rfc3339(past)}).to_string().into_bytes(),
-        ),
-    ]
-}
-
-/// The tick token (what a scheduler needs) ticks and reads; marking blobs, resetting an
-/// initialization, a leader's step-down and a manual run of a past occurrence need the admin
-/// token (403 with the tick token); with no admin token those routes refuse to serve (503
-/// `not_configured` naming `admin_token`).
-#[test]
-fn the_tick_token_ticks_and_the_admin_token_does_the_rest() {
-    let data = unique_container("ttldata");
-    create_blob(&data, "old.txt");
-    let vars = [
-        ("instance_id", "node-adm"),
-        ("ttl_containers", data.as_str()),
-        ("admin_token", ADMIN_TOKEN),
-    ];
-    // (The harness sets ADMIN_TOKEN by default too; named here for the reader.)
-    let app = App::start("admin", &vars);
-    let now = unix_now();
-    let past = (now - 1200) / 60 * 60;
-    let json_ct = ("content-type", "application/json");
-    // The tick token: 403 on each destructive route, with a JSON error, no secret anywhere.
-    let cases: Vec<BadCase> = destructive(&data, past)
-        .into_iter()
-        .map(|(method, path, body)| BadCase {
-            method,
-            path,
-            headers: vec![TIMER_AUTH, json_ct],
-            body,
-            status: 403,
-        })
-        .collect();
-    expect_clear_errors(&app, &cases, &[TIMER_TOKEN, ADMIN_TOKEN]);
-    assert!(runs(&[&app]).is_empty(), "a past occurrence ran");
-    // What a scheduler needs still works with it: a tick of the occurrence due now.
-    let current = unix_now();
-    for (method, path, body) in [
-        (
-            "POST",
-            format!("/api/jobs/{JOB}/tick"),
-            json!({"at": rfc3339(current)}).to_string().into_bytes(),
-        ),
-        ("POST", format!("/api/jobs/{JOB}/tick"), Vec::new()),
-        ("GET", format!("/api/jobs/{JOB}"), Vec::new()),
-        ("POST", "/api/leader/tick".into(), Vec::new()),
-        ("GET", "/api/leader".into(), Vec::new()),
-        ("POST", "/api/init/example-init".into(), Vec::new()),
-        ("GET", "/api/init/example-init".into(), Vec::new()),
-        ("POST", "/api/sweeper/tick".into(), Vec::new()),
-        ("GET", "/api/sweeper".into(), Vec::new()),
-    ] {
-        let a = call(method, &app.url(&path), &[TIMER_AUTH, json_ct], &body);
-        assert!(
-            a.status < 300,
-            "{method} {path} with the tick token: {} {}",
-            a.status,
-            a.text
-        );
-    }
-    // The admin token: each destructive route is served.
-    for (method, path, body) in destructive(&data, past) {
-        let a = call(method, &app.url(&path), &[ADMIN_AUTH, json_ct], &body);
-        assert_eq!(
-            a.status, 200,
-            "{method} {path} with the admin token: {}",
-            a.text
-        );
-    }
-    assert_eq!(runs(&[&app]).get(&past), Some(&1), "the manual run");
-    // A wrong token is still a 401, on every route.
-    let wrong = ("authorization", "Bearer not-a-token");
-    for (method, path, body) in destructive(&data, past) {
-        let a = call(method, &app.url(&path), &[wrong, json_ct], &body);
-        assert_eq!(a.status, 401, "{method} {path}: {}", a.text);
-    }
-
-    // No admin token: the destructive routes refuse to serve, whoever asks.
-    let bare = App::start("noadmin", &[vars[0], vars[1], ("admin_token", "")]);
-    for (method, path, body) in destructive(&data, past) {
-        let a = call(method, &bare.url(&path), &[TIMER_AUTH, json_ct], &body);
-        assert_eq!(a.status, 503, "{method} {path}: {}", a.text);
-        assert_eq!(a.json["error"], "not_configured", "{}", a.text);
-        assert!(
-            a.json["message"]
-                .as_str()
-                .unwrap_or("")
-                .contains("admin_token"),
-            "{}",
-            a.text
-        );
-    }
-    // An admin token equal to the tick token is no admin token.
-    let same = App::start(
-        "sameadmin",
-        &[vars[0], vars[1], ("admin_token", TIMER_TOKEN)],
+    app.storage.fault_on(
+        &format!("HEAD {reservation}"),
+        Fault::Delay(Duration::from_millis(700)),
     );
-    let (method, path, body) = destructive(&data, past).swap_remove(2);
-    let a = call(method, &same.url(&path), &[TIMER_AUTH], &body);
-    assert_eq!(a.status, 503, "{method} {path}: {}", a.text);
+    let failed = std::thread::scope(|s| {
+        let tick = s.spawn(|| tick_at(&app, occurrence));
+        leasegate_tests::wait_for("the outcome write", Duration::from_secs(30), || {
+            app.storage
+                .seen()
+                .iter()
+                .any(|s| s.fault == Some(Fault::Status(503)))
+                .then_some(())
+        });
+        app.storage.fault_on(
+            &format!("PUT /devstoreaccount1/{c}/jobs/{JOB}/lock?comp=lease"),
+            Fault::Status(503),
+        );
+        tick.join().unwrap()
+    });
+    app.storage.set_fault(None);
+    assert_eq!(failed.status, 503, "{}", failed.text);
+    assert!(
+        app.storage
+            .seen()
+            .iter()
+            .any(|s| s.describe() == "lease release" && s.fault == Some(Fault::Status(503))),
+        "the release was not refused"
+    );
+    assert_eq!(runs_of(&[&app], occurrence), 0);
+    // The retry: the lease is still this occurrence's, the reservation has no outcome.
+    let retry = tick_at(&app, occurrence);
+    assert_eq!(retry.status, 503, "{}", retry.text);
+    assert_eq!(
+        retry.json["error"], "occurrence_in_progress",
+        "{}",
+        retry.text
+    );
+    let wait: u64 = retry
+        .headers
+        .get("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After: {retry:?}"));
+    assert!((1..=16).contains(&wait), "Retry-After {wait}");
+    // Once the lease has ended, a tick runs it.
+    let ran = leasegate_tests::wait_for("the occurrence to run", Duration::from_secs(40), || {
+        let a = tick_at(&app, occurrence);
+        (a.status != 503).then_some(a)
+    });
+    assert_eq!(ran.json["decision"], "ran", "{}", ran.text);
+    assert_eq!(runs_of(&[&app], occurrence), 1);
+    let again = tick_at(&app, occurrence);
+    assert_eq!(again.json["decision"], "skipped", "{}", again.text);
+    assert_eq!(runs_of(&[&app], occurrence), 1);
 }

@@ -1,6 +1,10 @@
-//! Fixes of the correctness review (issue 21), each against scripted storage answers: a
-//! transport that answers from a script, records what it was sent, and (where a test needs
-//! one) has a clock of its own.
+//! The rules of `docs/protocol.md` that need storage to answer on cue, each against scripted
+//! storage answers: each request dated when it is sent; a lost or 5xx answer gives back only
+//! what the call may have granted, and never a lease the caller held or an id it chose; a lock
+//! blob's first create names nobody; a holder in the last second of its native lease keeps its
+//! token; a claim write never lowers a token; a copy answer without a status is pending. The
+//! transport answers from a script, records what it was sent, and (where a test needs one) has
+//! a clock of its own.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;

@@ -1,7 +1,9 @@
-//! ttl-sweeper fixes, as the release `.wasm` under the real `spin up`, against Azurite through
-//! the fault proxy: a container that refuses listing is skipped and reported; marking keeps
-//! other metadata exactly; expired blobs with snapshots are deleted with them; dead-blob moves
-//! only into allowed containers; every name storage accepts is swept.
+//! ttl-sweeper against blobs and containers as storage keeps them, as the release `.wasm` under
+//! the real `spin up`, against Azurite through the fault proxy (the test writes and reads blobs
+//! with raw requests under a container SAS, byte for byte): a container that refuses listing is
+//! skipped and reported; marking keeps other metadata exactly; expired blobs with snapshots are
+//! deleted with them; dead-blob moves only into allowed containers, metadata kept exactly;
+//! every name storage accepts is swept.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
