@@ -1,72 +1,17 @@
-//! Lease algorithms for stateless callers: acquire (which also extends), release, break,
-//! inspect, with fencing tokens, over native blob leases or lease records.
+//! The lease rules for stateless callers: acquire (which also extends), release, break,
+//! inspect and step down, with fencing tokens, over native blob leases ([`native`]) or lease
+//! records ([`record`]), on lock blobs kept through a [`BlobClient`].
 //!
-//! Every call takes `now`, used only to date the requests (`x-ms-date`) when the transport has
-//! no clock of its own: a transport that has one ([`Transport::now`]) dates each request when it
-//! is sent, so a long call never sends a stale date. Every expiry is judged by the storage
-//! server's `Date` header.
+//! **At no moment do two lease ids hold one lock, whatever [`Term`] each caller asks for**:
+//! every call first reads the lock blob (one HEAD), and every grant is conditional on what that
+//! read saw, so storage refuses one that would make a second holder. Every new holder gets a
+//! fencing token strictly larger than any before it (the rule is in `lease/claim.rs`), and a
+//! holder that extends keeps its own.
 //!
-//! # One lock, two ways to hold it
-//! A lock is one blob (an empty page blob, created with its container on first use). A caller
-//! asks for a [`Term`]:
-//! * [`Term::Native`]: a native blob lease of 15 to 60 seconds, or infinite ([`native`]);
-//! * [`Term::Record`]: any other whole number of seconds, kept as a lease record in the
-//!   blob's metadata, its expiry judged by the server's `Date` ([`record`]).
-//!
-//! **At no moment do two lease ids hold one lock, whatever term each caller asks for**, first
-//! use included. Both protocols begin with one read (`HEAD`) of the lock blob: its lease
-//! state, its claim (the holder, written into the blob's metadata) and its ETag. Then:
-//! * a native taker acquires only when the blob is not leased and holds no live record, and
-//!   it acquires with `If-Match` on the ETag it read, so a record written since makes storage
-//!   refuse it (412) and it reads again;
-//! * a record taker writes its record only when the blob is not leased and holds no live record
-//!   of another, with `If-Match` on the ETag it read and without a lease id, so a lease taken
-//!   since makes storage refuse it (412 `LeaseIdMissing`), as does another record written since.
-//!
-//! So a native lease and a live record never coexist, native leases exclude each other (storage
-//! grants one lease at a time), and records exclude each other (compare-and-swap). A caller may
-//! change its own term while it holds the lock (same lease id): it keeps its token.
-//!
-//! # Fencing tokens
-//! A lost lease does not stop work already running: a paused holder can wake up after its
-//! lease ran out. A fencing token is an integer that every new holder of a lock gets strictly
-//! larger than every token before it, across both terms and across the lock blob being deleted
-//! and created again; a holder that extends its own lock keeps its token (the claim has the
-//! rule). The holder passes the token with every write to the protected resource, and the
-//! resource refuses a token lower than the highest it has seen (store the highest with the data
-//! and compare-and-swap, or keep it in the same transaction). A stale holder then cannot
-//! overwrite its successor's work.
-//!
-//! # Round trips
-//! | decision | native lease | lease record |
-//! |---|---|---|
-//! | busy: someone else holds it (either term) | **1** (HEAD) | **1** (HEAD) |
-//! | acquired by a new holder | 3: HEAD, acquire, claim | 2: HEAD, compare-and-swap |
-//! | extended by its holder (token kept) | 3: HEAD, acquire, claim (its new expiry); 2 when the claim names that expiry already | 2: HEAD, compare-and-swap; 1 when the record names that expiry already |
-//! | first use of a lock | HEAD, create, acquire, claim (+2 to create the container) | HEAD, create, compare-and-swap (+2 to create the container) |
-//! | release | 2: HEAD, release | 2: HEAD, compare-and-swap |
-//!
-//! What the requests buy: the HEAD lets the two terms share one lock and tells a refused
-//! caller how long the holder has left; the claim is the token, and keeps what a refused
-//! caller or an inspection is told exact (an extension moves its expiry).
-//!
-//! # Failures
-//! A request that fails after storage may have granted the lock to a **new** holder (an answer
-//! lost, a 5xx, a claim that could not be written) is followed by giving the lock back before
-//! the error is returned, **only when this call generated the lease id itself**
-//! ([`IdOrigin::Fresh`]: a random id no other call knows). An id the caller chose or derived
-//! ([`IdOrigin::Known`]: a client's lease id, an instance's id) may be held right now by
-//! another call with that id (a client's retry, a second tick of one instance) that read the
-//! lock after this call's grant and was told it holds it: giving back then would free the lock
-//! under it. So such a lock is left as it is, and acquiring again with the same id settles the
-//! state (or it runs out). A holder that was **extending** (or switching the term of) a lock
-//! it already held keeps it too: the error takes away nothing it was granted before. Nor is a
-//! blob found leased without a live claim given back: that lease may be the caller's own (a
-//! call that stopped between its grant and its claim); it runs out on its own.
-//!
-//! A lock blob's first create names no holder (native and record alike): it only carries the
-//! first token. The lock is then taken as on any existing blob, so a create whose answer was
-//! lost grants nothing, however late it lands.
+//! Every call takes `now` only to date its requests when the transport has no clock of its
+//! own ([`Transport::now`]); every expiry is judged by the storage server's `Date`. The rules,
+//! what a failure leaves taken, and the storage round trips of each decision are written once,
+//! in [docs/protocol.md](https://github.com/leasegate/leasegate/blob/main/docs/protocol.md).
 
 mod claim;
 pub mod native;
@@ -126,7 +71,7 @@ impl Term {
 }
 
 /// Where an acquire's lease id comes from, which decides what a failure that may have granted
-/// the lock leaves behind (see the [module](self)'s failures).
+/// the lock leaves behind (`docs/protocol.md`, "Failures").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdOrigin {
     /// Generated by this call (random, known to no other call): a failure after storage may
@@ -292,8 +237,8 @@ impl<T: Transport> Locks<T> {
     }
 
     /// Takes `lock` for `term` with `lease_id`, or extends it if `lease_id` already holds it
-    /// (keeping its token), and returns the fencing token. See the [module](self) for the rules
-    /// and the round trips.
+    /// (keeping its token), and returns the fencing token. The rules and the round trips are in
+    /// `docs/protocol.md` (linked from the [module](self)).
     ///
     /// `lease_id` is taken as [`IdOrigin::Known`]: if a request fails after storage may have
     /// granted the lock, the lock is left as it is (another call with this id may hold it by
