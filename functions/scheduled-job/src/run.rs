@@ -1,6 +1,7 @@
-//! A tick, step by step (`docs/timer-functions.md`, "A tick, step by step"): reserve, take
-//! the job's lease, write the outcome, log, run, record, release; then settle earlier
-//! occurrences left without an outcome.
+//! A tick, step by step, numbered as in `docs/timer-functions.md` ("A tick, step by step"):
+//! 1 reserve, 2 refuse an occurrence out of range, 3 skip one settled already or take the
+//! job's lease, 4 write the outcome, 5 log, 6 call the job, then record its result, release,
+//! settle earlier occurrences left without an outcome and clean up.
 
 use leasegate::lease::{Acquire, IdOrigin, Locks};
 use leasegate::ops::{Condition, Metadata, PutBlob, SetMetadata, WriteOutcome};
@@ -225,7 +226,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     .await
 }
 
-/// Steps 3 to 7 of [`run_tick`], once the occurrence is reserved and in range.
+/// Steps 3 to 6 of [`run_tick`], once the occurrence is reserved and in range.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
@@ -248,6 +249,8 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             format!("it was settled after its reserver's deadline ({run})")
         },
     };
+    // 3. A reservation with an outcome already is settled: `skipped`. Otherwise the job's lease
+    // (below).
     if let Some(run) = reservation.metadata.get(META_RUN) {
         return Ok(settled(run));
     }
@@ -265,7 +268,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         reason: None,
     };
     let nonce = (ctx.new_lease_id)().to_string();
-    // 3. The job's lease (skip: one run at a time), labelled with the instance and the
+    // Still 3: the job's lease (skip: one run at a time), labelled with the instance and the
     // occurrence, so that a tick finding its own occurrence's run in it leaves that run alone.
     let job_locks =
         Locks::from_client(blobs.clone()).with_prefix(&format!("jobs/{}/", settings.job));
@@ -378,10 +381,9 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             };
         }
     }
-    // 6. Run.
+    // 6. Call the job, then record the result on the reservation and in the log (raising the
+    // clean-up watermark), release, settle earlier occurrences and clean up below the watermark.
     let result = call_job(job, settings, &entry).await;
-    // 7. Record the result on the reservation and in the log (raising the clean-up watermark),
-    // release, clean up below it.
     let (status, reason) = match &result {
         Ok(()) => ("succeeded", None),
         Err(reason) => ("failed", Some(reason.clone())),
