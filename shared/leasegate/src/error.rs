@@ -175,6 +175,23 @@ impl TransportError {
     }
 }
 
+/// No access token could be had. The message names the endpoint and what it said, never a
+/// secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenError {
+    /// What happened.
+    pub message: String,
+    /// True when asking again later may work (the endpoint was unreachable, busy or failing);
+    /// false when the endpoint refused (a wrong secret, no identity): a configuration fault.
+    pub retryable: bool,
+}
+
+impl std::fmt::Display for TokenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// Everything that can go wrong in this crate.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -231,7 +248,7 @@ pub enum Error {
     Transport(#[from] TransportError),
     /// No access token could be had for a bearer credential (the request was not sent).
     #[error("no access token: {0}")]
-    Token(crate::token::TokenError),
+    Token(TokenError),
 }
 
 impl Error {

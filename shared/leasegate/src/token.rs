@@ -19,8 +19,12 @@ use std::time::{Duration, SystemTime};
 
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
+use crate::error::{status_name, Error};
 use crate::message::{Method, Request, Response};
-use crate::{Error, Transport};
+use crate::Transport;
+
+/// Where a token could not be had (kept with the crate's other errors).
+pub use crate::error::TokenError;
 
 /// The resource a managed identity token is asked for (Azure Storage).
 pub const STORAGE_RESOURCE: &str = "https://storage.azure.com/";
@@ -306,11 +310,7 @@ impl TokenSource {
         if !status.is_success() {
             let retryable =
                 status.as_u16() == 408 || status.as_u16() == 429 || status.is_server_error();
-            let mut message = format!(
-                "{} answered {}",
-                self.endpoint_name(),
-                crate::error::status_name(status)
-            );
+            let mut message = format!("{} answered {}", self.endpoint_name(), status_name(status));
             if let Some(code) = body.get("error").and_then(short_word) {
                 message.push_str(&format!(": {code}"));
             }
@@ -331,7 +331,7 @@ impl TokenSource {
                 message: format!(
                     "{} answered {}: {what}",
                     self.endpoint_name(),
-                    crate::error::status_name(status)
+                    status_name(status)
                 ),
                 retryable: true,
             })
@@ -380,23 +380,6 @@ fn short_word(value: &serde_json::Value) -> Option<&str> {
 /// `value` percent-encoded for a query or a form body.
 fn form(value: &str) -> String {
     utf8_percent_encode(value, NON_ALPHANUMERIC).to_string()
-}
-
-/// No access token could be had. The message names the endpoint and what it said, never a
-/// secret.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenError {
-    /// What happened.
-    pub message: String,
-    /// True when asking again later may work (the endpoint was unreachable, busy or failing);
-    /// false when the endpoint refused (a wrong secret, no identity): a configuration fault.
-    pub retryable: bool,
-}
-
-impl std::fmt::Display for TokenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
 }
 
 /// Fetches a token from `source` through `transport`, `now` being the time of the request:
