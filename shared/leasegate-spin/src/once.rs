@@ -306,11 +306,7 @@ fn refused<R, E>(
 ) -> Once<R, E> {
     let second = Duration::from_secs(1);
     let left = retry_after.unwrap_or(window).max(second);
-    // The server's clock at the read: the holder's expiry less the time it has left.
-    let age = holder.and_then(|h| {
-        let server_now = h.expires_at?.checked_sub(retry_after?)?;
-        server_now.duration_since(h.since?).ok()
-    });
+    let age = holder.and_then(|h| h.held_for);
     match age {
         Some(age) if age >= RUNNING_FOR => Once::Throttled { retry_after: left },
         Some(age) => Once::Busy {
