@@ -485,16 +485,10 @@ async fn gate_one<'r, T: Transport>(
             ..
         }) => {
             // Another tenure, old enough that its holder is done notifying: it keeps its gate.
-            let settled = holder.as_ref().is_some_and(|h| {
-                let server_now = h
-                    .expires_at
-                    .zip(retry_after)
-                    .and_then(|(e, l)| e.checked_sub(l));
-                server_now
-                    .zip(h.since)
-                    .and_then(|(now, since)| now.duration_since(since).ok())
-                    .is_some_and(|age| age >= cache::settled_after(settings.storage.timeout))
-            });
+            let settled = holder
+                .as_ref()
+                .and_then(|h| h.held_for)
+                .is_some_and(|age| age >= cache::settled_after(settings.storage.timeout));
             if settled {
                 remember(retry_after);
             }

@@ -19,7 +19,7 @@
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Term};
 use leasegate::ops::Metadata;
@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 use leasegate_spin::auth::Power;
 use leasegate_spin::config::check_name;
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
+use leasegate_spin::once::{once_ever_as, Ever};
 use leasegate_spin::timer::{self, Source, Tick, TimerFunction};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, log_line, Context};
@@ -207,85 +208,64 @@ async fn run<T, S: Transport, A: Transport>(
     name: &str,
 ) -> Result<State, leasegate::Error> {
     let lock = LockName::try_new(name)?;
-    let info = locks.inspect(&lock, ctx.now).await?;
-    if is_done(&info.marks) {
-        return Ok(State::Done {
+    // The toolkit's verb, as a user's do-once function calls it: this instance's name as the
+    // holder's label, and who did it beside the done mark.
+    let mut marks = Metadata::new();
+    marks.insert("done_by".into(), settings.instance_id.clone());
+    let ever = once_ever_as(
+        ctx,
+        locks,
+        &lock,
+        settings.lease,
+        &settings.instance_id,
+        &marks,
+        async |token| post(action, settings, name, token).await.map(|()| token),
+    )
+    .await?;
+    Ok(match ever {
+        Ever::Done => State::Done {
             ran: false,
             token: None,
-        });
-    }
-    if let LockStatus::Held {
-        label, expires_at, ..
-    } = &info.status
-    {
-        return Ok(State::Running {
-            by: label.clone(),
-            retry_after: left(*expires_at, info.server_date),
-        });
-    }
-    let id = (ctx.new_lease_id)();
-    let term = Term::for_window(settings.lease)?;
-    let held = match locks
-        .acquire_with(
-            &lock,
-            term,
-            id,
-            IdOrigin::Fresh,
-            &settings.instance_id,
-            ctx.now,
-        )
-        .await?
-    {
-        Acquire::Acquired(held) => held,
-        Acquire::Busy {
-            holder,
+        },
+        Ever::Busy {
             retry_after,
+            holder,
+        } => State::Running {
+            by: holder.unwrap_or_default(),
+            retry_after: Some(retry_after),
+        },
+        Ever::Ran { fencing_token, .. } => State::Done {
+            ran: true,
+            token: Some(fencing_token),
+        },
+        Ever::Failed {
+            fencing_token,
+            error,
             ..
-        } => {
-            return Ok(State::Running {
-                by: holder.map(|h| h.label).unwrap_or_default(),
-                retry_after,
-            })
-        }
-    };
-    let token = held.fencing_token.unwrap_or(0);
-    let state = if is_done(&held.marks) {
-        // Done between the read and the grant.
-        State::Done {
-            ran: false,
-            token: None,
-        }
-    } else if let Err(reason) = post(action, settings, name, token).await {
-        State::Failed { reason, token }
-    } else {
-        let mut marks = Metadata::new();
-        marks.insert("progress".into(), DONE.into());
-        marks.insert("done_by".into(), settings.instance_id.clone());
-        marks.insert("done_token".into(), token.to_string());
-        match locks.set_marks(&lock, id, &marks, ctx.now).await {
-            Ok(true) => State::Done {
-                ran: true,
-                token: Some(token),
-            },
-            Ok(false) => State::LostLock { token },
-            Err(e) => State::MarkFailed {
-                token,
-                error: e.to_string(),
-            },
-        }
-    };
-    // Let the lock go whatever came of it: an unmarked run is run again by the next caller,
-    // not held up until the lease runs out.
-    let _ = locks.release(&lock, id, ctx.now).await;
-    Ok(state)
+        } => State::Failed {
+            reason: error,
+            token: fencing_token,
+        },
+        Ever::Unmarked {
+            fencing_token,
+            storage_error: None,
+            ..
+        } => State::LostLock {
+            token: fencing_token,
+        },
+        Ever::Unmarked {
+            fencing_token,
+            storage_error: Some(error),
+            ..
+        } => State::MarkFailed {
+            token: fencing_token,
+            error,
+        },
+    })
 }
 
 fn is_done(marks: &Metadata) -> bool {
     marks.get("progress").map(String::as_str) == Some(DONE)
-}
-
-fn left(expires: Option<SystemTime>, now: Option<SystemTime>) -> Option<Duration> {
-    expires?.duration_since(now?).ok()
 }
 
 /// The initialization's body, as `init_url` receives it.

@@ -22,7 +22,7 @@
 
 use std::time::{Instant, SystemTime};
 
-use leasegate::lease::{Acquire, LockStatus, Release, Term};
+use leasegate::lease::{LockStatus, Release};
 use leasegate::{
     Counting, HolderKey, LeaseDuration, LeaseId, LockName, Transport, TransportErrorKind,
 };
@@ -34,6 +34,7 @@ use sha2::{Digest, Sha256};
 use leasegate_spin::auth::Power;
 use leasegate_spin::config::check_name;
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
+use leasegate_spin::leader::{lead, Leadership};
 use leasegate_spin::timer::{self, Source, Tick, TimerFunction};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, log_line, Context};
@@ -129,32 +130,38 @@ pub async fn tick<T: Transport>(
         "instance": settings.instance_id,
         "trigger": tick.source.as_str(),
     });
+    // The toolkit's verb, as a user's leader-gated function asks it.
     let outcome = match settings.lock() {
         Ok(lock) => {
-            let id = settings.lease_id(&lock);
-            locks
-                .acquire_as(
-                    &lock,
-                    Term::Native(settings.lease),
-                    id,
-                    &settings.instance_id,
-                    ctx.now,
-                )
-                .await
+            lead(
+                ctx,
+                &locks,
+                &lock,
+                &settings.instance_id,
+                &settings.lease_id_key,
+                settings.lease,
+            )
+            .await
         }
         Err(e) => Err(e),
     };
     let status = match outcome {
-        Ok(Acquire::Acquired(held)) => {
-            let term = held.fencing_token.unwrap_or(0);
+        Ok(Leadership::Leader {
+            term,
+            since,
+            expires_at,
+            took_over,
+            granted_at,
+            ..
+        }) => {
             v["role"] = json!("leader");
             v["term"] = json!(term);
-            v["since"] = json!(rfc3339(held.since));
-            v["expiresAt"] = json!(held.expires_at.map(rfc3339));
-            v["tookOver"] = json!(!held.extended);
-            let key = heartbeat_key(&settings.group, term, held.server_date);
+            v["since"] = json!(rfc3339(since));
+            v["expiresAt"] = json!(expires_at.map(rfc3339));
+            v["tookOver"] = json!(took_over);
+            let key = heartbeat_key(&settings.group, term, granted_at);
             v["idempotencyKey"] = json!(key);
-            match heartbeat(&transport, settings, term, &held, &key).await {
+            match heartbeat(&transport, settings, term, (since, expires_at), &key).await {
                 Ok(()) => {
                     v["heartbeat"] = json!("delivered");
                     StatusCode::OK
@@ -167,8 +174,11 @@ pub async fn tick<T: Transport>(
                 }
             }
         }
-        Ok(Acquire::Busy {
-            holder,
+        Ok(Leadership::Follower {
+            leader,
+            term,
+            since,
+            expires_at,
             stepped_down_until,
             ..
         }) => {
@@ -177,11 +187,11 @@ pub async fn tick<T: Transport>(
                 // This instance stepped down: it leaves the lease to the others until then.
                 v["steppedDownUntil"] = json!(rfc3339(until));
             }
-            if let Some(h) = holder {
-                v["leader"] = json!(h.label);
-                v["term"] = json!(h.token);
-                v["since"] = json!(h.since.map(rfc3339));
-                v["expiresAt"] = json!(h.expires_at.map(rfc3339));
+            if let Some(leader) = leader {
+                v["leader"] = json!(leader);
+                v["term"] = json!(term);
+                v["since"] = json!(since.map(rfc3339));
+                v["expiresAt"] = json!(expires_at.map(rfc3339));
             }
             StatusCode::OK
         }
@@ -217,15 +227,15 @@ async fn heartbeat<T: Transport>(
     transport: &T,
     settings: &Settings,
     term: u64,
-    held: &leasegate::lease::Acquired,
+    (since, expires_at): (SystemTime, Option<SystemTime>),
     key: &str,
 ) -> Result<(), String> {
     let body = Heartbeat {
         group: &settings.group,
         leader: &settings.instance_id,
         term,
-        since: rfc3339(held.since),
-        expires_at: held.expires_at.map(rfc3339),
+        since: rfc3339(since),
+        expires_at: expires_at.map(rfc3339),
         idempotency_key: key,
     };
     // Serializing strings and an integer cannot fail.

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
 use leasegate::ops::{ListBlobs, ListBlobsPage};
+use leasegate::BlobClient;
 use leasegate::{BlobName, ContainerName, LockName, StatusCode, Transport};
 
 use leasegate_spin::timer;
@@ -101,19 +102,19 @@ pub(crate) async fn claim<T, S: Transport>(
             Acquire::Busy { .. } => return Ok(Claim::Busy),
         }
     }
-    let claimed = claim_held(locks, settings, tick, started.is_some(), ctx.now).await;
+    let claimed = claim_held(locks.client(), settings, tick, started.is_some(), ctx.now).await;
     let _ = locks.release(&lock, id, ctx.now).await;
     claimed
 }
 
 async fn claim_held<S: Transport>(
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     settings: &Settings,
     tick: &mut Bookkeeping,
     page_wanted: bool,
     now: SystemTime,
 ) -> Result<Claim, leasegate::Error> {
-    let (mut state, etag, server_now) = read_state(locks, settings, now).await?;
+    let (mut state, etag, server_now) = read_state(blobs, settings, now).await?;
     reconcile(&mut state, settings);
     // A write whose answer was lost may have landed: this tick's entry says what did.
     if let Some(e) = state.ticks.iter().find(|t| t.id == tick.id) {
@@ -154,7 +155,7 @@ async fn claim_held<S: Transport>(
             .iter()
             .position(|e| !e.off && (e.status == "init" || e.status == "current"))
         {
-            match list_page(locks, settings, &state.containers[index], now).await {
+            match list_page(blobs, settings, &state.containers[index], now).await {
                 Ok(listed) => {
                     found = Some((index, listed));
                     break;
@@ -217,7 +218,7 @@ async fn claim_held<S: Transport>(
     state.ticks.push(entry);
     // If this write's answer is lost, the next claim's read settles the counters.
     tick.maybe_active |= active;
-    if !write_state(locks, settings, &state, etag, now).await? {
+    if !write_state(blobs, settings, &state, etag, now).await? {
         // The state moved although we hold its lease (someone wrote it without): nothing
         // was written, nothing is claimed.
         return Ok(Claim::Busy);
@@ -301,7 +302,7 @@ pub(crate) fn resting(state: &State, settings: &Settings, server_now: SystemTime
 
 /// Lists the next page of `entry`.
 async fn list_page<S: Transport>(
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     settings: &Settings,
     entry: &Entry,
     now: SystemTime,
@@ -314,7 +315,7 @@ async fn list_page<S: Transport>(
         include_metadata: true,
         ..ListBlobs::new(container.clone())
     };
-    let (page, date) = match locks.client().execute(&list, now).await {
+    let (page, date) = match blobs.execute(&list, now).await {
         Ok((page, date)) => (page, date),
         // A swept container that does not exist (yet) has no blobs.
         Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {

@@ -148,10 +148,10 @@ impl TimerFunction for Sweeper {
         };
         if method == leasegate::Method::GET {
             let transport = (ctx.connect)(settings.storage.timeout);
-            // Counted like the other paths: one instance of the lease code per component.
+            // Counted like the other paths: one instance of the storage code per component.
             let transport = Counting::new(&transport);
-            let locks = settings.storage.locks(&transport, "sweeper/");
-            return match read_state(&locks, &settings, ctx.now).await {
+            let blobs = settings.storage.blobs(&transport);
+            return match read_state(&blobs, &settings, ctx.now).await {
                 Ok((state, _, _)) => web::json(StatusCode::OK, &state),
                 Err(e) => web::storage_unavailable(&e),
             };

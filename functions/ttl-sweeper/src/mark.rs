@@ -191,13 +191,13 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
     let transport = (ctx.connect)(settings.storage.timeout);
     // Counted like the other paths: one instance of the lease code per component.
     let transport = Counting::new(&transport);
-    let locks = settings.storage.locks(&transport, "sweeper/");
+    let blobs = settings.storage.blobs(&transport);
     for _ in 0..4 {
         let head = GetProperties {
             container: container.clone(),
             blob: blob.clone(),
         };
-        let (props, date) = match locks.client().execute(&head, ctx.now).await {
+        let (props, date) = match blobs.execute(&head, ctx.now).await {
             Ok((Some(p), date)) => (p, date),
             Ok((None, _)) => {
                 return web::error(StatusCode::NOT_FOUND, "blob_not_found", "no such blob")
@@ -232,7 +232,7 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
             lease_id: None,
             condition: Condition::IfMatch(etag),
         };
-        match locks.client().execute(&write, ctx.now).await {
+        match blobs.execute(&write, ctx.now).await {
             Ok((WriteOutcome::Written(_), _)) => {
                 log_line(
                     json!({"fn": "ttl-sweeper", "decision": "marked", "container": container.as_str(), "expiresAt": rfc3339(expires)}),

@@ -8,8 +8,8 @@
 
 use std::time::SystemTime;
 
-use leasegate::lease::Locks;
 use leasegate::ops::{Condition, GetBlob, PutBlob, WriteOutcome};
+use leasegate::BlobClient;
 use leasegate::Transport;
 use serde::{Deserialize, Serialize};
 
@@ -156,12 +156,11 @@ pub(crate) struct TickEntry {
 
 /// Reads the state (content and ETag); a missing state is empty.
 pub(crate) async fn read_state<S: Transport>(
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     settings: &Settings,
     now: SystemTime,
 ) -> Result<(State, Option<leasegate::ETag>, SystemTime), leasegate::Error> {
-    let (blob, date) = locks
-        .client()
+    let (blob, date) = blobs
         .execute(
             &GetBlob {
                 container: settings.storage.container.clone(),
@@ -185,7 +184,7 @@ pub(crate) async fn read_state<S: Transport>(
 }
 
 pub(crate) async fn write_state<S: Transport>(
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     settings: &Settings,
     state: &State,
     etag: Option<leasegate::ETag>,
@@ -201,7 +200,7 @@ pub(crate) async fn write_state<S: Transport>(
     .with_content_type("application/json")
     .with_condition(etag.map_or(Condition::IfNotExists, Condition::IfMatch));
     Ok(matches!(
-        execute_creating_container(locks.client(), locks.container(), &put, now)
+        execute_creating_container(blobs, blobs.container(), &put, now)
             .await?
             .0,
         WriteOutcome::Written(_)

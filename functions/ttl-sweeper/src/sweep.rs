@@ -5,11 +5,11 @@
 use std::time::{Instant, SystemTime};
 
 use futures::StreamExt;
-use leasegate::lease::Locks;
 use leasegate::ops::{
     public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, DeleteBlob,
     DeleteBlobAndSnapshots, DeleteOutcome, GetProperties, Refusal,
 };
+use leasegate::BlobClient;
 use leasegate::{BlobName, ContainerName, Counting, LeaseState, Transport};
 use leasegate_spin::storage::execute_creating_container;
 
@@ -74,7 +74,7 @@ pub(crate) async fn sweep<T: Transport>(
                 break;
             }
         };
-        let page_report = process(ctx, &locks, settings, &claimed, started).await;
+        let page_report = process(ctx, locks.client(), settings, &claimed, started).await;
         tick.pending = tick.pending.plus(Counters::of(&page_report));
         report = merge(report, &page_report);
         report.pages += 1;
@@ -117,7 +117,7 @@ fn merge(mut into: Report, page: &Report) -> Report {
 /// Processes a claimed page concurrently (at most `max_in_flight` blobs at a time).
 async fn process<T, S: Transport>(
     ctx: &Context<'_, T>,
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     settings: &Settings,
     claimed: &Claimed,
     started: Instant,
@@ -129,8 +129,8 @@ async fn process<T, S: Transport>(
                 return Outcome::Skipped("the tick's time ran out (the next pass takes it)");
             }
             match claimed.kind {
-                Kind::Ttl => sweep_blob(ctx, locks, settings, claimed, item).await,
-                Kind::Locks => sweep_lock(ctx, locks, settings, claimed, item).await,
+                Kind::Ttl => sweep_blob(ctx, blobs, settings, claimed, item).await,
+                Kind::Locks => sweep_lock(ctx, blobs, settings, claimed, item).await,
             }
         })
         .buffer_unordered(settings.storage.max_in_flight)
@@ -172,7 +172,7 @@ enum Outcome {
 
 async fn sweep_blob<T, S: Transport>(
     ctx: &Context<'_, T>,
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     settings: &Settings,
     claimed: &Claimed,
     item: &BlobItem,
@@ -219,7 +219,7 @@ async fn sweep_blob<T, S: Transport>(
         }
         if let Err(reason) = move_blob(
             ctx,
-            locks,
+            blobs,
             settings,
             claimed,
             item,
@@ -239,7 +239,7 @@ async fn sweep_blob<T, S: Transport>(
         lease_id: None,
         condition: Condition::IfMatch(etag),
     });
-    match locks.client().execute(&delete, ctx.now).await {
+    match blobs.execute(&delete, ctx.now).await {
         Ok((DeleteOutcome::Deleted, _)) => {
             if dead.is_some() {
                 Outcome::Moved
@@ -289,7 +289,7 @@ fn holds_listed_version(copied: Option<u64>, listed: Option<u64>, same_content: 
 #[allow(clippy::too_many_arguments)]
 async fn move_blob<T, S: Transport>(
     ctx: &Context<'_, T>,
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     settings: &Settings,
     claimed: &Claimed,
     item: &BlobItem,
@@ -324,7 +324,7 @@ async fn move_blob<T, S: Transport>(
                 target.clone(),
             )
         };
-        match copy_creating(locks, &copy, dead_container, ctx.now).await {
+        match copy_creating(blobs, &copy, dead_container, ctx.now).await {
             Ok(CopyOutcome::Started {
                 status: CopyStatus::Success,
                 ..
@@ -334,7 +334,7 @@ async fn move_blob<T, S: Transport>(
                 copy_id,
                 ..
             }) => {
-                return if wait_for_copy(ctx, locks, dead_container, &target, copy_id.as_deref())
+                return if wait_for_copy(ctx, blobs, dead_container, &target, copy_id.as_deref())
                     .await
                 {
                     Ok(())
@@ -351,7 +351,7 @@ async fn move_blob<T, S: Transport>(
                     container: dead_container.clone(),
                     blob: target.clone(),
                 };
-                match locks.client().execute(&head, ctx.now).await {
+                match blobs.execute(&head, ctx.now).await {
                     Ok((Some(p), _))
                         if p.copy_status.as_deref() == Some("success")
                             && p.copy_source.as_deref().and_then(|s| s.split('?').next())
@@ -376,12 +376,12 @@ async fn move_blob<T, S: Transport>(
 
 /// Copies, creating the dead-blob container if it is missing.
 async fn copy_creating<S: Transport>(
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     copy: &CopyBlob,
     dead_container: &ContainerName,
     now: SystemTime,
 ) -> Result<CopyOutcome, leasegate::Error> {
-    execute_creating_container(locks.client(), dead_container, copy, now)
+    execute_creating_container(blobs, dead_container, copy, now)
         .await
         .map(|(outcome, _)| outcome)
 }
@@ -390,7 +390,7 @@ async fn copy_creating<S: Transport>(
 /// replaced, or takes longer than [`COPY_WAIT`].
 async fn wait_for_copy<T, S: Transport>(
     ctx: &Context<'_, T>,
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     container: &ContainerName,
     blob: &BlobName,
     copy_id: Option<&str>,
@@ -402,7 +402,7 @@ async fn wait_for_copy<T, S: Transport>(
             container: container.clone(),
             blob: blob.clone(),
         };
-        match locks.client().execute(&head, ctx.now).await {
+        match blobs.execute(&head, ctx.now).await {
             Ok((Some(p), _)) if copy_id.is_none_or(|id| p.copy_id.as_deref() == Some(id)) => {
                 match p.copy_status.as_deref() {
                     Some("success") => return true,
@@ -420,7 +420,7 @@ async fn wait_for_copy<T, S: Transport>(
 /// written since) is deleted with `If-Match` on its listed ETag.
 async fn sweep_lock<T, S: Transport>(
     ctx: &Context<'_, T>,
-    locks: &Locks<S>,
+    blobs: &BlobClient<S>,
     settings: &Settings,
     claimed: &Claimed,
     item: &BlobItem,
@@ -470,7 +470,7 @@ async fn sweep_lock<T, S: Transport>(
         lease_id: None,
         condition: Condition::IfMatch(etag),
     };
-    match locks.client().execute(&delete, ctx.now).await {
+    match blobs.execute(&delete, ctx.now).await {
         Ok((DeleteOutcome::Deleted, _)) => Outcome::LockRemoved,
         Ok((DeleteOutcome::NotFound, _)) => Outcome::Skipped("already gone"),
         // Taken or written since it was listed: in use again.

@@ -36,6 +36,7 @@ use crate::Context;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Leadership {
     /// This instance leads until `expires_at` (unless it asks again before then).
+    #[non_exhaustive]
     Leader {
         /// The term: the fencing token, kept while this instance stays leader, larger for every
         /// new leader. Hand it to what the leader writes.
@@ -46,8 +47,12 @@ pub enum Leadership {
         expires_at: Option<SystemTime>,
         /// This call began the term (it was not the leader before).
         took_over: bool,
+        /// The storage server's `Date` of this grant (one per tick: an idempotency key for
+        /// what the leader does on it).
+        granted_at: SystemTime,
     },
     /// Another instance leads (or this one stepped down and may not lead yet).
+    #[non_exhaustive]
     Follower {
         /// The leader's name, where its claim says.
         leader: Option<String>,
@@ -55,6 +60,13 @@ pub enum Leadership {
         term: Option<u64>,
         /// How long the leader's lease has left, where storage can tell.
         retry_after: Option<Duration>,
+        /// When the leader's term began, where its claim says.
+        since: Option<SystemTime>,
+        /// When the leader's lease runs out unless extended, where its claim says.
+        expires_at: Option<SystemTime>,
+        /// This instance stepped down ([`leasegate::lease::Locks::step_down`]) and may not lead
+        /// before this time (the storage server's clock), even with nobody leading.
+        stepped_down_until: Option<SystemTime>,
     },
 }
 
@@ -93,15 +105,19 @@ pub async fn lead<C, L: Transport>(
                 since: held.since,
                 expires_at: held.expires_at,
                 took_over: !held.extended,
+                granted_at: held.server_date,
             },
             Acquire::Busy {
                 retry_after,
                 holder,
-                ..
+                stepped_down_until,
             } => Leadership::Follower {
                 leader: holder.as_ref().map(|h| h.label.clone()),
                 term: holder.as_ref().map(|h| h.token),
                 retry_after,
+                since: holder.as_ref().and_then(|h| h.since),
+                expires_at: holder.as_ref().and_then(|h| h.expires_at),
+                stepped_down_until,
             },
         },
     )
@@ -189,6 +205,7 @@ mod tests {
             since,
             expires_at,
             took_over,
+            ..
         }) = outcome
         else {
             panic!("{outcome:?}")
@@ -216,6 +233,9 @@ mod tests {
                 leader: Some("node-b".into()),
                 term: Some(77),
                 retry_after: Some(Duration::from_secs(20)),
+                since: Some(at(SERVER_SECS - 100)),
+                expires_at: Some(at(SERVER_SECS + 20)),
+                stepped_down_until: None,
             }
         );
         assert_eq!(sent, 1);

@@ -175,6 +175,9 @@ pub enum Ever<R, E> {
     Busy {
         /// When that call's lock runs out (whole seconds, at least 1).
         retry_after: Duration,
+        /// Who runs it, as its claim says (the label it took the lock with; `None` for a moment
+        /// after its grant, before its claim is written).
+        holder: Option<String>,
     },
     /// The work returned `Err(error)` (it did not happen): the lock was let go (`released`),
     /// and the next call runs it.
@@ -196,6 +199,9 @@ pub enum Ever<R, E> {
         output: R,
         /// Why the mark is missing.
         reason: String,
+        /// What storage answered when the mark failed (`None`: the lock ran out under the
+        /// work, and the mark was refused).
+        storage_error: Option<String>,
     },
 }
 
@@ -222,29 +228,57 @@ pub async fn once_ever<C, L, R, E>(
 where
     L: Transport,
 {
+    once_ever_as(ctx, locks, key, lease, "", &Metadata::new(), work).await
+}
+
+/// [`once_ever`], with a label in the lock's claim that says who runs the work to other callers
+/// ([`Ever::Busy`]'s `holder`: an instance id, at most [`leasegate::lease::MAX_LABEL_BYTES`]
+/// printable ASCII characters), and `marks` written on the lock blob with the done mark (who
+/// did it, a version: names of lowercase letters, digits and `_`).
+pub async fn once_ever_as<C, L, R, E>(
+    ctx: &Context<'_, C>,
+    locks: &Locks<L>,
+    key: &LockName,
+    lease: Duration,
+    holder: &str,
+    marks: &Metadata,
+    work: impl AsyncFnOnce(u64) -> Result<R, E>,
+) -> Result<Ever<R, E>, Error>
+where
+    L: Transport,
+{
     let term = Term::for_window(lease)?;
     let is_done = |marks: &Metadata| marks.get(DONE.0).map(String::as_str) == Some(DONE.1);
     let info = locks.inspect(key, ctx.now).await?;
     if is_done(&info.marks) {
         return Ok(Ever::Done);
     }
-    if let LockStatus::Held { expires_at, .. } = info.status {
+    if let LockStatus::Held {
+        expires_at, label, ..
+    } = info.status
+    {
         let left = expires_at
             .zip(info.server_date)
             .and_then(|(end, now)| end.duration_since(now).ok());
         return Ok(Ever::Busy {
             retry_after: left.unwrap_or(lease).max(Duration::from_secs(1)),
+            holder: Some(label),
         });
     }
     let id = (ctx.new_lease_id)();
     let held = match locks
-        .acquire_with(key, term, id, IdOrigin::Fresh, "", ctx.now)
+        .acquire_with(key, term, id, IdOrigin::Fresh, holder, ctx.now)
         .await?
     {
         Acquire::Acquired(held) => held,
-        Acquire::Busy { retry_after, .. } => {
+        Acquire::Busy {
+            retry_after,
+            holder,
+            ..
+        } => {
             return Ok(Ever::Busy {
                 retry_after: retry_after.unwrap_or(lease).max(Duration::from_secs(1)),
+                holder: holder.map(|h| h.label),
             })
         }
     };
@@ -260,7 +294,7 @@ where
                 released: false,
             },
             Ok(output) => {
-                let mut marks = Metadata::new();
+                let mut marks = marks.clone();
                 marks.insert(DONE.0.into(), DONE.1.into());
                 marks.insert("done_token".into(), fencing_token.to_string());
                 match locks.set_marks(key, id, &marks, ctx.now).await {
@@ -272,11 +306,13 @@ where
                         fencing_token,
                         output,
                         reason: "the lock ran out before the work was marked done".into(),
+                        storage_error: None,
                     },
                     Err(e) => Ever::Unmarked {
                         fencing_token,
                         output,
                         reason: web::storage_failed(&e, "the work was not marked done"),
+                        storage_error: Some(e.to_string()),
                     },
                 }
             }
@@ -306,11 +342,7 @@ fn refused<R, E>(
 ) -> Once<R, E> {
     let second = Duration::from_secs(1);
     let left = retry_after.unwrap_or(window).max(second);
-    // The server's clock at the read: the holder's expiry less the time it has left.
-    let age = holder.and_then(|h| {
-        let server_now = h.expires_at?.checked_sub(retry_after?)?;
-        server_now.duration_since(h.since?).ok()
-    });
+    let age = holder.and_then(|h| h.held_for);
     match age {
         Some(age) if age >= RUNNING_FOR => Once::Throttled { retry_after: left },
         Some(age) => Once::Busy {
@@ -488,7 +520,7 @@ pub fn answer_ever<R: Serialize, E: std::fmt::Display>(
             };
             return web::json(StatusCode::OK, &body);
         }
-        Ok(Ever::Busy { retry_after }) => Once::Busy { retry_after },
+        Ok(Ever::Busy { retry_after, .. }) => Once::Busy { retry_after },
         Ok(Ever::Failed {
             fencing_token,
             error,
@@ -549,6 +581,8 @@ pub(crate) mod tests {
     pub(crate) struct Scripted {
         answers: RefCell<VecDeque<Response>>,
         pub(crate) sent: RefCell<Vec<(Method, String)>>,
+        /// The metadata headers of each request sent (`x-ms-meta-*`).
+        pub(crate) metadata: RefCell<Vec<Vec<(String, String)>>>,
     }
 
     impl Scripted {
@@ -556,6 +590,7 @@ pub(crate) mod tests {
             Scripted {
                 answers: RefCell::new(answers.into()),
                 sent: RefCell::default(),
+                metadata: RefCell::default(),
             }
         }
     }
@@ -565,6 +600,14 @@ pub(crate) mod tests {
             self.sent
                 .borrow_mut()
                 .push((request.method().clone(), request.uri().to_string()));
+            self.metadata.borrow_mut().push(
+                request
+                    .headers()
+                    .iter()
+                    .filter(|(n, _)| n.starts_with("x-ms-meta-"))
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+            );
             Ok(self
                 .answers
                 .borrow_mut()
@@ -669,6 +712,19 @@ pub(crate) mod tests {
         Option<u64>,
         Scripted,
     ) {
+        run_ever_as(script, result, "", &Metadata::new())
+    }
+
+    fn run_ever_as(
+        script: Vec<Response>,
+        result: Result<&'static str, &'static str>,
+        holder: &str,
+        marks: &Metadata,
+    ) -> (
+        Result<Ever<&'static str, &'static str>, Error>,
+        Option<u64>,
+        Scripted,
+    ) {
         let transport = Scripted::new(script);
         let locks = Locks::new(
             &transport,
@@ -685,11 +741,13 @@ pub(crate) mod tests {
             cache: &crate::cache::NoCache,
         };
         let handed = RefCell::new(None);
-        let outcome = pollster::block_on(once_ever(
+        let outcome = pollster::block_on(once_ever_as(
             &ctx,
             &locks,
             &LockName::try_new("init").unwrap(),
             HOUR,
+            holder,
+            marks,
             async |token| {
                 *handed.borrow_mut() = Some(token);
                 result
@@ -722,6 +780,45 @@ pub(crate) mod tests {
         assert_eq!(t.sent.borrow().len(), 7);
     }
 
+    /// What init-once needs of the verb: its instance as the holder's label (told to other
+    /// callers), its own marks beside the done mark, and why a mark failed.
+    #[test]
+    fn once_ever_as_labels_the_holder_and_writes_the_marks() {
+        let mine = Some((me(), SERVER_SECS));
+        let script = vec![
+            head(None),
+            head(None),
+            written(),
+            head(mine),
+            written(),
+            head(mine),
+            written(),
+        ];
+        let mut marks = Metadata::new();
+        marks.insert("done_by".into(), "node-a".into());
+        let (outcome, _, t) = run_ever_as(script, Ok("x"), "node-a", &marks);
+        assert!(matches!(outcome, Ok(Ever::Ran { .. })), "{outcome:?}");
+        let sent = t.metadata.borrow();
+        let has = |i: usize, k: &str, v: &str| sent[i].iter().any(|(n, x)| n == k && x == v);
+        assert!(
+            has(2, "x-ms-meta-leasegate_label", "node-a"),
+            "{:?}",
+            sent[2]
+        );
+        assert!(has(4, "x-ms-meta-done_by", "node-a"), "{:?}", sent[4]);
+        assert!(has(4, "x-ms-meta-progress", "done"), "{:?}", sent[4]);
+        // Another holder's label is told to a caller that finds it running.
+        let mut running = head(Some((other(), SERVER_SECS - 100)));
+        running
+            .headers_mut()
+            .insert("x-ms-meta-leasegate_label", "node-b");
+        let (outcome, _, _) = run_ever_as(vec![running], Ok("x"), "node-a", &marks);
+        let Ok(Ever::Busy { holder, .. }) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(holder.as_deref(), Some("node-b"));
+    }
+
     #[test]
     fn once_ever_does_nothing_once_done_or_while_running() {
         let (outcome, handed, t) = run_ever(vec![head_marked(None, true)], Ok("x"));
@@ -732,7 +829,8 @@ pub(crate) mod tests {
         assert_eq!(
             outcome.unwrap(),
             Ever::Busy {
-                retry_after: Duration::from_secs(3500)
+                retry_after: Duration::from_secs(3500),
+                holder: Some(String::new()),
             }
         );
         assert_eq!(handed, None);
@@ -782,6 +880,7 @@ pub(crate) mod tests {
             "init",
             Ok(Ever::Busy {
                 retry_after: Duration::from_secs(5),
+                holder: None,
             }),
         );
         assert_eq!(busy.status(), 429);

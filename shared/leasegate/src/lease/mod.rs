@@ -116,6 +116,9 @@ pub struct Holder {
     pub expires_at: Option<SystemTime>,
     /// Its fencing token.
     pub token: u64,
+    /// How long it has held the lock (its tenure so far) by the server's clock at the read:
+    /// what tells a holder at work from one long done.
+    pub held_for: Option<Duration>,
 }
 
 /// The answer to an acquire.

@@ -135,6 +135,9 @@ impl Snapshot {
                 since: c.since_at(),
                 expires_at: c.expires_at(),
                 token: c.token,
+                held_for: c
+                    .since_at()
+                    .and_then(|since| self.server_date.duration_since(since).ok()),
             }),
             stepped_down_until: None,
         }
