@@ -594,24 +594,9 @@ async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &s
     }
 }
 
-// The Spin entry points.
-#[cfg(target_arch = "wasm32")]
-#[spin_sdk::http_component]
-async fn handle_request(
-    request: spin_sdk::http::IncomingRequest,
-    out: spin_sdk::http::ResponseOutparam,
-) {
-    use leasegate_spin::{spin, timer};
-    spin::serve(
-        request,
-        out,
-        MAX_BODY_BYTES,
-        timer::handle_http::<InitOnce, _>,
-    )
-    .await
-}
-#[cfg(target_arch = "wasm32")]
-leasegate_spin::cron_export!(leasegate_spin::timer::handle_cron::<crate::InitOnce, _>);
+// The Spin entry points: the HTTP component (the routes and the Azure channel) and the cron
+// trigger's export, both serving [`InitOnce`].
+leasegate_spin::timer_export!(crate::InitOnce, MAX_BODY_BYTES);
 
 #[cfg(test)]
 mod tests {

@@ -280,13 +280,6 @@ impl TimerFunction for Leader {
         tick(ctx, settings, t, started).await
     }
 
-    fn failure(v: &Value) -> String {
-        v["message"]
-            .as_str()
-            .unwrap_or("the tick failed")
-            .to_string()
-    }
-
     fn summary(settings: &Settings, v: &Value) -> String {
         format!(
             "leader {}: {} is {} (term {})",
@@ -469,21 +462,6 @@ async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> R
     }
 }
 
-// The Spin entry points.
-#[cfg(target_arch = "wasm32")]
-#[spin_sdk::http_component]
-async fn handle_request(
-    request: spin_sdk::http::IncomingRequest,
-    out: spin_sdk::http::ResponseOutparam,
-) {
-    use leasegate_spin::{spin, timer};
-    spin::serve(
-        request,
-        out,
-        MAX_BODY_BYTES,
-        timer::handle_http::<Leader, _>,
-    )
-    .await
-}
-#[cfg(target_arch = "wasm32")]
-leasegate_spin::cron_export!(leasegate_spin::timer::handle_cron::<crate::Leader, _>);
+// The Spin entry points: the HTTP component (the routes and the Azure channel) and the cron
+// trigger's export, both serving [`Leader`].
+leasegate_spin::timer_export!(crate::Leader, MAX_BODY_BYTES);

@@ -103,13 +103,6 @@ impl TimerFunction for ScheduledJob {
         describe(settings, tick, &outcome, started)
     }
 
-    fn failure(v: &Value) -> String {
-        v["message"]
-            .as_str()
-            .unwrap_or("the tick failed")
-            .to_string()
-    }
-
     fn summary(settings: &Settings, v: &Value) -> String {
         format!(
             "scheduled-job {}: occurrence {} {} on {}",
@@ -146,21 +139,6 @@ impl TimerFunction for ScheduledJob {
     }
 }
 
-// The Spin entry points.
-#[cfg(target_arch = "wasm32")]
-#[spin_sdk::http_component]
-async fn handle_request(
-    request: spin_sdk::http::IncomingRequest,
-    out: spin_sdk::http::ResponseOutparam,
-) {
-    use leasegate_spin::{spin, timer};
-    spin::serve(
-        request,
-        out,
-        MAX_BODY_BYTES,
-        timer::handle_http::<ScheduledJob, _>,
-    )
-    .await
-}
-#[cfg(target_arch = "wasm32")]
-leasegate_spin::cron_export!(leasegate_spin::timer::handle_cron::<crate::ScheduledJob, _>);
+// The Spin entry points: the HTTP component (the routes and the Azure channel) and the cron
+// trigger's export, both serving [`ScheduledJob`].
+leasegate_spin::timer_export!(crate::ScheduledJob, MAX_BODY_BYTES);

@@ -167,21 +167,6 @@ impl TimerFunction for Sweeper {
     }
 }
 
-// The Spin entry points.
-#[cfg(target_arch = "wasm32")]
-#[spin_sdk::http_component]
-async fn handle_request(
-    request: spin_sdk::http::IncomingRequest,
-    out: spin_sdk::http::ResponseOutparam,
-) {
-    use leasegate_spin::{spin, timer};
-    spin::serve(
-        request,
-        out,
-        MAX_BODY_BYTES,
-        timer::handle_http::<Sweeper, _>,
-    )
-    .await
-}
-#[cfg(target_arch = "wasm32")]
-leasegate_spin::cron_export!(leasegate_spin::timer::handle_cron::<crate::Sweeper, _>);
+// The Spin entry points: the HTTP component (the routes and the Azure channel) and the cron
+// trigger's export, both serving [`Sweeper`].
+leasegate_spin::timer_export!(crate::Sweeper, MAX_BODY_BYTES);

@@ -744,6 +744,38 @@ pub async fn serve(
     respond(out, response);
 }
 
+/// The Spin entry points of a timer function `$function` (a type implementing
+/// [`crate::timer::TimerFunction`]): `#[spin_sdk::http_component]`, serving its routes and the
+/// Azure Functions channel through [`crate::timer::handle_http`] with requests of at most
+/// `$max_body` bytes, and the cron trigger's export ([`cron_export!`]) calling
+/// [`crate::timer::handle_cron`]. Both are compiled for `wasm32` only. The crate needs
+/// `spin-sdk` as a dependency (for the attribute).
+///
+/// ```ignore
+/// leasegate_spin::timer_export!(crate::Leader, MAX_BODY_BYTES);
+/// ```
+#[macro_export]
+macro_rules! timer_export {
+    ($function:path, $max_body:expr) => {
+        #[cfg(target_arch = "wasm32")]
+        #[::spin_sdk::http_component]
+        async fn handle_request(
+            request: ::spin_sdk::http::IncomingRequest,
+            out: ::spin_sdk::http::ResponseOutparam,
+        ) {
+            $crate::spin::serve(
+                request,
+                out,
+                $max_body,
+                $crate::timer::handle_http::<$function, _>,
+            )
+            .await
+        }
+        #[cfg(target_arch = "wasm32")]
+        $crate::cron_export!($crate::timer::handle_cron::<$function, _>);
+    };
+}
+
 /// Exports `handle-cron-event` of Spin's cron trigger (`fermyon:spin-cron@2.0.0`; its guest SDK
 /// is not on crates.io, so the binding is generated from the WIT below with the wit-bindgen
 /// spin-sdk re-exports), calling `$handler(&Context, timestamp) -> Result<(), String>` on Spin's

@@ -61,8 +61,14 @@ pub trait TimerFunction {
         started: Instant,
     ) -> (StatusCode, Self::Answer);
 
-    /// Why a tick that did not answer 2xx failed: the cron trigger's error.
-    fn failure(answer: &Self::Answer) -> String;
+    /// Why a tick that did not answer 2xx failed: the cron trigger's error. By default the
+    /// answer's `message`, else "the tick failed".
+    fn failure(answer: &Self::Answer) -> String {
+        serde_json::to_value(answer)
+            .ok()
+            .and_then(|v| v.get("message")?.as_str().map(str::to_string))
+            .unwrap_or_else(|| "the tick failed".to_string())
+    }
 
     /// The one-line summary of an Azure Functions invocation's `Logs`.
     fn summary(settings: &Self::Settings, answer: &Self::Answer) -> String;
