@@ -173,10 +173,12 @@ pub enum Ever<R, E> {
     Done,
     /// Another call is running the work now.
     Busy {
-        /// When that call's lock runs out (whole seconds, at least 1).
+        /// When that call's lock runs out (whole seconds, at least 1); 1 when its claim does not
+        /// say (an infinite lease, or a moment after its grant, before its claim is written):
+        /// asking again then learns it.
         retry_after: Duration,
-        /// Who runs it, as its claim says (the label it took the lock with; `None` for a moment
-        /// after its grant, before its claim is written).
+        /// Who runs it, as its claim says (the label it took the lock with, empty when it gave
+        /// none); `None` when storage refused the lock before its claim could be read.
         holder: Option<String>,
     },
     /// The work returned `Err(error)` (it did not happen): the lock was let go (`released`),
@@ -204,6 +206,9 @@ pub enum Ever<R, E> {
         storage_error: Option<String>,
     },
 }
+
+/// How soon to ask again about a key whose holder's expiry is not known.
+const ASK_AGAIN: Duration = Duration::from_secs(1);
 
 /// The mark of a key whose work is done (`progress=done`, as the init-once function writes it).
 const DONE: (&str, &str) = ("progress", "done");
@@ -261,7 +266,7 @@ where
             .zip(info.server_date)
             .and_then(|(end, now)| end.duration_since(now).ok());
         return Ok(Ever::Busy {
-            retry_after: left.unwrap_or(lease).max(Duration::from_secs(1)),
+            retry_after: left.unwrap_or(ASK_AGAIN).max(ASK_AGAIN),
             holder: Some(label),
         });
     }
@@ -277,7 +282,7 @@ where
             ..
         } => {
             return Ok(Ever::Busy {
-                retry_after: retry_after.unwrap_or(lease).max(Duration::from_secs(1)),
+                retry_after: retry_after.unwrap_or(ASK_AGAIN).max(ASK_AGAIN),
                 holder: holder.map(|h| h.label),
             })
         }
@@ -342,7 +347,11 @@ fn refused<R, E>(
 ) -> Once<R, E> {
     let second = Duration::from_secs(1);
     let left = retry_after.unwrap_or(window).max(second);
-    let age = holder.and_then(|h| h.held_for);
+    // A holder with no expiry (an infinite lease) may be at work however long it has held the
+    // key: its age tells nothing, so it is busy.
+    let age = holder
+        .filter(|h| h.expires_at.is_some())
+        .and_then(|h| h.held_for);
     match age {
         Some(age) if age >= RUNNING_FOR => Once::Throttled { retry_after: left },
         Some(age) => Once::Busy {
@@ -936,6 +945,41 @@ pub(crate) mod tests {
             }
         );
         assert_eq!(handed, None);
+    }
+
+    /// A holder with no expiry (an infinite lease taken by an operator): how long it has held
+    /// the key says nothing of whether it is at work, so the answer stays `busy`, as before
+    /// the holder's age came from the core.
+    #[test]
+    fn an_infinite_holder_keeps_a_key_busy() {
+        let infinite = reply(200)
+            .with_header("etag", "\"e1\"")
+            .with_header("x-ms-lease-state", "leased")
+            .with_header("x-ms-blob-type", "PageBlob")
+            .with_header("content-length", "0")
+            .with_header("x-ms-meta-leasegate_holder", other().to_string())
+            .with_header("x-ms-meta-leasegate_term", "-1")
+            .with_header("x-ms-meta-leasegate_since", (SERVER_SECS - 100).to_string())
+            .with_header("x-ms-meta-leasegate_expires", "0")
+            .with_header("x-ms-meta-leasegate_token", (7u64 << 16).to_string())
+            .with_header("x-ms-meta-leasegate_label", "cli");
+        let (outcome, handed, _) = run(vec![infinite.clone()], Ok("x"));
+        assert_eq!(
+            outcome.unwrap(),
+            Once::Busy {
+                retry_after: RUNNING_FOR
+            }
+        );
+        assert_eq!(handed, None);
+        // once_ever: the holder's expiry unknown, so ask again in a second (init-once's answer).
+        let (outcome, _, _) = run_ever(vec![infinite], Ok("x"));
+        assert_eq!(
+            outcome.unwrap(),
+            Ever::Busy {
+                retry_after: Duration::from_secs(1),
+                holder: Some("cli".into()),
+            }
+        );
     }
 
     #[test]
