@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::time::{Instant, SystemTime};
 
 use crate::log::read_log;
-use crate::run::{tick, Decision, Outcome};
+use crate::run::{tick, Decision, TickOutcome};
 use crate::settings::{check_job_name, Overlap, Settings};
 use crate::{at, ScheduledJob, MAX_BODY_BYTES};
 use leasegate_spin::timer::TimerFunction;
@@ -19,7 +19,7 @@ use leasegate_spin::timer::TimerFunction;
 pub fn describe(
     settings: &Settings,
     tick: &Tick,
-    outcome: &Outcome,
+    outcome: &TickOutcome,
     started: Instant,
 ) -> (StatusCode, Value) {
     let mut v = json!({

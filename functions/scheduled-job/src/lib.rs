@@ -35,9 +35,9 @@ pub mod run;
 pub mod settings;
 
 pub use http::describe;
-pub use log::{read_log, Entry, Log};
+pub use log::{read_log, Log, LogEntry};
 pub use reservation::occurrence_token;
-pub use run::{idempotency_key, tick, Decision, Outcome};
+pub use run::{idempotency_key, tick, Decision, TickOutcome};
 pub use settings::{check_job_name, lease_term, Overlap, Settings};
 
 /// Entries the reservation log keeps.

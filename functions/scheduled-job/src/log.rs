@@ -8,6 +8,7 @@ use leasegate_spin::web::rfc3339;
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
+use crate::reservation::RunStatus;
 use crate::settings::Settings;
 use crate::{unix, LOG_ENTRIES};
 
@@ -18,7 +19,7 @@ pub(crate) const LOG_ATTEMPTS: usize = 8;
 /// renamed, so deployments of older and newer versions read each other's logs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Entry {
+pub struct LogEntry {
     /// The occurrence (RFC 3339).
     pub occurrence: String,
     /// The occurrence in Unix seconds (what entries are ordered by).
@@ -28,7 +29,7 @@ pub struct Entry {
     /// When it was reserved, by the storage server's clock.
     pub reserved_at: String,
     /// `running`, `succeeded`, `failed`, `skipped_overlap`.
-    pub status: String,
+    pub status: RunStatus,
     /// The run's fencing token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
@@ -45,7 +46,7 @@ pub struct Entry {
     pub reason: Option<String>,
 }
 
-/// The reservation log blob, written as indented JSON. A stored record, like [`Entry`].
+/// The reservation log blob, written as indented JSON. A stored record, like [`LogEntry`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Log {
@@ -53,7 +54,7 @@ pub struct Log {
     pub job: String,
     /// The last reservations, newest (latest occurrence) first.
     #[serde(default)]
-    pub entries: Vec<Entry>,
+    pub entries: Vec<LogEntry>,
     /// Reservations of occurrences before this one (Unix seconds) may have been deleted: a
     /// tick for them is refused, whatever retention its deployment has.
     #[serde(default)]
@@ -162,7 +163,7 @@ pub(crate) enum LogRefusal {
 pub(crate) async fn append<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
-    entry: &Entry,
+    entry: &LogEntry,
     now: SystemTime,
 ) -> Result<Result<(), LogRefusal>, leasegate::Error> {
     let changed = change_log(blobs, settings, now, |log, read_at| {
@@ -222,7 +223,7 @@ pub(crate) fn advance_settled(
 pub(crate) async fn update<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
-    entry: &Entry,
+    entry: &LogEntry,
     now: SystemTime,
 ) -> Result<(SystemTime, Log), leasegate::Error> {
     let written = change_log(blobs, settings, now, |log, read_at| {
@@ -300,12 +301,12 @@ mod tests {
         assert_eq!(log.entries.len(), 3);
         assert_eq!(
             log.entries[1],
-            Entry {
+            LogEntry {
                 occurrence: "2026-11-21T14:54:00Z".into(),
                 occurrence_unix: 1_795_359_240,
                 instance: "node-b".into(),
                 reserved_at: "2026-11-21T14:54:00.101Z".into(),
-                status: "failed".into(),
+                status: RunStatus::Failed,
                 fencing_token: Some(occurrence_token(1_795_359_240).unwrap()),
                 trigger: "azure".into(),
                 past_due: true,
@@ -347,13 +348,13 @@ mod tests {
         assert!(serde_json::from_str::<Log>(r#"{"job": "j", "entries": [{}]}"#).is_err());
     }
 
-    fn entry_at(o: u64, status: &str) -> Entry {
-        Entry {
+    fn entry_at(o: u64, status: &str) -> LogEntry {
+        LogEntry {
             occurrence: rfc3339(at(o)),
             occurrence_unix: o,
             instance: "i".into(),
             reserved_at: rfc3339(at(o)),
-            status: status.into(),
+            status: RunStatus::parse(status),
             fencing_token: None,
             trigger: "cron".into(),
             past_due: false,

@@ -120,11 +120,79 @@ pub(crate) async fn take_back<T: Transport>(
 }
 
 /// What writing an outcome on a reservation came to.
+/// What became of an occurrence: the outcome on its reservation (`leasegate_run`) and the status
+/// of its log entry, written as `running`, `succeeded`, `failed`, `skipped_overlap` or `missed`.
+/// A value this version does not know (a newer version's) is kept as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStatus {
+    /// The job was called (or is being called) by the tick that wrote it.
+    Running,
+    /// The job answered 2xx.
+    Succeeded,
+    /// The job answered otherwise, or did not answer.
+    Failed,
+    /// A run of an earlier occurrence held the job's lease when this one was due.
+    SkippedOverlap,
+    /// Its reserver wrote no outcome by its deadline: settled by another instance, not run.
+    Missed,
+    /// Another value (a newer version's), kept as written.
+    Other(String),
+}
+
+impl RunStatus {
+    /// The value as stored.
+    pub fn as_str(&self) -> &str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::SkippedOverlap => "skipped_overlap",
+            RunStatus::Missed => "missed",
+            RunStatus::Other(other) => other,
+        }
+    }
+
+    /// The status a stored value stands for.
+    pub fn parse(value: &str) -> RunStatus {
+        match value {
+            "running" => RunStatus::Running,
+            "succeeded" => RunStatus::Succeeded,
+            "failed" => RunStatus::Failed,
+            "skipped_overlap" => RunStatus::SkippedOverlap,
+            "missed" => RunStatus::Missed,
+            other => RunStatus::Other(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for RunStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| RunStatus::parse(&s))
+    }
+}
+
+/// The outcome a reservation's metadata records, if any.
+pub(crate) fn outcome_of(metadata: &Metadata) -> Option<RunStatus> {
+    metadata.get(META_RUN).map(|v| RunStatus::parse(v))
+}
+
 pub(crate) enum Commit {
     /// This tick wrote it: the reservation as written.
     Written(Reservation),
     /// A tick before it wrote one (this outcome).
-    Settled(String),
+    Settled(RunStatus),
 }
 
 /// Writes `outcome` on the reservation by compare-and-swap, unless it has one already: of all
@@ -133,19 +201,19 @@ pub(crate) enum Commit {
 pub(crate) async fn commit<T: Transport>(
     blobs: &BlobClient<T>,
     reservation: &Reservation,
-    outcome: &str,
+    outcome: &RunStatus,
     nonce: &str,
     token: Option<u64>,
     now: SystemTime,
 ) -> Result<Commit, leasegate::Error> {
     let mut seen = reservation.clone();
     for _ in 0..LOG_ATTEMPTS {
-        if let Some(run) = seen.metadata.get(META_RUN) {
-            return Ok(Commit::Settled(run.clone()));
+        if let Some(run) = outcome_of(&seen.metadata) {
+            return Ok(Commit::Settled(run));
         }
         if let Some(etag) = seen.etag.clone() {
             let mut metadata = seen.metadata.clone();
-            metadata.insert(META_RUN.into(), outcome.into());
+            metadata.insert(META_RUN.into(), outcome.to_string());
             metadata.insert(META_RUN_TICK.into(), nonce.into());
             if let Some(token) = token {
                 metadata.insert(META_RUN_TOKEN.into(), token.to_string());
@@ -186,7 +254,7 @@ pub(crate) async fn commit<T: Transport>(
         // Changed since it was read (or read without an ETag): read it again.
         let (props, _) = head(blobs, &seen.blob, now).await?;
         let Some(props) = props else {
-            return Ok(Commit::Settled("deleted".into()));
+            return Ok(Commit::Settled(RunStatus::Other("deleted".into())));
         };
         seen.etag = props.etag;
         seen.metadata = props.metadata;
@@ -272,6 +340,24 @@ pub(crate) async fn clean_up<T: Transport>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_statuses_keep_their_stored_words_and_newer_ones() {
+        for (word, status) in [
+            ("running", RunStatus::Running),
+            ("succeeded", RunStatus::Succeeded),
+            ("failed", RunStatus::Failed),
+            ("skipped_overlap", RunStatus::SkippedOverlap),
+            ("missed", RunStatus::Missed),
+            ("paused_by_v9", RunStatus::Other("paused_by_v9".into())),
+        ] {
+            assert_eq!(RunStatus::parse(word), status);
+            assert_eq!(status.as_str(), word);
+            let json = serde_json::to_string(&status).unwrap();
+            assert_eq!(json, format!("\"{word}\""));
+            assert_eq!(serde_json::from_str::<RunStatus>(&json).unwrap(), status);
+        }
+    }
 
     #[test]
     fn tokens_rise_with_the_occurrence() {

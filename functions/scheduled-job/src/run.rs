@@ -15,10 +15,11 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::time::{Duration, SystemTime};
 
-use crate::log::{advance_settled, append, change_log, update, Entry, Log, LogRefusal};
+use crate::log::{advance_settled, append, change_log, update, Log, LogEntry, LogRefusal};
 use crate::reservation::{
-    abandoned, clean_up, commit, head, label_occurrence, occurrence_token, take_back, uncommit,
-    Commit, Reservation, ReservationBody, META_RESERVED_BY, META_RUN, META_TRIGGER,
+    abandoned, clean_up, commit, head, label_occurrence, occurrence_token, outcome_of, take_back,
+    uncommit, Commit, Reservation, ReservationBody, RunStatus, META_RESERVED_BY, META_RUN,
+    META_TRIGGER,
 };
 use crate::settings::{term_length, Overlap, Settings};
 use crate::{at, unix};
@@ -38,7 +39,7 @@ pub enum Decision {
     /// This instance ran the occurrence; the job answered 2xx.
     Ran {
         /// The run's log entry.
-        entry: Entry,
+        entry: LogEntry,
     },
     /// Another instance reserved it (or this one did, on an earlier tick).
     Skipped {
@@ -50,12 +51,12 @@ pub enum Decision {
     /// This instance reserved it, but a previous run still holds the job's lease.
     Overlapped {
         /// The log entry.
-        entry: Entry,
+        entry: LogEntry,
     },
     /// This instance ran it and the job failed (not retried).
     JobFailed {
         /// The run's log entry.
-        entry: Entry,
+        entry: LogEntry,
     },
     /// This instance's lease for this occurrence is held (by another tick of it, or by a
     /// tick that failed before writing its outcome and could not release) and the reservation
@@ -104,7 +105,7 @@ impl Decision {
 /// A tick's outcome: the occurrence, the decision (or the storage failure), the storage
 /// requests it took.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct TickOutcome {
     /// The occurrence (Unix seconds).
     pub occurrence: u64,
     /// What happened.
@@ -114,14 +115,18 @@ pub struct Outcome {
 }
 
 /// Runs one tick: reserve, lease, log, run, log, release, clean up.
-pub async fn tick<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, tick: &Tick) -> Outcome {
+pub async fn tick<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    tick: &Tick,
+) -> TickOutcome {
     let occurrence = timer::occurrence(tick.at, settings.period, settings.offset);
     let occurrence = unix(occurrence);
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
     let job_transport = (ctx.connect)(settings.timeout);
     let decision = run_tick(ctx, &counting, &job_transport, settings, tick, occurrence).await;
-    Outcome {
+    TickOutcome {
         occurrence,
         decision,
         round_trips: counting.sent(),
@@ -239,9 +244,9 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     reservation: Reservation,
 ) -> Result<Decision, leasegate::Error> {
     let reserved_by = reservation.metadata.get(META_RESERVED_BY).cloned();
-    let settled = |run: &str| Decision::Skipped {
+    let settled = |run: &RunStatus| Decision::Skipped {
         reserved_by: reserved_by.clone(),
-        reason: if run == "missed" {
+        reason: if *run == RunStatus::Missed {
             "it was recorded missed: its reserver wrote no outcome by its deadline".into()
         } else if reserved_by.as_deref() == Some(settings.instance_id.as_str()) {
             format!("this instance settled it on an earlier tick ({run})")
@@ -251,16 +256,16 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     };
     // 3. A reservation with an outcome already is settled: `skipped`. Otherwise the job's lease
     // (below).
-    if let Some(run) = reservation.metadata.get(META_RUN) {
-        return Ok(settled(run));
+    if let Some(run) = outcome_of(&reservation.metadata) {
+        return Ok(settled(&run));
     }
     let token = occurrence_token(occurrence)?;
-    let mut entry = Entry {
+    let mut entry = LogEntry {
         occurrence: rfc3339(at(occurrence)),
         occurrence_unix: occurrence,
         instance: settings.instance_id.clone(),
         reserved_at: rfc3339(reserved_at),
-        status: "running".into(),
+        status: RunStatus::Running,
         fencing_token: Some(token),
         trigger: tick.source.as_str().into(),
         past_due: tick.past_due,
@@ -304,7 +309,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                         retry_after: Duration::from_secs(due_in),
                     });
                 }
-                entry.status = "skipped_overlap".into();
+                entry.status = RunStatus::SkippedOverlap;
                 entry.reason = Some("the previous run still holds the job's lease".into());
                 let written = match commit(
                     blobs,
@@ -335,8 +340,8 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                 // reservation now shows an outcome. Else its holder may be dead (its outcome
                 // write and its release failed): not settled, retried once the lease ends.
                 let (props, _) = head(blobs, &reservation.blob, ctx.now).await?;
-                if let Some(run) = props.as_ref().and_then(|p| p.metadata.get(META_RUN)) {
-                    return Ok(settled(run));
+                if let Some(run) = props.as_ref().and_then(|p| outcome_of(&p.metadata)) {
+                    return Ok(settled(&run));
                 }
                 let wait = retry_after.unwrap_or(term_length(settings.lease_term));
                 return Ok(Decision::InProgress {
@@ -354,7 +359,8 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         }
     };
     // 4. The outcome "running" on the reservation: the one tick that writes it runs the job.
-    let written = match commit(blobs, &reservation, "running", &nonce, Some(token), ctx.now).await {
+    let running = RunStatus::Running;
+    let written = match commit(blobs, &reservation, &running, &nonce, Some(token), ctx.now).await {
         Ok(Commit::Written(w)) => w,
         Ok(Commit::Settled(run)) => {
             release().await;
@@ -385,14 +391,14 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     // clean-up watermark), release, settle earlier occurrences and clean up below the watermark.
     let result = call_job(job, settings, &entry).await;
     let (status, reason) = match &result {
-        Ok(()) => ("succeeded", None),
-        Err(reason) => ("failed", Some(reason.clone())),
+        Ok(()) => (RunStatus::Succeeded, None),
+        Err(reason) => (RunStatus::Failed, Some(reason.clone())),
     };
-    entry.status = status.into();
+    entry.status = status.clone();
     entry.reason = reason;
     if let Some(etag) = written.etag.clone() {
         let mut metadata = written.metadata.clone();
-        metadata.insert(META_RUN.into(), status.into());
+        metadata.insert(META_RUN.into(), status.to_string());
         let write = SetMetadata {
             container: blobs.container().clone(),
             blob: written.blob.clone(),
@@ -436,7 +442,7 @@ pub(crate) struct JobRequest<'a> {
 pub(crate) async fn call_job<J: Transport>(
     job: &J,
     settings: &Settings,
-    entry: &Entry,
+    entry: &LogEntry,
 ) -> Result<(), String> {
     let key = idempotency_key(&settings.job, entry.occurrence_unix);
     let body = serde_json::to_vec(&JobRequest {
@@ -512,8 +518,8 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
         };
         // `running` with no log entry: its runner's log write is on its way, or failed and
         // will undo the outcome (a later winner looks again; the lookback bounds the wait).
-        match props.metadata.get(META_RUN).map(String::as_str) {
-            Some("running") => break,
+        match outcome_of(&props.metadata) {
+            Some(RunStatus::Running) => break,
             Some(_) => {
                 through = o;
                 continue;
@@ -531,19 +537,20 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
             created: false,
         };
         let nonce = (ctx.new_lease_id)().to_string();
-        let written = match commit(blobs, &reservation, "missed", &nonce, None, ctx.now).await? {
-            Commit::Settled(run) if run == "running" => break,
+        let missed_run = RunStatus::Missed;
+        let written = match commit(blobs, &reservation, &missed_run, &nonce, None, ctx.now).await? {
+            Commit::Settled(RunStatus::Running) => break,
             Commit::Settled(_) => false,
             Commit::Written(_) => true,
         };
         if written {
             let at_now = date.unwrap_or(ctx.now);
-            missed.push(Entry {
+            missed.push(LogEntry {
                 occurrence: rfc3339(at(o)),
                 occurrence_unix: o,
                 instance: reserved_by.clone().unwrap_or_default(),
                 reserved_at: rfc3339(props.last_modified.unwrap_or(at_now)),
-                status: "missed".into(),
+                status: RunStatus::Missed,
                 fencing_token: None,
                 trigger: tick.source.as_str().into(),
                 past_due: false,

@@ -16,7 +16,8 @@ use leasegate_spin::Context;
 use crate::answer::{SkippedContainer, UnusableName};
 use crate::settings::{Kind, Settings};
 use crate::state::{
-    read_state, reconcile, write_state, Counters, Entry, State, TickEntry, Unusable, MAX_UNUSABLE,
+    read_state, reconcile, write_state, ContainerEntry, Counters, State, TickEntry, Unusable,
+    MAX_UNUSABLE,
 };
 use crate::TIME_TO_LIVE;
 
@@ -304,7 +305,7 @@ pub(crate) fn resting(state: &State, settings: &Settings, server_now: SystemTime
 async fn list_page<S: Transport>(
     blobs: &BlobClient<S>,
     settings: &Settings,
-    entry: &Entry,
+    entry: &ContainerEntry,
     now: SystemTime,
 ) -> Result<Claimed, leasegate::Error> {
     let container = ContainerName::try_new(&entry.container)?;

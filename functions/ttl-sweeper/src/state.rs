@@ -24,7 +24,7 @@ pub(crate) const MAX_UNUSABLE: usize = 100;
 
 /// One swept container (and prefix) in the state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Entry {
+pub(crate) struct ContainerEntry {
     /// The container.
     pub(crate) container: String,
     /// The prefix swept (empty: all).
@@ -48,7 +48,7 @@ pub(crate) struct Entry {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct State {
     /// The swept containers, in order.
-    pub(crate) containers: Vec<Entry>,
+    pub(crate) containers: Vec<ContainerEntry>,
     /// Passes completed.
     #[serde(default)]
     pub(crate) passes: u64,
@@ -227,7 +227,7 @@ pub(crate) fn reconcile(state: &mut State, settings: &Settings) {
             .iter()
             .any(|e| e.kind == *kind && e.container == container.as_str() && e.prefix == *prefix);
         if !known {
-            state.containers.push(Entry {
+            state.containers.push(ContainerEntry {
                 container: container.to_string(),
                 prefix: prefix.clone(),
                 kind: *kind,

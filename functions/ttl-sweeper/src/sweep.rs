@@ -122,11 +122,11 @@ async fn process<T, S: Transport>(
     claimed: &Claimed,
     started: Instant,
 ) -> Report {
-    let outcomes: Vec<Outcome> = futures::stream::iter(claimed.page.blobs.iter())
+    let outcomes: Vec<BlobOutcome> = futures::stream::iter(claimed.page.blobs.iter())
         .map(|item| async move {
             // Late in the tick no blob is begun: it stays within `tick_bound`.
             if started.elapsed() >= settings.work_deadline() {
-                return Outcome::Skipped("the tick's time ran out (the next pass takes it)");
+                return BlobOutcome::Skipped("the tick's time ran out (the next pass takes it)");
             }
             match claimed.kind {
                 Kind::Ttl => sweep_blob(ctx, blobs, settings, claimed, item).await,
@@ -140,25 +140,25 @@ async fn process<T, S: Transport>(
     for o in outcomes {
         report.scanned += 1;
         match o {
-            Outcome::Unmarked => report.unmarked += 1,
-            Outcome::NotExpired => report.not_expired += 1,
-            Outcome::Deleted => report.deleted += 1,
-            Outcome::Moved => {
+            BlobOutcome::Unmarked => report.unmarked += 1,
+            BlobOutcome::NotExpired => report.not_expired += 1,
+            BlobOutcome::Deleted => report.deleted += 1,
+            BlobOutcome::Moved => {
                 report.deleted += 1;
                 report.moved += 1;
             }
-            Outcome::LockRemoved => report.locks_removed += 1,
-            Outcome::Skipped(reason) => report.skip(reason),
+            BlobOutcome::LockRemoved => report.locks_removed += 1,
+            BlobOutcome::Skipped(reason) => report.skip(reason),
             // Reported once, by the claim that first listed it.
-            Outcome::Unusable => {}
-            Outcome::Error => report.errors += 1,
+            BlobOutcome::Unusable => {}
+            BlobOutcome::Error => report.errors += 1,
         }
     }
     report
 }
 
 /// What became of one listed blob.
-enum Outcome {
+enum BlobOutcome {
     Unmarked,
     NotExpired,
     Deleted,
@@ -176,46 +176,46 @@ async fn sweep_blob<T, S: Transport>(
     settings: &Settings,
     claimed: &Claimed,
     item: &BlobItem,
-) -> Outcome {
+) -> BlobOutcome {
     let props = &item.properties;
     let Some(ttl) = props.metadata.get(TIME_TO_LIVE) else {
-        return Outcome::Unmarked;
+        return BlobOutcome::Unmarked;
     };
     let Some(expires) = timer::parse_time(ttl) else {
-        return Outcome::Skipped("TimeToLive is not a time");
+        return BlobOutcome::Skipped("TimeToLive is not a time");
     };
     if expires > claimed.server_now {
-        return Outcome::NotExpired;
+        return BlobOutcome::NotExpired;
     }
     let dead = match props.metadata.get(DEAD_BLOB_CONTAINER) {
         None => None,
         Some(d) if d.trim().is_empty() => None,
         Some(d) => match parse_location(d) {
             Ok(loc) => Some(loc),
-            Err(_) => return Outcome::Skipped("DeadBlobContainer is not container[/prefix/]"),
+            Err(_) => return BlobOutcome::Skipped("DeadBlobContainer is not container[/prefix/]"),
         },
     };
     if props
         .lease_state
         .is_some_and(|s| matches!(s, LeaseState::Leased | LeaseState::Breaking))
     {
-        return Outcome::Skipped("leased");
+        return BlobOutcome::Skipped("leased");
     }
     let Ok(source) = BlobName::try_new(&item.name) else {
-        return Outcome::Unusable;
+        return BlobOutcome::Unusable;
     };
     let Some(etag) = props.etag.clone() else {
-        return Outcome::Skipped("listed without an ETag");
+        return BlobOutcome::Skipped("listed without an ETag");
     };
     let container = &claimed.container;
     if let Some((dead_container, prefix)) = &dead {
         // The owner asked for a move: a move that is not allowed leaves the blob where it is.
         if let Some(reason) = settings.dead_refusal(dead_container, prefix) {
-            return Outcome::Skipped(reason);
+            return BlobOutcome::Skipped(reason);
         }
         // The copy keeps the source's metadata: never carry a claim of this app's elsewhere.
         if props.metadata.keys().any(|k| k.starts_with("leasegate_")) {
-            return Outcome::Skipped("the blob carries leasegate claim metadata (never moved)");
+            return BlobOutcome::Skipped("the blob carries leasegate claim metadata (never moved)");
         }
         if let Err(reason) = move_blob(
             ctx,
@@ -242,15 +242,15 @@ async fn sweep_blob<T, S: Transport>(
     match blobs.execute(&delete, ctx.now).await {
         Ok((DeleteOutcome::Deleted, _)) => {
             if dead.is_some() {
-                Outcome::Moved
+                BlobOutcome::Moved
             } else {
-                Outcome::Deleted
+                BlobOutcome::Deleted
             }
         }
-        Ok((DeleteOutcome::NotFound, _)) => Outcome::Skipped("already gone"),
-        Ok((DeleteOutcome::Refused(Refusal::LeaseHeld), _)) => Outcome::Skipped("leased"),
-        Ok((DeleteOutcome::Refused(_), _)) => Outcome::Skipped("changed since listing"),
-        Err(_) => Outcome::Error,
+        Ok((DeleteOutcome::NotFound, _)) => BlobOutcome::Skipped("already gone"),
+        Ok((DeleteOutcome::Refused(Refusal::LeaseHeld), _)) => BlobOutcome::Skipped("leased"),
+        Ok((DeleteOutcome::Refused(_), _)) => BlobOutcome::Skipped("changed since listing"),
+        Err(_) => BlobOutcome::Error,
     }
 }
 
@@ -296,9 +296,9 @@ async fn move_blob<T, S: Transport>(
     etag: &leasegate::ETag,
     dead_container: &ContainerName,
     prefix: &str,
-) -> Result<(), Outcome> {
-    let source =
-        BlobName::try_new(&item.name).map_err(|_| Outcome::Skipped("the name is not usable"))?;
+) -> Result<(), BlobOutcome> {
+    let source = BlobName::try_new(&item.name)
+        .map_err(|_| BlobOutcome::Skipped("the name is not usable"))?;
     let source_uri = public_blob_url(&settings.storage.account, &claimed.container, &source);
     let version = etag.as_str().trim_matches('"').to_string();
     let secs = |t: SystemTime| {
@@ -312,7 +312,7 @@ async fn move_blob<T, S: Transport>(
         format!("{prefix}{}.{version}", item.name),
     ] {
         let target = BlobName::try_new(&name)
-            .map_err(|_| Outcome::Skipped("the dead blob's name is too long"))?;
+            .map_err(|_| BlobOutcome::Skipped("the dead blob's name is too long"))?;
         let copy = CopyBlob {
             condition: Condition::IfNotExists,
             source_etag: Some(etag.clone()),
@@ -339,11 +339,11 @@ async fn move_blob<T, S: Transport>(
                 {
                     Ok(())
                 } else {
-                    Err(Outcome::Skipped("the copy did not finish"))
+                    Err(BlobOutcome::Skipped("the copy did not finish"))
                 };
             }
             Ok(CopyOutcome::Refused(Refusal::ConditionFailed)) => {
-                return Err(Outcome::Skipped("changed since listing"))
+                return Err(BlobOutcome::Skipped("changed since listing"))
             }
             // The name is taken (or leased): by this very version, or by another blob.
             Ok(CopyOutcome::Refused(_)) => {
@@ -365,13 +365,13 @@ async fn move_blob<T, S: Transport>(
                         return Ok(())
                     }
                     Ok(_) => continue,
-                    Err(_) => return Err(Outcome::Error),
+                    Err(_) => return Err(BlobOutcome::Error),
                 }
             }
-            Err(_) => return Err(Outcome::Error),
+            Err(_) => return Err(BlobOutcome::Error),
         }
     }
-    Err(Outcome::Skipped("the dead blob's name is taken"))
+    Err(BlobOutcome::Skipped("the dead blob's name is taken"))
 }
 
 /// Copies, creating the dead-blob container if it is missing.
@@ -424,22 +424,22 @@ async fn sweep_lock<T, S: Transport>(
     settings: &Settings,
     claimed: &Claimed,
     item: &BlobItem,
-) -> Outcome {
+) -> BlobOutcome {
     let Some(retention) = settings.lock_retention else {
-        return Outcome::NotExpired;
+        return BlobOutcome::NotExpired;
     };
     let props = &item.properties;
     if props.blob_type.as_deref() != Some("PageBlob") || props.content_length.unwrap_or(0) != 0 {
-        return Outcome::Skipped("not a lock blob");
+        return BlobOutcome::Skipped("not a lock blob");
     }
     if props
         .lease_state
         .is_some_and(|s| matches!(s, LeaseState::Leased | LeaseState::Breaking))
     {
-        return Outcome::NotExpired;
+        return BlobOutcome::NotExpired;
     }
     if props.metadata.keys().any(|k| !k.starts_with("leasegate_")) {
-        return Outcome::Skipped("a lock with marks");
+        return BlobOutcome::Skipped("a lock with marks");
     }
     let secs = |t: SystemTime| {
         t.duration_since(SystemTime::UNIX_EPOCH)
@@ -459,10 +459,10 @@ async fn sweep_lock<T, S: Transport>(
         .unwrap_or(0);
     let written = props.last_modified.map(secs).unwrap_or(u64::MAX);
     if (record && expires > cutoff) || written > cutoff {
-        return Outcome::NotExpired;
+        return BlobOutcome::NotExpired;
     }
     let (Ok(blob), Some(etag)) = (BlobName::try_new(&item.name), props.etag.clone()) else {
-        return Outcome::Skipped("the name is not usable");
+        return BlobOutcome::Skipped("the name is not usable");
     };
     let delete = DeleteBlob {
         container: claimed.container.clone(),
@@ -471,11 +471,11 @@ async fn sweep_lock<T, S: Transport>(
         condition: Condition::IfMatch(etag),
     };
     match blobs.execute(&delete, ctx.now).await {
-        Ok((DeleteOutcome::Deleted, _)) => Outcome::LockRemoved,
-        Ok((DeleteOutcome::NotFound, _)) => Outcome::Skipped("already gone"),
+        Ok((DeleteOutcome::Deleted, _)) => BlobOutcome::LockRemoved,
+        Ok((DeleteOutcome::NotFound, _)) => BlobOutcome::Skipped("already gone"),
         // Taken or written since it was listed: in use again.
-        Ok((DeleteOutcome::Refused(_), _)) => Outcome::NotExpired,
-        Err(_) => Outcome::Error,
+        Ok((DeleteOutcome::Refused(_), _)) => BlobOutcome::NotExpired,
+        Err(_) => BlobOutcome::Error,
     }
 }
 
