@@ -93,9 +93,9 @@ pub fn describe(
         }
         Err(e) => {
             v["decision"] = json!("storage_unavailable");
-            v["error"] = json!(web::storage_error_code(e));
-            v["message"] = json!(web::storage_failed(e, "the job did not run"));
-            web::storage_status(e)
+            v["error"] = json!(e.code());
+            v["message"] = json!(e.message("the job did not run"));
+            e.status()
         }
     };
     (status, v)
@@ -152,7 +152,7 @@ pub(crate) async fn api<T: Transport>(
                     "reservations": log.entries,
                 }),
             ),
-            Err(e) => web::storage_unavailable(&e),
+            Err(e) => e.answer(),
         };
     }
     let at_time = match tick_time(request) {

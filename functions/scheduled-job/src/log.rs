@@ -8,6 +8,7 @@ use leasegate_spin::web::rfc3339;
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
+use crate::error::JobError;
 use crate::reservation::RunStatus;
 use crate::settings::Settings;
 use crate::{unix, LOG_ENTRIES};
@@ -76,7 +77,7 @@ pub async fn read_log<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     now: SystemTime,
-) -> Result<(Log, Option<leasegate::ETag>, SystemTime), leasegate::Error> {
+) -> Result<(Log, Option<leasegate::ETag>, SystemTime), JobError> {
     let (blob, date) = blobs
         .execute(
             &GetBlob {
@@ -98,7 +99,7 @@ pub async fn read_log<T: Transport>(
         )),
         Some(content) => {
             let log: Log = serde_json::from_slice(&content.body).map_err(|_| {
-                leasegate::Error::CorruptLock(format!(
+                JobError::UnreadableLog(format!(
                     "the reservation log of job {} is not valid JSON",
                     settings.job
                 ))
@@ -116,7 +117,7 @@ pub(crate) async fn change_log<T: Transport, R>(
     settings: &Settings,
     now: SystemTime,
     change: impl Fn(&mut Log, SystemTime) -> Result<(), R>,
-) -> Result<Result<(SystemTime, Log), R>, leasegate::Error> {
+) -> Result<Result<(SystemTime, Log), R>, JobError> {
     for _ in 0..LOG_ATTEMPTS {
         let (mut log, etag, read_at) = read_log(blobs, settings, now).await?;
         if let Err(refusal) = change(&mut log, read_at) {
@@ -126,12 +127,8 @@ pub(crate) async fn change_log<T: Transport, R>(
         log.entries
             .sort_by_key(|e| std::cmp::Reverse(e.occurrence_unix));
         log.entries.truncate(LOG_ENTRIES);
-        let body = serde_json::to_vec_pretty(&log).map_err(|e| {
-            leasegate::Error::InvalidArgument(format!(
-                "the reservation log of job {} could not be written: {e}",
-                settings.job
-            ))
-        })?;
+        // Strings, integers and booleans in maps and lists: serializing cannot fail.
+        let body = serde_json::to_vec_pretty(&log).expect("a reservation log serializes");
         let condition = match etag {
             Some(e) => Condition::IfMatch(e),
             None => Condition::IfNotExists,
@@ -146,7 +143,7 @@ pub(crate) async fn change_log<T: Transport, R>(
             (WriteOutcome::Refused(_), _) => continue,
         }
     }
-    Err(leasegate::Error::InvalidArgument(format!(
+    Err(JobError::Contended(format!(
         "the reservation log of job {} kept changing: gave up after {LOG_ATTEMPTS} tries",
         settings.job
     )))
@@ -165,7 +162,7 @@ pub(crate) async fn append<T: Transport>(
     settings: &Settings,
     entry: &LogEntry,
     now: SystemTime,
-) -> Result<Result<(), LogRefusal>, leasegate::Error> {
+) -> Result<Result<(), LogRefusal>, JobError> {
     let changed = change_log(blobs, settings, now, |log, read_at| {
         if entry.occurrence_unix < log.cleaned_before {
             return Err(LogRefusal::TooOld);
@@ -225,7 +222,7 @@ pub(crate) async fn update<T: Transport>(
     settings: &Settings,
     entry: &LogEntry,
     now: SystemTime,
-) -> Result<(SystemTime, Log), leasegate::Error> {
+) -> Result<(SystemTime, Log), JobError> {
     let written = change_log(blobs, settings, now, |log, read_at| {
         // The run's own entry (added again if the log lost it: the reservation holds the
         // outcome, the log shows it).

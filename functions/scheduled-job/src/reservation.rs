@@ -10,6 +10,7 @@ use leasegate::{BlobName, Transport};
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
+use crate::error::JobError;
 use crate::log::LOG_ATTEMPTS;
 use crate::settings::Settings;
 
@@ -205,7 +206,7 @@ pub(crate) async fn commit<T: Transport>(
     nonce: &str,
     token: Option<u64>,
     now: SystemTime,
-) -> Result<Commit, leasegate::Error> {
+) -> Result<Commit, JobError> {
     let mut seen = reservation.clone();
     for _ in 0..LOG_ATTEMPTS {
         if let Some(run) = outcome_of(&seen.metadata) {
@@ -246,7 +247,7 @@ pub(crate) async fn commit<T: Transport>(
                                 ..seen
                             }))
                         }
-                        _ => Err(e),
+                        _ => Err(e.into()),
                     };
                 }
             }
@@ -259,7 +260,7 @@ pub(crate) async fn commit<T: Transport>(
         seen.etag = props.etag;
         seen.metadata = props.metadata;
     }
-    Err(leasegate::Error::InvalidArgument(format!(
+    Err(JobError::Contended(format!(
         "the reservation {} kept changing: gave up after {LOG_ATTEMPTS} tries",
         reservation.blob.as_str()
     )))

@@ -15,6 +15,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::time::{Duration, SystemTime};
 
+use crate::error::JobError;
 use crate::log::{advance_settled, append, change_log, update, Log, LogEntry, LogRefusal};
 use crate::reservation::{
     abandoned, clean_up, commit, head, label_occurrence, occurrence_token, outcome_of, take_back,
@@ -109,7 +110,7 @@ pub struct TickOutcome {
     /// The occurrence (Unix seconds).
     pub occurrence: u64,
     /// What happened.
-    pub decision: Result<Decision, leasegate::Error>,
+    pub decision: Result<Decision, JobError>,
     /// Storage requests sent.
     pub round_trips: u32,
 }
@@ -140,7 +141,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-) -> Result<Decision, leasegate::Error> {
+) -> Result<Decision, JobError> {
     let s = &settings.storage;
     let blobs = BlobClient::new(storage, s.account.clone(), s.container.clone());
     let blob = settings.reservation(occurrence)?;
@@ -153,9 +154,8 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         occurrence: rfc3339(at(occurrence)),
         instance: settings.instance_id.clone(),
     };
-    let body = serde_json::to_vec(&body).map_err(|e| {
-        leasegate::Error::InvalidArgument(format!("the reservation could not be written: {e}"))
-    })?;
+    // Three strings: serializing cannot fail.
+    let body = serde_json::to_vec(&body).expect("a reservation serializes");
     let put = PutBlob::block(s.container.clone(), blob.clone(), body)
         .with_content_type("application/json")
         .with_condition(Condition::IfNotExists)
@@ -242,7 +242,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     occurrence: u64,
     (reserved_at, server_now): (SystemTime, SystemTime),
     reservation: Reservation,
-) -> Result<Decision, leasegate::Error> {
+) -> Result<Decision, JobError> {
     let reserved_by = reservation.metadata.get(META_RESERVED_BY).cloned();
     let settled = |run: &RunStatus| Decision::Skipped {
         reserved_by: reserved_by.clone(),
@@ -495,7 +495,7 @@ pub(crate) async fn settle_earlier<T, S: Transport>(
     tick: &Tick,
     occurrence: u64,
     log: &Log,
-) -> Result<(), leasegate::Error> {
+) -> Result<(), JobError> {
     let mut candidates = Vec::new();
     let mut next = settings.next_occurrence(log.settled_through);
     while log.settled_through != 0 && next < occurrence && candidates.len() < SETTLE_MAX {
