@@ -15,6 +15,7 @@ use leasegate_spin::Context;
 
 use crate::answer::{SkippedContainer, UnusableName};
 use crate::settings::{Kind, Settings};
+use crate::state::ScanStatus;
 use crate::state::{
     read_state, reconcile, write_state, ContainerEntry, Counters, State, TickEntry, Unusable,
     MAX_UNUSABLE,
@@ -154,7 +155,7 @@ async fn claim_held<S: Transport>(
         while let Some(index) = state
             .containers
             .iter()
-            .position(|e| !e.off && (e.status == "init" || e.status == "current"))
+            .position(|e| !e.off && matches!(e.status, ScanStatus::Init | ScanStatus::Current))
         {
             match list_page(blobs, settings, &state.containers[index], now).await {
                 Ok(listed) => {
@@ -177,7 +178,7 @@ async fn claim_held<S: Transport>(
                         storage_error_code,
                         message: format!("listing failed: {e}"),
                     });
-                    entry.status = "last".into();
+                    entry.status = ScanStatus::Last;
                     entry.marker = None;
                 }
                 Err(e) => return Err(e),
@@ -190,11 +191,10 @@ async fn claim_held<S: Transport>(
             let e = &mut state.containers[index];
             e.marker = listed.page.next_marker.clone();
             e.status = if e.marker.is_some() {
-                "current"
+                ScanStatus::Current
             } else {
-                "last"
-            }
-            .into();
+                ScanStatus::Last
+            };
             state.pages += 1;
             entry.active = true;
             page = Some(listed);
@@ -204,7 +204,7 @@ async fn claim_held<S: Transport>(
         } else {
             // Every page of the pass is claimed and processed: it is complete.
             for e in &mut state.containers {
-                e.status = "init".into();
+                e.status = ScanStatus::Init;
                 e.marker = None;
             }
             // Unusable names this pass did not list again are gone (or renamed).
@@ -292,7 +292,10 @@ fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<Unusable
 /// Whether a new pass must wait: the last one ended less than `ttl_pass_interval_seconds` ago
 /// and this one has not started.
 pub(crate) fn resting(state: &State, settings: &Settings, server_now: SystemTime) -> bool {
-    let fresh = state.containers.iter().all(|e| e.off || e.status == "init");
+    let fresh = state
+        .containers
+        .iter()
+        .all(|e| e.off || e.status == ScanStatus::Init);
     fresh
         && state
             .last_pass_completed_at

@@ -22,6 +22,55 @@ use crate::STATE_BLOB;
 /// The most unusable names the state remembers (each reported once).
 pub(crate) const MAX_UNUSABLE: usize = 100;
 
+/// Where a pass is in a swept container, stored as `init` (the pass has not reached it),
+/// `current` (pages left) or `last` (its last page was claimed this pass). A value this version
+/// does not know (an older version's `off`, a newer version's) is kept as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ScanStatus {
+    /// The pass has not reached it.
+    Init,
+    /// Pages are left.
+    Current,
+    /// Its last page was claimed this pass.
+    Last,
+    /// Another value, kept as written.
+    Other(String),
+}
+
+impl ScanStatus {
+    /// The value as stored.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            ScanStatus::Init => "init",
+            ScanStatus::Current => "current",
+            ScanStatus::Last => "last",
+            ScanStatus::Other(other) => other,
+        }
+    }
+
+    /// The status a stored value stands for.
+    pub(crate) fn parse(value: &str) -> ScanStatus {
+        match value {
+            "init" => ScanStatus::Init,
+            "current" => ScanStatus::Current,
+            "last" => ScanStatus::Last,
+            other => ScanStatus::Other(other.to_string()),
+        }
+    }
+}
+
+impl Serialize for ScanStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ScanStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(|s| ScanStatus::parse(&s))
+    }
+}
+
 /// One swept container (and prefix) in the state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ContainerEntry {
@@ -32,9 +81,8 @@ pub(crate) struct ContainerEntry {
     pub(crate) prefix: String,
     /// What it sweeps.
     pub(crate) kind: Kind,
-    /// `init` (the pass has not reached it), `current` (pages left) or `last` (its last page
-    /// was claimed this pass).
-    pub(crate) status: String,
+    /// Where the pass is in it.
+    pub(crate) status: ScanStatus,
     /// Where the next page starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) marker: Option<String>,
@@ -211,9 +259,9 @@ pub(crate) async fn write_state<S: Transport>(
 /// configured is kept `off` with its progress; configured again, it goes on from there.
 pub(crate) fn reconcile(state: &mut State, settings: &Settings) {
     for e in &mut state.containers {
-        if e.status == "off" {
+        if e.status == ScanStatus::Other("off".into()) {
             // (A state written before `off` became a flag.)
-            e.status = "init".into();
+            e.status = ScanStatus::Init;
             e.off = true;
         }
         e.off = !settings
@@ -231,7 +279,7 @@ pub(crate) fn reconcile(state: &mut State, settings: &Settings) {
                 container: container.to_string(),
                 prefix: prefix.clone(),
                 kind: *kind,
-                status: "init".into(),
+                status: ScanStatus::Init,
                 marker: None,
                 off: false,
             });
@@ -252,22 +300,22 @@ mod tests {
         let mut state = State::default();
         reconcile(&mut state, &both);
         assert_eq!(state.containers.len(), 2);
-        state.containers[1].status = "current".into();
+        state.containers[1].status = ScanStatus::Current;
         state.containers[1].marker = Some("m-7".into());
         // A deployment still on the old configuration: y is off, its progress kept.
         reconcile(&mut state, &only_x);
         let y = &state.containers[1];
-        assert!(y.off && y.status == "current" && y.marker.as_deref() == Some("m-7"));
+        assert!(y.off && y.status == ScanStatus::Current && y.marker.as_deref() == Some("m-7"));
         assert!(!resting(&state, &only_x, SystemTime::UNIX_EPOCH));
         // Configured again: it goes on from its marker.
         reconcile(&mut state, &both);
         let y = &state.containers[1];
-        assert!(!y.off && y.status == "current" && y.marker.as_deref() == Some("m-7"));
+        assert!(!y.off && y.status == ScanStatus::Current && y.marker.as_deref() == Some("m-7"));
         assert_eq!(y.prefix, "logs/");
         // A state written when `off` was a status.
-        state.containers[1].status = "off".into();
+        state.containers[1].status = ScanStatus::Other("off".into());
         reconcile(&mut state, &both);
-        assert!(!state.containers[1].off && state.containers[1].status == "init");
+        assert!(!state.containers[1].off && state.containers[1].status == ScanStatus::Init);
     }
 
     #[test]
