@@ -11,9 +11,9 @@
 //! releases. At most once, never twice. The steps, numbered once, and every rule are in
 //! `docs/timer-functions.md` ("A tick, step by step").
 //!
-//! The modules: [`settings`] (the job's settings), [`error`] (its errors and their answers), [`reservation`] (the record of whether an
-//! occurrence ran), [`log`] (the reservation log, a view of the last 10), [`run`] (a tick, step
-//! by step), [`http`] (the HTTP API and a tick's answer).
+//! The modules: `settings` (the job's settings), `error` (its errors and their answers),
+//! `reservation` (the record of whether an occurrence ran), `log` (the reservation log, a view
+//! of the last 10), `run` (a tick, step by step), `http` (the HTTP API and a tick's answer).
 #![deny(missing_docs)]
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
@@ -28,17 +28,17 @@ use leasegate_spin::config::{ConfigError, Variables};
 use leasegate_spin::timer::{self, Tick, TimerFunction};
 use leasegate_spin::{log_line, Context};
 
-pub mod error;
-pub mod http;
-pub mod log;
-pub mod reservation;
-pub mod run;
-pub mod settings;
+mod error;
+mod http;
+mod log;
+mod reservation;
+mod run;
+mod settings;
 
 pub use error::JobError;
 pub use http::describe;
 pub use log::{read_log, Log, LogEntry};
-pub use reservation::occurrence_token;
+pub use reservation::{occurrence_token, RunStatus};
 pub use run::{idempotency_key, tick, Decision, TickOutcome};
 pub use settings::{check_job_name, lease_term, Overlap, Settings};
 
