@@ -7,9 +7,10 @@ use std::time::Instant;
 use leasegate::StatusCode;
 use serde::Serialize;
 
+use leasegate_spin::elapsed_ms;
 use leasegate_spin::timer::Source;
-use leasegate_spin::{elapsed_ms, web};
 
+use crate::error::SweepError;
 use crate::settings::Settings;
 
 /// What one tick did (the answer and the log line; never stored).
@@ -113,7 +114,7 @@ pub(crate) fn describe(
     settings: &Settings,
     source: Source,
     report: Report,
-    failure: Option<&leasegate::Error>,
+    failure: Option<&SweepError>,
     round_trips: u32,
     started: Instant,
 ) -> (StatusCode, TickAnswer) {
@@ -129,18 +130,9 @@ pub(crate) fn describe(
     match failure {
         None => (StatusCode::OK, answer),
         Some(e) => {
-            answer.error = Some(
-                if matches!(
-                    e,
-                    leasegate::Error::CorruptLock(_) | leasegate::Error::UnusableLock { .. }
-                ) {
-                    "state_unusable"
-                } else {
-                    web::storage_error_code(e)
-                },
-            );
-            answer.message = Some(web::storage_failed(e, "the sweep state could not be used"));
-            (web::storage_status(e), answer)
+            answer.error = Some(e.code());
+            answer.message = Some(e.message("the sweep state could not be used"));
+            (e.status(), answer)
         }
     }
 }
@@ -205,7 +197,7 @@ mod tests {
         assert_eq!(line["fn"], "ttl-sweeper");
         assert_eq!(line.as_object().unwrap().keys().next_back().unwrap(), "fn");
         assert_eq!(line["pages"], 2);
-        let failed = leasegate::Error::CorruptLock("x".into());
+        let failed = SweepError::from(leasegate::Error::CorruptLock("x".into()));
         let (status, answer) = describe(&s, Source::Cron, report, Some(&failed), 7, Instant::now());
         assert!(!status.is_success());
         let v = serde_json::to_value(&answer).unwrap();

@@ -14,6 +14,7 @@ use leasegate_spin::web::rfc3339;
 use leasegate_spin::Context;
 
 use crate::answer::{SkippedContainer, UnusableName};
+use crate::error::SweepError;
 use crate::settings::{Kind, Settings};
 use crate::state::ScanStatus;
 use crate::state::{
@@ -77,7 +78,7 @@ pub(crate) async fn claim<T, S: Transport>(
     settings: &Settings,
     tick: &mut Bookkeeping,
     started: Option<Instant>,
-) -> Result<Claim, leasegate::Error> {
+) -> Result<Claim, SweepError> {
     let lock = LockName::try_new("lock")?;
     let id = (ctx.new_lease_id)();
     let term = Term::for_window(Duration::from_secs(30))?;
@@ -115,7 +116,7 @@ async fn claim_held<S: Transport>(
     tick: &mut Bookkeeping,
     page_wanted: bool,
     now: SystemTime,
-) -> Result<Claim, leasegate::Error> {
+) -> Result<Claim, SweepError> {
     let (mut state, etag, server_now) = read_state(blobs, settings, now).await?;
     reconcile(&mut state, settings);
     // A write whose answer was lost may have landed: this tick's entry says what did.
@@ -181,7 +182,7 @@ async fn claim_held<S: Transport>(
                     entry.status = ScanStatus::Last;
                     entry.marker = None;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         if let Some((index, listed)) = found {

@@ -15,6 +15,7 @@
 
 mod answer;
 mod claim;
+mod error;
 mod mark;
 mod settings;
 mod state;
@@ -153,7 +154,7 @@ impl TimerFunction for Sweeper {
             let blobs = settings.storage.blobs(&transport);
             return match read_state(&blobs, &settings, ctx.now).await {
                 Ok((state, _, _)) => web::json(StatusCode::OK, &state),
-                Err(e) => web::storage_unavailable(&e),
+                Err(e) => e.answer(),
             };
         }
         let tick = Tick {

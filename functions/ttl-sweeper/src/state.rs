@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use leasegate_spin::storage::execute_creating_container;
 
 use crate::answer::Report;
+use crate::error::SweepError;
 use crate::settings::{Kind, Settings};
 use crate::STATE_BLOB;
 
@@ -207,7 +208,7 @@ pub(crate) async fn read_state<S: Transport>(
     blobs: &BlobClient<S>,
     settings: &Settings,
     now: SystemTime,
-) -> Result<(State, Option<leasegate::ETag>, SystemTime), leasegate::Error> {
+) -> Result<(State, Option<leasegate::ETag>, SystemTime), SweepError> {
     let (blob, date) = blobs
         .execute(
             &GetBlob {
@@ -222,7 +223,7 @@ pub(crate) async fn read_state<S: Transport>(
         None => Ok((State::default(), None, date)),
         Some(b) => {
             let state: State = serde_json::from_slice(&b.body).map_err(|e| {
-                leasegate::Error::CorruptLock(format!(
+                SweepError::UnreadableState(format!(
                     "the sweep state {STATE_BLOB} is not a sweep state ({e}; delete it to start over)"
                 ))
             })?;

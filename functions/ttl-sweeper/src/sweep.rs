@@ -18,6 +18,7 @@ use leasegate_spin::Context;
 
 use crate::answer::Report;
 use crate::claim::{claim, Bookkeeping, Claim, Claimed};
+use crate::error::SweepError;
 use crate::settings::{parse_location, Kind, Settings, COPY_POLL, COPY_WAIT};
 use crate::state::Counters;
 use crate::{DEAD_BLOB_CONTAINER, TIME_TO_LIVE};
@@ -28,7 +29,7 @@ pub(crate) async fn sweep<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     started: Instant,
-) -> (Report, Option<leasegate::Error>, u32) {
+) -> (Report, Option<SweepError>, u32) {
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
     let locks = settings.storage.locks(&counting, "sweeper/");
