@@ -33,6 +33,15 @@ impl std::fmt::Display for JobError {
     }
 }
 
+impl std::error::Error for JobError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            JobError::Storage(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl JobError {
     /// The answer's `error` code: storage's (`storage_unavailable`, `storage_forbidden`,
     /// `token_unavailable`, ...), `storage_unavailable` for contention, `lock_unusable` for an

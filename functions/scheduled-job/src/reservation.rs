@@ -120,7 +120,6 @@ pub(crate) async fn take_back<T: Transport>(
     }
 }
 
-/// What writing an outcome on a reservation came to.
 /// What became of an occurrence: the outcome on its reservation (`leasegate_run`) and the status
 /// of its log entry, written as `running`, `succeeded`, `failed`, `skipped_overlap` or `missed`.
 /// A value this version does not know (a newer version's) is kept as it is.
@@ -189,6 +188,7 @@ pub(crate) fn outcome_of(metadata: &Metadata) -> Option<RunStatus> {
     metadata.get(META_RUN).map(|v| RunStatus::parse(v))
 }
 
+/// What writing an outcome on a reservation came to.
 pub(crate) enum Commit {
     /// This tick wrote it: the reservation as written.
     Written(Reservation),

@@ -55,6 +55,8 @@ impl SweepError {
         match self {
             SweepError::Storage(e) => web::storage_unavailable(e),
             SweepError::UnreadableState(_) => {
+                // `lock_unusable` here, `state_unusable` in a tick's answer: as each answered
+                // before this function had an error of its own (codes are an interface).
                 let body = json!({
                     "error": "lock_unusable",
                     "message": self.message("nothing was done"),
