@@ -46,7 +46,7 @@ pub const GATE_PREFIX: &str = "alerts/";
 
 /// The device-alerts settings.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Storage.
     pub storage: Storage,
     /// Readings at or above this alert.
@@ -68,7 +68,7 @@ pub struct Settings {
 
 /// One entry of `device_ids`: an exact id, or a prefix (written with a trailing `*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DevicePattern {
+pub(crate) enum DevicePattern {
     /// This id only.
     Exact(String),
     /// Every id that starts with this.
@@ -109,7 +109,7 @@ impl DevicePattern {
 }
 
 /// Whether `list` (empty: any) serves the device `id`.
-pub fn device_allowed(list: &[DevicePattern], id: &str) -> bool {
+pub(crate) fn device_allowed(list: &[DevicePattern], id: &str) -> bool {
     list.is_empty() || list.iter().any(|p| p.matches(id))
 }
 
@@ -156,7 +156,7 @@ impl Settings {
 
 /// One valid reading.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reading {
+pub(crate) struct Reading {
     /// The device id as sent.
     pub device_id: String,
     /// The device's lock name.
@@ -201,7 +201,7 @@ fn timestamp<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
 }
 
 /// Reads one reading, or says what is wrong with it.
-pub fn parse_reading(value: &Value) -> Result<Reading, String> {
+pub(crate) fn parse_reading(value: &Value) -> Result<Reading, String> {
     // Checked first: serde would also read an array as the fields in order.
     if !value.is_object() {
         return Err("a reading must be a JSON object".into());
@@ -227,7 +227,7 @@ pub fn parse_reading(value: &Value) -> Result<Reading, String> {
 }
 
 /// The readings of a body: one object or an array of them. `Err` is the 4xx answer.
-pub fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Response> {
+pub(crate) fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Response> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         web::error(
             StatusCode::BAD_REQUEST,
@@ -267,7 +267,7 @@ pub fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Response>
 }
 
 /// A checked request: its settings, its readings and the gate term.
-pub struct Parsed {
+pub(crate) struct Parsed {
     /// The settings.
     pub settings: Settings,
     /// Each reading, or why it is unusable.
@@ -278,7 +278,7 @@ pub struct Parsed {
 
 /// Step 1: authenticates, checks the request, reads settings and readings. `Err` is the
 /// answer (401, 405, 415, 413, 400, or 503 `not_configured`).
-pub fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, Response> {
+pub(crate) fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, Response> {
     auth::authenticate(vars, "telemetry_token", "telemetry_auth", request)?;
     if request.method() != leasegate::Method::POST {
         return Err(web::method_not_allowed("POST"));
@@ -324,7 +324,7 @@ fn body_is_object(request: &Request) -> bool {
 
 /// One device of the batch that is at or above the threshold, with its hottest reading.
 #[derive(Debug, Clone, Copy)]
-pub struct HotDevice<'r> {
+pub(crate) struct HotDevice<'r> {
     /// Index of the hottest reading (the first of equals).
     pub index: usize,
     /// The reading.
@@ -333,7 +333,10 @@ pub struct HotDevice<'r> {
 
 /// The hot devices of a batch, each once (in the order they first appear), with its hottest
 /// reading.
-pub fn hot_devices(readings: &[Result<Reading, String>], threshold: f64) -> Vec<HotDevice<'_>> {
+pub(crate) fn hot_devices(
+    readings: &[Result<Reading, String>],
+    threshold: f64,
+) -> Vec<HotDevice<'_>> {
     let mut hottest: Vec<HotDevice> = Vec::new();
     // Each device's place in `hottest`.
     let mut place: HashMap<&str, usize> = HashMap::new();
@@ -355,7 +358,7 @@ pub fn hot_devices(readings: &[Result<Reading, String>], threshold: f64) -> Vec<
 
 /// What became of one hot device. Every outcome that took a gate says what became of it.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The gate was taken and the webhook confirmed the notification (2xx). The gate is kept:
     /// the window's one alert went out.
     Notified(Acquired),
@@ -383,16 +386,14 @@ pub enum Outcome {
     /// The webhook may have received the notification (it answered late, broke off, or
     /// answered an error): the gate is kept on purpose, so this window sends nothing more.
     Unconfirmed {
-        /// The gate, still held.
-        held: Acquired,
-        /// What went wrong.
+        /// What went wrong (the gate stays held).
         reason: String,
     },
 }
 
 /// A device's outcome and the storage requests it took.
 #[derive(Debug)]
-pub struct Gated<'r> {
+pub(crate) struct Gated<'r> {
     /// The device.
     pub device: HotDevice<'r>,
     /// What became of it.
@@ -403,7 +404,7 @@ pub struct Gated<'r> {
 
 /// Steps 2 and 3 for every hot device: devices concurrently, at most `max_in_flight` at once
 /// (each device has at most one request in flight at a time), in the order given.
-pub async fn gate<'r, T: Transport>(
+pub(crate) async fn gate<'r, T: Transport>(
     ctx: &Context<'_, T>,
     transport: &T,
     parsed: &Parsed,
@@ -527,7 +528,7 @@ async fn gate_one<'r, T: Transport>(
                 }
                 Err(Undelivered::Unknown(reason)) => {
                     remember(left);
-                    Outcome::Unconfirmed { held, reason }
+                    Outcome::Unconfirmed { reason }
                 }
             }
         }
@@ -551,7 +552,7 @@ enum Undelivered {
 /// The idempotency key of a device's alert: unique per device and gate tenure (a window), the
 /// same for any resend of that window's alert. A hex SHA-256 of the device id and the gate's
 /// lease id; it reveals neither.
-pub fn idempotency_key(device_id: &str, lease_id: LeaseId) -> String {
+pub(crate) fn idempotency_key(device_id: &str, lease_id: LeaseId) -> String {
     let digest = Sha256::new()
         .chain_update(b"leasegate alert v1\0")
         .chain_update(device_id.as_bytes())
@@ -613,7 +614,7 @@ async fn notify<T: Transport>(
 
 /// Step 4: one decision per reading, in order; the other readings of a gated device share its
 /// outcome (`coveredBy`). 503 when any device's storage failed, else 200.
-pub fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -> Response {
+pub(crate) fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -> Response {
     let window_secs = parsed.settings.window.as_secs();
     // Each device is gated once (see `hot_devices`).
     let by_device: HashMap<&str, &Gated> = gated

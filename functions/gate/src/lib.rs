@@ -48,7 +48,7 @@ pub const MAX_HOLDER_BYTES: usize = 128;
 
 /// The gate's settings.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Storage.
     pub storage: Storage,
 }
@@ -63,7 +63,7 @@ impl Settings {
 }
 
 /// The gate key of the request path (after the route prefix), percent-decoded and validated.
-pub fn key_of(request: &Request) -> Result<LockName, Response> {
+pub(crate) fn key_of(request: &Request) -> Result<LockName, Response> {
     // The request's own path, never Spin's `spin-path-info` header: Spin passes a client's own
     // `spin-*` headers before the ones it adds, so a client could pick the key (and a proxy
     // that allows callers by path would be bypassed).

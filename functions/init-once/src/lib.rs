@@ -108,7 +108,7 @@ impl Settings {
 /// `storage_timeout`), and for a native lease (15 to 60 s) also the claim write after the
 /// grant (the lease runs from the grant). Otherwise another caller takes the lock while the run
 /// still goes on, and duplicate initializations become routine.
-pub fn lease_needed(
+pub(crate) fn lease_needed(
     timeout: Duration,
     storage_timeout: Duration,
     lease: Duration,
@@ -123,7 +123,11 @@ pub fn lease_needed(
 
 /// The smallest whole-second `init_lease_seconds` from `lease` up that [`lease_needed`]
 /// accepts.
-pub fn lease_suggested(timeout: Duration, storage_timeout: Duration, lease: Duration) -> Duration {
+pub(crate) fn lease_suggested(
+    timeout: Duration,
+    storage_timeout: Duration,
+    lease: Duration,
+) -> Duration {
     let mut secs = lease.as_secs().max(1);
     // Ends: at `timeout + 3 x storage_timeout` (rounded up) every term is long enough.
     loop {
@@ -136,7 +140,7 @@ pub fn lease_suggested(timeout: Duration, storage_timeout: Duration, lease: Dura
 }
 
 /// The idempotency key of one run: the name and the run's fencing token.
-pub fn idempotency_key(name: &str, token: u64) -> String {
+pub(crate) fn idempotency_key(name: &str, token: u64) -> String {
     let digest = Sha256::new()
         .chain_update(b"leasegate init v1\0")
         .chain_update(name.as_bytes())
@@ -147,7 +151,7 @@ pub fn idempotency_key(name: &str, token: u64) -> String {
 
 /// What a call came to.
 #[derive(Debug)]
-pub enum State {
+pub(crate) enum State {
     /// Done: by this call (`ran`) or earlier.
     Done {
         /// Whether this call ran it.
@@ -187,7 +191,7 @@ pub enum State {
 
 /// Runs one call for `name`. Storage requests: one when done or running, eight when this
 /// call runs it (the read, the acquire's three, the mark's two, the release's two).
-pub async fn call<T: Transport>(
+pub(crate) async fn call<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     name: &str,
@@ -308,7 +312,7 @@ async fn post<A: Transport>(
 }
 
 /// The answer for a call: its status and JSON.
-pub fn describe(
+pub(crate) fn describe(
     settings: &Settings,
     name: &str,
     state: &Result<State, leasegate::Error>,

@@ -102,7 +102,7 @@ impl Settings {
 }
 
 /// The idempotency key of one heartbeat: the group, the term and the grant's second.
-pub fn heartbeat_key(group: &str, term: u64, at: SystemTime) -> String {
+pub(crate) fn heartbeat_key(group: &str, term: u64, at: SystemTime) -> String {
     let secs = at
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -116,7 +116,7 @@ pub fn heartbeat_key(group: &str, term: u64, at: SystemTime) -> String {
 }
 
 /// One tick: the answer's status (2xx: settled) and its JSON.
-pub async fn tick<T: Transport>(
+pub(crate) async fn tick<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     tick: &Tick,
