@@ -747,7 +747,7 @@ pub async fn serve(
 /// The Spin entry points of a timer function `$function` (a type implementing
 /// [`crate::timer::TimerFunction`]): `#[spin_sdk::http_component]`, serving its routes and the
 /// Azure Functions channel through [`crate::timer::handle_http`] with requests of at most
-/// `$max_body` bytes, and the cron trigger's export ([`cron_export!`]) calling
+/// `$max_body` bytes, and the cron trigger's export ([`cron_export!`](crate::cron_export)) calling
 /// [`crate::timer::handle_cron`]. Both are compiled for `wasm32` only. The crate needs
 /// `spin-sdk` as a dependency (for the attribute).
 ///
