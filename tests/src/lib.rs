@@ -21,6 +21,7 @@ use leasegate::{Account, ContainerName};
 
 pub mod app;
 pub mod entra;
+pub mod jobs;
 pub mod keepalive;
 pub mod proxy;
 pub mod sink;

@@ -7,79 +7,27 @@
 
 use std::time::Duration;
 
-use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::app::{App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::jobs::{calls_of, log_entry, occurrence_of, tick, JOB};
 use leasegate_tests::proxy::Fault;
-use leasegate_tests::{rfc3339_secs as rfc3339, unique_container, unix_now, wait_for};
-use serde_json::{json, Value};
-
-const JOB: &str = "example-job";
+use leasegate_tests::{unique_container, unix_now, wait_for};
 
 /// job_timeout 1 s + 4 x storage_timeout 1 s + 10 s: the job's lease term, and so how long a
 /// reserver has to write its outcome.
 const DEADLINE_SECS: u64 = 15;
 
-/// A tick with the tick token for now (no `at`: the scheduler's own clock is the instance's).
-fn tick_now(app: &App) -> Answer {
-    call(
-        "POST",
-        &app.url(&format!("/api/jobs/{JOB}/tick")),
-        &[TIMER_AUTH],
-        b"",
-    )
-}
-
-/// A manual tick (the admin token) for the occurrence at `at`.
-fn tick_admin(app: &App, at: u64) -> Answer {
-    call(
-        "POST",
-        &app.url(&format!("/api/jobs/{JOB}/tick")),
-        &[ADMIN_AUTH, ("content-type", "application/json")],
-        json!({ "at": rfc3339(at) }).to_string().as_bytes(),
-    )
-}
-
-fn occurrence_of(a: &Answer) -> u64 {
-    let text = a.json["occurrence"].as_str().expect("an occurrence");
-    humantime::parse_rfc3339(text)
-        .expect("RFC 3339")
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_secs()
-}
-
-/// The job POSTs both deployments' sinks received for `occurrence`: (instance, idempotency
-/// key, fencing token).
+/// The job calls of `occurrence`: (instance, idempotency key, fencing token).
 fn runs_of(apps: &[&App], occurrence: u64) -> Vec<(String, String, u64)> {
-    apps.iter()
-        .flat_map(|a| a.sink.received())
-        .filter(|r| r.path == "/job" && r.body["occurrenceUnix"].as_u64() == Some(occurrence))
+    calls_of(apps, occurrence)
+        .into_iter()
         .map(|r| {
             (
                 r.body["instance"].as_str().unwrap_or("").to_string(),
-                r.idempotency_key.clone().unwrap_or_default(),
+                r.idempotency_key.unwrap_or_default(),
                 r.body["fencingToken"].as_u64().unwrap_or(0),
             )
         })
         .collect()
-}
-
-fn log(app: &App) -> Value {
-    let a = call(
-        "GET",
-        &app.url(&format!("/api/jobs/{JOB}")),
-        &[TIMER_AUTH],
-        b"",
-    );
-    assert_eq!(a.status, 200, "{}", a.text);
-    a.json
-}
-
-fn entry(app: &App, occurrence: u64) -> Option<Value> {
-    log(app)["reservations"]
-        .as_array()?
-        .iter()
-        .find(|e| e["occurrenceUnix"].as_u64() == Some(occurrence))
-        .cloned()
 }
 
 /// Two deployments of one job on one container: node-a and node-b.
@@ -137,12 +85,12 @@ fn a_tick_after_the_reservers_deadline_runs_the_occurrence() {
     let (a, b) = pair("abandon-run", 120, x % 120);
     wait_until(x);
     break_the_lease(&a);
-    let failed = tick_now(&a);
+    let failed = tick(&a, TIMER_AUTH, None);
     assert_eq!(failed.status, 503, "{}", failed.text);
     assert_eq!(occurrence_of(&failed), x, "{}", failed.text);
     a.storage.set_fault(None);
 
-    let early = tick_now(&b);
+    let early = tick(&b, TIMER_AUTH, None);
     assert_eq!(early.status, 200, "{}", early.text);
     assert_eq!(early.json["decision"], "skipped", "{}", early.text);
     assert_eq!(early.json["reservedBy"], "node-a", "{}", early.text);
@@ -153,7 +101,7 @@ fn a_tick_after_the_reservers_deadline_runs_the_occurrence() {
         "node-b to take the occurrence over",
         Duration::from_secs(DEADLINE_SECS + 20),
         || {
-            let t = tick_now(&b);
+            let t = tick(&b, TIMER_AUTH, None);
             assert_eq!(occurrence_of(&t), x, "{}", t.text);
             (t.json["decision"] != "skipped").then_some(t)
         },
@@ -168,12 +116,12 @@ fn a_tick_after_the_reservers_deadline_runs_the_occurrence() {
 
     // node-a's retry, and node-b's again: settled, not run again.
     for (app, who) in [(&a, "node-a"), (&b, "node-b")] {
-        let again = tick_now(app);
+        let again = tick(app, TIMER_AUTH, None);
         assert_eq!(again.status, 200, "{who}: {}", again.text);
         assert_eq!(again.json["decision"], "skipped", "{who}: {}", again.text);
     }
     assert_eq!(runs_of(&[&a, &b], x).len(), 1);
-    assert_eq!(entry(&b, x).expect("logged")["status"], "succeeded");
+    assert_eq!(log_entry(&b, x)["status"], "succeeded");
     a.assert_no_trap();
     b.assert_no_trap();
 }
@@ -186,14 +134,14 @@ fn a_tick_after_the_reservers_deadline_runs_the_occurrence() {
 fn a_later_winner_records_an_abandoned_occurrence_as_missed() {
     let (a, b) = pair("abandon-miss", 5, 0);
     // A run first: the log exists and is settled up to it.
-    let first = tick_now(&b);
+    let first = tick(&b, TIMER_AUTH, None);
     assert_eq!(first.json["decision"], "ran", "{}", first.text);
     let y0 = occurrence_of(&first);
 
     let x = y0 + 5;
     wait_until(x);
     break_the_lease(&a);
-    let failed = tick_now(&a);
+    let failed = tick(&a, TIMER_AUTH, None);
     assert_eq!(failed.status, 503, "{}", failed.text);
     assert_eq!(occurrence_of(&failed), x, "{}", failed.text);
     a.storage.set_fault(None);
@@ -205,11 +153,11 @@ fn a_later_winner_records_an_abandoned_occurrence_as_missed() {
         Duration::from_secs(DEADLINE_SECS + 30),
         || {
             wait_until(next);
-            let t = tick_now(&b);
+            let t = tick(&b, TIMER_AUTH, None);
             assert_eq!(t.status, 200, "{}", t.text);
             assert_eq!(t.json["decision"], "ran", "{}", t.text);
             next = occurrence_of(&t) + 5;
-            entry(&b, x).filter(|e| e["status"] == "missed")
+            Some(log_entry(&b, x)).filter(|e| e["status"] == "missed")
         },
     );
     assert_eq!(missed["instance"], "node-a", "{missed}");
@@ -222,7 +170,7 @@ fn a_later_winner_records_an_abandoned_occurrence_as_missed() {
         "the abandoned occurrence ran"
     );
     // node-a's late retry of it (a manual tick) finds it settled.
-    let retry = tick_admin(&a, x);
+    let retry = tick(&a, ADMIN_AUTH, Some(x));
     assert_eq!(retry.status, 200, "{}", retry.text);
     assert_eq!(retry.json["decision"], "skipped", "{}", retry.text);
     assert!(runs_of(&[&a, &b], x).is_empty());

@@ -7,52 +7,13 @@
 
 use std::time::Duration;
 
-use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::app::{App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::jobs::{calls_of, log_entry, occurrence_of, tick};
 use leasegate_tests::sink::Behaviour;
-use leasegate_tests::{rfc3339_secs as rfc3339, unique_container, unix_now};
-use serde_json::json;
-
-const JOB: &str = "example-job";
-
-fn tick(app: &App, auth: (&str, &str), at: Option<u64>) -> Answer {
-    let body = at
-        .map(|at| json!({ "at": rfc3339(at) }).to_string())
-        .unwrap_or_default();
-    call(
-        "POST",
-        &app.url(&format!("/api/jobs/{JOB}/tick")),
-        &[auth, ("content-type", "application/json")],
-        body.as_bytes(),
-    )
-}
-
-fn occurrence_of(a: &Answer) -> u64 {
-    let text = a.json["occurrence"].as_str().expect("an occurrence");
-    humantime::parse_rfc3339(text)
-        .expect("RFC 3339")
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_secs()
-}
+use leasegate_tests::{unique_container, unix_now};
 
 fn runs_of(apps: &[&App], occurrence: u64) -> usize {
-    apps.iter()
-        .flat_map(|a| a.sink.received())
-        .filter(|r| r.path == "/job" && r.body["occurrenceUnix"].as_u64() == Some(occurrence))
-        .count()
-}
-
-fn logged(app: &App, occurrence: u64) -> bool {
-    let a = call(
-        "GET",
-        &app.url(&format!("/api/jobs/{JOB}")),
-        &[TIMER_AUTH],
-        b"",
-    );
-    a.json["reservations"].as_array().is_some_and(|e| {
-        e.iter()
-            .any(|e| e["occurrenceUnix"].as_u64() == Some(occurrence))
-    })
+    calls_of(apps, occurrence).len()
 }
 
 /// A per-minute job: the tick token runs the occurrence due now (a trigger time a second or two
@@ -136,7 +97,10 @@ fn no_tick_skips_an_occurrence_before_it_is_due() {
     assert_eq!(early.json["decision"], "not_due", "{}", early.text);
     let wait: u64 = early.headers["retry-after"].parse().unwrap();
     assert!((2..=30).contains(&wait), "Retry-After {wait}");
-    assert!(!logged(&b, x + 20), "the early tick wrote a log entry");
+    assert!(
+        log_entry(&b, x + 20).is_null(),
+        "the early tick wrote a log entry"
+    );
     // The reservation it made was taken back: the due tick creates it and runs.
     leasegate_tests::wait_for("the next occurrence", Duration::from_secs(40), || {
         (unix_now() >= x + 20).then_some(())

@@ -4,13 +4,13 @@
 //! with the occurrence (a late run of an older one included), extreme settings (a storage
 //! timeout whose lease term is not whole seconds among them).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use leasegate::lease::Locks;
 use leasegate::ops::ListBlobs;
 use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, Answer, App, Manifest, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::jobs::runs;
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::wait_for;
 use leasegate_tests::Azurite;
@@ -66,21 +66,6 @@ fn job_posts(app: &App) -> Vec<u64> {
         .filter(|r| r.path == "/job")
         .filter_map(|r| r.body["occurrenceUnix"].as_u64())
         .collect()
-}
-
-/// The job POSTs every app's sink received, counted per occurrence.
-fn runs(apps: &[&App]) -> BTreeMap<u64, usize> {
-    let mut runs = BTreeMap::new();
-    for app in apps {
-        for r in app.sink.received() {
-            if r.path == "/job" {
-                if let Some(o) = r.body["occurrenceUnix"].as_u64() {
-                    *runs.entry(o).or_insert(0) += 1;
-                }
-            }
-        }
-    }
-    runs
 }
 
 fn log_entries(app: &App) -> Vec<Value> {

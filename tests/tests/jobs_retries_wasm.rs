@@ -6,13 +6,13 @@
 //! answer, a failure before it); a retry that finds its own lease but no outcome waits for the
 //! lease to end, then runs the occurrence once.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH};
+use leasegate_tests::jobs::{log_entry, runs};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{rfc3339_secs as rfc3339, unix_now};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const JOB: &str = "example-job";
 
@@ -30,39 +30,6 @@ fn tick_with(app: &App, auth: (&str, &str), at: u64) -> Answer {
 /// names only the occurrence due now.
 fn tick_at(app: &App, at: u64) -> Answer {
     tick_with(app, ADMIN_AUTH, at)
-}
-
-/// The job POSTs every app's sink received, counted per occurrence.
-fn runs(apps: &[&App]) -> BTreeMap<u64, usize> {
-    let mut runs = BTreeMap::new();
-    for app in apps {
-        for r in app.sink.received() {
-            if r.path == "/job" {
-                if let Some(o) = r.body["occurrenceUnix"].as_u64() {
-                    *runs.entry(o).or_insert(0) += 1;
-                }
-            }
-        }
-    }
-    runs
-}
-
-fn log_entry(app: &App, occurrence: u64) -> Value {
-    let a = call(
-        "GET",
-        &app.url(&format!("/api/jobs/{JOB}")),
-        &[TIMER_AUTH],
-        b"",
-    );
-    assert_eq!(a.status, 200, "{}", a.text);
-    a.json["reservations"]
-        .as_array()
-        .and_then(|e| {
-            e.iter()
-                .find(|e| e["occurrenceUnix"].as_u64() == Some(occurrence))
-                .cloned()
-        })
-        .unwrap_or(Value::Null)
 }
 
 /// Two deployments that share one `instance_id` (replicas, a retried HTTP tick, a manual tick

@@ -3,7 +3,6 @@
 //! a leader's step-down and a manual run of a past occurrence need the admin token; with no
 //! admin token (or one equal to the tick token) those routes refuse to serve.
 
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use leasegate::lease::Locks;
@@ -13,26 +12,12 @@ use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{
     call, expect_clear_errors, App, BadCase, ADMIN_AUTH, ADMIN_TOKEN, TIMER_AUTH, TIMER_TOKEN,
 };
+use leasegate_tests::jobs::runs;
 use leasegate_tests::{rfc3339_secs as rfc3339, unix_now};
 use leasegate_tests::{unique_container, Azurite};
 use serde_json::json;
 
 const JOB: &str = "example-job";
-
-/// The job POSTs every app's sink received, counted per occurrence.
-fn runs(apps: &[&App]) -> BTreeMap<u64, usize> {
-    let mut runs = BTreeMap::new();
-    for app in apps {
-        for r in app.sink.received() {
-            if r.path == "/job" {
-                if let Some(o) = r.body["occurrenceUnix"].as_u64() {
-                    *runs.entry(o).or_insert(0) += 1;
-                }
-            }
-        }
-    }
-    runs
-}
 
 fn create_blob(container: &ContainerName, name: &str) {
     let locks = Locks::new(

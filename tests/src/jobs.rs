@@ -1,0 +1,81 @@
+//! What the scheduled-job tests share: ticks of the test app's job, the occurrence an answer
+//! names, the job calls the sinks received and the reservation log read back.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::app::{call, Answer, App, TIMER_AUTH};
+use crate::sink::Received;
+
+/// The test app's job (`job_name`'s default in spin.toml).
+pub const JOB: &str = "example-job";
+
+/// `POST /api/jobs/{JOB}/tick` with `auth`, for the time `at` (Unix seconds), or with no body
+/// (now, by the instance's clock).
+pub fn tick(app: &App, auth: (&str, &str), at: Option<u64>) -> Answer {
+    let body = at
+        .map(|at| json!({ "at": crate::rfc3339_secs(at) }).to_string())
+        .unwrap_or_default();
+    call(
+        "POST",
+        &app.url(&format!("/api/jobs/{JOB}/tick")),
+        &[auth, ("content-type", "application/json")],
+        body.as_bytes(),
+    )
+}
+
+/// The occurrence (Unix seconds) a tick's answer names.
+pub fn occurrence_of(a: &Answer) -> u64 {
+    let text = a.json["occurrence"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no occurrence in {}", a.text));
+    humantime::parse_rfc3339(text)
+        .expect("RFC 3339")
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
+
+/// The job calls the apps' sinks received for `occurrence`.
+pub fn calls_of(apps: &[&App], occurrence: u64) -> Vec<Received> {
+    apps.iter()
+        .flat_map(|a| a.sink.received())
+        .filter(|r| r.path == "/job" && r.body["occurrenceUnix"].as_u64() == Some(occurrence))
+        .collect()
+}
+
+/// The job calls the apps' sinks received, counted per occurrence.
+pub fn runs(apps: &[&App]) -> BTreeMap<u64, usize> {
+    let mut runs = BTreeMap::new();
+    for app in apps {
+        for r in app.sink.received() {
+            if r.path == "/job" {
+                if let Some(o) = r.body["occurrenceUnix"].as_u64() {
+                    *runs.entry(o).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+    runs
+}
+
+/// The reservation log's entry for `occurrence` (`GET /api/jobs/{JOB}`), `Null` when it has
+/// none.
+pub fn log_entry(app: &App, occurrence: u64) -> Value {
+    let a = call(
+        "GET",
+        &app.url(&format!("/api/jobs/{JOB}")),
+        &[TIMER_AUTH],
+        b"",
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    a.json["reservations"]
+        .as_array()
+        .and_then(|e| {
+            e.iter()
+                .find(|e| e["occurrenceUnix"].as_u64() == Some(occurrence))
+                .cloned()
+        })
+        .unwrap_or(Value::Null)
+}
