@@ -93,9 +93,13 @@ pub trait TimerFunction {
     ) -> Response;
 }
 
-/// `answer` as a JSON object with `"fn": name` added last (a log line).
+/// `answer` as a JSON object with `"fn": name` added last (a log line). An answer that is not
+/// a JSON object (a user's string, list or number) is logged under `answer`.
 pub fn with_fn(answer: &impl serde::Serialize, name: &str) -> serde_json::Value {
-    let mut line = serde_json::to_value(answer).unwrap_or_default();
+    let mut line = match serde_json::to_value(answer).unwrap_or_default() {
+        line @ (serde_json::Value::Object(_) | serde_json::Value::Null) => line,
+        other => serde_json::json!({ "answer": other }),
+    };
     line["fn"] = serde_json::json!(name);
     line
 }
@@ -541,6 +545,19 @@ mod tests {
         let line = with_fn(&serde_json::json!({"b": 1, "a": 2}), "leader");
         let keys: Vec<&String> = line.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["b", "a", "fn"]);
+        // A user's answer that is not a JSON object is logged under `answer`, not a trap.
+        for other in [
+            serde_json::json!("done"),
+            serde_json::json!([1, 2]),
+            serde_json::json!(7),
+        ] {
+            let line = with_fn(&other, "mine");
+            assert_eq!(line, serde_json::json!({"answer": other, "fn": "mine"}));
+        }
+        assert_eq!(
+            with_fn(&serde_json::Value::Null, "mine"),
+            serde_json::json!({"fn": "mine"})
+        );
     }
 
     #[test]
