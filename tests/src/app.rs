@@ -30,9 +30,15 @@ pub fn cli_binary() -> PathBuf {
 }
 
 /// Runs `cargo build {args}` in the workspace; panics naming `what` if it fails.
+///
+/// Always into the workspace's own `target/` (a `CARGO_TARGET_DIR` the tests were built with is
+/// not passed on): the manifests name their components there (`source = "target/..."`), and
+/// [`wasm`] and [`cli_binary`] look there.
 fn cargo_build(args: &[&str], what: &str) {
     let status = Command::new(env!("CARGO"))
         .current_dir(root())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR")
         .arg("build")
         .args(args)
         .status()
@@ -171,6 +177,9 @@ pub fn template_project() -> PathBuf {
             .expect("copy the lock file");
         let status = Command::new(env!("CARGO"))
             .current_dir(&project)
+            // Into the project's own target/, where its spin.toml names its component.
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET_DIR")
             .args(["build", "--release", "--target", "wasm32-wasip2"])
             .status()
             .expect("run cargo to build the generated project");
