@@ -5,10 +5,18 @@
 //! needs HTTPS): it serves HTTPS with the server certificate of [`tls::TestCa`]; the tokens come
 //! from [`entra::TokenServer`] (or [`entra::mint`]).
 //!
+//! [`Azurite::start_with_clock_offset`] starts one whose clock is ahead of or behind real time
+//! (`faketime`, as `spin up` under [`app::Setup::clock_offset_ms`]): its `Date` header, and so
+//! every decision a component takes by the server's clock, is at that shifted time.
+//! [`Azurite::at_clock_offset`] shares one per offset across a test process, and
+//! [`app::Setup::azurite_same_clock`] points an app's storage at it; [`offset_to`] gives the
+//! offset that puts a clock at a chosen instant (just before a DST change, say).
+//!
 //! Azurite is the npm package pinned in `tests/azurite/package.json`; `scripts/dev.sh` installs
 //! it (`npm ci`). Set `LEASEGATE_AZURITE_DEBUG=1` to keep Azurite's debug log (it prints the
 //! string-to-sign it computed, the fastest way to mend a 403).
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -32,17 +40,19 @@ pub mod tls;
 /// A running Azurite blob service.
 pub struct Azurite {
     child: Mutex<Child>,
-    /// Held open: Azurite's wrapper stops Azurite when this pipe closes (our process ends).
-    _stdin: Mutex<Option<ChildStdin>>,
+    /// Held open: Azurite's wrapper stops Azurite when this pipe closes (our process ends, or
+    /// [`Azurite::stop`]).
+    stdin: Mutex<Option<ChildStdin>>,
     port: u16,
     dir: PathBuf,
     oauth: bool,
+    clock_offset_ms: i64,
 }
 
 impl Azurite {
     /// Starts a new Azurite on a free port; panics with a clear message if it cannot.
     pub fn start() -> Azurite {
-        Azurite::start_with(false)
+        Azurite::start_with(false, 0)
     }
 
     /// Starts a new Azurite like [`Azurite::start`] that checks bearer tokens (`--oauth basic`)
@@ -51,10 +61,45 @@ impl Azurite {
     /// keep working on it; a bearer token is checked for its issuer, audience and lifetime,
     /// not its signature.
     pub fn start_oauth() -> Azurite {
-        Azurite::start_with(true)
+        Azurite::start_with(true, 0)
     }
 
-    fn start_with(oauth: bool) -> Azurite {
+    /// Starts a new Azurite like [`Azurite::start`] (its own port and data folder, not the
+    /// shared one) whose clock is `offset_ms` ahead of real time (negative: behind): it runs
+    /// under `faketime -f "+S.mmms"` (or `"-S.mmms"`), so its `Date` header, Last-Modified
+    /// times and lease expiries are at the shifted time. 0 starts it without `faketime`.
+    ///
+    /// Stopped when dropped, or when the test process ends, like every other one. To share one
+    /// between apps, see [`Azurite::at_clock_offset`]; for the offset of an instant, see
+    /// [`offset_to`].
+    pub fn start_with_clock_offset(offset_ms: i64) -> Azurite {
+        Azurite::start_with(false, offset_ms)
+    }
+
+    /// One Azurite per clock offset ([`Azurite::start_with_clock_offset`]), started on first
+    /// use and shared by every later caller with the same `offset_ms` in this test process
+    /// (each test uses its own container): what [`app::Setup::azurite_same_clock`] uses, so
+    /// several deployments of one app with the same offset share its storage. 0 is
+    /// [`Azurite::shared`].
+    ///
+    /// Instances are keyed by the exact offset: compute it once ([`offset_to`]) and pass the
+    /// same value to every app and call that should meet on one Azurite. Like the shared one,
+    /// it stops when the test process ends.
+    pub fn at_clock_offset(offset_ms: i64) -> &'static Azurite {
+        if offset_ms == 0 {
+            return Azurite::shared();
+        }
+        static BY_OFFSET: Mutex<Option<HashMap<i64, &'static Azurite>>> = Mutex::new(None);
+        // Held while one starts: a second caller with the same offset waits for it instead of
+        // starting another.
+        let mut started = BY_OFFSET.lock().unwrap_or_else(|e| e.into_inner());
+        started
+            .get_or_insert_with(HashMap::new)
+            .entry(offset_ms)
+            .or_insert_with(|| Box::leak(Box::new(Azurite::start_with_clock_offset(offset_ms))))
+    }
+
+    fn start_with(oauth: bool, clock_offset_ms: i64) -> Azurite {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("azurite");
         let main = root.join("node_modules/azurite/dist/src/blob/main.js");
         assert!(
@@ -67,7 +112,15 @@ impl Azurite {
             let dir = std::env::temp_dir()
                 .join(format!("leasegate-azurite-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("create Azurite's data folder");
-            let mut cmd = Command::new("node");
+            let mut cmd = match faketime_args(clock_offset_ms) {
+                Some(faketime) => {
+                    require_faketime();
+                    let mut cmd = Command::new(&faketime[0]);
+                    cmd.args(&faketime[1..]).arg("node");
+                    cmd
+                }
+                None => Command::new("node"),
+            };
             cmd.arg(root.join("run.js"))
                 .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
                 .arg("--location")
@@ -101,10 +154,11 @@ impl Azurite {
                 Ok(()) => {
                     return Azurite {
                         child: Mutex::new(child),
-                        _stdin: Mutex::new(stdin),
+                        stdin: Mutex::new(stdin),
                         port,
                         dir,
                         oauth,
+                        clock_offset_ms,
                     }
                 }
                 Err(e) => {
@@ -141,6 +195,12 @@ impl Azurite {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// How far its clock is ahead of real time in ms (negative: behind; 0 for a plain one):
+    /// [`Azurite::start_with_clock_offset`].
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.clock_offset_ms
+    }
+
     /// Whether it checks bearer tokens and serves HTTPS ([`Azurite::start_oauth`]).
     pub fn is_oauth(&self) -> bool {
         self.oauth
@@ -175,9 +235,22 @@ impl Azurite {
         Account::development(&self.endpoint()).expect("valid endpoint")
     }
 
-    /// Stops Azurite now (fault tests).
+    /// Stops Azurite now (fault tests) and waits for it: closes the pipe its wrapper
+    /// (`run.js`) watches, which stops Azurite itself and ends; killed after 5 s if it has not.
+    /// (Killing the process we started would miss Azurite: it is the wrapper's child, and under
+    /// `faketime` the wrapper is in turn `faketime`'s.)
     pub fn stop(&self) {
+        if let Ok(mut stdin) = self.stdin.lock() {
+            stdin.take();
+        }
         if let Ok(mut child) = self.child.lock() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -229,6 +302,64 @@ fn wait_listening(child: &mut Child, port: u16, limit: Duration) -> Result<(), S
     Err(format!(
         "azurite did not listen on port {port} within {limit:?}"
     ))
+}
+
+/// `faketime -f "+S.mmms"` (`"-S.mmms"` behind) for a clock `offset_ms` off real time, as a
+/// program and its arguments to put before the command; `None` for 0 (no `faketime`).
+pub fn faketime_args(offset_ms: i64) -> Option<[String; 3]> {
+    if offset_ms == 0 {
+        return None;
+    }
+    let sign = if offset_ms < 0 { '-' } else { '+' };
+    let abs = offset_ms.unsigned_abs();
+    Some([
+        "faketime".into(),
+        "-f".into(),
+        format!("{sign}{}.{:03}s", abs / 1000, abs % 1000),
+    ])
+}
+
+/// Panics with how to install `faketime` if it is missing.
+pub fn require_faketime() {
+    static FOUND: OnceLock<bool> = OnceLock::new();
+    let found = *FOUND.get_or_init(|| {
+        Command::new("faketime")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+    });
+    assert!(
+        found,
+        "`faketime` is not installed: apt-get install -y faketime (scripts/dev.sh setup does)"
+    );
+}
+
+/// The clock offset in ms ([`app::Setup::clock_offset_ms`],
+/// [`Azurite::start_with_clock_offset`]) that puts a clock at `target_unix` (seconds since the
+/// Unix epoch) now: `target_unix * 1000` minus real now in ms; negative for a past instant.
+///
+/// A clock under `faketime` keeps this offset, so from then on it runs on from `target_unix`
+/// as real time does: compute it right before starting what runs under it (after building the
+/// components: [`app::build_components`]), and use that one value for every process that must
+/// share the clock (one Azurite per exact offset: [`Azurite::at_clock_offset`]).
+///
+/// ```
+/// // 10 s before the US switch to daylight time: 2026-03-08T07:00:00Z.
+/// let target = humantime::parse_rfc3339("2026-03-08T06:59:50Z").unwrap();
+/// let secs = target.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+/// let offset_ms = leasegate_tests::offset_to(secs);
+/// let shifted_now = leasegate_tests::unix_now() as i64 + offset_ms / 1000;
+/// assert!((shifted_now - secs as i64).abs() <= 1);
+/// ```
+pub fn offset_to(target_unix: u64) -> i64 {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_millis();
+    let target_ms = i128::from(target_unix) * 1000;
+    i64::try_from(target_ms - now_ms as i128).expect("an offset that fits in i64 ms")
 }
 
 /// Seconds since the Unix epoch, now.

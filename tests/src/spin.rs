@@ -87,8 +87,8 @@ impl Spin {
     /// with Spin's own output if it cannot start.
     pub fn start(config: &SpinConfig) -> Spin {
         require_spin(!config.http);
-        if faketime_missing(config) {
-            panic!("`faketime` is not installed: apt-get install -y faketime (scripts/dev.sh setup does)");
+        if config.clock_offset_ms != 0 {
+            crate::require_faketime();
         }
         let mut last = String::new();
         for attempt in 0..4 {
@@ -116,18 +116,10 @@ impl Spin {
             for (k, v) in &config.variables {
                 args.extend(["--variable".into(), format!("{k}={v}")]);
             }
-            let mut program = vec!["spin".to_string()];
-            if config.clock_offset_ms != 0 {
-                let ms = config.clock_offset_ms;
-                let sign = if ms < 0 { '-' } else { '+' };
-                let abs = ms.unsigned_abs();
-                program = vec![
-                    "faketime".into(),
-                    "-f".into(),
-                    format!("{sign}{}.{:03}s", abs / 1000, abs % 1000),
-                    "spin".into(),
-                ];
-            }
+            let mut program: Vec<String> = crate::faketime_args(config.clock_offset_ms)
+                .map(Vec::from)
+                .unwrap_or_default();
+            program.push("spin".into());
             let out = std::fs::File::create(dir.join("spin.out")).expect("spin.out");
             let err = std::fs::File::create(dir.join("spin.err")).expect("spin.err");
             // The watchdog: Spin in the background, and when our pipe closes (or Spin ends),
@@ -335,16 +327,6 @@ impl Drop for Spin {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
-}
-
-fn faketime_missing(config: &SpinConfig) -> bool {
-    config.clock_offset_ms != 0
-        && Command::new("faketime")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_err()
 }
 
 /// A new folder under the system's temp folder, unique to this process and call.
