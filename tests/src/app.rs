@@ -2,6 +2,21 @@
 //! served by the real `spin up` from the project's own `spin.toml` (or the cron manifest under
 //! the real cron plugin), against the shared Azurite through a fault-injecting proxy, with a
 //! webhook sink for notifications.
+//!
+//! An app whose clock is shifted ([`Setup::clock_offset_ms`]) can have storage on the same
+//! shifted clock ([`Setup::azurite_same_clock`]): the server's `Date` then says the same time
+//! as the components' own clock, as it would in a real deployment at that instant.
+//!
+//! ```no_run
+//! use leasegate_tests::app::{App, Setup};
+//! let target = humantime::parse_rfc3339("2026-03-08T06:59:50Z").unwrap();
+//! let secs = target.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+//! leasegate_tests::app::build_components(); // before the clock starts running on
+//! let offset_ms = leasegate_tests::offset_to(secs);
+//! let setup = Setup { clock_offset_ms: offset_ms, azurite_same_clock: true, ..Setup::default() };
+//! let app = App::start_with("dst", &[], setup);
+//! assert_eq!(app.azurite().clock_offset_ms(), offset_ms);
+//! ```
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -317,6 +332,13 @@ pub struct Setup {
     /// The clock of `spin up` (and so of the components) is this far ahead of real time
     /// (negative: behind), through `faketime`.
     pub clock_offset_ms: i64,
+    /// Storage runs on the app's clock too: the app's storage proxy leads to the Azurite whose
+    /// clock is [`Setup::clock_offset_ms`] off real time ([`Azurite::at_clock_offset`], started
+    /// on first use and shared by every app with the same offset in this test process, so
+    /// several deployments sharing a [`Setup::container`] meet on it), and [`App::azurite`] /
+    /// [`App::inspect_account`] read it back there. With an offset of 0 it is the shared
+    /// Azurite. Not with [`Setup::entra`] (which has its own Azurite).
+    pub azurite_same_clock: bool,
     /// Share this container (several deployments of one app) instead of a fresh one.
     pub container: Option<ContainerName>,
     /// For [`Manifest::Cron`]: run only these triggers, on these schedules (component,
@@ -395,6 +417,10 @@ pub struct App {
     pub variables: HashMap<String, String>,
     /// The token server of an app under [`Setup::entra`].
     pub tokens: Option<TokenServer>,
+    /// The Azurite behind [`App::storage`]: [`Azurite::shared`], [`Azurite::shared_oauth`]
+    /// under [`Setup::entra`], [`Azurite::at_clock_offset`] under
+    /// [`Setup::azurite_same_clock`].
+    azurite: &'static Azurite,
     /// Under [`Setup::entra`]: a plain-HTTP proxy to the same Azurite (HTTPS behind it), for
     /// the test's own SharedKey reads of blob state ([`App::inspect_account`]).
     pub inspect: Option<Proxy>,
@@ -427,19 +453,27 @@ impl App {
             _ => build_components(),
         }
         let storage_tls = setup.storage_tls || setup.entra.is_some();
+        assert!(
+            !(setup.azurite_same_clock && setup.entra.is_some()),
+            "Setup::azurite_same_clock does not go with Setup::entra (its Azurite checks tokens)"
+        );
+        let azurite = if setup.entra.is_some() {
+            Azurite::shared_oauth()
+        } else if setup.azurite_same_clock {
+            Azurite::at_clock_offset(setup.clock_offset_ms)
+        } else {
+            Azurite::shared()
+        };
         let (storage, inspect) = if setup.entra.is_some() {
-            let azurite = Azurite::shared_oauth().authority();
+            let azurite = azurite.authority();
             (
                 Proxy::start_tls_to_tls(&azurite),
                 Some(Proxy::start_to_tls(&azurite)),
             )
+        } else if storage_tls {
+            (Proxy::start_tls(&azurite.authority()), None)
         } else {
-            let azurite_addr = format!("127.0.0.1:{}", Azurite::shared().port());
-            if storage_tls {
-                (Proxy::start_tls(&azurite_addr), None)
-            } else {
-                (Proxy::start(&azurite_addr), None)
-            }
+            (Proxy::start(&azurite.authority()), None)
         };
         let tokens = setup.entra.map(|_| TokenServer::start());
         let sink = Sink::start();
@@ -547,9 +581,15 @@ impl App {
             webhook,
             variables,
             tokens,
+            azurite,
             inspect,
             scratch,
         }
+    }
+
+    /// The Azurite behind this app's storage proxy (see [`Setup::azurite_same_clock`]).
+    pub fn azurite(&self) -> &'static Azurite {
+        self.azurite
     }
 
     /// The token server of an app under [`Setup::entra`].
@@ -569,7 +609,7 @@ impl App {
                 leasegate::account::DEV_ACCOUNT_NAME
             ))
             .expect("the proxy's endpoint"),
-            None => Azurite::shared().account(),
+            None => self.azurite.account(),
         }
     }
 
