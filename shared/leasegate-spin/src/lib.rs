@@ -18,6 +18,7 @@
 //! * [`storage`]: storage steps more than one function takes.
 //! * [`cache`]: the key-value gate cache (a refusal answered without a storage round trip).
 //! * [`token`]: Entra ID bearer tokens kept between invocations in the key-value store.
+//! * [`schedule`]: when a job's occurrences are: cron expressions in a time zone, intervals.
 //! * [`timer`]: ticks (Spin's cron trigger, the Azure Functions timer envelope, HTTP ticks).
 //! * [`spin`]: the Spin side, on spin-sdk: outbound HTTP (with a timeout), variables, the
 //!   key-value store, reading the incoming request with a size cap, and the entry points.
@@ -131,6 +132,7 @@ pub mod cache;
 pub mod config;
 pub mod leader;
 pub mod once;
+pub mod schedule;
 pub mod spin;
 pub mod storage;
 pub mod timer;

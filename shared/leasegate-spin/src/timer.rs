@@ -177,15 +177,22 @@ pub enum Source {
     Azure,
     /// An HTTP scheduler's `POST .../tick`.
     Http,
+    /// A run an operator asked for (`POST /api/jobs/{job}/run`, an admin naming an
+    /// occurrence): not a scheduler's.
+    Manual,
+    /// An operator's backfill of occurrences that never ran (`POST /api/jobs/{job}/backfill`).
+    Backfill,
 }
 
 impl Source {
-    /// `cron`, `azure` or `http`.
+    /// `cron`, `azure`, `http`, `manual` or `backfill`.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Cron => "cron",
             Source::Azure => "azure",
             Source::Http => "http",
+            Source::Manual => "manual",
+            Source::Backfill => "backfill",
         }
     }
 }
