@@ -33,6 +33,9 @@ import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 
+# Serializes the event lines threads print.
+OUTPUT = threading.Lock()
+
 
 def parse_ticks(text):
     """[(period, offset, path)] from `PERIOD[+OFFSET] PATH` lines; blank lines and # comments skipped."""
@@ -75,7 +78,10 @@ def addresses(targets):
 
 
 def log(record):
-    print(json.dumps(record), flush=True)
+    # One line per event, whole: ticks log from their own threads, and print() writes the text
+    # and the newline apart, so two threads' lines could interleave without the lock.
+    with OUTPUT:
+        print(json.dumps(record), flush=True)
 
 
 def tick(address, port, path, at, token, timeout):

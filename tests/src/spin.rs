@@ -285,6 +285,15 @@ kill -KILL 0"#;
         self.signal("-CONT");
     }
 
+    /// Kills Spin and everything it started (SIGKILL to its process group), mid-invocation if
+    /// one is going: a deployment that vanishes (its node lost, its pod evicted).
+    pub fn kill(&self) {
+        self.signal("-KILL");
+        if let Ok(mut child) = self.child.lock() {
+            let _ = child.wait();
+        }
+    }
+
     fn signal(&self, signal: &str) {
         if let Ok(child) = self.child.lock() {
             let status = Command::new("kill")

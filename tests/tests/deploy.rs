@@ -660,7 +660,12 @@ fn spinkube_manifests_name_only_what_the_shim_runs_and_tick_in_time() {
             );
         }
         if component == "scheduled-job" {
-            let job_period: u64 = variable(app, &http, "job_period_seconds").parse().unwrap();
+            // The default job: every job_period_seconds (empty: 60) since no job_schedule is
+            // set; one tick per occurrence.
+            assert_eq!(variable(app, &http, "job_schedule"), "");
+            let job_period: u64 = variable(app, &http, "job_period_seconds")
+                .parse()
+                .unwrap_or(60);
             assert_eq!(*period, job_period, "one tick per occurrence");
         }
     }
