@@ -1,6 +1,7 @@
 //! The HTTP API, `POST /api/jobs/{job}/tick` and `GET /api/jobs/{job}`, and a tick's answer.
 
 use leasegate::{Request, Response, StatusCode, Transport};
+use leasegate_spin::log_line;
 use leasegate_spin::timer::{self, Source, Tick};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{auth, elapsed_ms, Context};
@@ -8,9 +9,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::{Instant, SystemTime};
 
-use crate::log::read_log;
-use crate::run::{tick, Decision, TickOutcome};
-use crate::settings::{check_job_name, Overlap, Settings};
+use crate::log::{change_log, read_log, Log, Paused};
+use crate::run::{backfill, run_now, tick, Decision, TickOutcome, BACKFILL_LOOK, CATCH_UP_RUNS};
+use crate::settings::{check_job_name, Settings};
 use crate::{at, ScheduledJob, MAX_BODY_BYTES};
 use leasegate_spin::timer::TimerFunction;
 
@@ -34,7 +35,11 @@ pub fn describe(
         Ok(d) => {
             v["decision"] = json!(d.name());
             match d {
-                Decision::Ran { entry } | Decision::Overlapped { entry } => {
+                Decision::Ran { entry }
+                | Decision::Overlapped { entry }
+                | Decision::Missed { entry }
+                | Decision::Paused { entry }
+                | Decision::Buffered { entry } => {
                     v["entry"] = json!(entry);
                     StatusCode::OK
                 }
@@ -98,6 +103,14 @@ pub fn describe(
             e.status()
         }
     };
+    let c = &outcome.catch_up;
+    if !c.ran.is_empty() || c.missed > 0 || c.more {
+        v["catchUp"] = json!({
+            "ran": c.ran,
+            "missed": c.missed,
+            "more": c.more,
+        });
+    }
     (status, v)
 }
 
@@ -117,17 +130,49 @@ pub(crate) async fn api<T: Transport>(
     }
     let method = request.method().clone();
     match (action, &method) {
-        (None, &leasegate::Method::GET) | (Some("tick"), &leasegate::Method::POST) => {}
+        (None, &leasegate::Method::GET) => {}
+        (Some("tick" | "pause" | "resume" | "run" | "backfill"), &leasegate::Method::POST) => {}
         (None, _) => return web::method_not_allowed("GET"),
-        (Some("tick"), _) => return web::method_not_allowed("POST"),
+        (Some("tick" | "pause" | "resume" | "run" | "backfill"), _) => {
+            return web::method_not_allowed("POST")
+        }
         (Some(_), _) => {
             return web::error(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "routes: GET /api/jobs/{job}, POST /api/jobs/{job}/tick",
+                "routes: GET /api/jobs/{job}, POST /api/jobs/{job}/tick, /pause, /resume, /run, \
+                 /backfill",
             )
         }
     }
+    // Pause, resume and run now are an operator's: the admin token.
+    let admin_action = match action {
+        Some("pause") => Some("pausing a job"),
+        Some("resume") => Some("resuming a job"),
+        Some("run") => Some("running a job now"),
+        Some("backfill") => Some("backfilling a job's occurrences"),
+        _ => None,
+    };
+    if let Some(what) = admin_action {
+        if let Err(r) = auth::require_admin(ctx.variables, power, what) {
+            return r;
+        }
+    }
+    // Their bodies are read before any setting, so a bad one costs nothing.
+    let note = match action {
+        Some("pause") => match pause_note(request) {
+            Ok(note) => note,
+            Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_pause", m),
+        },
+        Some("resume" | "run") if !empty_body(request) => {
+            return web::error(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                "this route takes no body (or {})",
+            )
+        }
+        _ => None,
+    };
     let settings = match Settings::load(ctx.variables) {
         Ok(s) => s,
         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
@@ -143,17 +188,59 @@ pub(crate) async fn api<T: Transport>(
         let transport = (ctx.connect)(settings.storage.timeout);
         let blobs = settings.storage.blobs(&transport);
         return match read_log(&blobs, &settings, ctx.now).await {
-            Ok((log, _, _)) => web::json(
-                StatusCode::OK,
-                &json!({
-                    "job": settings.job,
-                    "periodSeconds": settings.period.as_secs(),
-                    "overlap": match settings.overlap { Overlap::Skip => "skip", Overlap::Allow => "allow" },
-                    "reservations": log.entries,
-                }),
-            ),
+            Ok((log, _, server_now)) => {
+                web::json(StatusCode::OK, &status(&settings, &log, server_now))
+            }
             Err(e) => e.answer(),
         };
+    }
+    if action == Some("backfill") {
+        let range = match backfill_range(request, &settings, ctx.now) {
+            Ok(range) => range,
+            Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_backfill", m),
+        };
+        return match backfill(ctx, &settings, range, started).await {
+            Ok(report) => {
+                let v = json!({
+                    "job": settings.job,
+                    "from": rfc3339(at(range.0)),
+                    "to": rfc3339(at(range.1)),
+                    "ran": report.ran,
+                    "alreadySettled": report.settled,
+                    "looked": report.looked,
+                    "more": report.next.is_some(),
+                    "continueFrom": report.next.map(|n| rfc3339(at(n))),
+                    "maxRunsPerCall": CATCH_UP_RUNS,
+                    "maxOccurrencesPerCall": BACKFILL_LOOK,
+                    "storageRoundTrips": report.round_trips,
+                    "durationMs": leasegate_spin::elapsed_ms(started),
+                });
+                log_line(json!({
+                    "fn": ScheduledJob::NAME,
+                    "job": settings.job,
+                    "instance": settings.instance_id,
+                    "action": "backfill",
+                    "ran": report.ran.len(),
+                    "more": report.next.is_some(),
+                }));
+                web::json(StatusCode::OK, &v)
+            }
+            Err(e) => e.answer(),
+        };
+    }
+    match action {
+        Some("pause") => return pause(ctx, &settings, Some(note)).await,
+        Some("resume") => return pause(ctx, &settings, None).await,
+        Some("run") => {
+            let outcome = run_now(ctx, &settings, started).await;
+            let tick = Tick {
+                at: ctx.now,
+                source: Source::Manual,
+                past_due: false,
+            };
+            return answer(&settings, &tick, &outcome, started);
+        }
+        _ => {}
     }
     let at_time = match tick_time(request) {
         Ok(t) => t.unwrap_or(ctx.now),
@@ -162,8 +249,8 @@ pub(crate) async fn api<T: Transport>(
     // The tick token names only the occurrence due now by this instance's clock (give or take
     // the tick tolerance, never one more than that ahead); any other, past or future, is a
     // manual run: the admin token's.
-    let at_time = match settings.due_now(at_time, ctx.now) {
-        Some(due) => due,
+    let (at_time, manual) = match settings.due_now(at_time, ctx.now) {
+        Some(due) => (due, false),
         None => {
             if let Err(r) = auth::require_admin(
                 ctx.variables,
@@ -172,16 +259,22 @@ pub(crate) async fn api<T: Transport>(
             ) {
                 return r;
             }
-            at_time
+            (at_time, true)
         }
     };
+    // An admin naming an occurrence is an operator's run: logged `manual`.
     let tick = Tick {
         at: at_time,
-        source: Source::Http,
+        source: if manual { Source::Manual } else { Source::Http },
         past_due: false,
     };
-    let outcome = self::tick(ctx, &settings, &tick).await;
-    let (status, v) = describe(&settings, &tick, &outcome, started);
+    let outcome = self::tick(ctx, &settings, &tick, manual, started).await;
+    answer(&settings, &tick, &outcome, started)
+}
+
+/// A tick's (or a run's) answer, logged.
+fn answer(settings: &Settings, tick: &Tick, outcome: &TickOutcome, started: Instant) -> Response {
+    let (status, v) = describe(settings, tick, outcome, started);
     ScheduledJob::log(&v);
     let mut r = web::json(status, &v);
     if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -189,6 +282,186 @@ pub(crate) async fn api<T: Transport>(
         r.headers_mut().insert("retry-after", &wait);
     }
     r
+}
+
+/// The body of a backfill: `{"from": "RFC 3339", "to": "RFC 3339"}`, both required.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackfillBody {
+    #[serde(deserialize_with = "tick_at")]
+    from: Option<String>,
+    #[serde(deserialize_with = "tick_at")]
+    to: Option<String>,
+}
+
+/// A backfill's range (Unix seconds, inclusive): `from` at or before `to`, `to` not ahead of
+/// this instance's clock, `from` within the retention (older reservations may be gone, so an
+/// occurrence there could have run).
+fn backfill_range(
+    request: &Request,
+    settings: &Settings,
+    now: SystemTime,
+) -> Result<(u64, u64), String> {
+    const SHAPE: &str = r#"the body must be {"from": "<RFC 3339 time>", "to": "<RFC 3339 time>"}"#;
+    if request.body().len() > MAX_BODY_BYTES {
+        return Err(format!("the body may be at most {MAX_BODY_BYTES} bytes"));
+    }
+    let value: Value = serde_json::from_slice(request.body()).map_err(|_| SHAPE.to_string())?;
+    if !value.is_object() {
+        return Err(SHAPE.into());
+    }
+    let body = BackfillBody::deserialize(&value).map_err(|_| SHAPE.to_string())?;
+    let time = |name: &str, v: Option<String>| -> Result<u64, String> {
+        let v = v.ok_or_else(|| format!("{name} is required: {SHAPE}"))?;
+        timer::parse_time(&v)
+            .map(crate::unix)
+            .ok_or_else(|| format!("{name} must be an RFC 3339 time (2026-11-21T14:55:00Z)"))
+    };
+    let (from, to) = (time("from", body.from)?, time("to", body.to)?);
+    if from > to {
+        return Err("from must be at or before to".into());
+    }
+    let now = crate::unix(now);
+    if to > now {
+        return Err(format!(
+            "to is ahead of now ({}): a backfill runs past occurrences only",
+            rfc3339(at(now))
+        ));
+    }
+    let oldest = now.saturating_sub(settings.retention.as_secs());
+    if from < oldest {
+        return Err(format!(
+            "from is older than the retention (job_retention_seconds: {} s, so from {} on): an \
+             older occurrence's reservation may be gone, and it may have run",
+            settings.retention.as_secs(),
+            rfc3339(at(oldest))
+        ));
+    }
+    Ok((from, to))
+}
+
+/// The longest pause note, in characters.
+pub(crate) const MAX_NOTE_CHARS: usize = 500;
+
+/// Whether a body is empty (or whitespace, or `{}`).
+fn empty_body(request: &Request) -> bool {
+    let body = request.body();
+    body.iter().all(u8::is_ascii_whitespace)
+        || serde_json::from_slice::<Value>(body)
+            .is_ok_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
+}
+
+/// The body of a pause: `{"note": "..."}`, `note` optional (at most [`MAX_NOTE_CHARS`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    #[serde(default)]
+    note: Option<String>,
+}
+
+fn pause_note(request: &Request) -> Result<Option<String>, String> {
+    if request.body().iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    if request.body().len() > MAX_BODY_BYTES {
+        return Err(format!("the body may be at most {MAX_BODY_BYTES} bytes"));
+    }
+    let value: Value = serde_json::from_slice(request.body())
+        .map_err(|_| r#"the body must be JSON: {"note": "why"}"#.to_string())?;
+    if !value.is_object() {
+        return Err(r#"the body must be a JSON object {"note": "why"}"#.into());
+    }
+    let body = PauseBody::deserialize(&value)
+        .map_err(|_| r#"the body may have only "note", a string"#.to_string())?;
+    let note = body
+        .note
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty());
+    if note
+        .as_ref()
+        .is_some_and(|n| n.chars().count() > MAX_NOTE_CHARS)
+    {
+        return Err(format!("note may be at most {MAX_NOTE_CHARS} characters"));
+    }
+    Ok(note)
+}
+
+/// Pauses (`Some(note)`) or resumes (`None`) the job: the log's `paused`, by compare-and-swap.
+async fn pause<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    pausing: Option<Option<String>>,
+) -> Response {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let blobs = settings.storage.blobs(&transport);
+    let changed = change_log(&blobs, settings, ctx.now, |log, read_at| {
+        log.job = settings.job.clone();
+        log.paused = match &pausing {
+            Some(note) => Some(Paused {
+                since: log
+                    .paused
+                    .as_ref()
+                    .map(|p| p.since.clone())
+                    .unwrap_or_else(|| rfc3339(read_at)),
+                note: note.clone(),
+            }),
+            None => None,
+        };
+        Ok::<(), ()>(())
+    })
+    .await;
+    match changed {
+        Ok(Ok((_, log))) => {
+            let v = json!({
+                "job": settings.job,
+                "paused": log.paused.is_some(),
+                "since": log.paused.as_ref().map(|p| p.since.clone()),
+                "note": log.paused.as_ref().and_then(|p| p.note.clone()),
+            });
+            log_line(json!({
+                "fn": ScheduledJob::NAME,
+                "job": settings.job,
+                "instance": settings.instance_id,
+                "action": if log.paused.is_some() { "pause" } else { "resume" },
+            }));
+            web::json(StatusCode::OK, &v)
+        }
+        Ok(Err(())) => web::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_unavailable",
+            "the log was not changed",
+        ),
+        Err(e) => e.answer(),
+    }
+}
+
+/// The job's status: its schedule and zone, the next 3 occurrences (UTC and local), its
+/// policies, the last runs (the log's entries) and the counters.
+pub(crate) fn status(settings: &Settings, log: &Log, server_now: SystemTime) -> Value {
+    let next: Vec<Value> = settings
+        .schedule
+        .upcoming(server_now, 3)
+        .into_iter()
+        .map(|t| json!({"utc": rfc3339(t), "local": settings.schedule.local_time(t)}))
+        .collect();
+    json!({
+        "job": settings.job,
+        "schedule": settings.schedule.expression(),
+        "timeZone": settings.schedule.zone(),
+        "periodSeconds": settings.period.as_secs(),
+        "next": next,
+        "catchUp": settings.catch_up.as_str(),
+        "catchUpWindowSeconds": settings.catch_up_window.as_secs(),
+        "overlap": settings.overlap.as_str(),
+        "counters": log.counters,
+        "paused": log.paused.is_some(),
+        "pausedSince": log.paused.as_ref().map(|p| p.since.clone()),
+        "pauseNote": log.paused.as_ref().and_then(|p| p.note.clone()),
+        "retries": settings.retries,
+        "retryDelaySeconds": settings.retry_delay.as_secs(),
+        "settledThrough": (log.settled_through != 0).then(|| rfc3339(at(log.settled_through))),
+        "reservations": log.entries,
+    })
 }
 
 /// The body of an HTTP tick: `{"at": "2026-11-21T14:55:00Z"}`, `at` optional. Any other field

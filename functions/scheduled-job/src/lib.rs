@@ -37,10 +37,10 @@ mod settings;
 
 pub use error::JobError;
 pub use http::describe;
-pub use log::{read_log, Log, LogEntry};
+pub use log::{read_log, Counters, Log, LogEntry};
 pub use reservation::{occurrence_token, RunStatus};
-pub use run::{idempotency_key, tick, Decision, TickOutcome};
-pub use settings::{check_job_name, lease_term, Overlap, Settings};
+pub use run::{idempotency_key, tick, CatchUpReport, Decision, TickOutcome};
+pub use settings::{check_job_name, lease_term, CatchUp, Overlap, Settings};
 
 /// Entries the reservation log keeps.
 pub const LOG_ENTRIES: usize = 10;
@@ -101,7 +101,7 @@ impl TimerFunction for ScheduledJob {
         tick: &Tick,
         started: Instant,
     ) -> (StatusCode, Value) {
-        let outcome = run::tick(ctx, settings, tick).await;
+        let outcome = run::tick(ctx, settings, tick, false, started).await;
         describe(settings, tick, &outcome, started)
     }
 

@@ -4,6 +4,8 @@
 use leasegate::ops::{Condition, GetBlob, PutBlob, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::Transport;
+use leasegate_spin::storage::execute_creating_container;
+use leasegate_spin::timer::Source;
 use leasegate_spin::web::rfc3339;
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
@@ -45,6 +47,10 @@ pub struct LogEntry {
     /// Why it failed or was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The run's attempt (1: the first; absent in entries of older versions and of
+    /// occurrences not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 /// The reservation log blob, written as indented JSON. A stored record, like [`LogEntry`].
@@ -66,10 +72,70 @@ pub struct Log {
     /// ([`settle_earlier`]). 0: not known yet (a log written by an older version).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub settled_through: u64,
+    /// What the log has recorded since it began counting (a log of an older version: since
+    /// this version first wrote it).
+    #[serde(default, skip_serializing_if = "Counters::is_zero")]
+    pub counters: Counters,
+    /// Set while the job is paused (`POST /api/jobs/{job}/pause`): its occurrences are
+    /// recorded `skipped_paused`, not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Paused>,
+}
+
+/// A pause: since when (the storage server's clock) and the operator's note.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Paused {
+    /// When it was paused.
+    pub since: String,
+    /// Why (the pause request's `note`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 pub(crate) fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// Counts of what became of occurrences, kept in the log (a stored record: fields added, never
+/// renamed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Counters {
+    /// Runs that ended: the job was called and answered 2xx or failed.
+    pub ran: u64,
+    /// Of those, runs that failed.
+    pub failed: u64,
+    /// Attempts after a first one (`job_retries`).
+    pub retried: u64,
+    /// Occurrences skipped because a previous run held the job's lease.
+    pub skipped_overlap: u64,
+    /// Occurrences skipped while the job was paused.
+    pub skipped_paused: u64,
+    /// Occurrences recorded missed: no deployment ticked them (or their reserver vanished),
+    /// and they were not caught up.
+    pub missed: u64,
+}
+
+impl Counters {
+    fn is_zero(&self) -> bool {
+        *self == Counters::default()
+    }
+
+    /// Counts an outcome recorded in the log.
+    pub(crate) fn count(&mut self, status: &RunStatus) {
+        match status {
+            RunStatus::Succeeded => self.ran += 1,
+            RunStatus::Failed => {
+                self.ran += 1;
+                self.failed += 1;
+            }
+            RunStatus::SkippedOverlap => self.skipped_overlap += 1,
+            RunStatus::SkippedPaused => self.skipped_paused += 1,
+            RunStatus::Missed => self.missed += 1,
+            RunStatus::Running | RunStatus::Pending | RunStatus::Other(_) => {}
+        }
+    }
 }
 
 /// Reads the log: its content, its ETag (`None`: no log yet) and the server's `Date`.
@@ -78,15 +144,15 @@ pub async fn read_log<T: Transport>(
     settings: &Settings,
     now: SystemTime,
 ) -> Result<(Log, Option<leasegate::ETag>, SystemTime), JobError> {
-    let (blob, date) = blobs
-        .execute(
-            &GetBlob {
-                container: blobs.container().clone(),
-                blob: settings.log_blob()?,
-            },
-            now,
-        )
-        .await?;
+    let get = GetBlob {
+        container: blobs.container().clone(),
+        blob: settings.log_blob()?,
+    };
+    // A container not made yet (no tick has run): no log yet.
+    let (blob, date) = match blobs.execute(&get, now).await {
+        Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => (None, None),
+        other => other?,
+    };
     let date = date.unwrap_or(now);
     match blob {
         None => Ok((
@@ -136,7 +202,8 @@ pub(crate) async fn change_log<T: Transport, R>(
         let put = PutBlob::block(blobs.container().clone(), settings.log_blob()?, body)
             .with_content_type("application/json")
             .with_condition(condition);
-        match blobs.execute(&put, now).await? {
+        let container = blobs.container().clone();
+        match execute_creating_container(blobs, &container, &put, now).await? {
             (WriteOutcome::Written(w), date) => {
                 return Ok(Ok((w.server_date.or(date).unwrap_or(now), log)))
             }
@@ -153,10 +220,18 @@ pub(crate) async fn change_log<T: Transport, R>(
 pub(crate) enum LogRefusal {
     /// The occurrence is before the log's clean-up watermark.
     TooOld,
+    /// Another occurrence is buffered already (`job_overlap = buffer_one`): this one is
+    /// skipped.
+    Buffered(u64),
+    /// The occurrence is at or below the settled-through watermark with no entry: it was
+    /// recorded missed (no deployment ticked it in time), so it is not run.
+    Settled,
+    /// The job is paused: the occurrence is not run (a manual run or a backfill is).
+    Paused,
 }
 
 /// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
-/// before the clean-up watermark.
+/// before the clean-up watermark, or was settled without an entry (recorded missed).
 pub(crate) async fn append<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
@@ -166,6 +241,34 @@ pub(crate) async fn append<T: Transport>(
     let changed = change_log(blobs, settings, now, |log, read_at| {
         if entry.occurrence_unix < log.cleaned_before {
             return Err(LogRefusal::TooOld);
+        }
+        // An operator's run (`manual`: an admin naming an occurrence, a run now; `backfill`)
+        // is run while paused, and below the settled-through watermark; only a backfill runs
+        // one recorded missed.
+        let trigger = entry.trigger.as_str();
+        let backfill = trigger == Source::Backfill.as_str();
+        let operator = trigger == Source::Manual.as_str() || backfill;
+        if log.paused.is_some() && !operator && entry.status == RunStatus::Running {
+            return Err(LogRefusal::Paused);
+        }
+        let prior = log
+            .entries
+            .iter()
+            .find(|e| e.occurrence_unix == entry.occurrence_unix);
+        let recorded_missed = prior.is_some_and(|e| e.status == RunStatus::Missed);
+        if entry.status == RunStatus::Pending {
+            if let Some(other) = log.entries.iter().find(|e| {
+                e.status == RunStatus::Pending && e.occurrence_unix != entry.occurrence_unix
+            }) {
+                return Err(LogRefusal::Buffered(other.occurrence_unix));
+            }
+        }
+        let settled_before = entry.occurrence_unix <= log.settled_through && prior.is_none();
+        if (recorded_missed && !backfill) || (settled_before && !operator) {
+            return Err(LogRefusal::Settled);
+        }
+        if entry.status != RunStatus::Running {
+            log.counters.count(&entry.status);
         }
         log.job = settings.job.clone();
         log.entries
@@ -190,7 +293,6 @@ pub(crate) fn advance_settled(
     through: u64,
     server_now: SystemTime,
 ) {
-    let period = settings.period.as_secs().max(1);
     if log.settled_through == 0 {
         log.settled_through = log
             .entries
@@ -199,21 +301,86 @@ pub(crate) fn advance_settled(
             .min()
             .unwrap_or(newest)
             .saturating_sub(1)
-            .min(newest.saturating_sub(period))
+            .min(settings.previous_occurrence(newest))
             .max(1);
     }
     let floor = unix(server_now).saturating_sub(settings.lookback().as_secs());
+    if floor > log.settled_through.max(through) {
+        // Occurrences older than the lookback that the log does not know: no winner since
+        // looked at them (each looks at the ones before its own, a few a tick): counted
+        // missed, in one entry.
+        let (count, first, last) = unlogged_between(log, settings, log.settled_through, floor);
+        if count > 0 {
+            log.counters.missed += count;
+            log.entries.push(LogEntry {
+                occurrence: rfc3339(crate::at(last)),
+                occurrence_unix: last,
+                instance: String::new(),
+                reserved_at: rfc3339(server_now),
+                status: RunStatus::Missed,
+                fencing_token: None,
+                trigger: String::new(),
+                past_due: false,
+                finished_at: Some(rfc3339(server_now)),
+                reason: Some(format!(
+                    "{count} occurrence(s) from {} to {} are not in the log and are older than \
+                     the lookback ({} s): no deployment ticked them, or none settled them in \
+                     time; not caught up",
+                    rfc3339(crate::at(first)),
+                    rfc3339(crate::at(last)),
+                    settings.lookback().as_secs()
+                )),
+                attempt: None,
+            });
+        }
+    }
     log.settled_through = log.settled_through.max(through).max(floor);
     loop {
         let next = settings.next_occurrence(log.settled_through);
-        let settled =
-            next < log.cleaned_before || log.entries.iter().any(|e| e.occurrence_unix == next);
+        let settled = next < log.cleaned_before
+            || log
+                .entries
+                .iter()
+                .any(|e| e.occurrence_unix == next && !open(e, settings));
         if next > newest || !settled {
             break;
         }
         log.settled_through = next;
     }
 }
+
+/// Whether a logged occurrence may still change: `running` (its run going, or its runner
+/// vanished), or `failed` with attempts left (`job_retries`).
+pub(crate) fn open(entry: &LogEntry, settings: &Settings) -> bool {
+    match entry.status {
+        RunStatus::Running | RunStatus::Pending => true,
+        RunStatus::Failed => entry.attempt.unwrap_or(1) <= settings.retries,
+        _ => false,
+    }
+}
+
+/// The occurrences after `after` up to `through` with no entry in the log: how many (at most
+/// [`COUNT_MAX`] looked at), the first and the last.
+fn unlogged_between(log: &Log, settings: &Settings, after: u64, through: u64) -> (u64, u64, u64) {
+    let (mut count, mut first, mut last) = (0, 0, 0);
+    let mut next = settings.next_occurrence(after);
+    let mut looked = 0;
+    while next <= through && looked < COUNT_MAX {
+        if next >= log.cleaned_before && !log.entries.iter().any(|e| e.occurrence_unix == next) {
+            count += 1;
+            if first == 0 {
+                first = next;
+            }
+            last = next;
+        }
+        next = settings.next_occurrence(next);
+        looked += 1;
+    }
+    (count, first, last)
+}
+
+/// The most occurrences counted between two watermarks.
+pub(crate) const COUNT_MAX: u64 = 100_000;
 
 /// Records the run's result, its end stamped with the server's clock, and moves the clean-up
 /// watermark up to the retention. Returns the end and the log as written.
@@ -230,6 +397,10 @@ pub(crate) async fn update<T: Transport>(
             .retain(|e| e.occurrence_unix != entry.occurrence_unix);
         let mut done = entry.clone();
         done.finished_at = Some(rfc3339(read_at));
+        log.counters.count(&done.status);
+        if done.attempt.unwrap_or(1) > 1 {
+            log.counters.retried += 1;
+        }
         log.entries.push(done);
         let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
         log.cleaned_before = log.cleaned_before.max(cutoff);
@@ -309,6 +480,7 @@ mod tests {
                 past_due: true,
                 finished_at: Some("2026-11-21T14:54:30.500Z".into()),
                 reason: Some("the job answered 500".into()),
+                attempt: None,
             }
         );
         assert_eq!(log.entries[2].fencing_token, None);
@@ -357,6 +529,7 @@ mod tests {
             past_due: false,
             finished_at: None,
             reason: None,
+            attempt: None,
         }
     }
 
@@ -368,7 +541,7 @@ mod tests {
         // gaps between its entries are looked at (540 has none here).
         let mut log = Log {
             job: "j".into(),
-            entries: vec![entry_at(600, "running"), entry_at(480, "succeeded")],
+            entries: vec![entry_at(600, "succeeded"), entry_at(480, "succeeded")],
             ..Log::default()
         };
         advance_settled(&mut log, &s, 600, 0, now(600));
@@ -378,14 +551,18 @@ mod tests {
         assert_eq!(log.settled_through, 600);
         // 660 has no entry (abandoned, or nobody ticked): the watermark stops before it even
         // when 720 is logged.
-        log.entries.push(entry_at(720, "running"));
+        log.entries.push(entry_at(720, "succeeded"));
         advance_settled(&mut log, &s, 720, 0, now(720));
         assert_eq!(log.settled_through, 600);
         advance_settled(&mut log, &s, 720, 660, now(720));
         assert_eq!(log.settled_through, 720);
-        // A new log starts at the occurrence before the first.
+        // A new log starts at the occurrence before the first; a run going (or a failed one
+        // with retries left) holds the watermark before it until it ends.
         let mut new = Log::default();
         new.entries.push(entry_at(1200, "running"));
+        advance_settled(&mut new, &s, 1200, 0, now(1200));
+        assert_eq!(new.settled_through, 1140);
+        new.entries[0].status = RunStatus::Succeeded;
         advance_settled(&mut new, &s, 1200, 0, now(1200));
         assert_eq!(new.settled_through, 1200);
         // Never more than the lookback behind the storage server's clock.
@@ -402,7 +579,7 @@ mod tests {
             cleaned_before: 800,
             ..Log::default()
         };
-        cleaned.entries.push(entry_at(840, "running"));
+        cleaned.entries.push(entry_at(840, "succeeded"));
         advance_settled(&mut cleaned, &s, 840, 0, now(840));
         assert_eq!(cleaned.settled_through, 840);
         // Written only once known: an old log is written back as it was.

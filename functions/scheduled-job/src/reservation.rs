@@ -30,6 +30,14 @@ pub(crate) const META_RUN_TICK: &str = "leasegate_run_tick";
 
 pub(crate) const META_RUN_TOKEN: &str = "leasegate_run_token";
 
+/// Reservation metadata: the attempt the outcome belongs to (1 when absent: the first, as every
+/// run of the versions before retries).
+pub(crate) const META_ATTEMPT: &str = "leasegate_attempt";
+
+/// The most attempts an occurrence may have (`job_retries` + 1): tokens keep below the next
+/// occurrence's.
+pub const MAX_ATTEMPTS: u32 = 1 << 15;
+
 /// The body of a reservation blob (what is in it is for people; the metadata is what ticks
 /// read). A stored record: no field renamed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,21 +72,102 @@ pub fn occurrence_token(occurrence: u64) -> Result<u64, leasegate::Error> {
         })
 }
 
-/// Whether a reservation has been left without an outcome past its deadline: its reserver's
-/// chance has passed, and any instance may settle it. The deadline is the reservation's time
-/// (its `Last-Modified`, by the storage server's clock) plus the job's lease term, which
-/// bounds the reserver's steps up to its outcome (the lease, then the outcome's write); the
-/// reserver's own lease on the job, if it took one, has run out by then too. Taking over
-/// early would still run the occurrence at most once (the outcome's compare-and-swap decides).
-pub(crate) fn abandoned(
+/// The fencing token of an occurrence's attempt (1 for the first): `occurrence x 2^16 +
+/// attempt - 1`. The first attempt's is [`occurrence_token`]'s; each later attempt's is above
+/// every earlier one's and below the next occurrence's (attempts stay below 2^16).
+pub fn attempt_token(occurrence: u64, attempt: u32) -> Result<u64, leasegate::Error> {
+    let attempt = attempt.clamp(1, MAX_ATTEMPTS);
+    occurrence_token(occurrence)?
+        .checked_add(u64::from(attempt - 1))
+        .filter(|t| *t <= leasegate::lease::MAX_TOKEN)
+        .ok_or_else(|| {
+            leasegate::Error::InvalidArgument(format!(
+                "occurrence {occurrence} is too far ahead for a fencing token"
+            ))
+        })
+}
+
+/// The attempt a reservation's outcome belongs to (1 when it does not say).
+pub(crate) fn attempt_of(metadata: &Metadata) -> u32 {
+    metadata
+        .get(META_ATTEMPT)
+        .and_then(|a| a.parse().ok())
+        .filter(|a| *a >= 1)
+        .unwrap_or(1)
+}
+
+/// What an instance may do with a reservation whose holder is gone or whose run failed: the one
+/// rule for a reserver that vanished before its outcome, a runner that vanished during its run,
+/// and a run that failed. A reservation with no outcome belongs to its reserver until its
+/// deadline, its `Last-Modified` plus the job's lease term, which bounds the reserver's steps up
+/// to its outcome (the lease, then the outcome's write); a `running` one to its runner until the
+/// run's deadline (the same term from the outcome's write: the job's timeout and the storage
+/// requests after it). Taking over early would still run each attempt at most once (the
+/// outcome's compare-and-swap decides); the deadlines say who acts. Each deadline is by the storage server's clock, from the
+/// reservation's `Last-Modified` (its last write: the reservation, the outcome `running`, the
+/// outcome `failed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Takeover {
+    /// Nothing to take over: settled, or someone is within its deadline.
+    No,
+    /// Run it: `attempt` (1: a reservation left without an outcome; more: a retry, or a run
+    /// whose runner vanished, with attempts left).
+    Run {
+        /// The attempt to run.
+        attempt: u32,
+    },
+    /// Settle it without a run: the outcome to write (`missed`: a reservation left without an
+    /// outcome, looked at by a later winner; `failed`: a run whose runner vanished with no
+    /// attempts left).
+    Settle(RunStatus),
+    /// A failed run with attempts left whose retry delay has not passed: wait this long.
+    Wait(std::time::Duration),
+}
+
+/// The takeover rule (see [`Takeover`]). `later_winner`: the instance looking is the winner of
+/// a later occurrence (a newer occurrence ran: a reservation left without an outcome is
+/// recorded missed rather than run late).
+pub(crate) fn takeover(
     props: &leasegate::ops::BlobProperties,
     server_now: SystemTime,
     settings: &Settings,
-) -> bool {
-    !props.metadata.contains_key(META_RUN)
-        && props
-            .last_modified
-            .is_some_and(|t| t + settings.reservation_deadline() <= server_now)
+    later_winner: bool,
+) -> Takeover {
+    let Some(since) = props.last_modified else {
+        return Takeover::No;
+    };
+    let attempt = attempt_of(&props.metadata);
+    let attempts = settings.retries.saturating_add(1);
+    match outcome_of(&props.metadata) {
+        None if since + settings.reservation_deadline() <= server_now => {
+            if later_winner {
+                Takeover::Settle(RunStatus::Missed)
+            } else {
+                Takeover::Run { attempt: 1 }
+            }
+        }
+        Some(RunStatus::Running) if since + settings.run_deadline() <= server_now => {
+            if attempt < attempts {
+                Takeover::Run {
+                    attempt: attempt + 1,
+                }
+            } else {
+                Takeover::Settle(RunStatus::Failed)
+            }
+        }
+        // Buffered (`job_overlap = buffer_one`): run it (once the lease is free).
+        Some(RunStatus::Pending) => Takeover::Run { attempt: 1 },
+        Some(RunStatus::Failed) if attempt < attempts => {
+            let due = since + settings.retry_delay;
+            match due.duration_since(server_now) {
+                Ok(wait) if !wait.is_zero() => Takeover::Wait(wait),
+                _ => Takeover::Run {
+                    attempt: attempt + 1,
+                },
+            }
+        }
+        _ => Takeover::No,
+    }
 }
 
 /// The occurrence a job's lease label names (`{instance} {occurrence}`).
@@ -133,8 +222,14 @@ pub enum RunStatus {
     Failed,
     /// A run of an earlier occurrence held the job's lease when this one was due.
     SkippedOverlap,
-    /// Its reserver wrote no outcome by its deadline: settled by another instance, not run.
+    /// Not run: no deployment ticked it in time (or its reserver wrote no outcome by its
+    /// deadline), and it was not caught up.
     Missed,
+    /// The job was paused when it was due: not run.
+    SkippedPaused,
+    /// Kept for later (`job_overlap = buffer_one`): the previous run still held the job's lease
+    /// when it was due; the first tick after that run ends runs it.
+    Pending,
     /// Another value (a newer version's), kept as written.
     Other(String),
 }
@@ -148,6 +243,8 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::SkippedOverlap => "skipped_overlap",
             RunStatus::Missed => "missed",
+            RunStatus::SkippedPaused => "skipped_paused",
+            RunStatus::Pending => "pending",
             RunStatus::Other(other) => other,
         }
     }
@@ -160,6 +257,8 @@ impl RunStatus {
             "failed" => RunStatus::Failed,
             "skipped_overlap" => RunStatus::SkippedOverlap,
             "missed" => RunStatus::Missed,
+            "skipped_paused" => RunStatus::SkippedPaused,
+            "pending" => RunStatus::Pending,
             other => RunStatus::Other(other.to_string()),
         }
     }
@@ -188,6 +287,19 @@ pub(crate) fn outcome_of(metadata: &Metadata) -> Option<RunStatus> {
     metadata.get(META_RUN).map(|v| RunStatus::parse(v))
 }
 
+/// The outcome a write on a reservation may replace (and only it): of all the ticks that find
+/// one, one writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Over {
+    /// None (or `pending`): a first attempt, a skip, a miss.
+    Nothing,
+    /// This attempt's `failed` or `running`: a retry, a takeover, a vanished run settled.
+    Attempt(u32),
+    /// An outcome of an occurrence that never ran (`missed`, `skipped_paused`,
+    /// `skipped_overlap`, or none): a backfill's run.
+    NeverRan,
+}
+
 /// What writing an outcome on a reservation came to.
 pub(crate) enum Commit {
     /// This tick wrote it: the reservation as written.
@@ -198,19 +310,34 @@ pub(crate) enum Commit {
 
 /// Writes `outcome` on the reservation by compare-and-swap, unless it has one already: of all
 /// the ticks of one occurrence, one writes an outcome, and only that one runs the job (or
-/// records the skip). A write whose answer is lost is read back (its `nonce`).
+/// records the skip). A write whose answer is lost is read back (its `nonce`). `attempt`: the
+/// attempt the outcome belongs to (written when above 1); `over`: the outcome it may replace.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn commit<T: Transport>(
     blobs: &BlobClient<T>,
     reservation: &Reservation,
     outcome: &RunStatus,
     nonce: &str,
     token: Option<u64>,
+    (attempt, over): (u32, Over),
     now: SystemTime,
 ) -> Result<Commit, JobError> {
     let mut seen = reservation.clone();
     for _ in 0..LOG_ATTEMPTS {
-        if let Some(run) = outcome_of(&seen.metadata) {
-            return Ok(Commit::Settled(run));
+        // `over: None` writes over no outcome (a first attempt, a skip, a miss); `Some(a)` over
+        // attempt `a`'s `failed` or `running` (a retry, a takeover, a vanished run settled), and
+        // only that one: of all the ticks that find it, one writes.
+        match (outcome_of(&seen.metadata), over) {
+            // A buffered occurrence (`pending`) is decided like one with no outcome.
+            (None | Some(RunStatus::Pending), Over::Nothing | Over::NeverRan) => {}
+            (Some(RunStatus::Failed | RunStatus::Running), Over::Attempt(a))
+                if attempt_of(&seen.metadata) == a => {}
+            (
+                Some(RunStatus::Missed | RunStatus::SkippedPaused | RunStatus::SkippedOverlap),
+                Over::NeverRan,
+            ) => {}
+            (Some(run), _) => return Ok(Commit::Settled(run)),
+            (None, _) => return Ok(Commit::Settled(RunStatus::Other("undone".into()))),
         }
         if let Some(etag) = seen.etag.clone() {
             let mut metadata = seen.metadata.clone();
@@ -218,6 +345,9 @@ pub(crate) async fn commit<T: Transport>(
             metadata.insert(META_RUN_TICK.into(), nonce.into());
             if let Some(token) = token {
                 metadata.insert(META_RUN_TOKEN.into(), token.to_string());
+            }
+            if attempt > 1 {
+                metadata.insert(META_ATTEMPT.into(), attempt.to_string());
             }
             let write = SetMetadata {
                 container: blobs.container().clone(),
@@ -350,6 +480,8 @@ mod tests {
             ("failed", RunStatus::Failed),
             ("skipped_overlap", RunStatus::SkippedOverlap),
             ("missed", RunStatus::Missed),
+            ("skipped_paused", RunStatus::SkippedPaused),
+            ("pending", RunStatus::Pending),
             ("paused_by_v9", RunStatus::Other("paused_by_v9".into())),
         ] {
             assert_eq!(RunStatus::parse(word), status);

@@ -8,21 +8,21 @@ use leasegate::ops::{Condition, Metadata, PutBlob, SetMetadata, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
 use leasegate_spin::storage::execute_creating_container;
-use leasegate_spin::timer::{self, Tick};
+use leasegate_spin::timer::{Source, Tick};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::Context;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::JobError;
-use crate::log::{advance_settled, append, change_log, update, Log, LogEntry, LogRefusal};
+use crate::log::{advance_settled, append, change_log, open, update, Log, LogEntry, LogRefusal};
 use crate::reservation::{
-    abandoned, clean_up, commit, head, label_occurrence, occurrence_token, outcome_of, take_back,
-    uncommit, Commit, Reservation, ReservationBody, RunStatus, META_RESERVED_BY, META_RUN,
-    META_TRIGGER,
+    attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, take_back,
+    takeover, uncommit, Commit, Over, Reservation, ReservationBody, RunStatus, Takeover,
+    META_RESERVED_BY, META_RUN, META_TRIGGER,
 };
-use crate::settings::{term_length, Overlap, Settings};
+use crate::settings::{term_length, CatchUp, Overlap, Settings};
 use crate::{at, unix};
 
 /// A tick may write `skipped_overlap` on an occurrence at most this far ahead of the storage
@@ -30,9 +30,17 @@ use crate::{at, unix};
 /// one second ahead).
 pub(crate) const DUE_GRACE_SECS: u64 = 1;
 
-/// Earlier occurrences a winning tick settles at most (each costs a read, and a write when its
-/// reserver left it without an outcome).
-pub(crate) const SETTLE_MAX: usize = 4;
+/// Earlier occurrences a winning tick looks at at most (each costs a read, and a write when its
+/// reserver left it without an outcome, or a run when it is caught up).
+pub(crate) const SETTLE_MAX: usize = 32;
+
+/// Missed occurrences a tick runs at most (`job_catch_up = all`), one after another.
+pub const CATCH_UP_RUNS: usize = 8;
+
+/// A tick begins a catch-up run only if the run can end (the job's timeout) within this long
+/// of the tick's start: well inside an Azure Functions invocation's default limit (5 minutes)
+/// and an HTTP scheduler's patience.
+pub(crate) const CATCH_UP_BUDGET: Duration = Duration::from_secs(120);
 
 /// What a tick came to.
 #[derive(Debug)]
@@ -51,6 +59,22 @@ pub enum Decision {
     },
     /// This instance reserved it, but a previous run still holds the job's lease.
     Overlapped {
+        /// The log entry.
+        entry: LogEntry,
+    },
+    /// `job_overlap = buffer_one`: the previous run still holds the job's lease; the
+    /// occurrence is kept `pending` and runs when that run ends.
+    Buffered {
+        /// The log entry.
+        entry: LogEntry,
+    },
+    /// The job is paused: the occurrence is recorded `skipped_paused`, not run.
+    Paused {
+        /// The log entry.
+        entry: LogEntry,
+    },
+    /// The occurrence was ticked late with `job_catch_up = none`: recorded `missed`, not run.
+    Missed {
         /// The log entry.
         entry: LogEntry,
     },
@@ -88,13 +112,17 @@ pub enum Decision {
 }
 
 impl Decision {
-    /// `ran`, `skipped`, `overlapped`, `failed` or `too_old`.
+    /// `ran`, `skipped`, `overlapped`, `failed`, `missed`, `too_old`, `too_early`,
+    /// `in_progress` or `not_due`.
     pub fn name(&self) -> &'static str {
         match self {
             Decision::Ran { .. } => "ran",
             Decision::Skipped { .. } => "skipped",
             Decision::Overlapped { .. } => "overlapped",
             Decision::JobFailed { .. } => "failed",
+            Decision::Missed { .. } => "missed",
+            Decision::Paused { .. } => "paused",
+            Decision::Buffered { .. } => "buffered",
             Decision::TooOld { .. } => "too_old",
             Decision::TooEarly { .. } => "too_early",
             Decision::InProgress { .. } => "in_progress",
@@ -113,24 +141,110 @@ pub struct TickOutcome {
     pub decision: Result<Decision, JobError>,
     /// Storage requests sent.
     pub round_trips: u32,
+    /// What the tick did for earlier occurrences after its own (run them, record them missed).
+    pub catch_up: CatchUpReport,
 }
 
-/// Runs one tick: reserve, lease, log, run, log, release, clean up.
+/// What a winning tick did for the occurrences before its own that no tick had settled.
+#[derive(Debug, Default)]
+pub struct CatchUpReport {
+    /// The missed occurrences it ran (`job_catch_up = all`), oldest first: their entries.
+    pub ran: Vec<LogEntry>,
+    /// How many it recorded `missed`.
+    pub missed: u64,
+    /// Whether some are left for the next ticks (its bounds were reached).
+    pub more: bool,
+}
+
+/// Runs one tick: the occurrence due at the trigger time (reserve, lease, log, run, log,
+/// release), then the earlier ones no tick settled (catch up or record them missed), then the
+/// clean-up. `manual`: an admin's tick naming an occurrence (run whatever `job_catch_up` says).
 pub async fn tick<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     tick: &Tick,
+    manual: bool,
+    started: Instant,
 ) -> TickOutcome {
-    let occurrence = timer::occurrence(tick.at, settings.period, settings.offset);
-    let occurrence = unix(occurrence);
+    // The one due at the trigger time (0 when the schedule has none before it: refused as too
+    // old).
+    let occurrence = settings.occurrence_at(tick.at).unwrap_or(0);
+    run_occurrence(ctx, settings, tick, occurrence, manual, started).await
+}
+
+/// `POST /api/jobs/{job}/run`: one run now, under the overlap policy, its own occurrence (the
+/// second it was asked for, by this instance's clock), trigger `manual`.
+pub async fn run_now<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    started: Instant,
+) -> TickOutcome {
+    let tick = Tick {
+        at: ctx.now,
+        source: Source::Manual,
+        past_due: false,
+    };
+    run_occurrence(ctx, settings, &tick, unix(ctx.now), true, started).await
+}
+
+async fn run_occurrence<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+    manual: bool,
+    started: Instant,
+) -> TickOutcome {
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
     let job_transport = (ctx.connect)(settings.timeout);
-    let decision = run_tick(ctx, &counting, &job_transport, settings, tick, occurrence).await;
+    // Late: this instance's clock is past the occurrence by more than the tick tolerance.
+    let late = ctx.now > at(occurrence) + settings.tick_tolerance(at(occurrence));
+    let this = Tick {
+        at: at(occurrence),
+        source: tick.source,
+        past_due: tick.past_due || late,
+    };
+    // Late with `none`, or older than the catch-up window whatever the policy: not run
+    // (recorded missed) unless an admin named it.
+    let beyond_window = unix(ctx.now) > occurrence + settings.catch_up_window.as_secs();
+    let skip_late = !manual && ((late && settings.catch_up == CatchUp::None) || beyond_window);
+    let mut catch_up = CatchUpReport::default();
+    let decision = match run_tick(
+        ctx,
+        &counting,
+        &job_transport,
+        settings,
+        &this,
+        occurrence,
+        skip_late,
+    )
+    .await
+    {
+        Ok((decision, Some(log))) => {
+            let blobs = settings.storage.blobs(&counting);
+            catch_up = settle_earlier(
+                ctx,
+                &blobs,
+                &job_transport,
+                settings,
+                &this,
+                occurrence,
+                &log,
+                started,
+            )
+            .await;
+            let _ = clean_up(&blobs, settings, log.cleaned_before, ctx.now).await;
+            Ok(decision)
+        }
+        Ok((decision, None)) => Ok(decision),
+        Err(e) => Err(e),
+    };
     TickOutcome {
         occurrence,
         decision,
         round_trips: counting.sent(),
+        catch_up,
     }
 }
 
@@ -141,7 +255,8 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-) -> Result<Decision, JobError> {
+    skip_late: bool,
+) -> Result<(Decision, Option<Log>), JobError> {
     let s = &settings.storage;
     let blobs = BlobClient::new(storage, s.account.clone(), s.container.clone());
     let blob = settings.reservation(occurrence)?;
@@ -161,6 +276,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         .with_condition(Condition::IfNotExists)
         .with_metadata(metadata.clone());
     let (reserved, date) = execute_creating_container(&blobs, &s.container, &put, ctx.now).await?;
+    let mut attempt = 1;
     let (reserved_at, server_now, reservation) = match reserved {
         WriteOutcome::Written(w) => {
             let t = w.server_date.or(date).unwrap_or(ctx.now);
@@ -177,17 +293,60 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             let props = props.unwrap_or_default();
             let server_now = date.unwrap_or(ctx.now);
             let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
+            let mine = reserved_by.as_deref() == Some(settings.instance_id.as_str());
             // This instance reserved it on an earlier tick (or another tick of it is at work
-            // on it now), or its reserver left it without an outcome past its deadline (any
-            // instance takes it over): the outcome on the reservation says whether it is
-            // settled, and its compare-and-swap lets one tick run it.
-            if reserved_by.as_deref() != Some(settings.instance_id.as_str())
-                && !abandoned(&props, server_now, settings)
-            {
-                return Ok(Decision::Skipped {
-                    reserved_by,
-                    reason: "another instance reserved it".into(),
-                });
+            // on it now); or the takeover rule lets any instance act: its reserver left it
+            // without an outcome past its deadline, its runner vanished, or its run failed
+            // with attempts left. The outcome's compare-and-swap lets one tick act.
+            match takeover(&props, server_now, settings, false) {
+                Takeover::Run { attempt: a } => attempt = a,
+                Takeover::No if mine => {}
+                Takeover::No => {
+                    return Ok((
+                        Decision::Skipped {
+                            reserved_by,
+                            reason: "another instance reserved it".into(),
+                        },
+                        None,
+                    ))
+                }
+                Takeover::Wait(wait) => {
+                    return Ok((
+                        Decision::Skipped {
+                            reserved_by,
+                            reason: format!(
+                                "attempt {} failed: attempt {} may start in {} s \
+                                 (job_retry_delay_seconds)",
+                                attempt_of(&props.metadata),
+                                attempt_of(&props.metadata) + 1,
+                                wait.as_secs().max(1)
+                            ),
+                        },
+                        None,
+                    ))
+                }
+                Takeover::Settle(status) => {
+                    let r = Reservation {
+                        blob,
+                        etag: props.etag.clone(),
+                        metadata: props.metadata.clone(),
+                        created: false,
+                    };
+                    let entry = settle_vanished(
+                        ctx, &blobs, settings, tick, occurrence, &r, &props, status, server_now,
+                    )
+                    .await?;
+                    return Ok((
+                        Decision::Skipped {
+                            reserved_by,
+                            reason: match entry {
+                                Some(e) => e.reason.unwrap_or_default(),
+                                None => "settled by another tick".into(),
+                            },
+                        },
+                        None,
+                    ));
+                }
             }
             let t = props.last_modified.unwrap_or(ctx.now);
             let r = Reservation {
@@ -216,7 +375,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         if reservation.created {
             take_back(&blobs, &reservation, ctx.now).await;
         }
-        return Ok(refusal);
+        return Ok((refusal, None));
     }
     run_reserved(
         ctx,
@@ -227,11 +386,15 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         occurrence,
         (reserved_at, server_now),
         reservation,
+        skip_late && attempt == 1,
+        attempt,
     )
     .await
 }
 
-/// Steps 3 to 6 of [`run_tick`], once the occurrence is reserved and in range.
+/// Steps 3 to 6 of [`run_tick`], once the occurrence is reserved and in range. With the
+/// decision, the log as the run's end wrote it (`None`: this tick did not run the job).
+/// `skip_late`: record the occurrence missed instead of running it (`job_catch_up = none`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
@@ -242,7 +405,9 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     occurrence: u64,
     (reserved_at, server_now): (SystemTime, SystemTime),
     reservation: Reservation,
-) -> Result<Decision, JobError> {
+    skip_late: bool,
+    attempt: u32,
+) -> Result<(Decision, Option<Log>), JobError> {
     let reserved_by = reservation.metadata.get(META_RESERVED_BY).cloned();
     let settled = |run: &RunStatus| Decision::Skipped {
         reserved_by: reserved_by.clone(),
@@ -254,12 +419,26 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             format!("it was settled after its reserver's deadline ({run})")
         },
     };
-    // 3. A reservation with an outcome already is settled: `skipped`. Otherwise the job's lease
-    // (below).
-    if let Some(run) = outcome_of(&reservation.metadata) {
-        return Ok(settled(&run));
+    // 3. A reservation with an outcome already is settled: `skipped` (a later attempt writes
+    // over the previous one's, see 4). Otherwise the job's lease (below).
+    if attempt == 1 {
+        match outcome_of(&reservation.metadata) {
+            None | Some(RunStatus::Pending) => {}
+            Some(RunStatus::Missed | RunStatus::SkippedPaused | RunStatus::SkippedOverlap)
+                if tick.source == Source::Backfill => {}
+            Some(run) => return Ok((settled(&run), None)),
+        }
     }
-    let token = occurrence_token(occurrence)?;
+    // A backfill runs an occurrence that never ran (none, `missed`, `skipped_*`).
+    let backfill = tick.source == Source::Backfill;
+    let over = if backfill {
+        Over::NeverRan
+    } else if attempt > 1 {
+        Over::Attempt(attempt - 1)
+    } else {
+        Over::Nothing
+    };
+    let token = attempt_token(occurrence, attempt)?;
     let mut entry = LogEntry {
         occurrence: rfc3339(at(occurrence)),
         occurrence_unix: occurrence,
@@ -271,8 +450,46 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         past_due: tick.past_due,
         finished_at: None,
         reason: None,
+        attempt: Some(attempt),
     };
     let nonce = (ctx.new_lease_id)().to_string();
+    // `job_catch_up = none` and the tick is late: recorded missed (its outcome, then the log).
+    if skip_late {
+        entry.status = RunStatus::Missed;
+        entry.fencing_token = None;
+        entry.finished_at = Some(rfc3339(server_now));
+        let late_by = unix(ctx.now).saturating_sub(occurrence);
+        entry.reason = Some(if late_by > settings.catch_up_window.as_secs() {
+            format!(
+                "ticked {late_by} s late, beyond job_catch_up_window_seconds ({} s): not run",
+                settings.catch_up_window.as_secs()
+            )
+        } else {
+            format!("ticked {late_by} s late and job_catch_up is none: not run")
+        });
+        let missed = RunStatus::Missed;
+        let written = match commit(
+            blobs,
+            &reservation,
+            &missed,
+            &nonce,
+            None,
+            (1, Over::Nothing),
+            ctx.now,
+        )
+        .await?
+        {
+            Commit::Settled(run) => return Ok((settled(&run), None)),
+            Commit::Written(w) => w,
+        };
+        return match append(blobs, settings, &entry, ctx.now).await {
+            Ok(Err(refusal)) => {
+                uncommit(blobs, &reservation, &written, ctx.now).await;
+                Ok((refused_by_log(settings, refusal), None))
+            }
+            Ok(Ok(())) | Err(_) => Ok((Decision::Missed { entry }, None)),
+        };
+    }
     // Still 3: the job's lease (skip: one run at a time), labelled with the instance and the
     // occurrence, so that a tick finding its own occurrence's run in it leaves that run alone.
     let job_locks =
@@ -282,7 +499,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     let lease_id = (ctx.new_lease_id)();
     let leased = match settings.overlap {
         Overlap::Allow => false,
-        Overlap::Skip => match job_locks
+        Overlap::Skip | Overlap::BufferOne => match job_locks
             .acquire_with(
                 &lock_name,
                 settings.lease_term,
@@ -294,9 +511,32 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             .await?
         {
             Acquire::Acquired(_) => true,
+            // A later attempt that finds any run in the lease waits for it (a retry never records
+            // a skip): not settled, a later tick retries.
+            Acquire::Busy { retry_after, .. } if attempt > 1 => {
+                let wait = retry_after.unwrap_or(term_length(settings.lease_term));
+                return Ok((
+                    Decision::InProgress {
+                        retry_after: wait.max(Duration::from_secs(1)),
+                    },
+                    None,
+                ));
+            }
             Acquire::Busy {
                 holder: Some(h), ..
             } if label_occurrence(&h.label) != Some(occurrence) => {
+                // Buffered already: it waits for the run going to end.
+                if outcome_of(&reservation.metadata) == Some(RunStatus::Pending) {
+                    return Ok((
+                        Decision::Skipped {
+                            reserved_by: reserved_by.clone(),
+                            reason: "it is buffered (job_overlap = buffer_one): it runs when \
+                                     the previous run ends"
+                                .into(),
+                        },
+                        None,
+                    ));
+                }
                 // Another occurrence's run: this occurrence is skipped, once, but only once it
                 // is due (by the storage server's clock, give or take its second): a tick ahead
                 // of it records nothing, and a tick once it is due decides.
@@ -305,9 +545,25 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                     if reservation.created {
                         take_back(blobs, &reservation, ctx.now).await;
                     }
-                    return Ok(Decision::NotDue {
-                        retry_after: Duration::from_secs(due_in),
-                    });
+                    return Ok((
+                        Decision::NotDue {
+                            retry_after: Duration::from_secs(due_in),
+                        },
+                        None,
+                    ));
+                }
+                if settings.overlap == Overlap::BufferOne {
+                    return buffer(
+                        ctx,
+                        blobs,
+                        settings,
+                        entry,
+                        &reservation,
+                        &nonce,
+                        token,
+                        &h.label,
+                    )
+                    .await;
                 }
                 entry.status = RunStatus::SkippedOverlap;
                 entry.reason = Some("the previous run still holds the job's lease".into());
@@ -317,22 +573,21 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                     &entry.status,
                     &nonce,
                     Some(token),
+                    (1, Over::Nothing),
                     ctx.now,
                 )
                 .await?
                 {
-                    Commit::Settled(run) => return Ok(settled(&run)),
+                    Commit::Settled(run) => return Ok((settled(&run), None)),
                     Commit::Written(w) => w,
                 };
                 return match append(blobs, settings, &entry, ctx.now).await {
-                    Ok(Err(LogRefusal::TooOld)) => {
+                    Ok(Err(refusal)) => {
                         uncommit(blobs, &reservation, &written, ctx.now).await;
-                        Ok(Decision::TooOld {
-                            retention: settings.retention,
-                        })
+                        Ok((refused_by_log(settings, refusal), None))
                     }
                     // The skip is recorded on the reservation; the log is its view.
-                    Ok(Ok(())) | Err(_) => Ok(Decision::Overlapped { entry }),
+                    Ok(Ok(())) | Err(_) => Ok((Decision::Overlapped { entry }, None)),
                 };
             }
             Acquire::Busy { retry_after, .. } => {
@@ -341,12 +596,15 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                 // write and its release failed): not settled, retried once the lease ends.
                 let (props, _) = head(blobs, &reservation.blob, ctx.now).await?;
                 if let Some(run) = props.as_ref().and_then(|p| outcome_of(&p.metadata)) {
-                    return Ok(settled(&run));
+                    return Ok((settled(&run), None));
                 }
                 let wait = retry_after.unwrap_or(term_length(settings.lease_term));
-                return Ok(Decision::InProgress {
-                    retry_after: wait.max(Duration::from_secs(1)),
-                });
+                return Ok((
+                    Decision::InProgress {
+                        retry_after: wait.max(Duration::from_secs(1)),
+                    },
+                    None,
+                ));
             }
         },
     };
@@ -360,11 +618,21 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     };
     // 4. The outcome "running" on the reservation: the one tick that writes it runs the job.
     let running = RunStatus::Running;
-    let written = match commit(blobs, &reservation, &running, &nonce, Some(token), ctx.now).await {
+    let written = match commit(
+        blobs,
+        &reservation,
+        &running,
+        &nonce,
+        Some(token),
+        (attempt, over),
+        ctx.now,
+    )
+    .await
+    {
         Ok(Commit::Written(w)) => w,
         Ok(Commit::Settled(run)) => {
             release().await;
-            return Ok(settled(&run));
+            return Ok((settled(&run), None));
         }
         Err(e) => {
             release().await;
@@ -376,14 +644,18 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     // the outcome: the job was not called, and a later tick decides afresh.
     match append(blobs, settings, &entry, ctx.now).await {
         Ok(Ok(())) => {}
+        // Paused: not run; the outcome becomes `skipped_paused` (over this tick's `running`).
+        Ok(Err(LogRefusal::Paused)) => {
+            release().await;
+            return skip_paused(ctx, blobs, settings, entry, &written).await;
+        }
         refused => {
             uncommit(blobs, &reservation, &written, ctx.now).await;
             release().await;
             return match refused {
                 Err(e) => Err(e),
-                Ok(_) => Ok(Decision::TooOld {
-                    retention: settings.retention,
-                }),
+                Ok(Ok(())) => unreachable!("matched above"),
+                Ok(Err(refusal)) => Ok((refused_by_log(settings, refusal), None)),
             };
         }
     }
@@ -410,17 +682,159 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     }
     let finished = update(blobs, settings, &entry, ctx.now).await;
     release().await;
-    if let Ok((end, log)) = &finished {
-        entry.finished_at = Some(rfc3339(*end));
-        // Earlier occurrences whose reservers left them without an outcome: settled here, as a
-        // redundant deployment is for. Best effort: a later winner goes on from the log.
-        let _ = settle_earlier(ctx, blobs, settings, tick, occurrence, log).await;
-        let _ = clean_up(blobs, settings, log.cleaned_before, ctx.now).await;
-    }
-    Ok(match result {
+    let log = match finished {
+        Ok((end, log)) => {
+            entry.finished_at = Some(rfc3339(end));
+            Some(log)
+        }
+        Err(_) => None,
+    };
+    let decision = match result {
         Ok(()) => Decision::Ran { entry },
         Err(_) => Decision::JobFailed { entry },
-    })
+    };
+    Ok((decision, log))
+}
+
+/// `job_overlap = buffer_one`: the previous run (`holder`) holds the job's lease when this
+/// occurrence is due. It is kept `pending` (on its reservation and in the log) for the first
+/// tick after that run ends; if another occurrence is pending already, it is skipped
+/// (`skipped_overlap`) instead: one buffered at most.
+#[allow(clippy::too_many_arguments)]
+async fn buffer<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    mut entry: LogEntry,
+    reservation: &Reservation,
+    nonce: &str,
+    token: u64,
+    holder: &str,
+) -> Result<(Decision, Option<Log>), JobError> {
+    let running = label_occurrence(holder)
+        .map(|o| rfc3339(at(o)))
+        .unwrap_or_default();
+    entry.status = RunStatus::Pending;
+    entry.reason = Some(format!(
+        "the previous run (occurrence {running}) still holds the job's lease: it runs when that \
+         run ends (job_overlap = buffer_one)"
+    ));
+    let written = match commit(
+        blobs,
+        reservation,
+        &entry.status,
+        nonce,
+        Some(token),
+        (1, Over::Nothing),
+        ctx.now,
+    )
+    .await?
+    {
+        Commit::Settled(run) => {
+            return Ok((
+                Decision::Skipped {
+                    reserved_by: reservation.metadata.get(META_RESERVED_BY).cloned(),
+                    reason: format!("it was settled by another tick ({run})"),
+                },
+                None,
+            ))
+        }
+        Commit::Written(w) => w,
+    };
+    match append(blobs, settings, &entry, ctx.now).await {
+        Ok(Ok(())) | Err(_) => Ok((Decision::Buffered { entry }, None)),
+        Ok(Err(LogRefusal::Buffered(other))) => {
+            // One is buffered already: this one is skipped (over this tick's `pending`).
+            if let Some(etag) = written.etag.clone() {
+                let mut metadata = written.metadata.clone();
+                metadata.insert(META_RUN.into(), RunStatus::SkippedOverlap.to_string());
+                let write = SetMetadata {
+                    container: blobs.container().clone(),
+                    blob: written.blob.clone(),
+                    metadata,
+                    lease_id: None,
+                    condition: Condition::IfMatch(etag),
+                };
+                blobs.execute(&write, ctx.now).await?;
+            }
+            entry.status = RunStatus::SkippedOverlap;
+            entry.reason = Some(format!(
+                "the previous run (occurrence {running}) still holds the job's lease and \
+                 occurrence {} is buffered already (job_overlap = buffer_one keeps one)",
+                rfc3339(at(other))
+            ));
+            let _ = append(blobs, settings, &entry, ctx.now).await;
+            Ok((Decision::Overlapped { entry }, None))
+        }
+        Ok(Err(refusal)) => {
+            uncommit(blobs, reservation, &written, ctx.now).await;
+            Ok((refused_by_log(settings, refusal), None))
+        }
+    }
+}
+
+/// Records an occurrence of a paused job `skipped_paused`: on its reservation (over the outcome
+/// `running` this tick wrote, which called nothing) and in the log.
+async fn skip_paused<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    mut entry: LogEntry,
+    written: &Reservation,
+) -> Result<(Decision, Option<Log>), JobError> {
+    if let Some(etag) = written.etag.clone() {
+        let mut metadata = written.metadata.clone();
+        metadata.insert(META_RUN.into(), RunStatus::SkippedPaused.to_string());
+        let write = SetMetadata {
+            container: blobs.container().clone(),
+            blob: written.blob.clone(),
+            metadata,
+            lease_id: None,
+            condition: Condition::IfMatch(etag),
+        };
+        blobs.execute(&write, ctx.now).await?;
+    }
+    entry.status = RunStatus::SkippedPaused;
+    entry.fencing_token = None;
+    entry.attempt = None;
+    entry.reason = Some("the job is paused (POST /api/jobs/{job}/resume resumes it)".into());
+    let (log, _, read_at) = crate::log::read_log(blobs, settings, ctx.now).await?;
+    if let Some(p) = &log.paused {
+        entry.reason = Some(format!(
+            "the job is paused since {}{}",
+            p.since,
+            p.note
+                .as_deref()
+                .map(|n| format!(": {n}"))
+                .unwrap_or_default()
+        ));
+    }
+    entry.finished_at = Some(rfc3339(read_at));
+    let _ = append(blobs, settings, &entry, ctx.now).await?;
+    Ok((Decision::Paused { entry }, None))
+}
+
+/// The decision when the log refused an occurrence's entry.
+fn refused_by_log(settings: &Settings, refusal: LogRefusal) -> Decision {
+    match refusal {
+        LogRefusal::TooOld => Decision::TooOld {
+            retention: settings.retention,
+        },
+        LogRefusal::Settled => Decision::Skipped {
+            reserved_by: None,
+            reason: "it was recorded missed: no deployment ticked it in time".into(),
+        },
+        // Handled where the run is decided (recorded `skipped_overlap`).
+        LogRefusal::Buffered(_) => Decision::Skipped {
+            reserved_by: None,
+            reason: "another occurrence is buffered".into(),
+        },
+        // Handled where the run is decided (recorded `skipped_paused`).
+        LogRefusal::Paused => Decision::Skipped {
+            reserved_by: None,
+            reason: "the job is paused".into(),
+        },
+    }
 }
 
 /// What the job is POSTed: the occurrence, its fencing token and idempotency key, who runs it
@@ -436,6 +850,7 @@ pub(crate) struct JobRequest<'a> {
     instance: &'a str,
     trigger: &'a str,
     past_due: bool,
+    attempt: u32,
 }
 
 /// POSTs the occurrence to the job; `Err` says why it did not confirm (no URL, no secret).
@@ -454,6 +869,7 @@ pub(crate) async fn call_job<J: Transport>(
         instance: &settings.instance_id,
         trigger: &entry.trigger,
         past_due: entry.past_due,
+        attempt: entry.attempt.unwrap_or(1),
     })
     .map_err(|e| format!("the job request could not be built: {e}"))?;
     let request = web::json_post(&settings.job_url, &key, body)
@@ -481,108 +897,519 @@ pub fn idempotency_key(job: &str, occurrence: u64) -> String {
 }
 
 /// Settles the occurrences between the log's `settled_through` and `occurrence` (this tick's,
-/// which it ran) that have no entry in the log, oldest first, at most [`SETTLE_MAX`]: a
-/// reservation its reserver left without an outcome past its deadline ([`abandoned`]) gets the
-/// outcome `missed` (by the same compare-and-swap as any outcome, so a reserver that comes
-/// back late finds it settled) and an entry in the log; one that nobody reserved, or that has
-/// an outcome, is settled as it is. The first one still within its reserver's deadline stops
-/// the walk: a later winner looks again. Nothing is read when the watermark is at the
-/// occurrence before this one, as it is whenever every tick has a winner.
-pub(crate) async fn settle_earlier<T, S: Transport>(
+/// which it ran) that have no entry in the log, oldest first, at most [`SETTLE_MAX`]:
+/// * one nobody reserved (no deployment ticked it): with `job_catch_up = all` and within
+///   `job_catch_up_window_seconds`, reserved and run now (`pastDue`, at most [`CATCH_UP_RUNS`]
+///   a tick, each begun only if it can end within [`CATCH_UP_BUDGET`]); otherwise recorded
+///   `missed` in the log (the log then refuses any later tick of it);
+/// * a reservation its reserver left without an outcome past its deadline ([`takeover`]):
+///   the outcome `missed` (by the same compare-and-swap as any outcome, so a reserver that
+///   comes back late finds it settled) and an entry in the log;
+/// * one with an outcome: settled as it is.
+///
+/// The first one still within its reserver's deadline (or `running`) stops the walk: a later
+/// winner looks again. Nothing is read when the watermark is at the occurrence before this
+/// one, as it is whenever every occurrence has a winner.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<&S>,
+    job: &J,
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
     log: &Log,
-) -> Result<(), JobError> {
+    started: Instant,
+) -> CatchUpReport {
+    let mut report = CatchUpReport::default();
+    // A buffered occurrence (`job_overlap = buffer_one`) waited for a run: this one, or one
+    // before it. Run now, `pastDue`.
+    let buffered = log
+        .entries
+        .iter()
+        .filter(|e| e.status == RunStatus::Pending && e.occurrence_unix != occurrence)
+        .map(|e| e.occurrence_unix);
+    for o in buffered.collect::<Vec<_>>() {
+        if let Some(entry) = run_existing(ctx, blobs, job, settings, tick, o).await {
+            report.ran.push(entry);
+        }
+    }
     let mut candidates = Vec::new();
     let mut next = settings.next_occurrence(log.settled_through);
-    while log.settled_through != 0 && next < occurrence && candidates.len() < SETTLE_MAX {
-        if next >= log.cleaned_before && !log.entries.iter().any(|e| e.occurrence_unix == next) {
+    while log.settled_through != 0 && next < occurrence {
+        if candidates.len() == SETTLE_MAX {
+            report.more = true;
+            break;
+        }
+        let settled = log
+            .entries
+            .iter()
+            .any(|e| e.occurrence_unix == next && !open(e, settings));
+        if next >= log.cleaned_before && !settled {
             candidates.push(next);
         }
         next = settings.next_occurrence(next);
     }
     if candidates.is_empty() {
-        return Ok(());
+        return report;
     }
     let mut missed = Vec::new();
     let mut through = 0;
     for o in candidates {
-        let blob = settings.reservation(o)?;
-        let (props, date) = head(blobs, &blob, ctx.now).await?;
-        let Some(props) = props else {
-            through = o;
-            continue;
+        let Ok(blob) = settings.reservation(o) else {
+            break;
         };
-        // `running` with no log entry: its runner's log write is on its way, or failed and
-        // will undo the outcome (a later winner looks again; the lookback bounds the wait).
-        match outcome_of(&props.metadata) {
-            Some(RunStatus::Running) => break,
-            Some(_) => {
+        let Ok((props, date)) = head(blobs, &blob, ctx.now).await else {
+            break;
+        };
+        let server_now = date.unwrap_or(ctx.now);
+        let Some(props) = props else {
+            // Nobody reserved it. Not due yet by the storage server's clock (give or take the
+            // tick tolerance: a tick this winner ran ahead, an admin's): nothing to say yet.
+            if o + settings.tick_tolerance(at(o)).as_secs() >= unix(server_now) {
+                break;
+            }
+            // No deployment ticked it.
+            let in_window = o + settings.catch_up_window.as_secs() >= unix(server_now);
+            if settings.catch_up == CatchUp::All && in_window {
+                if report.ran.len() == CATCH_UP_RUNS
+                    || started.elapsed() + settings.timeout > CATCH_UP_BUDGET
+                {
+                    report.more = true;
+                    break;
+                }
+                match catch_up_one(ctx, blobs, job, settings, tick, o).await {
+                    Some(entry) => report.ran.push(entry),
+                    None => break,
+                }
                 through = o;
                 continue;
             }
-            None => {}
-        }
-        if !abandoned(&props, date.unwrap_or(ctx.now), settings) {
-            break;
-        }
-        let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
-        let reservation = Reservation {
-            blob,
-            etag: props.etag,
-            metadata: props.metadata,
-            created: false,
-        };
-        let nonce = (ctx.new_lease_id)().to_string();
-        let missed_run = RunStatus::Missed;
-        let written = match commit(blobs, &reservation, &missed_run, &nonce, None, ctx.now).await? {
-            Commit::Settled(RunStatus::Running) => break,
-            Commit::Settled(_) => false,
-            Commit::Written(_) => true,
-        };
-        if written {
-            let at_now = date.unwrap_or(ctx.now);
             missed.push(LogEntry {
                 occurrence: rfc3339(at(o)),
                 occurrence_unix: o,
-                instance: reserved_by.clone().unwrap_or_default(),
-                reserved_at: rfc3339(props.last_modified.unwrap_or(at_now)),
+                instance: String::new(),
+                reserved_at: rfc3339(server_now),
                 status: RunStatus::Missed,
                 fencing_token: None,
                 trigger: tick.source.as_str().into(),
                 past_due: false,
-                finished_at: Some(rfc3339(at_now)),
-                reason: Some(format!(
-                    "its reserver ({}) wrote no outcome within {} s; settled by {}",
-                    reserved_by.as_deref().unwrap_or("unknown"),
-                    settings.reservation_deadline().as_secs(),
-                    settings.instance_id
-                )),
+                finished_at: Some(rfc3339(server_now)),
+                reason: Some(if in_window {
+                    format!(
+                        "no deployment ticked it; job_catch_up is {}: recorded by {}",
+                        settings.catch_up.as_str(),
+                        settings.instance_id
+                    )
+                } else {
+                    format!(
+                        "no deployment ticked it and it is older than \
+                         job_catch_up_window_seconds ({} s): recorded by {}",
+                        settings.catch_up_window.as_secs(),
+                        settings.instance_id
+                    )
+                }),
+                attempt: None,
             });
+            through = o;
+            continue;
+        };
+        // Reserved: the takeover rule says what this winner may do.
+        let reservation = Reservation {
+            blob,
+            etag: props.etag.clone(),
+            metadata: props.metadata.clone(),
+            created: false,
+        };
+        match takeover(&props, server_now, settings, true) {
+            // Settled; or `running` (its runner within its deadline, or its log write on its
+            // way), or reserved and within its reserver's deadline: a later winner looks again.
+            Takeover::No => match outcome_of(&props.metadata) {
+                Some(RunStatus::Running) | None => break,
+                Some(_) => {}
+            },
+            Takeover::Wait(_) => break,
+            Takeover::Settle(status) => {
+                match settle_vanished(
+                    ctx,
+                    blobs,
+                    settings,
+                    tick,
+                    o,
+                    &reservation,
+                    &props,
+                    status,
+                    server_now,
+                )
+                .await
+                {
+                    Ok(Some(entry)) => {
+                        missed.extend((entry.status == RunStatus::Missed).then_some(entry))
+                    }
+                    Ok(None) => {}
+                    Err(_) => break,
+                }
+            }
+            Takeover::Run { attempt } => {
+                if report.ran.len() == CATCH_UP_RUNS
+                    || started.elapsed() + settings.timeout > CATCH_UP_BUDGET
+                {
+                    report.more = true;
+                    break;
+                }
+                let this = Tick {
+                    at: at(o),
+                    source: tick.source,
+                    past_due: true,
+                };
+                let t = props.last_modified.unwrap_or(server_now);
+                let ran = run_reserved(
+                    ctx,
+                    blobs,
+                    job,
+                    settings,
+                    &this,
+                    o,
+                    (t, server_now),
+                    reservation,
+                    false,
+                    attempt,
+                )
+                .await;
+                let Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) = ran else {
+                    break;
+                };
+                let open = entry.status == RunStatus::Failed && attempt <= settings.retries;
+                report.ran.push(entry);
+                if open {
+                    // Failed again with attempts left: a later winner retries after the delay.
+                    break;
+                }
+            }
         }
         through = o;
     }
     if through == 0 {
-        return Ok(());
+        return report;
     }
-    let _ = change_log(blobs, settings, ctx.now, |log, read_at| {
+    let changed = change_log(blobs, settings, ctx.now, |log, read_at| {
         for entry in &missed {
+            // A tick of it logged it meanwhile (its clock behind): it ran, not missed.
             if !log
                 .entries
                 .iter()
                 .any(|e| e.occurrence_unix == entry.occurrence_unix)
             {
                 log.entries.push(entry.clone());
+                log.counters.missed += 1;
             }
         }
         advance_settled(log, settings, occurrence, through, read_at);
         Ok::<(), ()>(())
     })
-    .await?;
-    Ok(())
+    .await;
+    if let Ok(Ok(_)) = changed {
+        report.missed = missed.len() as u64;
+    }
+    report
+}
+
+/// Settles a reservation without a run (the takeover rule's [`Takeover::Settle`]): `missed` on
+/// one its reserver left without an outcome (recorded in the log by the caller's walk), or
+/// `failed` on a run whose runner vanished with no attempts left (recorded in the log here).
+/// By compare-and-swap: `None` when another tick settled it first.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn settle_vanished<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+    reservation: &Reservation,
+    props: &leasegate::ops::BlobProperties,
+    status: RunStatus,
+    server_now: SystemTime,
+) -> Result<Option<LogEntry>, JobError> {
+    let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
+    let attempt = attempt_of(&props.metadata);
+    let nonce = (ctx.new_lease_id)().to_string();
+    let over = if status == RunStatus::Failed {
+        Over::Attempt(attempt)
+    } else {
+        Over::Nothing
+    };
+    match commit(
+        blobs,
+        reservation,
+        &status,
+        &nonce,
+        None,
+        (attempt, over),
+        ctx.now,
+    )
+    .await?
+    {
+        Commit::Settled(_) => return Ok(None),
+        Commit::Written(_) => {}
+    }
+    let who = reserved_by.as_deref().unwrap_or("unknown");
+    let reason = if status == RunStatus::Missed {
+        format!(
+            "its reserver ({who}) wrote no outcome within {} s; settled by {}",
+            settings.reservation_deadline().as_secs(),
+            settings.instance_id
+        )
+    } else {
+        format!(
+            "its runner ({who}) wrote no outcome within the run's deadline ({} s) of attempt \
+             {attempt}, the last of {} (job_retries = {}): not run again; settled by {}",
+            settings.run_deadline().as_secs(),
+            settings.retries + 1,
+            settings.retries,
+            settings.instance_id
+        )
+    };
+    let entry = LogEntry {
+        occurrence: rfc3339(at(occurrence)),
+        occurrence_unix: occurrence,
+        instance: reserved_by.clone().unwrap_or_default(),
+        reserved_at: rfc3339(props.last_modified.unwrap_or(server_now)),
+        status: status.clone(),
+        fencing_token: (status == RunStatus::Failed)
+            .then(|| attempt_token(occurrence, attempt).ok())
+            .flatten(),
+        trigger: tick.source.as_str().into(),
+        past_due: false,
+        finished_at: Some(rfc3339(server_now)),
+        reason: Some(reason),
+        attempt: (status == RunStatus::Failed).then_some(attempt),
+    };
+    if status == RunStatus::Failed {
+        let _ = change_log(blobs, settings, ctx.now, |log, _| {
+            log.entries.retain(|e| e.occurrence_unix != occurrence);
+            log.entries.push(entry.clone());
+            log.counters.failed += 1;
+            Ok::<(), ()>(())
+        })
+        .await;
+    }
+    Ok(Some(entry))
+}
+
+/// The most occurrences one backfill call looks at.
+pub const BACKFILL_LOOK: usize = 200;
+
+/// What a backfill call did.
+#[derive(Debug, Default)]
+pub struct BackfillReport {
+    /// The occurrences it ran, oldest first: their entries.
+    pub ran: Vec<LogEntry>,
+    /// Occurrences in the range that ran already (or are running, or reserved by a tick at
+    /// work): left alone.
+    pub settled: u64,
+    /// Occurrences it looked at.
+    pub looked: u64,
+    /// Where the next call should start (`from`), when the call's bounds stopped it.
+    pub next: Option<u64>,
+    /// Storage requests sent.
+    pub round_trips: u32,
+}
+
+/// `POST /api/jobs/{job}/backfill`: runs the schedule's occurrences from `from` to `to`
+/// (inclusive, Unix seconds) that never ran (nobody reserved them, or they were recorded
+/// `missed`, `skipped_paused` or `skipped_overlap`), oldest first, each at most once (the
+/// reservation's compare-and-swap, as every run), `pastDue`, trigger `backfill`. At most
+/// [`CATCH_UP_RUNS`] runs and [`BACKFILL_LOOK`] occurrences a call, each run begun only if it
+/// can end within [`CATCH_UP_BUDGET`]; [`BackfillReport::next`] says where to continue.
+pub async fn backfill<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    (from, to): (u64, u64),
+    started: Instant,
+) -> Result<BackfillReport, JobError> {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
+    let job = (ctx.connect)(settings.timeout);
+    let blobs = settings.storage.blobs(&counting);
+    let tick = Tick {
+        at: ctx.now,
+        source: Source::Backfill,
+        past_due: true,
+    };
+    let mut report = BackfillReport::default();
+    let mut o = settings.next_occurrence(from.saturating_sub(1));
+    while o <= to {
+        if report.looked as usize == BACKFILL_LOOK
+            || report.ran.len() == CATCH_UP_RUNS
+            || started.elapsed() + settings.timeout > CATCH_UP_BUDGET
+        {
+            report.next = Some(o);
+            break;
+        }
+        report.looked += 1;
+        let blob = settings.reservation(o)?;
+        let (props, date) = head(&blobs, &blob, ctx.now).await?;
+        let entry = match props {
+            None => catch_up_one(ctx, &blobs, &job, settings, &tick, o).await,
+            Some(props) => {
+                let never_ran = matches!(
+                    outcome_of(&props.metadata),
+                    Some(RunStatus::Missed | RunStatus::SkippedPaused | RunStatus::SkippedOverlap)
+                );
+                if never_ran {
+                    let server_now = date.unwrap_or(ctx.now);
+                    let t = props.last_modified.unwrap_or(server_now);
+                    let reservation = Reservation {
+                        blob,
+                        etag: props.etag,
+                        metadata: props.metadata,
+                        created: false,
+                    };
+                    let this = Tick {
+                        at: at(o),
+                        ..tick.clone()
+                    };
+                    match run_reserved(
+                        ctx,
+                        &blobs,
+                        &job,
+                        settings,
+                        &this,
+                        o,
+                        (t, server_now),
+                        reservation,
+                        false,
+                        1,
+                    )
+                    .await?
+                    {
+                        (Decision::Ran { entry } | Decision::JobFailed { entry }, _) => Some(entry),
+                        _ => None,
+                    }
+                } else {
+                    None
+                }
+            }
+        };
+        match entry {
+            Some(entry) => report.ran.push(entry),
+            None => report.settled += 1,
+        }
+        o = settings.next_occurrence(o);
+    }
+    report.round_trips = counting.sent();
+    Ok(report)
+}
+
+/// Runs an occurrence whose reservation the takeover rule lets this tick run (a buffered one),
+/// `pastDue`. `None`: not now (settled, the lease busy, storage failed).
+async fn run_existing<T, S: Transport, J: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    job: &J,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+) -> Option<LogEntry> {
+    let blob = settings.reservation(occurrence).ok()?;
+    let (props, date) = head(blobs, &blob, ctx.now).await.ok()?;
+    let props = props?;
+    let server_now = date.unwrap_or(ctx.now);
+    let Takeover::Run { attempt } = takeover(&props, server_now, settings, false) else {
+        return None;
+    };
+    let reservation = Reservation {
+        blob,
+        etag: props.etag.clone(),
+        metadata: props.metadata.clone(),
+        created: false,
+    };
+    let this = Tick {
+        at: at(occurrence),
+        source: tick.source,
+        past_due: true,
+    };
+    let t = props.last_modified.unwrap_or(server_now);
+    let ran = run_reserved(
+        ctx,
+        blobs,
+        job,
+        settings,
+        &this,
+        occurrence,
+        (t, server_now),
+        reservation,
+        false,
+        attempt,
+    )
+    .await;
+    match ran {
+        Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) => Some(entry),
+        _ => None,
+    }
+}
+
+/// Runs one missed occurrence nobody reserved (`job_catch_up = all`): reserves it, then the
+/// steps of any run, `pastDue`. `None`: another tick reserved it meanwhile, or storage failed
+/// (a later winner looks again).
+async fn catch_up_one<T, S: Transport, J: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    job: &J,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+) -> Option<LogEntry> {
+    let blob = settings.reservation(occurrence).ok()?;
+    let mut metadata = Metadata::new();
+    metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
+    metadata.insert(META_TRIGGER.into(), tick.source.as_str().into());
+    let body = ReservationBody {
+        job: settings.job.clone(),
+        occurrence: rfc3339(at(occurrence)),
+        instance: settings.instance_id.clone(),
+    };
+    let body = serde_json::to_vec(&body).expect("a reservation serializes");
+    let put = PutBlob::block(blobs.container().clone(), blob.clone(), body)
+        .with_content_type("application/json")
+        .with_condition(Condition::IfNotExists)
+        .with_metadata(metadata.clone());
+    let (written, date) = blobs.execute(&put, ctx.now).await.ok()?;
+    let WriteOutcome::Written(w) = written else {
+        return None;
+    };
+    let t = w.server_date.or(date).unwrap_or(ctx.now);
+    let reservation = Reservation {
+        blob,
+        etag: w.etag,
+        metadata,
+        created: true,
+    };
+    let this = Tick {
+        at: at(occurrence),
+        source: tick.source,
+        past_due: true,
+    };
+    let (decision, _) = run_reserved(
+        ctx,
+        blobs,
+        job,
+        settings,
+        &this,
+        occurrence,
+        (t, t),
+        reservation,
+        false,
+        1,
+    )
+    .await
+    .ok()?;
+    match decision {
+        Decision::Ran { entry }
+        | Decision::JobFailed { entry }
+        | Decision::Overlapped { entry } => Some(entry),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -611,11 +1438,12 @@ mod tests {
             instance: "i",
             trigger: "http",
             past_due: false,
+            attempt: 1,
         })
         .unwrap();
         assert_eq!(
             call,
-            r#"{"job":"j","occurrence":"1970-01-01T00:01:00Z","occurrenceUnix":60,"fencingToken":3932160,"idempotencyKey":"k","instance":"i","trigger":"http","pastDue":false}"#
+            r#"{"job":"j","occurrence":"1970-01-01T00:01:00Z","occurrenceUnix":60,"fencingToken":3932160,"idempotencyKey":"k","instance":"i","trigger":"http","pastDue":false,"attempt":1}"#
         );
     }
 }

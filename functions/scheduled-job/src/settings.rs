@@ -1,13 +1,15 @@
-//! The job's settings: its schedule (a period and an offset), its timeouts, the overlap
-//! policy, the retention, the tolerances of a tick, and the job's lease term.
+//! The job's settings: its schedule (a calendar expression in a zone, or a period and an
+//! offset), its timeouts, the catch-up and overlap policies, the retention, the tolerances of a
+//! tick, and the job's lease term.
 
 use leasegate::lease::Term;
 use leasegate::BlobName;
 use leasegate_spin::config::{self, check_name, ConfigError, Storage, Variables};
+use leasegate_spin::schedule::Schedule;
 use leasegate_spin::timer;
 use std::time::{Duration, SystemTime};
 
-use crate::LOG_ENTRIES;
+use crate::{at, unix, LOG_ENTRIES};
 
 /// How many occurrences back the log's settled-through watermark may lag at most (see
 /// [`Settings::lookback`]).
@@ -23,6 +25,43 @@ pub enum Overlap {
     Skip,
     /// Run anyway, under a lease of its own.
     Allow,
+    /// Keep it pending and run it as soon as the previous run ends (`pastDue`); a further one
+    /// arriving meanwhile is skipped.
+    BufferOne,
+}
+
+impl Overlap {
+    /// The setting's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overlap::Skip => "skip",
+            Overlap::Allow => "allow",
+            Overlap::BufferOne => "buffer_one",
+        }
+    }
+}
+
+/// What becomes of occurrences no deployment ticked (all were down): `job_catch_up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUp {
+    /// The latest occurrence due runs (`pastDue` when late); earlier ones are recorded missed.
+    Latest,
+    /// Each runs, the one due now first, then the missed ones oldest first, within a tick's
+    /// bounds (the rest on the next ticks).
+    All,
+    /// Only an occurrence ticked on time runs; the others are recorded missed.
+    None,
+}
+
+impl CatchUp {
+    /// The setting's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CatchUp::Latest => "latest",
+            CatchUp::All => "all",
+            CatchUp::None => "none",
+        }
+    }
 }
 
 /// The scheduled-job settings.
@@ -34,16 +73,29 @@ pub struct Settings {
     pub instance_id: String,
     /// The job's name.
     pub job: String,
-    /// Its period: occurrences are multiples of it (plus `offset`) since the Unix epoch.
+    /// When its occurrences are: `job_schedule` in `job_time_zone`, or every
+    /// `job_period_seconds` plus `job_offset_seconds`.
+    pub schedule: Schedule,
+    /// The longest time between two occurrences: an interval's period; a calendar schedule's
+    /// longest gap among its next 32 occurrences when the settings load. Sizes the retention
+    /// and the log's lookback.
     pub period: Duration,
-    /// The occurrences' offset within the period (a nightly job at 02:00: 7200 s).
-    pub offset: Duration,
+    /// What becomes of occurrences no deployment ticked.
+    pub catch_up: CatchUp,
+    /// Occurrences older than this (by the storage server's clock) are never caught up, only
+    /// recorded missed.
+    pub catch_up_window: Duration,
     /// Where the job is POSTed.
     pub job_url: String,
     /// How long the job's call may take.
     pub timeout: Duration,
     /// Overlap policy.
     pub overlap: Overlap,
+    /// Attempts after the first for a failed run, or a run whose runner vanished
+    /// (`job_retries`, default 0: at most once).
+    pub retries: u32,
+    /// How long after a failed attempt the next may start (`job_retry_delay_seconds`).
+    pub retry_delay: Duration,
     /// Reservations are kept this long; older occurrences are refused.
     pub retention: Duration,
     /// How far ahead of the storage server's clock an occurrence may be; later ones are
@@ -69,23 +121,26 @@ impl Settings {
         let job = config::var(vars, "job_name").unwrap_or_else(|| "job".into());
         check_job_name(&job).map_err(|e| ConfigError(format!("variable job_name: {e}")))?;
         let whole = |name: &str, default: f64, range: std::ops::RangeInclusive<i64>| {
-            let v = config::number(vars, name, default, range)?;
-            if v.fract() != 0.0 {
-                return Err(ConfigError(format!(
-                    "variable {name} must be whole seconds"
-                )));
-            }
-            Ok(Duration::from_secs(v as u64))
+            whole_seconds(vars, name, default, range)
         };
-        let period = whole("job_period_seconds", 60.0, 1..=31_536_000)?;
-        let offset = whole("job_offset_seconds", 0.0, 0..=31_536_000)?;
-        if offset >= period {
-            return Err(ConfigError(
-                "variable job_offset_seconds must be less than job_period_seconds".into(),
-            ));
-        }
+        let schedule = schedule(vars)?;
+        let period = longest_gap(&schedule);
         let timeout = whole("job_timeout_seconds", 30.0, 1..=3600)?;
-        let default_retention = (period.as_secs() * LOG_ENTRIES as u64).max(3600) as f64;
+        let catch_up = match config::var(vars, "job_catch_up").as_deref() {
+            None | Some("latest") => CatchUp::Latest,
+            Some("all") => CatchUp::All,
+            Some("none") => CatchUp::None,
+            Some(_) => {
+                return Err(ConfigError(
+                    "variable job_catch_up must be latest, all or none".into(),
+                ))
+            }
+        };
+        // Ten periods, at least an hour (as the retention's default): kept in reach of the
+        // reservations, which are the guard against a second run.
+        let ten_periods = (period.as_secs() * LOG_ENTRIES as u64).max(3600) as f64;
+        let catch_up_window = whole("job_catch_up_window_seconds", ten_periods, 1..=31_536_000)?;
+        let default_retention = ten_periods.max(catch_up_window.as_secs() as f64);
         let retention = whole("job_retention_seconds", default_retention, 60..=31_536_000)?;
         if retention < period {
             return Err(ConfigError(
@@ -96,12 +151,21 @@ impl Settings {
         let overlap = match config::var(vars, "job_overlap").as_deref() {
             None | Some("skip") => Overlap::Skip,
             Some("allow") => Overlap::Allow,
+            Some("buffer_one") => Overlap::BufferOne,
             Some(_) => {
                 return Err(ConfigError(
-                    "variable job_overlap must be skip or allow".into(),
+                    "variable job_overlap must be skip, allow or buffer_one".into(),
                 ))
             }
         };
+        let retries = config::number(vars, "job_retries", 0.0, 0..=100)?;
+        if retries.fract() != 0.0 {
+            return Err(ConfigError(
+                "variable job_retries must be a whole number".into(),
+            ));
+        }
+        let retries = retries as u32;
+        let retry_delay = whole("job_retry_delay_seconds", 60.0, 0..=86_400)?;
         let job_url = config::url(vars, "job_url")?;
         let storage = config::storage(vars)?;
         let lease_term = lease_term(timeout, storage.timeout)?;
@@ -120,41 +184,77 @@ impl Settings {
             }
             Some(_) => retention,
         };
+        // An occurrence is caught up only while its reservation (the guard against a second
+        // run) is kept: the window is at most the retention.
+        let catch_up_window = match config::var(vars, "job_catch_up_window_seconds") {
+            None => catch_up_window.min(retention),
+            Some(_) if catch_up_window > retention => {
+                return Err(ConfigError(format!(
+                    "variable job_catch_up_window_seconds must be at most the retention \
+                     (job_retention_seconds: {} s): an older occurrence's reservation may be gone",
+                    retention.as_secs()
+                )))
+            }
+            Some(_) => catch_up_window,
+        };
         Ok(Settings {
             storage,
             lease_term,
             instance_id,
             job,
+            schedule,
             period,
-            offset,
+            catch_up,
+            catch_up_window,
             job_url,
             timeout,
             overlap,
+            retries,
+            retry_delay,
             retention,
             early,
         })
     }
 
     /// How long a reservation's reserver has to write its outcome: the job's lease term (see
-    /// [`abandoned`]).
+    /// [`crate::reservation::takeover`]).
     pub fn reservation_deadline(&self) -> Duration {
         term_length(self.lease_term)
     }
 
-    /// How far the trigger time of a tick with the tick token may be from this instance's
-    /// clock: `job_early_seconds`, but at most 10 s and half a period, so that the occurrence
-    /// it names is the one due now (or, at a boundary, the one just before or after).
-    pub fn tick_tolerance(&self) -> Duration {
-        self.early.min(Duration::from_secs(10)).min(self.period / 2)
+    /// How long a run may go without its outcome after the outcome `running` was written: the
+    /// job's lease term (the job's timeout, the storage requests after it and a margin). Past
+    /// it, its runner has vanished, and any instance takes the occurrence over.
+    pub fn run_deadline(&self) -> Duration {
+        term_length(self.lease_term)
+    }
+
+    /// How early a trigger may fire for an occurrence, and how far the trigger time of a tick
+    /// with the tick token may be from this instance's clock: `job_early_seconds`, but at most
+    /// 10 s and half the shortest gap between occurrences near `at`, so that a time names one
+    /// occurrence.
+    pub fn tick_tolerance(&self, at: SystemTime) -> Duration {
+        self.early
+            .min(Duration::from_secs(10))
+            .min(self.schedule.shortest_gap_near(at) / 2)
+    }
+
+    /// The occurrence a trigger at `at` stands for: the latest one due at `at`, counting one
+    /// up to [`Settings::tick_tolerance`] ahead as due (a trigger that fires a little early).
+    /// `None`: no occurrence since 1970.
+    pub fn occurrence_at(&self, at: SystemTime) -> Option<u64> {
+        let tolerance = self.tick_tolerance(at);
+        self.schedule.latest_at_or_before(at + tolerance).map(unix)
     }
 
     /// The occurrence a tick with the tick token names for trigger time `at`, when `at` is
-    /// within [`Settings::tick_tolerance`] of `now` (this instance's clock): the occurrence `at`
-    /// rounds to, unless that is more than the tolerance ahead of `now`, then the one before it
-    /// (the one due now). `None`: `at` is further from `now` (a manual run: the admin token's).
-    /// So the tick token never names an occurrence more than the tolerance ahead of the clock.
+    /// within [`Settings::tick_tolerance`] of `now` (this instance's clock): the one due at
+    /// `at` ([`Settings::occurrence_at`]), unless that is more than the tolerance ahead of
+    /// `now`, then the one before it (the one due now). `None`: `at` is further from `now` (a
+    /// manual run: the admin token's). So the tick token never names an occurrence more than
+    /// the tolerance ahead of the clock.
     pub fn due_now(&self, at: SystemTime, now: SystemTime) -> Option<SystemTime> {
-        let tolerance = self.tick_tolerance();
+        let tolerance = self.tick_tolerance(now);
         let near = match at.duration_since(now) {
             Ok(ahead) => ahead <= tolerance,
             Err(behind) => behind.duration() <= tolerance,
@@ -162,27 +262,40 @@ impl Settings {
         if !near {
             return None;
         }
-        let named = timer::occurrence(at, self.period, self.offset);
+        let named = crate::at(self.occurrence_at(at)?);
         if named > now + tolerance {
-            return named.checked_sub(self.period);
+            return self.schedule.previous(named);
         }
         Some(named)
     }
 
     /// How far behind the storage server's clock the log's settled-through watermark may lag
     /// at most: 64 occurrences, and at least the job's lease term (a reserver's deadline) plus
-    /// two periods, so that it never passes a reservation before its deadline.
+    /// two periods, so that it never passes a reservation before its deadline; with
+    /// `job_catch_up = all`, at least the catch-up window (each missed one in it is run).
     pub(crate) fn lookback(&self) -> Duration {
-        (self.period * SETTLE_LOOKBACK as u32).max(self.reservation_deadline() + self.period * 2)
+        let lookback = (self.period * SETTLE_LOOKBACK as u32)
+            .max(self.reservation_deadline() + self.period * 2);
+        match self.catch_up {
+            CatchUp::All => lookback.max(self.catch_up_window),
+            CatchUp::Latest | CatchUp::None => lookback,
+        }
     }
 
-    /// The first occurrence of the schedule after `t` (Unix seconds).
+    /// The first occurrence of the schedule after `t` (Unix seconds; `u64::MAX`: none).
     pub(crate) fn next_occurrence(&self, t: u64) -> u64 {
-        let (p, o) = (self.period.as_secs().max(1), self.offset.as_secs());
-        if t < o {
-            return o;
-        }
-        ((t - o) / p + 1).saturating_mul(p).saturating_add(o)
+        self.schedule
+            .next_after(at(t))
+            .map(unix)
+            .unwrap_or(u64::MAX)
+    }
+
+    /// The occurrence before `occurrence` (Unix seconds; 0: none).
+    pub(crate) fn previous_occurrence(&self, occurrence: u64) -> u64 {
+        self.schedule
+            .previous(at(occurrence))
+            .map(unix)
+            .unwrap_or(0)
     }
 
     pub(crate) fn occurrences_prefix(&self) -> String {
@@ -196,6 +309,87 @@ impl Settings {
     pub(crate) fn log_blob(&self) -> Result<BlobName, leasegate::Error> {
         BlobName::try_new(&format!("jobs/{}/log.json", self.job))
     }
+}
+
+/// A variable of whole seconds, with its default and range.
+fn whole_seconds(
+    vars: &dyn Variables,
+    name: &str,
+    default: f64,
+    range: std::ops::RangeInclusive<i64>,
+) -> Result<Duration, ConfigError> {
+    let v = config::number(vars, name, default, range)?;
+    if v.fract() != 0.0 {
+        return Err(ConfigError(format!(
+            "variable {name} must be whole seconds"
+        )));
+    }
+    Ok(Duration::from_secs(v as u64))
+}
+
+/// The schedule: `job_schedule` (in `job_time_zone`), or `job_period_seconds` and
+/// `job_offset_seconds` (an interval: today's occurrences); not both kinds.
+fn schedule(vars: &dyn Variables) -> Result<Schedule, ConfigError> {
+    let whole = |name: &str, default: f64, range: std::ops::RangeInclusive<i64>| {
+        whole_seconds(vars, name, default, range)
+    };
+    let interval_set = ["job_period_seconds", "job_offset_seconds"]
+        .into_iter()
+        .find(|name| config::var(vars, name).is_some());
+    let Some(expression) = config::var(vars, "job_schedule") else {
+        if config::var(vars, "job_time_zone").is_some() {
+            return Err(ConfigError(
+                "variable job_time_zone applies to job_schedule, which is not set (an interval \
+                 schedule is in UTC)"
+                    .into(),
+            ));
+        }
+        let period = whole("job_period_seconds", 60.0, 1..=31_536_000)?;
+        let offset = whole("job_offset_seconds", 0.0, 0..=31_536_000)?;
+        if offset >= period {
+            return Err(ConfigError(
+                "variable job_offset_seconds must be less than job_period_seconds".into(),
+            ));
+        }
+        return Schedule::interval(period, offset)
+            .map_err(|e| ConfigError(format!("variable job_period_seconds: {e}")));
+    };
+    if let Some(name) = interval_set {
+        return Err(ConfigError(format!(
+            "variables job_schedule and {name} are both set: a job has one schedule (a cron \
+             expression, or a period and an offset)"
+        )));
+    }
+    let zone = config::var(vars, "job_time_zone").unwrap_or_else(|| "UTC".into());
+    let schedule = Schedule::parse(&expression, &zone).map_err(|e| {
+        let name = if e.0.starts_with("the time zone") {
+            "job_time_zone"
+        } else {
+            "job_schedule"
+        };
+        ConfigError(format!("variable {name}: {e}"))
+    })?;
+    if schedule.next_after(SystemTime::now()).is_none() {
+        return Err(ConfigError(format!(
+            "variable job_schedule: the expression `{}` never occurs (no date matches it)",
+            schedule.expression()
+        )));
+    }
+    Ok(schedule)
+}
+
+/// The longest time between two of the schedule's next 32 occurrences (at least 1 s).
+fn longest_gap(schedule: &Schedule) -> Duration {
+    if let Some((period, _)) = schedule.period_and_offset() {
+        return period;
+    }
+    let times = schedule.upcoming(SystemTime::now(), 32);
+    times
+        .windows(2)
+        .filter_map(|w| w[1].duration_since(w[0]).ok())
+        .max()
+        .unwrap_or(Duration::from_secs(60))
+        .max(Duration::from_secs(1))
 }
 
 /// The length of a lease term.
@@ -275,7 +469,7 @@ pub(crate) mod tests {
     fn the_tick_token_names_the_occurrence_due_now() {
         // A per-minute job with the default job_early_seconds (300): 10 s of tolerance.
         let s = settings(60, 0, 300);
-        assert_eq!(s.tick_tolerance(), Duration::from_secs(10));
+        assert_eq!(s.tick_tolerance(at(N)), Duration::from_secs(10));
         const N: u64 = 1_795_765_620; // a minute
         let due = |t: u64, now: u64| s.due_now(at(t), at(now)).map(crate::unix);
         // The occurrence due now, named with the instance's time or a time a few seconds off.
@@ -301,10 +495,13 @@ pub(crate) mod tests {
         assert_eq!(twenty.due_now(at(N + 20), at(N)), None);
         // A per-5-second job: at most half a period of tolerance, so never two ahead.
         let fast = settings(5, 0, 300);
-        assert_eq!(fast.tick_tolerance(), Duration::from_millis(2500));
+        assert_eq!(fast.tick_tolerance(at(N)), Duration::from_millis(2500));
         assert_eq!(fast.due_now(at(N + 10), at(N)), None);
         // A small job_early_seconds is the tolerance.
-        assert_eq!(settings(60, 0, 3).tick_tolerance(), Duration::from_secs(3));
+        assert_eq!(
+            settings(60, 0, 3).tick_tolerance(at(N)),
+            Duration::from_secs(3)
+        );
     }
 
     #[test]
