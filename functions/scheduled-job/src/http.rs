@@ -288,9 +288,9 @@ fn answer(settings: &Settings, tick: &Tick, outcome: &TickOutcome, started: Inst
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BackfillBody {
-    #[serde(deserialize_with = "tick_at")]
+    #[serde(default, deserialize_with = "tick_at")]
     from: Option<String>,
-    #[serde(deserialize_with = "tick_at")]
+    #[serde(default, deserialize_with = "tick_at")]
     to: Option<String>,
 }
 
@@ -524,6 +524,52 @@ mod tests {
         let request = Request::new(leasegate::Method::POST, "/api/jobs/j/tick")
             .with_body(body.as_bytes().to_vec());
         tick_time(&request)
+    }
+
+    #[test]
+    fn backfill_bodies() {
+        let s = crate::settings::tests::settings(60, 0, 300);
+        // 2027-01-15T08:00:00Z; the retention is an hour.
+        let now = at(1_800_000_000);
+        let range = |body: &str| {
+            let request = Request::new(leasegate::Method::POST, "/api/jobs/j/backfill")
+                .with_body(body.as_bytes().to_vec());
+            backfill_range(&request, &s, now)
+        };
+        assert_eq!(
+            range(r#"{"from": "2027-01-15T07:30:00Z", "to": "2027-01-15T07:40:00Z"}"#),
+            Ok((1_799_998_200, 1_799_998_800))
+        );
+        for (body, words) in [
+            (r#"{"from": "2027-01-15T07:30:00Z"}"#, "to is required"),
+            (r#"{"to": "2027-01-15T07:30:00Z"}"#, "from is required"),
+            (
+                r#"{"from": "2027-01-15T07:40:00Z", "to": "2027-01-15T07:30:00Z"}"#,
+                "from must be at or before to",
+            ),
+            (
+                r#"{"from": "2027-01-15T07:40:00Z", "to": "2027-01-15T09:00:00Z"}"#,
+                "to is ahead of now",
+            ),
+            (
+                r#"{"from": "2027-01-15T06:00:00Z", "to": "2027-01-15T07:30:00Z"}"#,
+                "older than the retention",
+            ),
+            (
+                r#"{"from": "yesterday", "to": "2027-01-15T07:30:00Z"}"#,
+                "RFC 3339",
+            ),
+            (r#"{"from": 1, "to": 2}"#, "the body must be"),
+            (
+                r#"{"from": "2027-01-15T07:30:00Z", "to": "2027-01-15T07:40:00Z", "x": 1}"#,
+                "the body must be",
+            ),
+            ("", "the body must be"),
+            ("[]", "the body must be"),
+        ] {
+            let e = range(body).unwrap_err();
+            assert!(e.contains(words), "{body}: {e}");
+        }
     }
 
     #[test]

@@ -223,10 +223,11 @@ impl Settings {
     }
 
     /// How long a run may go without its outcome after the outcome `running` was written: the
-    /// job's lease term (the job's timeout, the storage requests after it and a margin). Past
-    /// it, its runner has vanished, and any instance takes the occurrence over.
+    /// job's lease term (the job's timeout, the storage requests after it and a margin), and 2 s
+    /// more (`Last-Modified` is whole seconds, so the lease it took just before has ended too).
+    /// Past it, its runner has vanished, and any instance takes the occurrence over.
     pub fn run_deadline(&self) -> Duration {
-        term_length(self.lease_term)
+        term_length(self.lease_term) + Duration::from_secs(2)
     }
 
     /// How early a trigger may fire for an occurrence, and how far the trigger time of a tick
