@@ -8,9 +8,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (component, cron expression "sec min hour dom mon dow", why)
+# (component, cron expression "sec min hour dom mon dow", why); scheduled-job's is derived
+# from its schedule in spin.toml (job_trigger below).
 SCHEDULES = [
-    ("scheduled-job", "0 * * * * *", "every minute at second 0, the job's period (job_period_seconds = 60)"),
+    ("scheduled-job", None, None),
     ("leader", "*/10 * * * * *", "every 10 s, well inside the 30 s leader lease"),
     ("init-once", "30 * * * * *", "every minute until it is done (then a tick is one storage read)"),
     ("ttl-sweeper", "15 */5 * * * *", "every 5 minutes, one time budget of sweeping per worker"),
@@ -43,11 +44,43 @@ description = "leasegate's timer functions on Spin's cron trigger."
 '''
 
 
+def default(text: str, name: str) -> str:
+    """A variable's default in spin.toml's [variables] ("" when empty or absent)."""
+    for line in text.splitlines():
+        if line.startswith(f"{name} = "):
+            return line.split('default = "', 1)[1].split('"', 1)[0] if 'default = "' in line else ""
+    return ""
+
+
+def job_trigger(text: str) -> tuple[str, str]:
+    """The cron trigger for scheduled-job's default schedule: a tick on each occurrence (the
+    job's own expression when it is in UTC, as 6 fields), every minute for a zoned expression
+    (the trigger's times are UTC; the job's schedule decides), every period for an interval
+    (every minute when the period is not a divisor of a minute)."""
+    expression = default(text, "job_schedule")
+    zone = default(text, "job_time_zone") or "UTC"
+    if expression:
+        fields = expression.split()
+        if zone == "UTC" and len(fields) in (5, 6) and not expression.startswith("@"):
+            six = expression if len(fields) == 6 else "0 " + expression
+            return six, f"on each occurrence of the job's schedule ({expression}, UTC)"
+        return "0 * * * * *", f"every minute: the job's schedule ({expression}, {zone}) decides"
+    period = int(default(text, "job_period_seconds") or "60")
+    if period < 60 and 60 % period == 0:
+        return f"*/{period} * * * * *", f"every {period} s, the job's period"
+    return "0 * * * * *", f"every minute at second 0, the job's period ({period} s) or finer"
+
+
 def main() -> None:
     main_text = (ROOT / "spin.toml").read_text()
+    schedules = []
+    for component, expression, why in SCHEDULES:
+        if expression is None:
+            expression, why = job_trigger(main_text)
+        schedules.append((component, expression, why))
     variables = main_text[main_text.index("[variables]"):main_text.index("[[trigger.http]]")]
     parts = [HEADER, variables]
-    for component, expression, why in SCHEDULES:
+    for component, expression, why in schedules:
         parts.append(f'# {component}: {why}.\n[[trigger.cron]]\ncomponent = "{component}"\n'
                      f'cron_expression = "{expression}"\n\n')
     for component, _, _ in SCHEDULES:
