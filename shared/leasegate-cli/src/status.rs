@@ -349,7 +349,10 @@ pub fn format_status(v: &Value) -> String {
             line("next", "none (the schedule has no later occurrence)");
         }
         for (i, n) in next.iter().enumerate() {
-            let when = match (text(&n["utc"]), text(&n["local"])) {
+            // A UTC schedule's local time is its UTC time: said once.
+            let local =
+                text(&n["local"]).filter(|l| !l.is_empty() && Some(l) != text(&n["utc"]).as_ref());
+            let when = match (text(&n["utc"]), local) {
                 (Some(utc), Some(local)) => format!("{utc}  local {local}"),
                 (Some(one), None) | (None, Some(one)) => one,
                 (None, None) => text(n).unwrap_or_else(|| "-".into()),
@@ -646,6 +649,20 @@ OCCURRENCE            STATUS     ATTEMPT  INSTANCE       TRIGGER  PAST DUE  FENC
         v["reservations"] = json!([]);
         v["next"] = json!([]);
         let text = format_status(&v);
+        let mut utc = old();
+        utc["next"] = json!([
+            {"utc": "2026-11-30T08:00:00Z", "local": "2026-11-30T08:00:00Z"},
+            {"utc": "2026-11-30T08:01:00Z", "local": ""},
+            {"utc": "2026-11-30T08:02:00Z"}
+        ]);
+        assert!(
+            format_status(&utc).contains(
+                "next      2026-11-30T08:00:00Z\n          2026-11-30T08:01:00Z\n          \
+                 2026-11-30T08:02:00Z\n"
+            ),
+            "{}",
+            format_status(&utc)
+        );
         assert!(text.contains("state     running normally\n"), "{text}");
         assert!(!text.contains("db migration"), "{text}");
         assert!(
