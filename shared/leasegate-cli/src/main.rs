@@ -23,6 +23,15 @@
 //!   `LEASEGATE_BLOB_ENDPOINT`. The identity needs the Storage Blob Data Contributor role on
 //!   the container. A token or a client secret goes only over https (or http to this machine).
 //!
+//! `leasegate status JOB` asks the scheduled-job app instead (`GET /api/jobs/{job}`, no
+//! storage account needed) and prints the job's schedule and zone, its next occurrences,
+//! whether it is paused, its policies, its counters and its last runs (`--json`: the app's
+//! answer as it came). The app is `--app URL` or `LEASEGATE_APP_URL` (its base URL, e.g.
+//! `http://127.0.0.1:3000`); the bearer token is `LEASEGATE_TIMER_TOKEN`, the app's
+//! `timer_token` (its `admin_token` works too). That token goes only over https or over http
+//! to this machine (127.0.0.0/8, `::1`, `localhost`): another URL is refused before any request.
+//! A refusal by the app prints its `error` and `message` and exits non-zero.
+//!
 //! No token or secret is printed, in an answer or an error.
 
 use std::process::ExitCode;
@@ -34,6 +43,7 @@ use leasegate::{ContainerName, Counting, HolderKey, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 
 mod environment;
+mod status;
 use environment::explain;
 
 const USAGE: &str = "usage: leasegate <command> [options]
@@ -48,6 +58,9 @@ commands:
                                                  lock answered lock_unusable; tokens stay
                                                  increasing)
   demo                                           acquire, contend, extend, release, show
+  status JOB [--app URL] [--json]                ask the scheduled-job app about JOB: schedule,
+                                                 next runs, paused or not, policies, counters,
+                                                 last runs (--json: the app's answer as it is)
 
 LOCK is the lock's path in the container, as the functions name it:
   gates/KEY                  the gate API's gate KEY (POST /api/gate/KEY)
@@ -59,6 +72,9 @@ LOCK is the lock's path in the container, as the functions name it:
 
 options:
   --container NAME   container of the lock blobs (default: leasegate)
+  --app URL          status: the app's base URL, e.g. http://127.0.0.1:3000 (default:
+                     LEASEGATE_APP_URL); /api/jobs/JOB is appended
+  --json             status: print the app's answer as JSON
 
 environment (the account: a connection string, or an endpoint with an Entra ID token):
   LEASEGATE_CONNECTION_STRING   storage connection string, key or SAS (default, when neither
@@ -73,7 +89,13 @@ environment (the account: a connection string, or an endpoint with an Entra ID t
                                   https://login.microsoftonline.com
                                 the identity needs Storage Blob Data Contributor on the container
   LEASEGATE_HOLDER_KEY          secret that --holder lease ids are keyed with (required with
-                                --holder; never derived from the storage credential)";
+                                --holder; never derived from the storage credential)
+
+environment of status (no storage account needed):
+  LEASEGATE_APP_URL             the app's base URL when --app is not given
+  LEASEGATE_TIMER_TOKEN         the app's timer_token (its admin_token works too); sent only
+                                over https, or over http to this machine (127.0.0.0/8, ::1,
+                                localhost): any other URL is refused before a request";
 
 /// The purpose `--holder` ids are derived for: no function's id is ever the same.
 const HOLDER_PURPOSE: &str = "cli";
@@ -95,6 +117,8 @@ struct Options {
     holder: Option<String>,
     lease_id: Option<String>,
     container: String,
+    app: Option<String>,
+    json: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -104,6 +128,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
         holder: None,
         lease_id: None,
         container: "leasegate".into(),
+        app: None,
+        json: false,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -121,6 +147,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--holder" => o.holder = Some(value("--holder")?),
             "--lease-id" => o.lease_id = Some(value("--lease-id")?),
             "--container" => o.container = value("--container")?,
+            "--app" => o.app = Some(value("--app")?),
+            "--json" => o.json = true,
             "-h" | "--help" => return Err(USAGE.into()),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n\n{USAGE}")),
             s => o.positional.push(s.to_string()),
@@ -131,6 +159,21 @@ fn parse(args: &[String]) -> Result<Options, String> {
 
 fn run(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
+    if o.positional.first().map(String::as_str) == Some("status") {
+        let job = match &o.positional[1..] {
+            [job] => job,
+            [] => return Err(format!("status needs JOB, the job's name\n\n{USAGE}")),
+            _ => return Err("status takes one JOB".into()),
+        };
+        print!(
+            "{}",
+            status::run(job, o.app.as_deref(), o.json, environment::process_var)?
+        );
+        return Ok(());
+    }
+    if o.app.is_some() || o.json {
+        return Err("--app and --json go with status only".into());
+    }
     let account = environment::account(environment::process_var)?;
     let key = || match std::env::var("LEASEGATE_HOLDER_KEY") {
         Ok(secret) if !secret.is_empty() => {
