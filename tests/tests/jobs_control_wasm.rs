@@ -56,7 +56,8 @@ fn pause_resume_and_run_now() {
     let refused = post(&a, "pause", TIMER_AUTH, "");
     assert_eq!(refused.status, 403, "{}", refused.text);
     for body in [r#"{"why": "x"}"#, "[1]", r#"{"note": 5}"#, "not json"] {
-        let bad = post(&a, "pause", ADMIN_AUTH, body);
+        let (bad, sent) = a.storage_requests(|| post(&a, "pause", ADMIN_AUTH, body));
+        assert_eq!(sent, 0, "{body}: storage was asked");
         assert_eq!(bad.status, 400, "{body}: {}", bad.text);
         assert_eq!(bad.json["error"], "invalid_pause", "{body}: {}", bad.text);
     }
@@ -253,7 +254,8 @@ fn backfill_runs_what_never_ran_once() {
         (r#"{"from": 1, "to": 2}"#.to_string(), "the body must be"),
         ("[]".to_string(), "the body must be"),
     ] {
-        let a = post(&app, "backfill", ADMIN_AUTH, &body);
+        let (a, sent) = app.storage_requests(|| post(&app, "backfill", ADMIN_AUTH, &body));
+        assert_eq!(sent, 0, "{body}: storage was asked");
         assert_eq!(a.status, 400, "{body}: {}", a.text);
         assert_eq!(a.json["error"], "invalid_backfill", "{body}: {}", a.text);
         assert!(

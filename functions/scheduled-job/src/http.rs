@@ -46,10 +46,20 @@ pub fn describe(
                 Decision::JobFailed { entry } => {
                     v["entry"] = json!(entry);
                     v["error"] = json!("job_failed");
-                    v["message"] = json!(format!(
-                        "{}; it is not retried: the next occurrence runs normally",
-                        entry.reason.clone().unwrap_or_default()
-                    ));
+                    let attempt = entry.attempt.unwrap_or(1);
+                    let reason = entry.reason.clone().unwrap_or_default();
+                    v["message"] = json!(if attempt <= settings.retries {
+                        format!(
+                            "{reason}; attempt {attempt} of {}: a later tick retries it after \
+                             job_retry_delay_seconds ({} s)",
+                            settings.retries + 1,
+                            settings.retry_delay.as_secs()
+                        )
+                    } else if settings.retries > 0 {
+                        format!("{reason}; that was the last attempt: the next occurrence runs normally")
+                    } else {
+                        format!("{reason}; it is not retried: the next occurrence runs normally")
+                    });
                     StatusCode::BAD_GATEWAY
                 }
                 Decision::Skipped {

@@ -192,7 +192,7 @@ pub(crate) async fn change_log<T: Transport, R>(
         // Newest first (a stable sort: entries of one occurrence keep their order).
         log.entries
             .sort_by_key(|e| std::cmp::Reverse(e.occurrence_unix));
-        log.entries.truncate(LOG_ENTRIES);
+        trim(&mut log);
         // Strings, integers and booleans in maps and lists: serializing cannot fail.
         let body = serde_json::to_vec_pretty(&log).expect("a reservation log serializes");
         let condition = match etag {
@@ -214,6 +214,16 @@ pub(crate) async fn change_log<T: Transport, R>(
         "the reservation log of job {} kept changing: gave up after {LOG_ATTEMPTS} tries",
         settings.job
     )))
+}
+
+/// Keeps the last [`LOG_ENTRIES`] entries (newest first), and a buffered (`pending`) one
+/// however old: the log is where the one buffered occurrence is known.
+pub(crate) fn trim(log: &mut Log) {
+    let mut kept = 0;
+    log.entries.retain(|e| {
+        kept += 1;
+        kept <= LOG_ENTRIES || e.status == RunStatus::Pending
+    });
 }
 
 /// Why the log refused an entry.
@@ -304,7 +314,18 @@ pub(crate) fn advance_settled(
             .min(settings.previous_occurrence(newest))
             .max(1);
     }
-    let floor = unix(server_now).saturating_sub(settings.lookback().as_secs());
+    // Never past an occurrence the log shows still open (running, buffered, failed with
+    // retries left): its run is not settled yet.
+    let open_before = log
+        .entries
+        .iter()
+        .filter(|e| open(e, settings))
+        .map(|e| e.occurrence_unix.saturating_sub(1))
+        .min()
+        .unwrap_or(u64::MAX);
+    let floor = unix(server_now)
+        .saturating_sub(settings.lookback().as_secs())
+        .min(open_before);
     if floor > log.settled_through.max(through) {
         // Occurrences older than the lookback that the log does not know: no winner since
         // looked at them (each looks at the ones before its own, a few a tick): counted
@@ -380,7 +401,7 @@ fn unlogged_between(log: &Log, settings: &Settings, after: u64, through: u64) ->
 }
 
 /// The most occurrences counted between two watermarks.
-pub(crate) const COUNT_MAX: u64 = 100_000;
+pub(crate) const COUNT_MAX: u64 = 10_000;
 
 /// Records the run's result, its end stamped with the server's clock, and moves the clean-up
 /// watermark up to the retention. Returns the end and the log as written.
@@ -589,6 +610,65 @@ mod tests {
         assert!(serde_json::to_string(&log)
             .unwrap()
             .contains("\"settledThrough\":720"));
+    }
+
+    /// Review: a buffered occurrence stays known to the log however many entries come after
+    /// it, so a second one is refused (`buffer_one` keeps one).
+    #[test]
+    fn a_buffered_occurrence_outlives_the_last_ten() {
+        let mut log = Log::default();
+        log.entries.push(entry_at(120, "pending"));
+        for k in 0..12 {
+            log.entries
+                .insert(0, entry_at(180 + 60 * k, "skipped_overlap"));
+            trim(&mut log);
+        }
+        assert_eq!(log.entries.len(), LOG_ENTRIES + 1);
+        assert_eq!(log.entries.last().unwrap().occurrence_unix, 120);
+        // And the watermark does not pass it.
+        let s = settings(60, 0, 300);
+        log.settled_through = 60;
+        advance_settled(&mut log, &s, 900, 0, at(100_000));
+        assert!(log.settled_through < 120, "{}", log.settled_through);
+    }
+
+    /// Review: a failed occurrence with retries left holds the watermark, whatever the retry
+    /// delay (the lookback and the retention grow with the retries' span, and the floor stops
+    /// before an open entry).
+    #[test]
+    fn the_watermark_waits_for_a_failed_occurrences_retries() {
+        let mut v = std::collections::HashMap::new();
+        for (k, val) in [
+            ("instance_id", "node-u"),
+            ("job_url", "http://127.0.0.1:9/job"),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("job_schedule", "* * * * *"),
+            ("job_retries", "3"),
+            ("job_retry_delay_seconds", "7200"),
+        ] {
+            v.insert(k.to_string(), val.to_string());
+        }
+        let s = Settings::load(&v).unwrap();
+        assert!(s.lookback().as_secs() > 3 * 7200, "{:?}", s.lookback());
+        assert!(s.retention.as_secs() > 3 * 7200, "{:?}", s.retention);
+        const X: u64 = 1_795_765_620;
+        let mut log = Log {
+            settled_through: X - 60,
+            ..Log::default()
+        };
+        let mut failed = entry_at(X, "failed");
+        failed.attempt = Some(1);
+        log.entries.push(failed);
+        for later in [X + 3900, X + 7300, X + 30_000] {
+            advance_settled(&mut log, &s, later, 0, at(later));
+            assert!(log.settled_through < X, "passed X at {later}");
+        }
+        // Its last attempt failed: settled.
+        log.entries[0].attempt = Some(4);
+        advance_settled(&mut log, &s, X + 60, 0, at(X + 100));
+        assert!(log.settled_through >= X);
     }
 
     /// The review's cases: the watermark never passes a reservation before its reserver's

@@ -20,7 +20,7 @@ use crate::log::{advance_settled, append, change_log, open, update, Log, LogEntr
 use crate::reservation::{
     attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, take_back,
     takeover, uncommit, Commit, Over, Reservation, ReservationBody, RunStatus, Takeover,
-    META_RESERVED_BY, META_RUN, META_TRIGGER,
+    META_RESERVED_BY, META_RUN, META_RUN_TICK, META_TRIGGER,
 };
 use crate::settings::{term_length, CatchUp, Overlap, Settings};
 use crate::{at, unix};
@@ -221,6 +221,13 @@ async fn run_occurrence<T: Transport>(
     )
     .await
     {
+        // An operator's run (run now, an admin naming an occurrence) does not catch up: the
+        // walk's runs are the scheduler's (paused, they wait), the next scheduled winner's.
+        Ok((decision, Some(log))) if manual => {
+            let blobs = settings.storage.blobs(&counting);
+            let _ = clean_up(&blobs, settings, log.cleaned_before, ctx.now).await;
+            Ok(decision)
+        }
         Ok((decision, Some(log))) => {
             let blobs = settings.storage.blobs(&counting);
             catch_up = settle_earlier(
@@ -298,7 +305,30 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             // on it now); or the takeover rule lets any instance act: its reserver left it
             // without an outcome past its deadline, its runner vanished, or its run failed
             // with attempts left. The outcome's compare-and-swap lets one tick act.
-            match takeover(&props, server_now, settings, false) {
+            let mut decided = takeover(&props, server_now, settings, false);
+            let r = Reservation {
+                blob: blob.clone(),
+                etag: props.etag.clone(),
+                metadata: props.metadata.clone(),
+                created: false,
+            };
+            if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_))
+                && finished_in_log(ctx, &blobs, settings, occurrence, &r, &props).await?
+            {
+                decided = Takeover::No;
+                if !mine {
+                    return Ok((
+                        Decision::Skipped {
+                            reserved_by,
+                            reason: "its run finished (the log says so; its reservation was \
+                                     brought in line)"
+                                .into(),
+                        },
+                        None,
+                    ));
+                }
+            }
+            match decided {
                 Takeover::Run { attempt: a } => attempt = a,
                 Takeover::No if mine => {}
                 Takeover::No => {
@@ -326,12 +356,6 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
                     ))
                 }
                 Takeover::Settle(status) => {
-                    let r = Reservation {
-                        blob,
-                        etag: props.etag.clone(),
-                        metadata: props.metadata.clone(),
-                        created: false,
-                    };
                     let entry = settle_vanished(
                         ctx, &blobs, settings, tick, occurrence, &r, &props, status, server_now,
                     )
@@ -645,6 +669,22 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     match append(blobs, settings, &entry, ctx.now).await {
         Ok(Ok(())) => {}
         // Paused: not run; the outcome becomes `skipped_paused` (over this tick's `running`).
+        // A retry is not an occurrence of its own: the previous attempt's `failed` is put back
+        // and the retry waits for the resume.
+        Ok(Err(LogRefusal::Paused)) if attempt > 1 => {
+            uncommit(blobs, &reservation, &written, ctx.now).await;
+            release().await;
+            return Ok((
+                Decision::Skipped {
+                    reserved_by,
+                    reason: format!(
+                        "the job is paused: attempt {attempt} waits for POST /api/jobs/{}/resume",
+                        settings.job
+                    ),
+                },
+                None,
+            ));
+        }
         Ok(Err(LogRefusal::Paused)) => {
             release().await;
             return skip_paused(ctx, blobs, settings, entry, &written).await;
@@ -668,18 +708,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     };
     entry.status = status.clone();
     entry.reason = reason;
-    if let Some(etag) = written.etag.clone() {
-        let mut metadata = written.metadata.clone();
-        metadata.insert(META_RUN.into(), status.to_string());
-        let write = SetMetadata {
-            container: blobs.container().clone(),
-            blob: written.blob.clone(),
-            metadata,
-            lease_id: None,
-            condition: Condition::IfMatch(etag),
-        };
-        let _ = blobs.execute(&write, ctx.now).await;
-    }
+    record_result(blobs, &written, &status, &nonce, ctx.now).await;
     let finished = update(blobs, settings, &entry, ctx.now).await;
     release().await;
     let log = match finished {
@@ -742,7 +771,12 @@ async fn buffer<T, S: Transport>(
         Commit::Written(w) => w,
     };
     match append(blobs, settings, &entry, ctx.now).await {
-        Ok(Ok(())) | Err(_) => Ok((Decision::Buffered { entry }, None)),
+        Ok(Ok(())) => Ok((Decision::Buffered { entry }, None)),
+        // The log must know what is buffered (one at most): undone, a later tick decides.
+        Err(e) => {
+            uncommit(blobs, reservation, &written, ctx.now).await;
+            Err(e)
+        }
         Ok(Err(LogRefusal::Buffered(other))) => {
             // One is buffered already: this one is skipped (over this tick's `pending`).
             if let Some(etag) = written.etag.clone() {
@@ -812,6 +846,104 @@ async fn skip_paused<T, S: Transport>(
     entry.finished_at = Some(rfc3339(read_at));
     let _ = append(blobs, settings, &entry, ctx.now).await?;
     Ok((Decision::Paused { entry }, None))
+}
+
+/// Writes a run's result over its own `running` (the reservation as this tick wrote it, its
+/// `nonce`), retried after a failure or a lost answer while the reservation still holds this
+/// tick's `running`: a result left unwritten would look like a vanished runner to the takeover
+/// rule. Should every try fail, the log still records the result and the takeover rule reads it
+/// there ([`logged_result`]).
+async fn record_result<S: Transport>(
+    blobs: &BlobClient<&S>,
+    written: &Reservation,
+    status: &RunStatus,
+    nonce: &str,
+    now: SystemTime,
+) {
+    let mut seen = written.clone();
+    for _ in 0..3 {
+        let Some(etag) = seen.etag.clone() else {
+            return;
+        };
+        let mut metadata = seen.metadata.clone();
+        metadata.insert(META_RUN.into(), status.to_string());
+        let write = SetMetadata {
+            container: blobs.container().clone(),
+            blob: seen.blob.clone(),
+            metadata,
+            lease_id: None,
+            condition: Condition::IfMatch(etag),
+        };
+        if let Ok((WriteOutcome::Written(_), _)) = blobs.execute(&write, now).await {
+            return;
+        }
+        // Failed, refused or lost: read it back; go on only while it is this tick's `running`.
+        let Ok((Some(props), _)) = head(blobs, &seen.blob, now).await else {
+            continue;
+        };
+        let mine = props.metadata.get(META_RUN_TICK).map(String::as_str) == Some(nonce);
+        if !mine || outcome_of(&props.metadata) != Some(RunStatus::Running) {
+            return;
+        }
+        seen.etag = props.etag;
+        seen.metadata = props.metadata;
+    }
+}
+
+/// The result the log records for an occurrence's attempt whose reservation still says
+/// `running` (its runner's last write to the reservation failed, its log update did not):
+/// `Some` when the log's entry for `occurrence` is that attempt, finished.
+async fn logged_result<S: Transport>(
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    occurrence: u64,
+    props: &leasegate::ops::BlobProperties,
+    now: SystemTime,
+) -> Result<Option<RunStatus>, JobError> {
+    let attempt = attempt_of(&props.metadata);
+    let (log, _, _) = crate::log::read_log(blobs, settings, now).await?;
+    Ok(log
+        .entries
+        .iter()
+        .find(|e| {
+            e.occurrence_unix == occurrence
+                && e.attempt.unwrap_or(1) == attempt
+                && e.finished_at.is_some()
+                && matches!(e.status, RunStatus::Succeeded | RunStatus::Failed)
+        })
+        .map(|e| e.status.clone()))
+}
+
+/// Before taking over a `running` reservation: if the log says its attempt finished, the
+/// reservation is brought in line (the result written over `running`, by compare-and-swap) and
+/// `true` is returned: nothing to take over (a failed one may still be retried by the rule).
+async fn finished_in_log<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    occurrence: u64,
+    reservation: &Reservation,
+    props: &leasegate::ops::BlobProperties,
+) -> Result<bool, JobError> {
+    if outcome_of(&props.metadata) != Some(RunStatus::Running) {
+        return Ok(false);
+    }
+    let Some(result) = logged_result(blobs, settings, occurrence, props, ctx.now).await? else {
+        return Ok(false);
+    };
+    let attempt = attempt_of(&props.metadata);
+    let nonce = (ctx.new_lease_id)().to_string();
+    let _ = commit(
+        blobs,
+        reservation,
+        &result,
+        &nonce,
+        None,
+        (attempt, Over::Attempt(attempt)),
+        ctx.now,
+    )
+    .await?;
+    Ok(true)
 }
 
 /// The decision when the log refused an occurrence's entry.
@@ -1046,8 +1178,9 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
                     Ok(Some(entry)) => {
                         missed.extend((entry.status == RunStatus::Missed).then_some(entry))
                     }
-                    Ok(None) => {}
-                    Err(_) => break,
+                    // Another tick acted first (took it over, settled it): a later winner
+                    // looks again.
+                    Ok(None) | Err(_) => break,
                 }
             }
             Takeover::Run { attempt } => {
@@ -1252,10 +1385,16 @@ pub async fn backfill<T: Transport>(
         let entry = match props {
             None => catch_up_one(ctx, &blobs, &job, settings, &tick, o).await,
             Some(props) => {
-                let never_ran = matches!(
-                    outcome_of(&props.metadata),
-                    Some(RunStatus::Missed | RunStatus::SkippedPaused | RunStatus::SkippedOverlap)
-                );
+                // (An attempt above the first means an earlier one ran.)
+                let never_ran = attempt_of(&props.metadata) == 1
+                    && matches!(
+                        outcome_of(&props.metadata),
+                        Some(
+                            RunStatus::Missed
+                                | RunStatus::SkippedPaused
+                                | RunStatus::SkippedOverlap
+                        )
+                    );
                 if never_ran {
                     let server_now = date.unwrap_or(ctx.now);
                     let t = props.last_modified.unwrap_or(server_now);

@@ -172,13 +172,17 @@ impl Settings {
         // Reservations are kept past their reserver's deadline (the lease term) by a period at
         // least, so that one left without an outcome is settled before the clean-up deletes it:
         // the default grows to that, a setting below it is refused.
-        let keep = term_length(lease_term) + period;
+        // ... and past the last retry's start (`job_retries` x (the delay + a run's deadline)),
+        // so a failed occurrence's retries find its reservation.
+        let retry_span = (retry_delay + term_length(lease_term) + Duration::from_secs(2)) * retries;
+        let keep = (term_length(lease_term) + period).max(retry_span + period);
         let retention = match config::var(vars, "job_retention_seconds") {
             None => retention.max(keep),
             Some(_) if retention < keep => {
                 return Err(ConfigError(format!(
                     "variable job_retention_seconds must be at least the job's lease term plus \
-                     one period ({} s)",
+                     one period, and the span of its retries (job_retries x \
+                     (job_retry_delay_seconds + the lease term + 2 s)) plus one period ({} s)",
                     keep.as_secs()
                 )))
             }
@@ -276,7 +280,8 @@ impl Settings {
     /// `job_catch_up = all`, at least the catch-up window (each missed one in it is run).
     pub(crate) fn lookback(&self) -> Duration {
         let lookback = (self.period * SETTLE_LOOKBACK as u32)
-            .max(self.reservation_deadline() + self.period * 2);
+            .max(self.reservation_deadline() + self.period * 2)
+            .max((self.retry_delay + self.run_deadline()) * self.retries + self.period * 2);
         match self.catch_up {
             CatchUp::All => lookback.max(self.catch_up_window),
             CatchUp::Latest | CatchUp::None => lookback,
@@ -519,7 +524,9 @@ pub(crate) mod tests {
         v.insert("job_retention_seconds".into(), "600".into());
         let e = Settings::load(&v).unwrap_err().to_string();
         assert!(
-            e.contains("job_retention_seconds must be at least the job's lease term plus one period (3635 s)"),
+            e.contains(
+                "job_retention_seconds must be at least the job's lease term plus one period"
+            ) && e.contains("(3635 s)"),
             "{e}"
         );
         // The lookback never passes a reservation before its deadline.
