@@ -98,8 +98,8 @@ pub fn build_components() {
     });
 }
 
-/// Builds the example `examples/ship-once` for wasm32-wasip2 in release, once per test
-/// process.
+/// Builds the examples `examples/ship-once` and `examples/daily-digest` for wasm32-wasip2 in
+/// release, once per test process.
 pub fn build_example() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -111,8 +111,10 @@ pub fn build_example() {
                 "wasm32-wasip2",
                 "-p",
                 "ship-once",
+                "-p",
+                "daily-digest",
             ],
-            "the example ship-once",
+            "the examples ship-once and daily-digest",
         )
     });
 }
@@ -215,6 +217,8 @@ pub const GATE_TOKEN: &str = "test-gate-token-7f3a";
 pub const TELEMETRY_TOKEN: &str = "test-telemetry-token-91c2";
 /// The bearer token the example ship-once expects.
 pub const SHIP_TOKEN: &str = "test-ship-token-2a6f";
+/// The bearer token the example daily-digest expects.
+pub const DIGEST_TOKEN: &str = "test-digest-token-8c5d";
 /// The test app's `lease_id_secret`.
 pub const LEASE_ID_SECRET: &str = "test-lease-id-secret-5d0e";
 /// The bearer token of the test app's timer routes (`/api/jobs/...`).
@@ -243,6 +247,10 @@ pub enum Manifest {
     /// the variables its manifest declares, `shipping_origin` pointing at the webhook proxy
     /// and `ship_token` = [`SHIP_TOKEN`].
     ShipOnce,
+    /// `examples/daily-digest/spin.toml`: the example of a verb per occurrence of a schedule.
+    /// It gets only the variables its manifest declares (`instance_id` = `test-instance`),
+    /// `digest_origin` pointing at the webhook proxy and `digest_token` = [`DIGEST_TOKEN`].
+    DailyDigest,
     /// A project made from the `spin new` template: [`template_project`].
     Template,
 }
@@ -254,6 +262,7 @@ impl Manifest {
             Manifest::Http => root().join("spin.toml"),
             Manifest::Cron => root().join("spin-cron.toml"),
             Manifest::ShipOnce => root().join("examples/ship-once/spin.toml"),
+            Manifest::DailyDigest => root().join("examples/daily-digest/spin.toml"),
             Manifest::Template => template_project(),
             Manifest::Azure => {
                 static WRITTEN: OnceLock<PathBuf> = OnceLock::new();
@@ -446,7 +455,7 @@ impl App {
     /// Starts the app from `setup`'s manifest, clock and container.
     pub fn start_with(tag: &str, overrides: &[(&str, &str)], setup: Setup) -> App {
         match setup.manifest {
-            Manifest::ShipOnce => build_example(),
+            Manifest::ShipOnce | Manifest::DailyDigest => build_example(),
             Manifest::Template => {
                 template_project();
             }
@@ -499,6 +508,12 @@ impl App {
             variables.retain(|k, _| declared.contains(k));
             variables.insert("shipping_origin".into(), webhook.origin());
             variables.insert("ship_token".into(), SHIP_TOKEN.into());
+        }
+        if setup.manifest == Manifest::DailyDigest {
+            let declared = manifest_variables(&setup.manifest.path());
+            variables.retain(|k, _| declared.contains(k));
+            variables.insert("digest_origin".into(), webhook.origin());
+            variables.insert("digest_token".into(), DIGEST_TOKEN.into());
         }
         if setup.manifest == Manifest::Template {
             let declared = manifest_variables(&setup.manifest.path());

@@ -15,6 +15,8 @@
 //! * [`leader`]: the verb "am I the leader for this term".
 //! * [`once`]: the verbs "run this at most once per key per window" and "run this once,
 //!   ever", their outcomes and their HTTP answers.
+//! * [`occurrence`]: the verb "run this at most once per occurrence of a schedule" ("send the
+//!   digest at 08:00 Berlin time on weekdays, once"), its outcome and its HTTP answer.
 //! * [`storage`]: storage steps more than one function takes.
 //! * [`cache`]: the key-value gate cache (a refusal answered without a storage round trip).
 //! * [`token`]: Entra ID bearer tokens kept between invocations in the key-value store.
@@ -131,6 +133,7 @@ pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod leader;
+pub mod occurrence;
 pub mod once;
 pub mod schedule;
 pub mod spin;

@@ -29,7 +29,7 @@
 //!
 //! let digest = Schedule::parse("0 8 * * MON-FRI", "Europe/Berlin").unwrap();
 //! // Friday 2026-11-27 08:00 in Berlin is 07:00 UTC; the next is Monday's.
-//! let friday = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_194_800);
+//! let friday = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_762_800);
 //! assert_eq!(digest.latest_at_or_before(friday), Some(friday));
 //! let monday = digest.next_after(friday).unwrap();
 //! assert_eq!(digest.local_time(monday), "2026-11-30T08:00:00+01:00");
