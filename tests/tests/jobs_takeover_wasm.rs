@@ -232,3 +232,48 @@ fn a_run_whose_deployment_is_killed_is_taken_over_after_its_deadline() {
         assert_eq!(job_calls(&[&a, &b], o).len(), calls.len());
     }
 }
+
+/// Review: the run's result never reaches its reservation (storage answers 503 to every
+/// metadata write while the job is answering), but the log records `succeeded`. After the
+/// run's deadline a tick of the occurrence does not take it for a vanished run (with a retry
+/// allowed it would call the job again): the log says the attempt finished, the reservation is
+/// brought in line, and the job was called once.
+#[test]
+fn a_lost_result_write_is_not_taken_for_a_vanished_run() {
+    let app = App::start(
+        "lostresult",
+        &[
+            ("instance_id", "node-l"),
+            ("job_retries", "1"),
+            ("job_retry_delay_seconds", "0"),
+            ("job_timeout_seconds", "5"),
+            ("storage_timeout_ms", "1000"),
+        ],
+    );
+    app.sink
+        .behave(Behaviour::Late(Duration::from_secs(2), 204));
+    early_in_a_minute();
+    let o = unix_now() / 60 * 60;
+    let ran = std::thread::scope(|s| {
+        let run = s.spawn(|| tick(&app, TIMER_AUTH, None));
+        wait_for("the job call", Duration::from_secs(20), || {
+            (!app.sink.received().is_empty()).then_some(())
+        });
+        app.storage
+            .fault_on("?comp=metadata", leasegate_tests::proxy::Fault::Status(503));
+        run.join().unwrap()
+    });
+    app.storage.set_fault(None);
+    assert_eq!(ran.json["decision"], "ran", "{}", ran.text);
+    assert_eq!(occurrence_of(&ran), o);
+    assert_eq!(log_entry(&app, o)["status"], "succeeded");
+    // Past the run's deadline (5 + 4 x 1 + 10 + 2 = 21 s).
+    std::thread::sleep(Duration::from_secs(22));
+    let after = tick(&app, ADMIN_AUTH, Some(o));
+    assert_eq!(after.json["decision"], "skipped", "{}", after.text);
+    assert_eq!(job_calls(&[&app], o).len(), 1, "called again");
+    let again = tick(&app, ADMIN_AUTH, Some(o));
+    assert_eq!(again.json["decision"], "skipped", "{}", again.text);
+    assert_eq!(job_calls(&[&app], o).len(), 1);
+    assert_eq!(log_entry(&app, o)["status"], "succeeded");
+}
