@@ -301,3 +301,83 @@ fn backfill_runs_what_never_ran_once() {
         assert_eq!(calls_of(&[&app], o).len(), 1, "{o} ran once");
     }
 }
+
+/// Review: a retry is not an occurrence of its own. While the job is paused, an operator's run
+/// now does not run a failed occurrence's retry, and a scheduled tick of it waits (the failed
+/// attempt stays, not `skipped_paused`); resumed, the retry runs with the next attempt's token;
+/// a backfill over it runs nothing more.
+#[test]
+fn a_retry_waits_for_the_resume_and_a_backfill_does_not_repeat_it() {
+    let app = App::start(
+        "pauseretry",
+        &[
+            ("instance_id", "node-pr"),
+            ("job_retries", "1"),
+            ("job_retry_delay_seconds", "0"),
+        ],
+    );
+    wait_for("the start of a minute", Duration::from_secs(70), || {
+        (unix_now() % 60 < 15).then_some(())
+    });
+    app.sink
+        .behave(leasegate_tests::sink::Behaviour::Answer(500));
+    let failed = tick(&app, TIMER_AUTH, None);
+    assert_eq!(failed.json["decision"], "failed", "{}", failed.text);
+    assert!(
+        failed.json["message"]
+            .as_str()
+            .unwrap()
+            .contains("attempt 1 of 2"),
+        "{}",
+        failed.text
+    );
+    let x = occurrence_of(&failed);
+    app.sink
+        .behave(leasegate_tests::sink::Behaviour::Answer(204));
+    assert_eq!(post(&app, "pause", ADMIN_AUTH, "").status, 200);
+    // A run now in the occurrence's own second is refused (409): it is not that occurrence.
+    let mut now = post(&app, "run", ADMIN_AUTH, "");
+    while now.status == 409 {
+        assert_eq!(now.json["error"], "occurrence_exists", "{}", now.text);
+        assert_eq!(now.headers["retry-after"], "1");
+        std::thread::sleep(Duration::from_millis(300));
+        now = post(&app, "run", ADMIN_AUTH, "");
+    }
+    assert_eq!(now.json["decision"], "ran", "{}", now.text);
+    assert!(now.json.get("catchUp").is_none(), "{}", now.text);
+    let calls = calls_of(&[&app], x);
+    assert_eq!(
+        calls.len(),
+        1,
+        "the retry ran while paused: {:?} {}",
+        calls.iter().map(|c| c.body.to_string()).collect::<Vec<_>>(),
+        now.text
+    );
+    let waiting = tick(&app, TIMER_AUTH, None);
+    assert_eq!(occurrence_of(&waiting), x, "{}", waiting.text);
+    assert_eq!(waiting.json["decision"], "skipped", "{}", waiting.text);
+    assert!(
+        waiting.json["reason"]
+            .as_str()
+            .unwrap()
+            .contains("attempt 2 waits"),
+        "{}",
+        waiting.text
+    );
+    assert_eq!(log_entry(&app, x)["status"], "failed");
+    assert_eq!(post(&app, "resume", ADMIN_AUTH, "").status, 200);
+    let retried = tick(&app, TIMER_AUTH, None);
+    assert_eq!(retried.json["decision"], "ran", "{}", retried.text);
+    assert_eq!(retried.json["entry"]["attempt"], 2, "{}", retried.text);
+    let calls = calls_of(&[&app], x);
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].body["fencingToken"], (x << 16) + 1);
+    let range = format!(
+        r#"{{"from": "{0}", "to": "{0}"}}"#,
+        leasegate_tests::rfc3339_secs(x)
+    );
+    let b = post(&app, "backfill", ADMIN_AUTH, &range);
+    assert_eq!(b.status, 200, "{}", b.text);
+    assert_eq!(b.json["ran"].as_array().unwrap().len(), 0, "{}", b.text);
+    assert_eq!(calls_of(&[&app], x).len(), 2);
+}

@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 use std::time::{Instant, SystemTime};
 
 use crate::log::{change_log, read_log, Log, Paused};
-use crate::run::{backfill, run_now, tick, Decision, TickOutcome, BACKFILL_LOOK, CATCH_UP_RUNS};
+use crate::run::{
+    backfill, run_now, tick, Decision, TickOutcome, BACKFILL_LOOK, CATCH_UP_RUNS, RUN_NOW_TAKEN,
+};
 use crate::settings::{check_job_name, Settings};
 use crate::{at, ScheduledJob, MAX_BODY_BYTES};
 use leasegate_spin::timer::TimerFunction;
@@ -243,6 +245,14 @@ pub(crate) async fn api<T: Transport>(
         Some("resume") => return pause(ctx, &settings, None).await,
         Some("run") => {
             let outcome = run_now(ctx, &settings, started).await;
+            if let Ok(Decision::Skipped { reason, .. }) = &outcome.decision {
+                if reason == RUN_NOW_TAKEN {
+                    let mut r =
+                        web::error(StatusCode::CONFLICT, "occurrence_exists", RUN_NOW_TAKEN);
+                    r.headers_mut().insert("retry-after", "1");
+                    return r;
+                }
+            }
             let tick = Tick {
                 at: ctx.now,
                 source: Source::Manual,

@@ -169,7 +169,7 @@ pub async fn tick<T: Transport>(
     // The one due at the trigger time (0 when the schedule has none before it: refused as too
     // old).
     let occurrence = settings.occurrence_at(tick.at).unwrap_or(0);
-    run_occurrence(ctx, settings, tick, occurrence, manual, started).await
+    run_occurrence(ctx, settings, tick, occurrence, (manual, false), started).await
 }
 
 /// `POST /api/jobs/{job}/run`: one run now, under the overlap policy, its own occurrence (the
@@ -184,15 +184,19 @@ pub async fn run_now<T: Transport>(
         source: Source::Manual,
         past_due: false,
     };
-    run_occurrence(ctx, settings, &tick, unix(ctx.now), true, started).await
+    run_occurrence(ctx, settings, &tick, unix(ctx.now), (true, true), started).await
 }
+
+/// What a run now answers when its second is an occurrence already.
+pub(crate) const RUN_NOW_TAKEN: &str =
+    "this second is an occurrence already (a scheduled one, or another run now): ask again in a second";
 
 async fn run_occurrence<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-    manual: bool,
+    (manual, fresh_only): (bool, bool),
     started: Instant,
 ) -> TickOutcome {
     let transport = (ctx.connect)(settings.storage.timeout);
@@ -217,7 +221,7 @@ async fn run_occurrence<T: Transport>(
         settings,
         &this,
         occurrence,
-        skip_late,
+        (skip_late, fresh_only),
     )
     .await
     {
@@ -262,7 +266,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-    skip_late: bool,
+    (skip_late, fresh_only): (bool, bool),
 ) -> Result<(Decision, Option<Log>), JobError> {
     let s = &settings.storage;
     let blobs = BlobClient::new(storage, s.account.clone(), s.container.clone());
@@ -294,6 +298,17 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
                 created: true,
             };
             (t, t, r)
+        }
+        // A run now is an occurrence of its own: one that exists (a scheduled one at this
+        // second, another run now) is not touched.
+        WriteOutcome::Refused(_) if fresh_only => {
+            return Ok((
+                Decision::Skipped {
+                    reserved_by: None,
+                    reason: RUN_NOW_TAKEN.into(),
+                },
+                None,
+            ))
         }
         WriteOutcome::Refused(_) => {
             let (props, date) = head(&blobs, &blob, ctx.now).await?;
