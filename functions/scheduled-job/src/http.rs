@@ -50,7 +50,15 @@ pub fn describe(
                     v["error"] = json!("job_failed");
                     let attempt = entry.attempt.unwrap_or(1);
                     let reason = entry.reason.clone().unwrap_or_default();
-                    v["message"] = json!(if attempt <= settings.retries {
+                    // A scheduled occurrence's retry comes with a later tick; an operator's
+                    // run of its own second is not one (nothing ticks it again).
+                    let retried_later = attempt <= settings.retries
+                        && !(tick.source == Source::Manual
+                            && settings
+                                .schedule
+                                .latest_at_or_before(at(outcome.occurrence))
+                                != Some(at(outcome.occurrence)));
+                    v["message"] = json!(if retried_later {
                         format!(
                             "{reason}; attempt {attempt} of {}: a later tick retries it after \
                              job_retry_delay_seconds ({} s)",

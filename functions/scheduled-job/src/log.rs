@@ -76,6 +76,10 @@ pub struct Log {
     /// this version first wrote it).
     #[serde(default, skip_serializing_if = "Counters::is_zero")]
     pub counters: Counters,
+    /// The newest occurrence whose entry was dropped from the log (0: none): an occurrence at
+    /// or below it without an entry may have been logged once, so it is not counted missed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub trimmed_through: u64,
     /// Set while the job is paused (`POST /api/jobs/{job}/pause`): its occurrences are
     /// recorded `skipped_paused`, not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -192,7 +196,7 @@ pub(crate) async fn change_log<T: Transport, R>(
         // Newest first (a stable sort: entries of one occurrence keep their order).
         log.entries
             .sort_by_key(|e| std::cmp::Reverse(e.occurrence_unix));
-        trim(&mut log);
+        trim(&mut log, settings);
         // Strings, integers and booleans in maps and lists: serializing cannot fail.
         let body = serde_json::to_vec_pretty(&log).expect("a reservation log serializes");
         let condition = match etag {
@@ -216,14 +220,23 @@ pub(crate) async fn change_log<T: Transport, R>(
     )))
 }
 
-/// Keeps the last [`LOG_ENTRIES`] entries (newest first), and a buffered (`pending`) one
-/// however old: the log is where the one buffered occurrence is known.
-pub(crate) fn trim(log: &mut Log) {
+/// Keeps the last [`LOG_ENTRIES`] entries (newest first), and any older one still open (a run
+/// going, a buffered one, a failed one with retries left) above the clean-up watermark: the
+/// log is where they are known, and they hold the settled-through watermark. What it drops
+/// raises `trimmedThrough` (the newest occurrence ever dropped).
+pub(crate) fn trim(log: &mut Log, settings: &Settings) {
     let mut kept = 0;
+    let (cleaned_before, mut trimmed) = (log.cleaned_before, log.trimmed_through);
     log.entries.retain(|e| {
         kept += 1;
-        kept <= LOG_ENTRIES || e.status == RunStatus::Pending
+        let keep =
+            kept <= LOG_ENTRIES || (open(e, settings) && e.occurrence_unix >= cleaned_before);
+        if !keep {
+            trimmed = trimmed.max(e.occurrence_unix);
+        }
+        keep
     });
+    log.trimmed_through = trimmed;
 }
 
 /// Why the log refused an entry.
@@ -319,7 +332,7 @@ pub(crate) fn advance_settled(
     let open_before = log
         .entries
         .iter()
-        .filter(|e| open(e, settings))
+        .filter(|e| open(e, settings) && e.occurrence_unix >= log.cleaned_before)
         .map(|e| e.occurrence_unix.saturating_sub(1))
         .min()
         .unwrap_or(u64::MAX);
@@ -387,7 +400,10 @@ fn unlogged_between(log: &Log, settings: &Settings, after: u64, through: u64) ->
     let mut next = settings.next_occurrence(after);
     let mut looked = 0;
     while next <= through && looked < COUNT_MAX {
-        if next >= log.cleaned_before && !log.entries.iter().any(|e| e.occurrence_unix == next) {
+        let unknown = next > log.trimmed_through
+            && next >= log.cleaned_before
+            && !log.entries.iter().any(|e| e.occurrence_unix == next);
+        if unknown {
             count += 1;
             if first == 0 {
                 first = next;
@@ -616,17 +632,24 @@ mod tests {
     /// it, so a second one is refused (`buffer_one` keeps one).
     #[test]
     fn a_buffered_occurrence_outlives_the_last_ten() {
+        let s = settings(60, 0, 300);
         let mut log = Log::default();
         log.entries.push(entry_at(120, "pending"));
         for k in 0..12 {
             log.entries
                 .insert(0, entry_at(180 + 60 * k, "skipped_overlap"));
-            trim(&mut log);
+            trim(&mut log, &s);
         }
         assert_eq!(log.entries.len(), LOG_ENTRIES + 1);
         assert_eq!(log.entries.last().unwrap().occurrence_unix, 120);
-        // And the watermark does not pass it.
-        let s = settings(60, 0, 300);
+        assert_eq!(log.trimmed_through, 180 + 60);
+        // Below the clean-up watermark it is gone for good (its reservation may be deleted):
+        // trimmed, and it holds nothing.
+        let mut ghost = log.clone();
+        ghost.cleaned_before = 150;
+        trim(&mut ghost, &s);
+        assert_eq!(ghost.entries.len(), LOG_ENTRIES);
+        // And the watermark does not pass it while it is open.
         log.settled_through = 60;
         advance_settled(&mut log, &s, 900, 0, at(100_000));
         assert!(log.settled_through < 120, "{}", log.settled_through);
@@ -669,6 +692,50 @@ mod tests {
         log.entries[0].attempt = Some(4);
         advance_settled(&mut log, &s, X + 60, 0, at(X + 100));
         assert!(log.settled_through >= X);
+    }
+
+    /// Second review: a failed occurrence with retries left outlives ten newer entries (a long
+    /// pause's `skipped_paused`), so the watermark still waits for it, and the occurrences the
+    /// log once held are not counted missed when the watermark jumps.
+    #[test]
+    fn an_open_failed_entry_outlives_a_long_pause_and_nothing_is_counted_twice() {
+        let mut v = std::collections::HashMap::new();
+        for (k, val) in [
+            ("instance_id", "node-u"),
+            ("job_url", "http://127.0.0.1:9/job"),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("job_period_seconds", "60"),
+            ("job_retries", "1"),
+        ] {
+            v.insert(k.to_string(), val.to_string());
+        }
+        let s = Settings::load(&v).unwrap();
+        const X: u64 = 1_795_765_620;
+        let mut log = Log {
+            settled_through: X - 60,
+            ..Log::default()
+        };
+        let mut failed = entry_at(X, "failed");
+        failed.attempt = Some(1);
+        log.entries.push(failed);
+        // A day of paused ticks.
+        for k in 1..=1440 {
+            let o = X + 60 * k;
+            log.entries.insert(0, entry_at(o, "skipped_paused"));
+            trim(&mut log, &s);
+            advance_settled(&mut log, &s, o, 0, at(o));
+        }
+        assert!(log.entries.iter().any(|e| e.occurrence_unix == X));
+        assert!(log.settled_through < X);
+        assert_eq!(log.counters.missed, 0);
+        // Its retry ran and succeeded: the watermark jumps, counting nothing missed.
+        log.entries.retain(|e| e.occurrence_unix != X);
+        trim(&mut log, &s);
+        advance_settled(&mut log, &s, X + 60 * 1440, 0, at(X + 60 * 1440));
+        assert!(log.settled_through > X);
+        assert_eq!(log.counters.missed, 0, "{:?}", log.entries.last());
     }
 
     /// The review's cases: the watermark never passes a reservation before its reserver's

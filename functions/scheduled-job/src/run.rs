@@ -320,7 +320,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             // on it now); or the takeover rule lets any instance act: its reserver left it
             // without an outcome past its deadline, its runner vanished, or its run failed
             // with attempts left. The outcome's compare-and-swap lets one tick act.
-            let mut decided = takeover(&props, server_now, settings, false);
+            let decided = takeover(&props, server_now, settings, false);
             let r = Reservation {
                 blob: blob.clone(),
                 etag: props.etag.clone(),
@@ -330,18 +330,15 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_))
                 && finished_in_log(ctx, &blobs, settings, occurrence, &r, &props).await?
             {
-                decided = Takeover::No;
-                if !mine {
-                    return Ok((
-                        Decision::Skipped {
-                            reserved_by,
-                            reason: "its run finished (the log says so; its reservation was \
-                                     brought in line)"
-                                .into(),
-                        },
-                        None,
-                    ));
-                }
+                return Ok((
+                    Decision::Skipped {
+                        reserved_by,
+                        reason: "its run finished (the log says so; its reservation was \
+                                 brought in line)"
+                            .into(),
+                    },
+                    None,
+                ));
             }
             match decided {
                 Takeover::Run { attempt: a } => attempt = a,
@@ -723,8 +720,9 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     };
     entry.status = status.clone();
     entry.reason = reason;
-    record_result(blobs, &written, &status, &nonce, ctx.now).await;
+    // The log first (a takeover reads it before acting), then the reservation.
     let finished = update(blobs, settings, &entry, ctx.now).await;
+    record_result(blobs, &written, &status, &nonce, ctx.now).await;
     release().await;
     let log = match finished {
         Ok((end, log)) => {
@@ -1077,8 +1075,29 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
         .filter(|e| e.status == RunStatus::Pending && e.occurrence_unix != occurrence)
         .map(|e| e.occurrence_unix);
     for o in buffered.collect::<Vec<_>>() {
-        if let Some(entry) = run_existing(ctx, blobs, job, settings, tick, o).await {
-            report.ran.push(entry);
+        match run_existing(ctx, blobs, job, settings, tick, o).await {
+            Existing::Ran(entry) => report.ran.push(entry),
+            Existing::NotNow => {}
+            // Its reservation is gone (undone after a lost answer, cleaned up) or says
+            // otherwise: the log's `pending` is brought in line, so it holds nothing.
+            Existing::Other(outcome) => {
+                let _ = change_log(blobs, settings, ctx.now, |log, _| {
+                    for e in log.entries.iter_mut() {
+                        if e.occurrence_unix == o && e.status == RunStatus::Pending {
+                            e.status = outcome.clone().unwrap_or(RunStatus::Missed);
+                            if outcome.is_none() {
+                                e.reason = Some(
+                                    "it was buffered, then its reservation was undone: not run"
+                                        .into(),
+                                );
+                                log.counters.missed += 1;
+                            }
+                        }
+                    }
+                    Ok::<(), ()>(())
+                })
+                .await;
+            }
         }
     }
     let mut candidates = Vec::new();
@@ -1168,7 +1187,19 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
             metadata: props.metadata.clone(),
             created: false,
         };
-        match takeover(&props, server_now, settings, true) {
+        let decided = takeover(&props, server_now, settings, true);
+        if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_)) {
+            match finished_in_log(ctx, blobs, settings, o, &reservation, &props).await {
+                // Its run finished (a result write was lost): brought in line, settled.
+                Ok(true) => {
+                    through = o;
+                    continue;
+                }
+                Ok(false) => {}
+                Err(_) => break,
+            }
+        }
+        match decided {
             // Settled; or `running` (its runner within its deadline, or its log write on its
             // way), or reserved and within its reserver's deadline: a later winner looks again.
             Takeover::No => match outcome_of(&props.metadata) {
@@ -1455,8 +1486,17 @@ pub async fn backfill<T: Transport>(
     Ok(report)
 }
 
-/// Runs an occurrence whose reservation the takeover rule lets this tick run (a buffered one),
-/// `pastDue`. `None`: not now (settled, the lease busy, storage failed).
+/// What became of a buffered occurrence [`run_existing`] looked at.
+enum Existing {
+    /// Run: its entry.
+    Ran(LogEntry),
+    /// Not now (the lease busy, storage failed).
+    NotNow,
+    /// Its reservation is gone (`None`) or has this outcome: not buffered any more.
+    Other(Option<RunStatus>),
+}
+
+/// Runs a buffered occurrence (`pending`) if the takeover rule lets this tick, `pastDue`.
 async fn run_existing<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<&S>,
@@ -1464,13 +1504,23 @@ async fn run_existing<T, S: Transport, J: Transport>(
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-) -> Option<LogEntry> {
-    let blob = settings.reservation(occurrence).ok()?;
-    let (props, date) = head(blobs, &blob, ctx.now).await.ok()?;
-    let props = props?;
+) -> Existing {
+    let Ok(blob) = settings.reservation(occurrence) else {
+        return Existing::NotNow;
+    };
+    let Ok((props, date)) = head(blobs, &blob, ctx.now).await else {
+        return Existing::NotNow;
+    };
+    let Some(props) = props else {
+        return Existing::Other(None);
+    };
+    let outcome = outcome_of(&props.metadata);
+    if outcome != Some(RunStatus::Pending) {
+        return Existing::Other(outcome);
+    }
     let server_now = date.unwrap_or(ctx.now);
     let Takeover::Run { attempt } = takeover(&props, server_now, settings, false) else {
-        return None;
+        return Existing::NotNow;
     };
     let reservation = Reservation {
         blob,
@@ -1498,8 +1548,8 @@ async fn run_existing<T, S: Transport, J: Transport>(
     )
     .await;
     match ran {
-        Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) => Some(entry),
-        _ => None,
+        Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) => Existing::Ran(entry),
+        _ => Existing::NotNow,
     }
 }
 
