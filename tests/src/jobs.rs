@@ -60,9 +60,8 @@ pub fn runs(apps: &[&App]) -> BTreeMap<u64, usize> {
     runs
 }
 
-/// The reservation log's entry for `occurrence` (`GET /api/jobs/{JOB}`), `Null` when it has
-/// none.
-pub fn log_entry(app: &App, occurrence: u64) -> Value {
+/// The job's status (`GET /api/jobs/{JOB}`, 200 asserted).
+pub fn status(app: &App) -> Value {
     let a = call(
         "GET",
         &app.url(&format!("/api/jobs/{JOB}")),
@@ -70,7 +69,41 @@ pub fn log_entry(app: &App, occurrence: u64) -> Value {
         b"",
     );
     assert_eq!(a.status, 200, "{}", a.text);
-    a.json["reservations"]
+    a.json
+}
+
+/// `POST /api/jobs/{JOB}/{action}` (`pause`, `resume`, `run`, `backfill`) with `auth` and a
+/// JSON `body`.
+pub fn post(app: &App, action: &str, auth: (&str, &str), body: &str) -> Answer {
+    call(
+        "POST",
+        &app.url(&format!("/api/jobs/{JOB}/{action}")),
+        &[auth, ("content-type", "application/json")],
+        body.as_bytes(),
+    )
+}
+
+/// Waits until the first `within_ms` of a period of `period` seconds (multiples of it since the
+/// epoch, by this machine's clock), so that a tick names that period's occurrence; returns it.
+pub fn early_in_a_period(period: u64, within_ms: u128) -> u64 {
+    crate::wait_for(
+        "the start of a period",
+        std::time::Duration::from_secs(period + 5),
+        || {
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_millis();
+            (ms % (u128::from(period) * 1000) < within_ms)
+                .then_some((ms / 1000) as u64 / period * period)
+        },
+    )
+}
+
+/// The reservation log's entry for `occurrence` (`GET /api/jobs/{JOB}`), `Null` when it has
+/// none.
+pub fn log_entry(app: &App, occurrence: u64) -> Value {
+    status(app)["reservations"]
         .as_array()
         .and_then(|e| {
             e.iter()

@@ -5,30 +5,11 @@
 
 use std::time::Duration;
 
-use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
-use leasegate_tests::jobs::{calls_of, log_entry, occurrence_of, tick, JOB};
+use leasegate_tests::app::{App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::jobs::{
+    calls_of, early_in_a_period, log_entry, occurrence_of, post, status, tick,
+};
 use leasegate_tests::{unique_container, unix_now, wait_for};
-use serde_json::Value;
-
-fn post(app: &App, action: &str, auth: (&str, &str), body: &str) -> Answer {
-    call(
-        "POST",
-        &app.url(&format!("/api/jobs/{JOB}/{action}")),
-        &[auth, ("content-type", "application/json")],
-        body.as_bytes(),
-    )
-}
-
-fn status(app: &App) -> Value {
-    let a = call(
-        "GET",
-        &app.url(&format!("/api/jobs/{JOB}")),
-        &[TIMER_AUTH],
-        b"",
-    );
-    assert_eq!(a.status, 200, "{}", a.text);
-    a.json
-}
 
 /// Two deployments of a per-5-second job. Paused (with a note) on node-a: node-b's tick
 /// answers 200 `paused`, the occurrence is `skipped_paused` in the log and the counters, and
@@ -118,18 +99,6 @@ fn pause_resume_and_run_now() {
     assert_eq!(status(&a)["paused"], false);
 }
 
-/// Waits until just after a multiple of 5 s (a per-5-second occurrence), so that a tick with
-/// no body names that occurrence.
-fn just_after_a_five() -> u64 {
-    wait_for("a multiple of 5 s", Duration::from_secs(10), || {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis();
-        (ms % 5000 < 800).then_some((ms / 1000) as u64 / 5 * 5)
-    })
-}
-
 /// `job_overlap = buffer_one`: a run takes 12 s; the occurrence 5 s later is kept `pending`
 /// (answer `buffered`), the one 10 s later is skipped (`skipped_overlap`: one buffered at
 /// most); when the long run ends, its tick runs the buffered one, `pastDue`. Each ran once.
@@ -148,7 +117,7 @@ fn buffer_one_keeps_one_occurrence_for_when_the_run_ends() {
         Duration::from_secs(12),
         204,
     ));
-    let o1 = just_after_a_five();
+    let o1 = early_in_a_period(5, 800);
     let (first, second, third) = std::thread::scope(|s| {
         let long = s.spawn(|| tick(&app, TIMER_AUTH, None));
         wait_for("o1 + 5", Duration::from_secs(10), || {
@@ -206,7 +175,7 @@ fn backfill_runs_what_never_ran_once() {
         "backfill",
         &[("instance_id", "node-bf"), ("job_period_seconds", "5")],
     );
-    let o1 = just_after_a_five();
+    let o1 = early_in_a_period(5, 800);
     let first = tick(&app, TIMER_AUTH, None);
     assert_eq!(first.json["decision"], "ran", "{}", first.text);
     // Nobody ticks o1 + 5 and o1 + 10; o1 + 15 ticks while paused.
@@ -221,7 +190,7 @@ fn backfill_runs_what_never_ran_once() {
     wait_for("the next occurrence", Duration::from_secs(10), || {
         (unix_now() >= p + 5).then_some(())
     });
-    just_after_a_five();
+    early_in_a_period(5, 800);
     let next = tick(&app, TIMER_AUTH, None);
     assert_eq!(next.json["decision"], "ran", "{}", next.text);
     let last = occurrence_of(&next);

@@ -11,10 +11,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasegate_tests::app::{build_components, call, App, Manifest, Setup, TIMER_AUTH};
-use leasegate_tests::jobs::{runs, JOB};
+use leasegate_tests::app::{build_components, App, Manifest, Setup};
+use leasegate_tests::jobs::{runs, status};
 use leasegate_tests::{offset_to, unique_container, wait_for};
-use serde_json::Value;
 
 fn unix(rfc3339: &str) -> u64 {
     humantime::parse_rfc3339(rfc3339)
@@ -76,17 +75,6 @@ fn job_calls(apps: &[&App]) -> Vec<(u64, bool)> {
             )
         })
         .collect()
-}
-
-fn status(app: &App) -> Value {
-    let a = call(
-        "GET",
-        &app.url(&format!("/api/jobs/{JOB}")),
-        &[TIMER_AUTH],
-        b"",
-    );
-    assert_eq!(a.status, 200, "{}", a.text);
-    a.json
 }
 
 /// Waits (real time) until the shifted clock, started at `start` about now, has passed `until`.

@@ -6,17 +6,9 @@
 use std::time::Duration;
 
 use leasegate_tests::app::{App, Setup, ADMIN_AUTH, TIMER_AUTH};
-use leasegate_tests::jobs::{occurrence_of, tick};
+use leasegate_tests::jobs::{early_in_a_period, occurrence_of, tick};
 use leasegate_tests::sink::Behaviour;
 use leasegate_tests::{unique_container, unix_now, wait_for};
-
-fn early_in_a_period(period: u64) {
-    wait_for(
-        "the start of a period",
-        Duration::from_secs(period + 5),
-        || (unix_now() % period < period / 4).then_some(()),
-    );
-}
 
 #[test]
 fn storage_requests_per_kind_of_tick() {
@@ -39,7 +31,7 @@ fn storage_requests_per_kind_of_tick() {
         )
     };
     let (a, b) = (start("node-a", &[]), start("node-b", &[]));
-    early_in_a_period(20);
+    early_in_a_period(20, 5000);
     // The first tick creates the container and the log: not counted.
     let (first, _) = a.storage_requests(|| tick(&a, TIMER_AUTH, None));
     assert_eq!(first.json["decision"], "ran", "{}", first.text);

@@ -6,33 +6,10 @@
 
 use std::time::Duration;
 
-use leasegate_tests::app::{call, App, Setup, TIMER_AUTH};
-use leasegate_tests::jobs::{calls_of, occurrence_of, runs, tick, JOB};
+use leasegate_tests::app::{App, Setup, TIMER_AUTH};
+use leasegate_tests::jobs::{calls_of, early_in_a_period, occurrence_of, runs, status, tick};
 use leasegate_tests::{unique_container, unix_now, wait_for};
 use serde_json::Value;
-
-fn status(app: &App) -> Value {
-    let a = call(
-        "GET",
-        &app.url(&format!("/api/jobs/{JOB}")),
-        &[TIMER_AUTH],
-        b"",
-    );
-    assert_eq!(a.status, 200, "{}", a.text);
-    a.json
-}
-
-/// Waits until just after a multiple of 5 s (the per-5-second schedule's occurrence), so that a
-/// tick with no body names that occurrence, on time.
-fn just_after_a_five() {
-    wait_for("a multiple of 5 s", Duration::from_secs(10), || {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis();
-        (ms % 5000 < 1000).then_some(())
-    });
-}
 
 /// A 6-field expression in Europe/Berlin: a tick runs the occurrence due (a multiple of 5 s),
 /// and the status gives the schedule, the zone, the next 3 occurrences in UTC and local time
@@ -150,7 +127,7 @@ fn gap_of_three(tag: &str, catch_up: &str) -> (u64, Value, App, App) {
         )
     };
     let (a, b) = (start("node-a"), start("node-b"));
-    just_after_a_five();
+    early_in_a_period(5, 1000);
     let first = tick(&a, TIMER_AUTH, None);
     assert_eq!(first.json["decision"], "ran", "{}", first.text);
     let o1 = occurrence_of(&first);
@@ -160,7 +137,7 @@ fn gap_of_three(tag: &str, catch_up: &str) -> (u64, Value, App, App) {
     wait_for("three occurrences to pass", Duration::from_secs(30), || {
         (unix_now() >= o1 + 20).then_some(())
     });
-    just_after_a_five();
+    early_in_a_period(5, 1000);
     let after = tick(&b, TIMER_AUTH, None);
     assert_eq!(after.status, 200, "{}", after.text);
     assert_eq!(after.json["decision"], "ran", "{}", after.text);
@@ -245,7 +222,7 @@ fn catch_up_all_runs_each_missed_occurrence_once_oldest_first() {
     wait_for("the next occurrence", Duration::from_secs(15), || {
         (unix_now() >= current + 5).then_some(())
     });
-    just_after_a_five();
+    early_in_a_period(5, 1000);
     let again = tick(&a, TIMER_AUTH, None);
     assert_eq!(again.json["decision"], "ran", "{}", again.text);
     assert!(again.json.get("catchUp").is_none(), "{}", again.text);

@@ -8,37 +8,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use leasegate_tests::app::{call, App, Setup, ADMIN_AUTH, TIMER_AUTH};
-use leasegate_tests::jobs::{log_entry, occurrence_of, tick, JOB};
-use leasegate_tests::sink::{Behaviour, Received};
+use leasegate_tests::app::{App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::jobs::{calls_of, early_in_a_period, log_entry, occurrence_of, status, tick};
+use leasegate_tests::sink::Behaviour;
 use leasegate_tests::{unique_container, unix_now, wait_for};
-use serde_json::Value;
-
-fn job_calls(apps: &[&App], occurrence: u64) -> Vec<Received> {
-    apps.iter()
-        .flat_map(|a| a.sink.received())
-        .filter(|r| r.path == "/job" && r.body["occurrenceUnix"].as_u64() == Some(occurrence))
-        .collect()
-}
-
-fn status(app: &App) -> Value {
-    let a = call(
-        "GET",
-        &app.url(&format!("/api/jobs/{JOB}")),
-        &[TIMER_AUTH],
-        b"",
-    );
-    assert_eq!(a.status, 200, "{}", a.text);
-    a.json
-}
-
-/// Waits until early in a minute, so that ticks for the next 40 s name one occurrence (the
-/// per-minute default schedule).
-fn early_in_a_minute() {
-    wait_for("the start of a minute", Duration::from_secs(70), || {
-        (unix_now() % 60 < 15).then_some(())
-    });
-}
 
 /// `job_retries = 2`: a job that keeps failing is called 3 times for one occurrence (a tick
 /// each, at least `job_retry_delay_seconds` apart), with one idempotency key, attempts 1, 2, 3
@@ -55,7 +28,7 @@ fn a_failed_run_is_retried_up_to_the_limit_and_no_further() {
         ],
     );
     app.sink.behave(Behaviour::Answer(500));
-    early_in_a_minute();
+    early_in_a_period(60, 15_000);
     let first = tick(&app, TIMER_AUTH, None);
     assert_eq!(first.status, 502, "{}", first.text);
     assert_eq!(first.json["decision"], "failed", "{}", first.text);
@@ -71,7 +44,7 @@ fn a_failed_run_is_retried_up_to_the_limit_and_no_further() {
         "{}",
         early.text
     );
-    assert_eq!(job_calls(&[&app], o).len(), 1);
+    assert_eq!(calls_of(&[&app], o).len(), 1);
     for attempt in [2, 3] {
         std::thread::sleep(Duration::from_millis(2100));
         let a = tick(&app, TIMER_AUTH, None);
@@ -86,7 +59,7 @@ fn a_failed_run_is_retried_up_to_the_limit_and_no_further() {
     std::thread::sleep(Duration::from_millis(2100));
     let after = tick(&app, TIMER_AUTH, None);
     assert_eq!(after.json["decision"], "skipped", "{}", after.text);
-    let calls = job_calls(&[&app], o);
+    let calls = calls_of(&[&app], o);
     assert_eq!(calls.len(), 3, "three attempts, no more");
     let keys: BTreeSet<_> = calls.iter().map(|c| c.idempotency_key.clone()).collect();
     assert_eq!(keys.len(), 1, "one idempotency key: {keys:?}");
@@ -122,7 +95,7 @@ fn a_retry_that_succeeds_settles_the_occurrence() {
         ],
     );
     app.sink.behave(Behaviour::Answer(503));
-    early_in_a_minute();
+    early_in_a_period(60, 15_000);
     let first = tick(&app, TIMER_AUTH, None);
     assert_eq!(first.json["decision"], "failed", "{}", first.text);
     let o = occurrence_of(&first);
@@ -134,7 +107,7 @@ fn a_retry_that_succeeds_settles_the_occurrence() {
     std::thread::sleep(Duration::from_millis(1100));
     let third = tick(&app, TIMER_AUTH, None);
     assert_eq!(third.json["decision"], "skipped", "{}", third.text);
-    assert_eq!(job_calls(&[&app], o).len(), 2);
+    assert_eq!(calls_of(&[&app], o).len(), 2);
     assert_eq!(log_entry(&app, o)["status"], "succeeded");
 }
 
@@ -166,7 +139,7 @@ fn a_run_whose_deployment_is_killed_is_taken_over_after_its_deadline() {
         };
         let (a, b) = (start("node-a"), start("node-b"));
         a.sink.behave(Behaviour::Late(Duration::from_secs(60), 204));
-        early_in_a_minute();
+        early_in_a_period(60, 15_000);
         let o = unix_now() / 60 * 60;
         std::thread::scope(|s| {
             // node-a's tick hangs in the job call; its answer is lost with it.
@@ -183,7 +156,7 @@ fn a_run_whose_deployment_is_killed_is_taken_over_after_its_deadline() {
         // Within the run's deadline node-b leaves it alone.
         let within = tick(&b, ADMIN_AUTH, Some(o));
         assert_eq!(within.json["decision"], "skipped", "{}", within.text);
-        assert_eq!(job_calls(&[&b], o).len(), 0);
+        assert_eq!(calls_of(&[&b], o).len(), 0);
         // After it, node-b takes it over.
         let taken = wait_for("the run's deadline", Duration::from_secs(40), || {
             let t = tick(&b, ADMIN_AUTH, Some(o));
@@ -195,7 +168,7 @@ fn a_run_whose_deployment_is_killed_is_taken_over_after_its_deadline() {
                         .contains("another instance"));
             (!waiting).then_some(t)
         });
-        let calls = job_calls(&[&a, &b], o);
+        let calls = calls_of(&[&a, &b], o);
         if retries == "1" {
             assert_eq!(taken.json["decision"], "ran", "{}", taken.text);
             assert_eq!(calls.len(), 2, "{retries}");
@@ -229,7 +202,7 @@ fn a_run_whose_deployment_is_killed_is_taken_over_after_its_deadline() {
         // And never again.
         let again = tick(&b, ADMIN_AUTH, Some(o));
         assert_eq!(again.json["decision"], "skipped", "{}", again.text);
-        assert_eq!(job_calls(&[&a, &b], o).len(), calls.len());
+        assert_eq!(calls_of(&[&a, &b], o).len(), calls.len());
     }
 }
 
@@ -252,7 +225,7 @@ fn a_lost_result_write_is_not_taken_for_a_vanished_run() {
     );
     app.sink
         .behave(Behaviour::Late(Duration::from_secs(2), 204));
-    early_in_a_minute();
+    early_in_a_period(60, 15_000);
     let o = unix_now() / 60 * 60;
     let ran = std::thread::scope(|s| {
         let run = s.spawn(|| tick(&app, TIMER_AUTH, None));
@@ -271,9 +244,9 @@ fn a_lost_result_write_is_not_taken_for_a_vanished_run() {
     std::thread::sleep(Duration::from_secs(22));
     let after = tick(&app, ADMIN_AUTH, Some(o));
     assert_eq!(after.json["decision"], "skipped", "{}", after.text);
-    assert_eq!(job_calls(&[&app], o).len(), 1, "called again");
+    assert_eq!(calls_of(&[&app], o).len(), 1, "called again");
     let again = tick(&app, ADMIN_AUTH, Some(o));
     assert_eq!(again.json["decision"], "skipped", "{}", again.text);
-    assert_eq!(job_calls(&[&app], o).len(), 1);
+    assert_eq!(calls_of(&[&app], o).len(), 1);
     assert_eq!(log_entry(&app, o)["status"], "succeeded");
 }

@@ -249,8 +249,9 @@ pub(crate) enum LogRefusal {
     /// The occurrence is at or below the settled-through watermark with no entry: it was
     /// recorded missed (no deployment ticked it in time), so it is not run.
     Settled,
-    /// The job is paused: the occurrence is not run (a manual run or a backfill is).
-    Paused,
+    /// The job is paused (since when, why): the occurrence is not run (a manual run or a
+    /// backfill is).
+    Paused(Paused),
 }
 
 /// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
@@ -271,8 +272,10 @@ pub(crate) async fn append<T: Transport>(
         let trigger = entry.trigger.as_str();
         let backfill = trigger == Source::Backfill.as_str();
         let operator = trigger == Source::Manual.as_str() || backfill;
-        if log.paused.is_some() && !operator && entry.status == RunStatus::Running {
-            return Err(LogRefusal::Paused);
+        if let Some(paused) = log.paused.as_ref().filter(|_| !operator) {
+            if entry.status == RunStatus::Running {
+                return Err(LogRefusal::Paused(paused.clone()));
+            }
         }
         let prior = log
             .entries
@@ -453,7 +456,7 @@ mod tests {
     use super::*;
     use crate::at;
     use crate::reservation::occurrence_token;
-    use crate::settings::tests::settings;
+    use crate::settings::tests::{settings, settings_with};
     use leasegate_spin::web::rfc3339;
 
     /// A log as the versions before serde wrote it (their own JSON writer): a run, a failure,
@@ -660,20 +663,11 @@ mod tests {
     /// before an open entry).
     #[test]
     fn the_watermark_waits_for_a_failed_occurrences_retries() {
-        let mut v = std::collections::HashMap::new();
-        for (k, val) in [
-            ("instance_id", "node-u"),
-            ("job_url", "http://127.0.0.1:9/job"),
-            ("storage_origin", "http://127.0.0.1:10000"),
-            ("storage_account", "devstoreaccount1"),
-            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+        let s = settings_with(&[
             ("job_schedule", "* * * * *"),
             ("job_retries", "3"),
             ("job_retry_delay_seconds", "7200"),
-        ] {
-            v.insert(k.to_string(), val.to_string());
-        }
-        let s = Settings::load(&v).unwrap();
+        ]);
         assert!(s.lookback().as_secs() > 3 * 7200, "{:?}", s.lookback());
         assert!(s.retention.as_secs() > 3 * 7200, "{:?}", s.retention);
         const X: u64 = 1_795_765_620;
@@ -699,19 +693,7 @@ mod tests {
     /// log once held are not counted missed when the watermark jumps.
     #[test]
     fn an_open_failed_entry_outlives_a_long_pause_and_nothing_is_counted_twice() {
-        let mut v = std::collections::HashMap::new();
-        for (k, val) in [
-            ("instance_id", "node-u"),
-            ("job_url", "http://127.0.0.1:9/job"),
-            ("storage_origin", "http://127.0.0.1:10000"),
-            ("storage_account", "devstoreaccount1"),
-            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
-            ("job_period_seconds", "60"),
-            ("job_retries", "1"),
-        ] {
-            v.insert(k.to_string(), val.to_string());
-        }
-        let s = Settings::load(&v).unwrap();
+        let s = settings_with(&[("job_period_seconds", "60"), ("job_retries", "1")]);
         const X: u64 = 1_795_765_620;
         let mut log = Log {
             settled_through: X - 60,
@@ -744,19 +726,7 @@ mod tests {
     fn the_watermark_waits_for_a_reservers_deadline() {
         // A per-5-second job with a 330 s lease term: X abandoned, every later occurrence
         // logged up to X + 325 (65 periods): the watermark stays below X.
-        let mut v = std::collections::HashMap::new();
-        for (k, val) in [
-            ("instance_id", "node-u"),
-            ("job_url", "http://127.0.0.1:9/job"),
-            ("storage_origin", "http://127.0.0.1:10000"),
-            ("storage_account", "devstoreaccount1"),
-            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
-            ("job_period_seconds", "5"),
-            ("job_timeout_seconds", "300"),
-        ] {
-            v.insert(k.to_string(), val.to_string());
-        }
-        let s = Settings::load(&v).unwrap();
+        let s = settings_with(&[("job_period_seconds", "5"), ("job_timeout_seconds", "300")]);
         const X: u64 = 1_795_765_620;
         let mut log = Log {
             settled_through: X - 5,

@@ -16,7 +16,9 @@ use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::JobError;
-use crate::log::{advance_settled, append, change_log, open, update, Log, LogEntry, LogRefusal};
+use crate::log::{
+    advance_settled, append, change_log, open, update, Log, LogEntry, LogRefusal, Paused,
+};
 use crate::reservation::{
     attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, take_back,
     takeover, uncommit, Commit, Over, Reservation, ReservationBody, RunStatus, Takeover,
@@ -503,28 +505,13 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         } else {
             format!("ticked {late_by} s late and job_catch_up is none: not run")
         });
-        let missed = RunStatus::Missed;
-        let written = match commit(
-            blobs,
-            &reservation,
-            &missed,
-            &nonce,
-            None,
-            (1, Over::Nothing),
-            ctx.now,
-        )
-        .await?
-        {
-            Commit::Settled(run) => return Ok((settled(&run), None)),
-            Commit::Written(w) => w,
-        };
-        return match append(blobs, settings, &entry, ctx.now).await {
-            Ok(Err(refusal)) => {
-                uncommit(blobs, &reservation, &written, ctx.now).await;
-                Ok((refused_by_log(settings, refusal), None))
-            }
-            Ok(Ok(())) | Err(_) => Ok((Decision::Missed { entry }, None)),
-        };
+        return Ok(
+            match record_not_run(blobs, settings, &reservation, &entry, &nonce, ctx.now).await? {
+                Err(NotRecorded::Settled(run)) => (settled(&run), None),
+                Err(NotRecorded::Refused(refusal)) => (refused_by_log(settings, refusal), None),
+                Ok(()) => (Decision::Missed { entry }, None),
+            },
+        );
     }
     // Still 3: the job's lease (skip: one run at a time), labelled with the instance and the
     // occurrence, so that a tick finding its own occurrence's run in it leaves that run alone.
@@ -603,28 +590,13 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                 }
                 entry.status = RunStatus::SkippedOverlap;
                 entry.reason = Some("the previous run still holds the job's lease".into());
-                let written = match commit(
-                    blobs,
-                    &reservation,
-                    &entry.status,
-                    &nonce,
-                    Some(token),
-                    (1, Over::Nothing),
-                    ctx.now,
-                )
-                .await?
-                {
-                    Commit::Settled(run) => return Ok((settled(&run), None)),
-                    Commit::Written(w) => w,
-                };
-                return match append(blobs, settings, &entry, ctx.now).await {
-                    Ok(Err(refusal)) => {
-                        uncommit(blobs, &reservation, &written, ctx.now).await;
-                        Ok((refused_by_log(settings, refusal), None))
-                    }
-                    // The skip is recorded on the reservation; the log is its view.
-                    Ok(Ok(())) | Err(_) => Ok((Decision::Overlapped { entry }, None)),
-                };
+                let recorded =
+                    record_not_run(blobs, settings, &reservation, &entry, &nonce, ctx.now).await?;
+                return Ok(match recorded {
+                    Err(NotRecorded::Settled(run)) => (settled(&run), None),
+                    Err(NotRecorded::Refused(refusal)) => (refused_by_log(settings, refusal), None),
+                    Ok(()) => (Decision::Overlapped { entry }, None),
+                });
             }
             Acquire::Busy { retry_after, .. } => {
                 // This occurrence's lease (or one with no claim yet): settled only if the
@@ -683,7 +655,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         // Paused: not run; the outcome becomes `skipped_paused` (over this tick's `running`).
         // A retry is not an occurrence of its own: the previous attempt's `failed` is put back
         // and the retry waits for the resume.
-        Ok(Err(LogRefusal::Paused)) if attempt > 1 => {
+        Ok(Err(LogRefusal::Paused(_))) if attempt > 1 => {
             uncommit(blobs, &reservation, &written, ctx.now).await;
             release().await;
             return Ok((
@@ -697,9 +669,9 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                 None,
             ));
         }
-        Ok(Err(LogRefusal::Paused)) => {
+        Ok(Err(LogRefusal::Paused(paused))) => {
             release().await;
-            return skip_paused(ctx, blobs, settings, entry, &written).await;
+            return skip_paused(ctx, blobs, settings, entry, &written, &paused).await;
         }
         refused => {
             uncommit(blobs, &reservation, &written, ctx.now).await;
@@ -792,18 +764,7 @@ async fn buffer<T, S: Transport>(
         }
         Ok(Err(LogRefusal::Buffered(other))) => {
             // One is buffered already: this one is skipped (over this tick's `pending`).
-            if let Some(etag) = written.etag.clone() {
-                let mut metadata = written.metadata.clone();
-                metadata.insert(META_RUN.into(), RunStatus::SkippedOverlap.to_string());
-                let write = SetMetadata {
-                    container: blobs.container().clone(),
-                    blob: written.blob.clone(),
-                    metadata,
-                    lease_id: None,
-                    condition: Condition::IfMatch(etag),
-                };
-                blobs.execute(&write, ctx.now).await?;
-            }
+            overwrite_outcome(blobs, &written, &RunStatus::SkippedOverlap, ctx.now).await?;
             entry.status = RunStatus::SkippedOverlap;
             entry.reason = Some(format!(
                 "the previous run (occurrence {running}) still holds the job's lease and \
@@ -820,6 +781,48 @@ async fn buffer<T, S: Transport>(
     }
 }
 
+/// Why [`record_not_run`] recorded nothing.
+enum NotRecorded {
+    /// Another tick wrote an outcome first: this one.
+    Settled(RunStatus),
+    /// The log refused the entry (the outcome was undone).
+    Refused(LogRefusal),
+}
+
+/// Records an outcome that is not a run (`entry.status`: `missed`, `skipped_overlap`) on the
+/// reservation by compare-and-swap, then in the log; a log refusal undoes the outcome. The
+/// reservation holds the outcome: a log write that fails leaves it recorded there.
+async fn record_not_run<S: Transport>(
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    reservation: &Reservation,
+    entry: &LogEntry,
+    nonce: &str,
+    now: SystemTime,
+) -> Result<Result<(), NotRecorded>, JobError> {
+    let written = match commit(
+        blobs,
+        reservation,
+        &entry.status,
+        nonce,
+        entry.fencing_token,
+        (1, Over::Nothing),
+        now,
+    )
+    .await?
+    {
+        Commit::Settled(run) => return Ok(Err(NotRecorded::Settled(run))),
+        Commit::Written(w) => w,
+    };
+    match append(blobs, settings, entry, now).await {
+        Ok(Err(refusal)) => {
+            uncommit(blobs, reservation, &written, now).await;
+            Ok(Err(NotRecorded::Refused(refusal)))
+        }
+        Ok(Ok(())) | Err(_) => Ok(Ok(())),
+    }
+}
+
 /// Records an occurrence of a paused job `skipped_paused`: on its reservation (over the outcome
 /// `running` this tick wrote, which called nothing) and in the log.
 async fn skip_paused<T, S: Transport>(
@@ -828,37 +831,48 @@ async fn skip_paused<T, S: Transport>(
     settings: &Settings,
     mut entry: LogEntry,
     written: &Reservation,
+    paused: &Paused,
 ) -> Result<(Decision, Option<Log>), JobError> {
-    if let Some(etag) = written.etag.clone() {
-        let mut metadata = written.metadata.clone();
-        metadata.insert(META_RUN.into(), RunStatus::SkippedPaused.to_string());
-        let write = SetMetadata {
-            container: blobs.container().clone(),
-            blob: written.blob.clone(),
-            metadata,
-            lease_id: None,
-            condition: Condition::IfMatch(etag),
-        };
-        blobs.execute(&write, ctx.now).await?;
-    }
+    overwrite_outcome(blobs, written, &RunStatus::SkippedPaused, ctx.now).await?;
     entry.status = RunStatus::SkippedPaused;
     entry.fencing_token = None;
     entry.attempt = None;
-    entry.reason = Some("the job is paused (POST /api/jobs/{job}/resume resumes it)".into());
-    let (log, _, read_at) = crate::log::read_log(blobs, settings, ctx.now).await?;
-    if let Some(p) = &log.paused {
-        entry.reason = Some(format!(
-            "the job is paused since {}{}",
-            p.since,
-            p.note
-                .as_deref()
-                .map(|n| format!(": {n}"))
-                .unwrap_or_default()
-        ));
-    }
-    entry.finished_at = Some(rfc3339(read_at));
+    entry.reason = Some(format!(
+        "the job is paused since {}{}",
+        paused.since,
+        paused
+            .note
+            .as_deref()
+            .map(|n| format!(": {n}"))
+            .unwrap_or_default()
+    ));
     let _ = append(blobs, settings, &entry, ctx.now).await?;
     Ok((Decision::Paused { entry }, None))
+}
+
+/// Writes `status` over the outcome this tick wrote (`written`), by compare-and-swap: a
+/// `running` or `pending` that called nothing becomes `skipped_paused` or `skipped_overlap`.
+/// `Ok(false)`: refused (the reservation changed since).
+async fn overwrite_outcome<S: Transport>(
+    blobs: &BlobClient<&S>,
+    written: &Reservation,
+    status: &RunStatus,
+    now: SystemTime,
+) -> Result<bool, leasegate::Error> {
+    let Some(etag) = written.etag.clone() else {
+        return Ok(false);
+    };
+    let mut metadata = written.metadata.clone();
+    metadata.insert(META_RUN.into(), status.to_string());
+    let write = SetMetadata {
+        container: blobs.container().clone(),
+        blob: written.blob.clone(),
+        metadata,
+        lease_id: None,
+        condition: Condition::IfMatch(etag),
+    };
+    let (outcome, _) = blobs.execute(&write, now).await?;
+    Ok(matches!(outcome, WriteOutcome::Written(_)))
 }
 
 /// Writes a run's result over its own `running` (the reservation as this tick wrote it, its
@@ -875,19 +889,9 @@ async fn record_result<S: Transport>(
 ) {
     let mut seen = written.clone();
     for _ in 0..3 {
-        let Some(etag) = seen.etag.clone() else {
-            return;
-        };
-        let mut metadata = seen.metadata.clone();
-        metadata.insert(META_RUN.into(), status.to_string());
-        let write = SetMetadata {
-            container: blobs.container().clone(),
-            blob: seen.blob.clone(),
-            metadata,
-            lease_id: None,
-            condition: Condition::IfMatch(etag),
-        };
-        if let Ok((WriteOutcome::Written(_), _)) = blobs.execute(&write, now).await {
+        if seen.etag.is_none()
+            || matches!(overwrite_outcome(blobs, &seen, status, now).await, Ok(true))
+        {
             return;
         }
         // Failed, refused or lost: read it back; go on only while it is this tick's `running`.
@@ -975,7 +979,7 @@ fn refused_by_log(settings: &Settings, refusal: LogRefusal) -> Decision {
             reason: "another occurrence is buffered".into(),
         },
         // Handled where the run is decided (recorded `skipped_paused`).
-        LogRefusal::Paused => Decision::Skipped {
+        LogRefusal::Paused(_) => Decision::Skipped {
             reserved_by: None,
             reason: "the job is paused".into(),
         },

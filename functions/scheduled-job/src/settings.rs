@@ -444,6 +444,20 @@ pub(crate) mod tests {
         .collect()
     }
 
+    /// The settings of a test deployment with `extra` variables (no period set unless given).
+    pub(crate) fn settings_with(extra: &[(&str, &str)]) -> Settings {
+        let mut v = vars(60, 0, 300);
+        v.remove("job_period_seconds");
+        v.remove("job_offset_seconds");
+        v.remove("job_early_seconds");
+        v.extend(
+            extra
+                .iter()
+                .map(|(k, val)| (k.to_string(), val.to_string())),
+        );
+        Settings::load(&v).unwrap()
+    }
+
     pub(crate) fn settings(period: u64, offset: u64, early: u64) -> Settings {
         Settings::load(&vars(period, offset, early)).unwrap()
     }
