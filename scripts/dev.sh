@@ -9,6 +9,9 @@
 #                          Python and the app, at concurrency 1, 4 and 16 (its own Azurite), then
 #                          a bearer token against SharedKey over HTTPS; `--only entra` runs that
 #                          section alone (no Python SDK)
+#   scripts/dev.sh check   the model checker (tests/model): the bounded checks the tests run, with
+#                          states explored; `--deep [--minutes N] [--seed S]` explores larger bounds
+#                          for N minutes (default 10), then random walks from seed S (printed)
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite,
 #                          Spin and its cron plugin, faketime)
 set -euo pipefail
@@ -235,13 +238,21 @@ case "${1:-}" in
     while kill -0 "${AZURITE_PID:-0}" 2>/dev/null || port_open 10000; do sleep 1; done
     ;;
   bench) shift; bench "$@" ;;
+  check)
+    shift
+    setup
+    say "building the model checker (tests/model)"
+    # The dev profile: the model crate and what it drives are optimized there (Cargo.toml).
+    cargo build --locked -p leasegate-model --bin leasegate-check
+    target/debug/leasegate-check "$@"
+    ;;
   test)
     setup
     say "running the tests"
     cargo test --workspace --locked
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|bench|demo|setup|azurite" >&2
+    echo "usage: scripts/dev.sh run|test|check|bench|demo|setup|azurite" >&2
     exit 2
     ;;
 esac

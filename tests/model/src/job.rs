@@ -1,0 +1,357 @@
+//! The job's reservation protocol: scheduled-job's own tick (`scheduled_job::tick`: reserve the
+//! occurrence, take the job's lease, write the outcome `running` by compare-and-swap with a
+//! nonce, call the job, record the result, settle earlier occurrences, retries and takeover),
+//! run by several deployments on one occurrence, over the model's storage and network. The job
+//! itself is a host of the model's that counts every call it receives.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use leasegate::LeaseId;
+use leasegate_spin::cache::NoCache;
+use leasegate_spin::timer::{Source, Tick};
+use leasegate_spin::{Context, Pause};
+use stateright::Property;
+
+use crate::storage::Storage;
+use crate::wire::{WireRequest, WireResponse};
+use crate::world::{Io, Protocol, Run, State, Status, World, CONNECTION_STRING, START};
+
+/// The job's host: its calls are counted here, never sent anywhere.
+pub const JOB_HOST: &str = "job.model";
+
+/// The schedule's period (seconds).
+pub const PERIOD: u64 = 60;
+
+/// A deployment's tick.
+#[derive(Debug, Clone)]
+pub struct Ticker {
+    /// Its `instance_id`.
+    pub instance: &'static str,
+    /// Its clock's offset from storage's (seconds).
+    pub skew: u64,
+    /// The occurrence it ticks, as a multiple of the period after [`START`].
+    pub occurrence: u64,
+    /// It starts after this many seconds of storage's clock (a trigger that fired late, a
+    /// slow invocation): the others go on meanwhile.
+    pub delay: u64,
+    /// It starts when every other tick has finished or vanished (the liveness check: it
+    /// settles what they left), and the network delivers its requests (fair delivery).
+    pub last: bool,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Note {
+    /// The job received a call (noted by the job's host, whether or not its answer arrives).
+    Called {
+        /// The occurrence (Unix seconds).
+        occurrence: u64,
+        /// The attempt.
+        attempt: u32,
+        /// The fencing token.
+        token: u64,
+    },
+    /// A tick ended with this decision.
+    Decided(String),
+}
+
+/// A planted mistake (tests only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mistake {
+    /// The outcome `running` written without the reservation's `If-Match`.
+    OutcomeWithoutCompareAndSwap,
+}
+
+/// The job's reservation protocol under check.
+#[derive(Debug, Clone)]
+pub struct JobProtocol {
+    /// The ticks.
+    pub tickers: Vec<Ticker>,
+    /// `job_retries`.
+    pub retries: u32,
+    /// Fault budget.
+    pub faults: u8,
+    /// Crash budget.
+    pub crashes: u8,
+    /// Clock advances allowed (1 s or 20 s: past the job's run deadline).
+    pub advances: u8,
+    /// A planted mistake, or none.
+    pub mistake: Option<Mistake>,
+}
+
+impl JobProtocol {
+    /// A bound CI checks: a deployment ticks an occurrence and another ticks it 20 s late (past
+    /// a reservation's deadline: a trigger that fired late, while the first may still be at
+    /// work), then a third ticks the next occurrence and settles what they left; `retries`
+    /// retries; no fault.
+    pub fn bounded(retries: u32) -> Self {
+        JobProtocol {
+            tickers: vec![
+                ticker("node-a", 0, 0, 0, false),
+                ticker("node-c", 0, 0, 20, false),
+                ticker("node-d", 0, 1, PERIOD + 2, true),
+            ],
+            retries,
+            faults: 0,
+            crashes: 0,
+            advances: 0,
+            mistake: None,
+        }
+    }
+
+    /// The other bound CI checks: two deployments tick an occurrence on time (clocks a second
+    /// apart), with one fault (any kind, on any request, the job's call included) and one crash
+    /// among them, then a third ticks the next occurrence and settles what they left.
+    pub fn faulty(retries: u32) -> Self {
+        JobProtocol {
+            tickers: vec![
+                ticker("node-a", 0, 0, 0, false),
+                ticker("node-b", 1, 0, 0, false),
+                ticker("node-d", 0, 1, PERIOD + 2, true),
+            ],
+            faults: 1,
+            crashes: 1,
+            ..JobProtocol::bounded(retries)
+        }
+    }
+
+    /// With a planted mistake.
+    pub fn with_mistake(mut self, mistake: Mistake) -> Self {
+        self.mistake = Some(mistake);
+        self
+    }
+
+    fn variables(&self, instance: &str) -> HashMap<String, String> {
+        [
+            ("instance_id", instance),
+            ("job_name", "job"),
+            ("job_url", "http://job.model/run"),
+            ("job_period_seconds", "60"),
+            ("job_timeout_seconds", "1"),
+            ("storage_timeout_ms", "1000"),
+            ("job_retry_delay_seconds", "0"),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_connection_string", CONNECTION_STRING),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain([("job_retries".to_string(), self.retries.to_string())])
+        .collect()
+    }
+}
+
+fn ticker(instance: &'static str, skew: u64, occurrence: u64, delay: u64, last: bool) -> Ticker {
+    Ticker {
+        instance,
+        skew,
+        occurrence,
+        delay,
+        last,
+    }
+}
+
+async fn run_tick(i: usize, protocol: JobProtocol, io: Io<Note>) {
+    let ticker = &protocol.tickers[i];
+    let waited = ticker.delay;
+    if waited > 0 {
+        io.sleep(waited).await;
+    }
+    let vars = protocol.variables(ticker.instance);
+    let settings = match scheduled_job::Settings::load(&vars) {
+        Ok(s) => s,
+        Err(e) => panic!("the model's settings do not load: {e}"),
+    };
+    let connect = {
+        let io = io.clone();
+        move |_timeout: Duration| io.clone()
+    };
+    let ids = Cell::new(0u8);
+    let new_lease_id = || {
+        ids.set(ids.get() + 1);
+        let mut bytes = [0u8; 16];
+        bytes[0] = 0xB0 | i as u8;
+        bytes[1] = ids.get();
+        LeaseId::from_random_bytes(bytes)
+    };
+    let sleep = {
+        let io = io.clone();
+        move |d: Duration| -> Pause {
+            let io = io.clone();
+            Box::pin(async move { io.sleep(d.as_secs()).await })
+        }
+    };
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(START + ticker.skew + waited);
+    let ctx = Context {
+        connect: &connect,
+        variables: &vars,
+        now,
+        new_lease_id: &new_lease_id,
+        sleep: &sleep,
+        cache: &NoCache,
+    };
+    let tick = Tick {
+        at: SystemTime::UNIX_EPOCH + Duration::from_secs(START + ticker.occurrence * PERIOD),
+        source: Source::Cron,
+        past_due: false,
+    };
+    let outcome = scheduled_job::tick(&ctx, &settings, &tick, false, Instant::now()).await;
+    io.note(Note::Decided(format!("{:?}", outcome.decision)));
+}
+
+/// The outcome `running` written on a reservation.
+fn is_running_write(request: &WireRequest) -> bool {
+    request.method == "PUT"
+        && request.path().contains("/occurrences/")
+        && request.query("comp").as_deref() == Some("metadata")
+        && request.header("x-ms-meta-leasegate_run") == Some("running")
+}
+
+impl Protocol for JobProtocol {
+    type Note = Note;
+
+    fn callers(&self) -> usize {
+        self.tickers.len()
+    }
+
+    fn run(&self, i: usize, io: Io<Note>) -> Run {
+        Box::pin(run_tick(i, self.clone(), io))
+    }
+
+    fn storage(&self) -> Storage {
+        let mut storage = Storage::new(START);
+        storage.create_container("leasegate");
+        storage
+    }
+
+    fn budgets(&self) -> (u8, u8, u8) {
+        (self.faults, self.advances, self.crashes)
+    }
+
+    fn advances(&self) -> &[u64] {
+        &[1, 20]
+    }
+
+    fn may_act(&self, i: usize, state: &State<Note>) -> bool {
+        !self.tickers[i].last
+            || (state.in_flight.is_empty()
+                && state
+                    .callers
+                    .iter()
+                    .enumerate()
+                    .all(|(j, c)| self.tickers[j].last || !matches!(c.status, Status::Waiting(_))))
+    }
+
+    /// Fair delivery for the late tick: the network fails only the first ticks' requests, and
+    /// only they may vanish.
+    fn may_fail(&self, i: usize, request: &WireRequest) -> bool {
+        !self.tickers[i].last && request.host() != crate::world::CLOCK_HOST
+    }
+
+    fn outside(
+        &self,
+        i: usize,
+        request: &WireRequest,
+        log: &mut Vec<(usize, Note)>,
+    ) -> WireResponse {
+        if request.host() != JOB_HOST {
+            return WireResponse::new(404);
+        }
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        log.push((
+            i,
+            Note::Called {
+                occurrence: body["occurrenceUnix"].as_u64().unwrap_or(0),
+                attempt: body["attempt"].as_u64().unwrap_or(0) as u32,
+                token: body["fencingToken"].as_u64().unwrap_or(0),
+            },
+        ));
+        WireResponse::new(200)
+    }
+
+    fn mutate(&self, request: &mut WireRequest) {
+        if self.mistake == Some(Mistake::OutcomeWithoutCompareAndSwap) && is_running_write(request)
+        {
+            request.remove_header("if-match");
+        }
+    }
+
+    fn properties() -> Vec<Property<World<Self>>> {
+        vec![
+            Property::always(
+                "each attempt of an occurrence is called at most once",
+                |_, s| each_attempt_once(s),
+            ),
+            Property::always(
+                "attempts of an occurrence carry rising tokens (occurrence x 2^16 + attempt - 1)",
+                |_, s| tokens_rise(s),
+            ),
+            Property::always("never more attempts than job_retries allows", |m, s| {
+                attempts_within(m, s)
+            }),
+            Property::eventually(
+                "an occurrence whose reserver vanished is run or recorded",
+                |_, s| settled(s),
+            ),
+        ]
+    }
+}
+
+fn calls(state: &State<Note>) -> Vec<(u64, u32, u64)> {
+    state
+        .log
+        .iter()
+        .filter_map(|(_, n)| match n {
+            Note::Called {
+                occurrence,
+                attempt,
+                token,
+            } => Some((*occurrence, *attempt, *token)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn each_attempt_once(state: &State<Note>) -> bool {
+    let calls = calls(state);
+    calls
+        .iter()
+        .enumerate()
+        .all(|(k, a)| calls[k + 1..].iter().all(|b| (a.0, a.1) != (b.0, b.1)))
+}
+
+/// Each call's token is its occurrence's x 2^16 + attempt - 1, so a later attempt's is higher.
+/// Not by arrival: an attempt whose call timed out may still arrive after the next attempt's
+/// (the checker finds it: a late request), and the job's receiver refuses it by its lower token.
+fn tokens_rise(state: &State<Note>) -> bool {
+    let calls = calls(state);
+    calls.iter().all(|a| {
+        a.1 >= 1
+            && a.2 == (a.0 << 16) + u64::from(a.1) - 1
+            && calls.iter().all(|b| b.0 != a.0 || b.1 <= a.1 || b.2 > a.2)
+    })
+}
+
+fn attempts_within(model: &World<JobProtocol>, state: &State<Note>) -> bool {
+    let most = model.protocol.retries + 1;
+    let calls = calls(state);
+    calls.iter().all(|(occurrence, attempt, _)| {
+        *attempt >= 1
+            && *attempt <= most
+            && calls.iter().filter(|c| c.0 == *occurrence).count() <= most as usize
+    })
+}
+
+/// Every reservation has an outcome that is not `running`.
+fn settled(state: &State<Note>) -> bool {
+    state
+        .storage
+        .blobs()
+        .filter(|((_, name), _)| name.contains("/occurrences/"))
+        .all(|(_, blob)| {
+            blob.metadata
+                .get("leasegate_run")
+                .is_some_and(|run| run != "running")
+        })
+}

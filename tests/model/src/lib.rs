@@ -1,0 +1,20 @@
+//! A model checker over the project's own code: the lease core's [`Locks`](leasegate::lease::Locks)
+//! and the scheduled job's tick, run as they are, against a small storage model
+//! ([`storage`]) and a network whose every answer is the checker's choice ([`world`]), with
+//! [stateright] exploring every interleaving up to a bound.
+//!
+//! * [`lease`]: the claim protocol (native leases and lease records on one blob, tokens, lost
+//!   answers, expiry by the storage clock).
+//! * [`job`]: the job's reservation protocol (reservation, outcome compare-and-swap with a
+//!   nonce, retries and takeover).
+//! * [`trace`]: a counterexample, step by step; [`run`]: a check and its report.
+//!
+//! What is modeled and what is not, and the bounds: `docs/protocol.md`, "The model checker".
+
+pub mod job;
+pub mod lease;
+pub mod run;
+pub mod storage;
+pub mod trace;
+pub mod wire;
+pub mod world;
