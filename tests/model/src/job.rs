@@ -123,6 +123,16 @@ impl JobProtocol {
         self
     }
 
+    /// Every tick but the last has finished or vanished, and no request is in flight.
+    fn others_done(&self, state: &State<Note>) -> bool {
+        state.in_flight.is_empty()
+            && state
+                .callers
+                .iter()
+                .enumerate()
+                .all(|(j, c)| self.tickers[j].last || !matches!(c.status, Status::Waiting(_)))
+    }
+
     fn variables(&self, instance: &str) -> HashMap<String, String> {
         [
             ("instance_id", instance),
@@ -234,13 +244,12 @@ impl Protocol for JobProtocol {
     }
 
     fn may_act(&self, i: usize, state: &State<Note>) -> bool {
-        !self.tickers[i].last
-            || (state.in_flight.is_empty()
-                && state
-                    .callers
-                    .iter()
-                    .enumerate()
-                    .all(|(j, c)| self.tickers[j].last || !matches!(c.status, Status::Waiting(_))))
+        !self.tickers[i].last || self.others_done(state)
+    }
+
+    /// Fair delivery for the last tick: the clock moves only by its own wait once it runs.
+    fn may_advance(&self, state: &State<Note>) -> bool {
+        !self.others_done(state)
     }
 
     /// Fair delivery for the late tick: the network fails only the first ticks' requests, and

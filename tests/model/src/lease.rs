@@ -210,6 +210,14 @@ impl LeaseProtocol {
         self
     }
 
+    /// Every caller but the prober has finished, and no request is in flight.
+    fn others_done(&self, state: &State<Note>) -> bool {
+        state.in_flight.is_empty()
+            && state.callers.iter().enumerate().all(|(j, c)| {
+                self.callers[j].prober || !matches!(c.status, crate::world::Status::Waiting(_))
+            })
+    }
+
     fn known_id(i: usize) -> LeaseId {
         LeaseId::from_random_bytes([0xA0 | i as u8; 16])
     }
@@ -384,11 +392,17 @@ impl Protocol for LeaseProtocol {
     }
 
     fn may_act(&self, i: usize, state: &State<Note>) -> bool {
-        !self.callers[i].prober
-            || (state.in_flight.is_empty()
-                && state.callers.iter().enumerate().all(|(j, c)| {
-                    self.callers[j].prober || !matches!(c.status, crate::world::Status::Waiting(_))
-                }))
+        !self.callers[i].prober || self.others_done(state)
+    }
+
+    /// Fair delivery for the prober: the network fails only the other callers' requests...
+    fn may_fail(&self, i: usize, request: &WireRequest) -> bool {
+        !self.callers[i].prober && request.host() != crate::world::CLOCK_HOST
+    }
+
+    /// ... and the clock moves only by its own waits once it runs.
+    fn may_advance(&self, state: &State<Note>) -> bool {
+        !self.others_done(state)
     }
 
     fn mutate(&self, request: &mut WireRequest) {

@@ -264,6 +264,12 @@ pub trait Protocol: Send + Sync + Sized + 'static {
         true
     }
 
+    /// Whether the checker may advance the storage clock now (fair delivery for a caller that
+    /// checks liveness: the clock does not jump in the middle of its calls).
+    fn may_advance(&self, _state: &State<Self::Note>) -> bool {
+        true
+    }
+
     /// Whether caller `i`'s request may be failed by the network (or the caller crash there).
     fn may_fail(&self, _i: usize, request: &WireRequest) -> bool {
         request.host() != CLOCK_HOST
@@ -422,7 +428,7 @@ impl<P: Protocol> stateright::Model for World<P> {
         for k in 0..state.in_flight.len() {
             actions.push(Action::Land(k));
         }
-        if state.advances_left > 0 {
+        if state.advances_left > 0 && self.protocol.may_advance(state) {
             for secs in self.protocol.advances() {
                 actions.push(Action::Advance(*secs));
             }
