@@ -117,6 +117,13 @@ impl JobProtocol {
         }
     }
 
+    /// Without the last tick (nothing settles what the others leave: the liveness property must
+    /// then fail, which shows it can).
+    pub fn without_last(mut self) -> Self {
+        self.tickers.retain(|t| !t.last);
+        self
+    }
+
     /// With a planted mistake.
     pub fn with_mistake(mut self, mistake: Mistake) -> Self {
         self.mistake = Some(mistake);
@@ -229,9 +236,18 @@ impl Protocol for JobProtocol {
         Box::pin(run_tick(i, self.clone(), io))
     }
 
+    /// A job that has run before: its log exists, every occurrence before the checked one
+    /// settled. (A brand-new job's first tick starts its log at the occurrence before its own,
+    /// taken as settled: see docs/protocol.md, "The model checker", for what that leaves.)
     fn storage(&self) -> Storage {
         let mut storage = Storage::new(START);
         storage.create_container("leasegate");
+        let log = serde_json::json!({
+            "job": "job",
+            "entries": [],
+            "settledThrough": START - PERIOD,
+        });
+        storage.seed_blob("leasegate", "jobs/job/log.json", log.to_string().into_bytes());
         storage
     }
 
@@ -301,7 +317,7 @@ impl Protocol for JobProtocol {
             }),
             Property::eventually(
                 "an occurrence whose reserver vanished is run or recorded",
-                |_, s| settled(s),
+                |_, s| ended(s) && settled(s),
             ),
         ]
     }
@@ -352,15 +368,47 @@ fn attempts_within(model: &World<JobProtocol>, state: &State<Note>) -> bool {
     })
 }
 
-/// Every reservation has an outcome that is not `running`.
+/// Every tick has finished or vanished and no request is in flight (the liveness property
+/// judges the end: before the first reservation, "every reservation is settled" holds
+/// trivially).
+fn ended(state: &State<Note>) -> bool {
+    state.in_flight.is_empty()
+        && state
+            .callers
+            .iter()
+            .all(|c| !matches!(c.status, Status::Waiting(_)))
+}
+
+/// Every reservation is settled: its outcome is not `running` (nor absent), or the log records
+/// a final result for its occurrence (a runner that logged its result and vanished before
+/// writing it on the reservation: the log is what every later tick reads first).
 fn settled(state: &State<Note>) -> bool {
+    let log: Option<scheduled_job::Log> = state
+        .storage
+        .blob("leasegate", "jobs/job/log.json")
+        .and_then(|b| serde_json::from_slice(&b.body).ok());
+    let logged = |occurrence: u64| {
+        log.as_ref().is_some_and(|log| {
+            log.entries.iter().any(|e| {
+                e.occurrence_unix == occurrence
+                    && !matches!(
+                        e.status,
+                        scheduled_job::RunStatus::Running | scheduled_job::RunStatus::Pending
+                    )
+            })
+        })
+    };
     state
         .storage
         .blobs()
-        .filter(|((_, name), _)| name.contains("/occurrences/"))
-        .all(|(_, blob)| {
+        .filter_map(|((_, name), blob)| {
+            let occurrence = name.strip_prefix("jobs/job/occurrences/")?.parse().ok()?;
+            Some((occurrence, blob))
+        })
+        .all(|(occurrence, blob)| {
             blob.metadata
                 .get("leasegate_run")
                 .is_some_and(|run| run != "running")
+                || logged(occurrence)
         })
 }

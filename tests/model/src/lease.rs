@@ -88,12 +88,10 @@ pub enum Note {
     /// Refused: someone else holds it.
     Busy,
     /// Gives the lock up: it stops acting as the holder from here, whatever the release's
-    /// answer (at the storage time of its last answer: it sends the release right away).
+    /// answer.
     Releasing {
         /// The lease id.
         id: String,
-        /// When.
-        at: u64,
     },
     /// Released.
     Released,
@@ -308,10 +306,7 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
             }
             Step::Release => {
                 let Some(id) = held.take() else { continue };
-                io.note(Note::Releasing {
-                    id: id.to_string(),
-                    at: io.last_date().unwrap_or(0),
-                });
+                io.note(Note::Releasing { id: id.to_string() });
                 match locks.release(&lock, id, now).await {
                     Ok(Release::Released) => io.note(Note::Released),
                     Ok(Release::NotHeld) => io.note(Note::NotHeld),
@@ -479,16 +474,22 @@ impl Protocol for LeaseProtocol {
     }
 }
 
-/// A grant as the caller was told it, and when it ended: its expiry, or the moment its holder
-/// began to release it.
+/// A grant as the caller was told it, and when it ended: at its expiry by storage's clock, or
+/// when its holder began to release it (the note's place in the log).
 struct Tenure {
     id: String,
     /// The token the caller was told.
     token: u64,
-    /// The token its claim records (the told one where the world read none).
-    recorded: u64,
+    /// The token its claim records when the caller is told (`None`: the claim names another).
+    recorded: Option<u64>,
+    /// Where the grant is in the log.
+    told: usize,
+    /// Where its holder began to release it (`usize::MAX`: it did not).
+    releasing: usize,
+    /// The grant's `Date`.
     from: u64,
-    end: u64,
+    /// Its expiry (`u64::MAX`: infinite).
+    until: u64,
     extended: bool,
 }
 
@@ -506,28 +507,31 @@ fn tenures(state: &State<Note>) -> Vec<Tenure> {
         else {
             continue;
         };
-        let released = state.log[k + 1..].iter().find_map(|(j, n)| match n {
-            Note::Releasing { id: r, at } if j == i && r == id => Some(*at),
-            _ => None,
-        });
+        let releasing = state.log[k + 1..]
+            .iter()
+            .position(|(j, n)| j == i && matches!(n, Note::Releasing { id: r, .. } if r == id))
+            .map_or(usize::MAX, |p| k + 1 + p);
         out.push(Tenure {
             id: id.clone(),
             token: *token,
-            recorded: recorded.unwrap_or(*token),
+            recorded: *recorded,
+            told: k,
+            releasing,
             from: *from,
-            end: until.unwrap_or(u64::MAX).min(released.unwrap_or(u64::MAX)),
+            until: until.unwrap_or(u64::MAX),
             extended: *extended,
         });
     }
     out
 }
 
+/// When a caller is told it holds the lock, nobody else who was told so before is still a
+/// holder: it has begun to release, or its grant ran out by the new grant's `Date`.
 fn one_holder(state: &State<Note>) -> bool {
     let t = tenures(state);
-    t.iter().enumerate().all(|(k, a)| {
-        t[k + 1..]
-            .iter()
-            .all(|b| a.id == b.id || a.end <= b.from || b.end <= a.from)
+    t.iter().all(|b| {
+        t.iter()
+            .all(|a| a.told >= b.told || a.id == b.id || a.releasing < b.told || a.until <= b.from)
     })
 }
 
@@ -535,6 +539,7 @@ fn tokens_rise(state: &State<Note>) -> bool {
     let mut t = tenures(state);
     // In the order of the grants by storage's clock (holders never overlap: see one_holder).
     t.sort_by_key(|x| x.from);
+    let recorded = |x: &Tenure| x.recorded.unwrap_or(x.token);
     t.iter().enumerate().all(|(k, b)| {
         let earlier = &t[..k];
         let extends = earlier.iter().rev().find(|a| a.id == b.id);
@@ -544,16 +549,17 @@ fn tokens_rise(state: &State<Note>) -> bool {
         }
         earlier.iter().all(|a| {
             if a.id == b.id && b.extended {
-                b.recorded >= a.recorded
+                recorded(b) >= recorded(a)
             } else {
-                b.recorded > a.recorded
+                recorded(b) > recorded(a)
             }
         })
     })
 }
 
+/// The claim names the holder it was just told to, with its token.
 fn told_is_recorded(state: &State<Note>) -> bool {
-    tenures(state).iter().all(|t| t.recorded == t.token)
+    tenures(state).iter().all(|t| t.recorded == Some(t.token))
 }
 
 fn nothing_left_by_failures(state: &State<Note>) -> bool {

@@ -95,6 +95,9 @@ impl Blob {
 pub struct Storage {
     /// The storage clock, Unix seconds: every `Date`, every lease expiry.
     pub clock: u64,
+    /// Leases acquired in a second run out at the end of their last second (acquired late in
+    /// it) rather than at its start: at `Date` = grant + duration, such a lease is still held.
+    pub leases_last_through_their_second: bool,
     containers: BTreeSet<String>,
     blobs: BTreeMap<(String, String), Blob>,
     etags: u64,
@@ -121,6 +124,7 @@ impl Storage {
     pub fn new(clock: u64) -> Self {
         Storage {
             clock,
+            leases_last_through_their_second: false,
             containers: BTreeSet::new(),
             blobs: BTreeMap::new(),
             etags: 0,
@@ -130,6 +134,22 @@ impl Storage {
     /// Creates `container` (as a deployment's set-up would).
     pub fn create_container(&mut self, container: &str) {
         self.containers.insert(container.to_string());
+    }
+
+    /// Writes blob `name` of `container` with `body` (as an earlier run left it).
+    pub fn seed_blob(&mut self, container: &str, name: &str, body: Vec<u8>) {
+        let etag = self.next_etag();
+        self.blobs.insert(
+            (container.to_string(), name.to_string()),
+            Blob {
+                body,
+                metadata: BTreeMap::new(),
+                etag,
+                last_modified: self.clock,
+                page: false,
+                lease: NativeLease::Available,
+            },
+        );
     }
 
     /// The blob `name` of `container`.
@@ -145,6 +165,13 @@ impl Storage {
     /// `503 ServerBusy`, dated: what a busy storage answers without doing anything.
     pub fn busy(&self) -> WireResponse {
         let mut answer = error(503, "ServerBusy");
+        answer.headers.push(("date".into(), http_date(self.clock)));
+        answer
+    }
+
+    /// `500 OperationTimedOut`, dated: what storage may answer after it applied a request.
+    pub fn timed_out(&self) -> WireResponse {
+        let mut answer = error(500, "OperationTimedOut");
         answer.headers.push(("date".into(), http_date(self.clock)));
         answer
     }
@@ -380,7 +407,9 @@ impl Storage {
                     .and_then(|d| d.parse::<i64>().ok())
                 {
                     Some(-1) => None,
-                    Some(d @ 15..=60) => Some(clock + d as u64),
+                    Some(d @ 15..=60) => {
+                        Some(clock + d as u64 + u64::from(self.leases_last_through_their_second))
+                    }
                     _ => return error(400, "InvalidHeaderValue"),
                 };
                 let Some(id) = proposed else {

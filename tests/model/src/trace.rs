@@ -74,8 +74,15 @@ pub fn step<P: Protocol>(world: &World<P>, last: &State<P::Note>, action: &Actio
     let next = stateright::Model::next_state(world, last, action.clone());
     let clock = last.storage.clock - crate::world::START;
     let mut line = format!("[t+{clock}s] ");
+    // A request as it arrived (a planted mistake rewrites it on its way).
     let waiting = |i: usize| match &last.callers[i].status {
-        Status::Waiting(r) => request(r),
+        Status::Waiting(r) => {
+            let mut r = r.clone();
+            if r.host() == crate::world::STORAGE_HOST {
+                world.protocol.mutate(&mut r);
+            }
+            request(&r)
+        }
         _ => String::new(),
     };
     let got = |i: usize| {
@@ -100,7 +107,11 @@ pub fn step<P: Protocol>(world: &World<P>, last: &State<P::Note>, action: &Actio
         }
         Action::Land(k) => {
             let (i, r) = &last.in_flight[*k];
-            let _ = write!(line, "late request of caller {i} lands: {}", request(r));
+            let mut r = r.clone();
+            if r.host() == crate::world::STORAGE_HOST {
+                world.protocol.mutate(&mut r);
+            }
+            let _ = write!(line, "late request of caller {i} lands: {}", request(&r));
         }
         Action::Advance(secs) => {
             let _ = write!(line, "storage clock +{secs}s");

@@ -64,6 +64,8 @@ pub enum Fault {
     Refused,
     /// `503 ServerBusy`: storage did nothing.
     Busy,
+    /// `500 OperationTimedOut` after storage applied it.
+    FailedAfter,
     /// Storage applied it and the answer was lost (the caller times out).
     Lost,
     /// It never arrived (the caller times out).
@@ -72,9 +74,16 @@ pub enum Fault {
     Late,
 }
 
-/// The faults the checker chooses from. `Lost` is not among them: a late request that lands
-/// right after its caller timed out is the same (and `Late` also lands later).
-pub const FAULTS: [Fault; 4] = [Fault::Refused, Fault::Busy, Fault::TimedOut, Fault::Late];
+/// The faults the checker chooses from. `Lost` and `Late` differ: a lost request has landed by
+/// the time its caller hears of the failure, a late one may land at any later step.
+pub const FAULTS: [Fault; 6] = [
+    Fault::Refused,
+    Fault::Busy,
+    Fault::FailedAfter,
+    Fault::Lost,
+    Fault::TimedOut,
+    Fault::Late,
+];
 
 /// The transport a caller's code runs over, for one replay: it answers from the answers the
 /// caller already had, and stops at the first request without one.
@@ -85,6 +94,9 @@ pub struct Io<N> {
 
 struct IoInner<N> {
     answers: RefCell<VecDeque<Answer>>,
+    /// The requests the answers were for: a replay that asks anything else is not
+    /// deterministic, and the check would be wrong.
+    asked: RefCell<VecDeque<WireRequest>>,
     pending: RefCell<Option<WireRequest>>,
     notes: RefCell<Vec<N>>,
     last_date: Cell<Option<u64>>,
@@ -92,10 +104,11 @@ struct IoInner<N> {
 }
 
 impl<N> Io<N> {
-    fn new(answers: &[Answer]) -> Self {
+    fn new(answers: &[Answer], asked: &[WireRequest]) -> Self {
         Io {
             inner: Rc::new(IoInner {
                 answers: RefCell::new(answers.iter().cloned().collect()),
+                asked: RefCell::new(asked.iter().cloned().collect()),
                 pending: RefCell::new(None),
                 notes: RefCell::new(Vec::new()),
                 last_date: Cell::new(None),
@@ -131,6 +144,14 @@ impl<N> Io<N> {
 
     async fn exchange(&self, request: &Request) -> Result<Response, TransportError> {
         let next = self.inner.answers.borrow_mut().pop_front();
+        if next.is_some() {
+            let asked = self.inner.asked.borrow_mut().pop_front();
+            assert!(
+                asked.as_ref() == Some(&WireRequest::from(request)),
+                "a caller's replay asked another request than it did before: its code is not \
+                 deterministic given its answers (a clock, a random number?)"
+            );
+        }
         let failed = match &next {
             Some(Answer::Response(r)) => r.status >= 500,
             Some(Answer::Failed(_)) => true,
@@ -197,6 +218,8 @@ pub enum Status {
 pub struct Caller {
     /// Every answer, in order.
     pub answers: Vec<Answer>,
+    /// The request each answer was for.
+    pub asked: Vec<WireRequest>,
     /// Where it is.
     pub status: Status,
     /// How many notes it has made (its notes are in [`State::log`]).
@@ -306,8 +329,13 @@ pub trait Protocol: Send + Sync + Sized + 'static {
 }
 
 /// Replays caller `i` from its answers: where it stops, and every note it made.
-fn replay<P: Protocol>(p: &P, i: usize, answers: &[Answer]) -> (Status, Vec<P::Note>) {
-    let io = Io::new(answers);
+fn replay<P: Protocol>(
+    p: &P,
+    i: usize,
+    answers: &[Answer],
+    asked: &[WireRequest],
+) -> (Status, Vec<P::Note>) {
+    let io = Io::new(answers, asked);
     let mut run = p.run(i, io.clone());
     let mut cx = Context::from_waker(Waker::noop());
     let status = match run.as_mut().poll(&mut cx) {
@@ -337,8 +365,14 @@ impl<P: Protocol> World<P> {
 
     /// Caller `i` has a new answer: run it on and log its new notes.
     fn answer(&self, state: &mut State<P::Note>, i: usize, answer: Answer) {
+        let Status::Waiting(asked) = &state.callers[i].status else {
+            return;
+        };
+        let asked = asked.clone();
+        state.callers[i].asked.push(asked);
         state.callers[i].answers.push(answer);
-        let (status, notes) = replay(&self.protocol, i, &state.callers[i].answers);
+        let caller = &state.callers[i];
+        let (status, notes) = replay(&self.protocol, i, &caller.answers, &caller.asked);
         let noted = state.callers[i].noted;
         for note in notes.into_iter().skip(noted) {
             state.callers[i].noted += 1;
@@ -393,9 +427,10 @@ impl<P: Protocol> stateright::Model for World<P> {
             crashes_left: crashes,
         };
         for i in 0..self.protocol.callers() {
-            let (status, notes) = replay(&self.protocol, i, &[]);
+            let (status, notes) = replay(&self.protocol, i, &[], &[]);
             state.callers.push(Caller {
                 answers: Vec::new(),
+                asked: Vec::new(),
                 status,
                 noted: notes.len(),
             });
@@ -403,7 +438,12 @@ impl<P: Protocol> stateright::Model for World<P> {
                 state.log.push((i, note));
             }
         }
-        vec![state]
+        // Leases run out at a millisecond of storage's clock: in the second of their expiry,
+        // or through it (a lease acquired late in its second). The model's clock has whole
+        // seconds: both worlds are explored.
+        let mut through = state.clone();
+        through.storage.leases_last_through_their_second = true;
+        vec![state, through]
     }
 
     fn actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {
@@ -455,6 +495,10 @@ impl<P: Protocol> stateright::Model for World<P> {
                 let answer = match fault {
                     Fault::Refused => Answer::Failed(Failure::Refused),
                     Fault::Busy => Answer::Response(state.storage.busy()),
+                    Fault::FailedAfter => {
+                        let _ = self.apply(&mut state, i, &request);
+                        Answer::Response(state.storage.timed_out())
+                    }
                     Fault::Lost => {
                         let _ = self.apply(&mut state, i, &request);
                         Answer::Failed(Failure::TimedOut)

@@ -30,8 +30,15 @@ fn a_claim_written_without_if_match_makes_two_holders() {
         LeaseProtocol::bounded().with_mistake(lease::Mistake::ClaimWithoutIfMatch),
         "one holder at a time",
     );
-    assert!(trace.contains("?comp=metadata"), "{trace}");
-    assert!(trace.contains("Granted"), "{trace}");
+    // A record's claim lands with no condition, over what another caller was granted.
+    assert!(
+        trace.lines().any(|l| l.contains("?comp=metadata")
+            && l.contains("holder=")
+            && l.contains("term=record")
+            && !l.contains("if-match=")),
+        "{trace}"
+    );
+    assert!(trace.matches("concludes: Granted").count() >= 2, "{trace}");
 }
 
 #[test]
@@ -40,7 +47,12 @@ fn a_token_from_the_callers_clock_goes_back() {
         LeaseProtocol::bounded().with_mistake(lease::Mistake::TokenFromCallerClock),
         "fencing tokens rise across holders, stay on extension",
     );
-    assert!(trace.contains("token="), "{trace}");
+    // Caller b's clock is 30 s behind storage's: its claim records that clock's token.
+    let behind = (leasegate_model::world::START - 30) << 16;
+    assert!(
+        trace.contains(&format!("recorded: Some({behind})")),
+        "{trace}"
+    );
 }
 
 #[test]
@@ -49,5 +61,26 @@ fn an_outcome_written_without_compare_and_swap_runs_an_attempt_twice() {
         JobProtocol::bounded(0).with_mistake(job::Mistake::OutcomeWithoutCompareAndSwap),
         "each attempt of an occurrence is called at most once",
     );
-    assert!(trace.contains("run=running"), "{trace}");
+    let occurrence = leasegate_model::world::START;
+    let first = format!("Called {{ occurrence: {occurrence}, attempt: 1,");
+    assert_eq!(trace.matches(&first).count(), 2, "{trace}");
+    // Two writes of `running` with no condition.
+    assert!(
+        trace
+            .lines()
+            .filter(|l| l.contains("run=running") && !l.contains("if-match="))
+            .count()
+            >= 2,
+        "{trace}"
+    );
+}
+
+#[test]
+fn a_vanished_reserver_with_no_later_tick_is_found_unsettled() {
+    let trace = counterexample(
+        JobProtocol::faulty(0).without_last(),
+        "an occurrence whose reserver vanished is run or recorded",
+    );
+    // A reservation is made and nothing after it writes its outcome.
+    assert!(trace.contains("occurrences/001795096800 if-none-match=* -> 201"), "{trace}");
 }
