@@ -31,6 +31,7 @@ pub mod app;
 pub mod entra;
 pub mod jobs;
 pub mod keepalive;
+pub mod load;
 pub mod proxy;
 pub mod sink;
 pub mod spin;
