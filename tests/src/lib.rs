@@ -40,6 +40,7 @@ pub mod stub;
 pub mod tls;
 
 /// A running Azurite blob service.
+#[derive(Debug)]
 pub struct Azurite {
     /// The wrapper `run.js` (under `faketime` for a clock offset); `None` until started.
     child: Mutex<Option<Child>>,

@@ -71,6 +71,8 @@ pub struct SpinConfig {
     pub clock_offset_ms: i64,
     /// A runtime config file's text (`--runtime-config-file`).
     pub runtime_config: Option<String>,
+    /// Environment variables for Spin (its runtime's knobs, e.g. `SPIN_WASMTIME_POOLING=0`).
+    pub env: Vec<(String, String)>,
 }
 
 /// A running `spin up`.
@@ -142,6 +144,7 @@ kill -KILL 0"#;
                 .args(&program)
                 .args(&args)
                 .process_group(0)
+                .envs(config.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::piped())
                 .stdout(out)
                 .stderr(err)
@@ -205,6 +208,26 @@ kill -KILL 0"#;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The `spin` process, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        let watchdog = self.child.lock().ok()?.id();
+        crate::process::descendants(watchdog)
+            .into_iter()
+            .find(|pid| crate::process::name(*pid) == "spin")
+    }
+
+    /// Resident memory (`VmRSS`) of the `spin` process and of every process it started (the
+    /// cron plugin), in KiB; 0 when it does not run.
+    pub fn rss_kib(&self) -> u64 {
+        self.pid().map_or(0, |pid| {
+            crate::process::rss_kib(pid)
+                + crate::process::descendants(pid)
+                    .into_iter()
+                    .map(crate::process::rss_kib)
+                    .sum::<u64>()
+        })
     }
 
     /// `127.0.0.1:{port}`; panics for a cron-only app.
