@@ -246,6 +246,11 @@ impl Azurite {
         self.port
     }
 
+    /// Its data folder (`--location`).
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// `127.0.0.1:{port}`: what [`proxy::Proxy`] is given as its upstream.
     pub fn authority(&self) -> String {
         format!("127.0.0.1:{}", self.port)
@@ -450,6 +455,18 @@ pub fn unix_now() -> u64 {
 /// `secs` since the epoch as RFC 3339 in whole seconds (`2026-11-25T04:00:00Z`).
 pub fn rfc3339_secs(secs: u64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+/// A number drawn uniformly from [0, 1), from the system's random source (through `uuid`): for
+/// faults and load drawn at random.
+pub fn uniform() -> f64 {
+    let bits = uuid::Uuid::new_v4().as_u64_pair().0 >> 11;
+    bits as f64 / (1u64 << 53) as f64
+}
+
+/// A whole number drawn uniformly below `n` (0 for `n` = 0).
+pub fn random_below(n: usize) -> usize {
+    ((uniform() * n as f64) as usize).min(n.saturating_sub(1))
 }
 
 /// A fresh container name, unique in this process and across runs.

@@ -58,6 +58,24 @@ pub fn name(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// CPU time `pid` has used (user and system), in seconds; 0 if it is gone.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // After `(comm)`: state is field 3, utime 14 and stime 15, in clock ticks of 1/100 s
+    // (USER_HZ, 100 on Linux).
+    let rest = text.rfind(')').map_or("", |i| &text[i + 1..]);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 /// `VmRSS` of `pid` in KiB (`/proc/{pid}/status`), 0 if it is gone.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -73,28 +91,48 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// Where a process's resident memory lives, by kind of mapping (KiB of `Rss` in
 /// `/proc/{pid}/smaps`).
 ///
-/// Wasmtime's pooling allocator (Spin's default) reserves its pools up front as a few huge
-/// anonymous mappings: the linear memories (4 GiB and guard pages per slot, 1,000 slots: terabytes
-/// of address space), then the tables, the async stacks and the instances' own data (gigabytes).
-/// What of them is resident is what the instances touched, kept after they end up to the
-/// configured `keep_resident` sizes. Everything else anonymous is the host's heap (malloc arenas,
-/// thread stacks); file mappings are the program, its libraries and compiled components.
+/// Wasmtime's pooling allocator (Spin's default where the address space allows) reserves its
+/// pools up front: the linear memories (1,000 slots of 4 GiB and guard pages: terabytes of
+/// address space) and the async stacks and tables (about a gigabyte). The kernel splits each
+/// reservation into many mappings (each slot's accessible part, its guards, its memory image),
+/// so mappings are first joined into contiguous anonymous regions, then sorted by the region's
+/// span. What is resident in a pool is what instances touched and what the allocator keeps for
+/// reuse (`linear_memory_keep_resident`, warm slots).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Breakdown {
-    /// Anonymous mappings of 1 TiB and more: the pool of wasm linear memories.
+    /// Anonymous regions of 1 TiB and more: the pool of wasm linear memories.
     pub wasm_memories: u64,
-    /// Anonymous mappings of 1 GiB up to 1 TiB: the pools of tables, stacks and instances.
+    /// Mappings in that pool holding at least 256 KiB: about the slots kept warm.
+    pub warm_slots: u64,
+    /// Anonymous regions of 512 MiB up to 1 TiB: the pools of async stacks and tables.
     pub pools: u64,
+    /// Smaller anonymous regions with executable mappings: compiled wasm code.
+    pub code: u64,
     /// Other anonymous memory: the host's heap, thread stacks.
     pub heap: u64,
-    /// File-backed mappings: the binary, libraries, compiled code, databases.
+    /// File-backed mappings: the binary, libraries, databases.
     pub files: u64,
 }
 
 impl Breakdown {
     /// The sum of every kind.
     pub fn total(&self) -> u64 {
-        self.wasm_memories + self.pools + self.heap + self.files
+        self.wasm_memories + self.pools + self.code + self.heap + self.files
+    }
+}
+
+impl std::ops::Add for Breakdown {
+    type Output = Breakdown;
+
+    fn add(self, other: Breakdown) -> Breakdown {
+        Breakdown {
+            wasm_memories: self.wasm_memories + other.wasm_memories,
+            warm_slots: self.warm_slots + other.warm_slots,
+            pools: self.pools + other.pools,
+            code: self.code + other.code,
+            heap: self.heap + other.heap,
+            files: self.files + other.files,
+        }
     }
 }
 
@@ -107,10 +145,18 @@ pub fn breakdown(pid: u32) -> Breakdown {
 const GIB: u64 = 1 << 30;
 const TIB: u64 = 1 << 40;
 
-fn breakdown_of(smaps: &str) -> Breakdown {
-    let mut out = Breakdown::default();
-    // The current mapping: its size in bytes and whether it is backed by a file.
-    let mut current: Option<(u64, bool)> = None;
+/// One mapping of `smaps`.
+struct Mapping {
+    start: u64,
+    end: u64,
+    executable: bool,
+    /// Backed by a file (`memfd:` memory images count as anonymous: they live in the pool).
+    file: bool,
+    rss: u64,
+}
+
+fn mappings(smaps: &str) -> Vec<Mapping> {
+    let mut out: Vec<Mapping> = Vec::new();
     for line in smaps.lines() {
         let mut fields = line.split_whitespace();
         let Some(first) = fields.next() else { continue };
@@ -118,24 +164,59 @@ fn breakdown_of(smaps: &str) -> Breakdown {
             if let (Ok(start), Ok(end)) =
                 (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
             {
-                // `start-end perms offset dev inode [path]`: a path that is not `[heap]`,
-                // `[stack]` and the like names a file.
-                let path = fields.nth(4).unwrap_or("");
-                let file = !path.is_empty() && !path.starts_with('[');
-                current = Some((end.saturating_sub(start), file));
+                // `start-end perms offset dev inode [path]`.
+                let perms = fields.next().unwrap_or("");
+                let path = fields.nth(3).unwrap_or("");
+                out.push(Mapping {
+                    start,
+                    end,
+                    executable: perms.contains('x'),
+                    file: !path.is_empty()
+                        && !path.starts_with('[')
+                        && !path.starts_with("/memfd:"),
+                    rss: 0,
+                });
                 continue;
             }
         }
         if first == "Rss:" {
-            let kib: u64 = fields.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-            match current {
-                Some((_, true)) => out.files += kib,
-                Some((size, false)) if size >= TIB => out.wasm_memories += kib,
-                Some((size, false)) if size >= GIB => out.pools += kib,
-                Some((_, false)) => out.heap += kib,
-                None => {}
+            if let Some(m) = out.last_mut() {
+                m.rss = fields.next().and_then(|v| v.parse().ok()).unwrap_or(0);
             }
         }
+    }
+    out
+}
+
+fn breakdown_of(smaps: &str) -> Breakdown {
+    let mut out = Breakdown::default();
+    let maps = mappings(smaps);
+    let mut i = 0;
+    while i < maps.len() {
+        if maps[i].file {
+            out.files += maps[i].rss;
+            i += 1;
+            continue;
+        }
+        // A region: contiguous anonymous mappings.
+        let mut j = i + 1;
+        while j < maps.len() && !maps[j].file && maps[j].start == maps[j - 1].end {
+            j += 1;
+        }
+        let region = &maps[i..j];
+        let span = region[region.len() - 1].end - region[0].start;
+        let rss: u64 = region.iter().map(|m| m.rss).sum();
+        if span >= TIB {
+            out.wasm_memories += rss;
+            out.warm_slots += region.iter().filter(|m| m.rss >= 256).count() as u64;
+        } else if span >= GIB / 2 {
+            out.pools += rss;
+        } else if region.iter().any(|m| m.executable) {
+            out.code += rss;
+        } else {
+            out.heap += rss;
+        }
+        i = j;
     }
     out
 }
@@ -146,34 +227,43 @@ mod tests {
 
     #[test]
     fn sorts_resident_memory_by_kind_of_mapping() {
+        // The binary; the heap; a 2 TiB pool split into a slot, its guard and a memory image;
+        // a 1 GiB pool; compiled code beside data; an anonymous mapping after a file.
         let smaps = "\
 55d0c0a00000-55d0c0b00000 r-xp 00000000 fd:01 123 /usr/local/bin/spin
-Size:               1024 kB
 Rss:                 800 kB
 55d0c2000000-55d0c4000000 rw-p 00000000 00:00 0 [heap]
-Size:              32768 kB
 Rss:               12000 kB
-7e0000000000-7f0000000000 rw-p 00000000 00:00 0
-Size:           17179869184 kB
-Rss:               90000 kB
-7f1000000000-7f1080000000 rw-p 00000000 00:00 0
-Size:            2097152 kB
+7d0000000000-7d0000100000 rw-p 00000000 00:00 0
+Rss:                1024 kB
+7d0000100000-7d0000112000 rw-p 00000000 00:05 9 /memfd:wasm-memory-image (deleted)
+Rss:                  64 kB
+7d0000112000-7f0000000000 ---p 00000000 00:00 0
+Rss:                   0 kB
+7f1000000000-7f1040000000 rw-p 00000000 00:00 0
 Rss:                3000 kB
-7f2000000000-7f2000100000 rw-p 00000000 00:00 0
-Size:               1024 kB
+7f2000000000-7f2000100000 r-xp 00000000 00:00 0
+Rss:                 700 kB
+7f2000100000-7f2000200000 rw-p 00000000 00:00 0
+Rss:                 100 kB
+7f3000000000-7f3000100000 r--p 00000000 fd:01 9 /usr/lib/libc.so.6
 Rss:                  40 kB
+7f3000100000-7f3000200000 rw-p 00000000 00:00 0
+Rss:                  30 kB
 ";
         let b = breakdown_of(smaps);
         assert_eq!(
             b,
             Breakdown {
-                wasm_memories: 90000,
+                wasm_memories: 1088,
+                warm_slots: 1,
                 pools: 3000,
-                heap: 12040,
-                files: 800
+                code: 800,
+                heap: 12030,
+                files: 840
             }
         );
-        assert_eq!(b.total(), 105840);
+        assert_eq!(b.total(), 17758);
     }
 
     #[test]
@@ -181,6 +271,12 @@ Rss:                  40 kB
         let me = std::process::id();
         assert!(alive(me));
         assert!(rss_kib(me) > 0);
+        let spent = cpu_seconds(me);
+        let busy = std::time::Instant::now();
+        while busy.elapsed() < std::time::Duration::from_millis(300) {
+            std::hint::black_box((0..1000).sum::<u64>());
+        }
+        assert!(cpu_seconds(me) > spent, "CPU time rises while busy");
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .spawn()

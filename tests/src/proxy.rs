@@ -472,7 +472,7 @@ fn serve<S: ClientStream>(client: S, shared: &Shared) {
                 if chances.is_empty() {
                     None
                 } else {
-                    draw(&chances, uniform())
+                    draw(&chances, crate::uniform())
                 }
             })
         };
@@ -780,12 +780,6 @@ fn draw(chances: &[(Fault, f64)], u: f64) -> Option<Fault> {
     None
 }
 
-/// A number drawn uniformly from [0, 1), from the system's random source (through `uuid`).
-fn uniform() -> f64 {
-    let bits = uuid::Uuid::new_v4().as_u64_pair().0 >> 11;
-    bits as f64 / (1u64 << 53) as f64
-}
-
 fn auth_kind(request: &Message, target: &str) -> &'static str {
     match request.header("authorization") {
         Some(v) if v.starts_with("SharedKey ") => "SharedKey",
@@ -827,7 +821,7 @@ mod tests {
         assert_eq!(draw(&chances, 0.31), None);
         assert_eq!(draw(&chances, 0.999), None);
         assert_eq!(draw(&[], 0.0), None);
-        let u: Vec<f64> = (0..1000).map(|_| uniform()).collect();
+        let u: Vec<f64> = (0..1000).map(|_| crate::uniform()).collect();
         assert!(u.iter().all(|u| (0.0..1.0).contains(u)));
         let low = u.iter().filter(|u| **u < 0.5).count();
         assert!((400..600).contains(&low), "{low} of 1000 below 0.5");

@@ -210,24 +210,27 @@ kill -KILL 0"#;
         }
     }
 
-    /// The `spin` process, while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        let watchdog = self.child.lock().ok()?.id();
-        crate::process::descendants(watchdog)
+    /// The `spin` process and every process it started, while it runs: `spin up` starts
+    /// `spin trigger http` (which runs the components) and, for a cron manifest, the cron
+    /// plugin.
+    pub fn pids(&self) -> Vec<u32> {
+        let Some(watchdog) = self.child.lock().ok().map(|c| c.id()) else {
+            return Vec::new();
+        };
+        let Some(spin) = crate::process::descendants(watchdog)
             .into_iter()
             .find(|pid| crate::process::name(*pid) == "spin")
+        else {
+            return Vec::new();
+        };
+        let mut pids = vec![spin];
+        pids.extend(crate::process::descendants(spin));
+        pids
     }
 
-    /// Resident memory (`VmRSS`) of the `spin` process and of every process it started (the
-    /// cron plugin), in KiB; 0 when it does not run.
+    /// Resident memory (`VmRSS`) of [`Spin::pids`] together, in KiB; 0 when it does not run.
     pub fn rss_kib(&self) -> u64 {
-        self.pid().map_or(0, |pid| {
-            crate::process::rss_kib(pid)
-                + crate::process::descendants(pid)
-                    .into_iter()
-                    .map(crate::process::rss_kib)
-                    .sum::<u64>()
-        })
+        self.pids().into_iter().map(crate::process::rss_kib).sum()
     }
 
     /// `127.0.0.1:{port}`; panics for a cron-only app.
