@@ -9,6 +9,9 @@
 #                          Python and the app, at concurrency 1, 4 and 16 (its own Azurite), then
 #                          a bearer token against SharedKey over HTTPS; `--only entra` runs that
 #                          section alone (no Python SDK)
+#   scripts/dev.sh soak --minutes N   the app under spin up for N minutes: two deployments on
+#                          one Azurite with storage faults and two storage restarts, load,
+#                          gate holders and a per-second job; prints what held (not part of CI)
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite,
 #                          Spin and its cron plugin, faketime)
 set -euo pipefail
@@ -224,6 +227,15 @@ print(" ".join(f"{p}=={m.version(p)}" for p in ("azure-storage-blob", "azure-cor
   target/debug/leasegate-bench --python "$BENCH_VENV/bin/python" "$@"
 }
 
+soak() {
+  setup
+  build_components
+  say "building the soak (tests/src/bin/leasegate-soak)"
+  cargo build --locked -p leasegate-tests --bin leasegate-soak
+  say "soaking: progress every minute below, the summary at the end"
+  target/debug/leasegate-soak "$@"
+}
+
 case "${1:-}" in
   setup) setup ;;
   run) run ;;
@@ -235,13 +247,14 @@ case "${1:-}" in
     while kill -0 "${AZURITE_PID:-0}" 2>/dev/null || port_open 10000; do sleep 1; done
     ;;
   bench) shift; bench "$@" ;;
+  soak) shift; soak "$@" ;;
   test)
     setup
     say "running the tests"
     cargo test --workspace --locked
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|bench|demo|setup|azurite" >&2
+    echo "usage: scripts/dev.sh run|test|bench|soak|demo|setup|azurite" >&2
     exit 2
     ;;
 esac
