@@ -76,6 +76,18 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
+/// How many threads `pid` runs (`/proc/{pid}/status`), 0 if it is gone.
+pub fn threads(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// `VmRSS` of `pid` in KiB (`/proc/{pid}/status`), 0 if it is gone.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -92,23 +104,23 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// `/proc/{pid}/smaps`).
 ///
 /// Wasmtime's pooling allocator (Spin's default where the address space allows) reserves its
-/// pools up front: the linear memories (1,000 slots of 4 GiB and guard pages: terabytes of
-/// address space) and the async stacks and tables (about a gigabyte). The kernel splits each
-/// reservation into many mappings (each slot's accessible part, its guards, its memory image),
-/// so mappings are first joined into contiguous anonymous regions, then sorted by the region's
-/// span. What is resident in a pool is what instances touched and what the allocator keeps for
-/// reuse (`linear_memory_keep_resident`, warm slots).
+/// pool of linear memories up front: 1,000 slots of 4 GiB and guard pages, terabytes of address
+/// space. The kernel splits it into many mappings (each slot's accessible part, its guard, its
+/// memory image), so mappings are first joined into contiguous anonymous regions; a region of a
+/// terabyte or more is that pool. What is resident there is what instances touched and what the
+/// allocator keeps for reuse (`linear_memory_keep_resident`, warm slots). Executable anonymous
+/// mappings are compiled code (they end a region: code may sit right beside the pool); the rest
+/// of the anonymous memory (the host's heap, thread and async stacks, tables) is counted
+/// together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Breakdown {
     /// Anonymous regions of 1 TiB and more: the pool of wasm linear memories.
     pub wasm_memories: u64,
     /// Mappings in that pool holding at least 256 KiB: about the slots kept warm.
     pub warm_slots: u64,
-    /// Anonymous regions of 512 MiB up to 1 TiB: the pools of async stacks and tables.
-    pub pools: u64,
-    /// Smaller anonymous regions with executable mappings: compiled wasm code.
+    /// Executable anonymous mappings: compiled wasm code.
     pub code: u64,
-    /// Other anonymous memory: the host's heap, thread stacks.
+    /// Other anonymous memory: the host's heap, thread and async stacks, tables.
     pub heap: u64,
     /// File-backed mappings: the binary, libraries, databases.
     pub files: u64,
@@ -117,7 +129,7 @@ pub struct Breakdown {
 impl Breakdown {
     /// The sum of every kind.
     pub fn total(&self) -> u64 {
-        self.wasm_memories + self.pools + self.code + self.heap + self.files
+        self.wasm_memories + self.code + self.heap + self.files
     }
 }
 
@@ -128,7 +140,6 @@ impl std::ops::Add for Breakdown {
         Breakdown {
             wasm_memories: self.wasm_memories + other.wasm_memories,
             warm_slots: self.warm_slots + other.warm_slots,
-            pools: self.pools + other.pools,
             code: self.code + other.code,
             heap: self.heap + other.heap,
             files: self.files + other.files,
@@ -142,7 +153,6 @@ pub fn breakdown(pid: u32) -> Breakdown {
     breakdown_of(&text)
 }
 
-const GIB: u64 = 1 << 30;
 const TIB: u64 = 1 << 40;
 
 /// One mapping of `smaps`.
@@ -198,9 +208,18 @@ fn breakdown_of(smaps: &str) -> Breakdown {
             i += 1;
             continue;
         }
-        // A region: contiguous anonymous mappings.
+        if maps[i].executable {
+            out.code += maps[i].rss;
+            i += 1;
+            continue;
+        }
+        // A region: contiguous anonymous mappings that are not code.
         let mut j = i + 1;
-        while j < maps.len() && !maps[j].file && maps[j].start == maps[j - 1].end {
+        while j < maps.len()
+            && !maps[j].file
+            && !maps[j].executable
+            && maps[j].start == maps[j - 1].end
+        {
             j += 1;
         }
         let region = &maps[i..j];
@@ -209,10 +228,6 @@ fn breakdown_of(smaps: &str) -> Breakdown {
         if span >= TIB {
             out.wasm_memories += rss;
             out.warm_slots += region.iter().filter(|m| m.rss >= 256).count() as u64;
-        } else if span >= GIB / 2 {
-            out.pools += rss;
-        } else if region.iter().any(|m| m.executable) {
-            out.code += rss;
         } else {
             out.heap += rss;
         }
@@ -227,13 +242,16 @@ mod tests {
 
     #[test]
     fn sorts_resident_memory_by_kind_of_mapping() {
-        // The binary; the heap; a 2 TiB pool split into a slot, its guard and a memory image;
-        // a 1 GiB pool; compiled code beside data; an anonymous mapping after a file.
+        // The binary; the heap; compiled code right below a 2 TiB pool split into a slot, its
+        // guard and a memory image; a 1 GiB anonymous mapping; compiled code beside data; an
+        // anonymous mapping after a file.
         let smaps = "\
 55d0c0a00000-55d0c0b00000 r-xp 00000000 fd:01 123 /usr/local/bin/spin
 Rss:                 800 kB
 55d0c2000000-55d0c4000000 rw-p 00000000 00:00 0 [heap]
 Rss:               12000 kB
+7cfffff00000-7d0000000000 r-xp 00000000 00:00 0
+Rss:                 500 kB
 7d0000000000-7d0000100000 rw-p 00000000 00:00 0
 Rss:                1024 kB
 7d0000100000-7d0000112000 rw-p 00000000 00:05 9 /memfd:wasm-memory-image (deleted)
@@ -257,13 +275,12 @@ Rss:                  30 kB
             Breakdown {
                 wasm_memories: 1088,
                 warm_slots: 1,
-                pools: 3000,
-                code: 800,
-                heap: 12030,
+                code: 1200,
+                heap: 15130,
                 files: 840
             }
         );
-        assert_eq!(b.total(), 17758);
+        assert_eq!(b.total(), 18258);
     }
 
     #[test]
@@ -271,6 +288,7 @@ Rss:                  30 kB
         let me = std::process::id();
         assert!(alive(me));
         assert!(rss_kib(me) > 0);
+        assert!(threads(me) >= 1);
         let spent = cpu_seconds(me);
         let busy = std::time::Instant::now();
         while busy.elapsed() < std::time::Duration::from_millis(300) {
