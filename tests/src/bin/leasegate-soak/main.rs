@@ -792,7 +792,15 @@ fn main() {
         }
         s.spawn(|| soak.monitor());
     });
-    soak.sample(true);
+    let sampled = soak
+        .samples
+        .lock()
+        .expect("samples")
+        .last()
+        .map(|s| s.minute);
+    if sampled.is_none_or(|m| options.minutes - m > 0.1) {
+        soak.sample(true);
+    }
     // Faults off, then let the last job runs and notifications land.
     for app in &apps {
         app.storage.set_random_faults(&[]);

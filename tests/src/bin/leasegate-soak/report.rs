@@ -23,6 +23,8 @@ pub struct Memory {
     pub log_bytes: u64,
     /// Bytes in its state folder (the key-value store).
     pub state_bytes: u64,
+    /// Threads of Spin's processes.
+    pub threads: u64,
 }
 
 fn dir_bytes(dir: &Path) -> u64 {
@@ -54,6 +56,7 @@ pub fn memory(app: &App) -> Memory {
             .fold(Breakdown::default(), |a, b| a + b),
         log_bytes: dir_bytes(&dir.join("logs")) + file("spin.out") + file("spin.err"),
         state_bytes: dir_bytes(&dir.join("state")),
+        threads: app.spin.pids().into_iter().map(process::threads).sum(),
     }
 }
 
@@ -263,16 +266,15 @@ fn traps(spin: &Spin) -> Vec<String> {
         .collect()
 }
 
-/// `183.2 (memories 60.1 in 52 warm slots, stacks+tables 27.7, code 15.2, heap 38.0, files
+/// `183.2 (wasm memories 60.1 in 52 warm slots, code 15.2, heap and stacks 38.0, files
 /// 42.2)`, MiB.
 pub fn memory_line(m: &Memory) -> String {
     let b = &m.breakdown;
     format!(
-        "{} (memories {} in {} warm slots, stacks+tables {}, code {}, heap {}, files {})",
+        "{} (wasm memories {} in {} warm slots, code {}, heap and stacks {}, files {})",
         mib(m.rss_kib),
         mib(b.wasm_memories),
         b.warm_slots,
-        mib(b.pools),
         mib(b.code),
         mib(b.heap),
         mib(b.files)
@@ -405,7 +407,7 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
         }
     );
     println!(
-        "| notifications | {} to {} devices over {} windows of {} s; duplicates in a window {}, \
+        "| notifications | {} to {} devices over {} window(s) of {} s; duplicates in a window {}, \
          repeated idempotency keys {} |",
         thousands(notes.total as u64),
         thousands(notes.devices as u64),
@@ -518,8 +520,8 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
     }
     println!("\nSpin's resident memory per minute, MiB:\n");
     println!(
-        "| deployment | minute | requests | RSS | wasm memories | warm slots | stacks+tables | \
-         code | heap | files | open fds |"
+        "| deployment | minute | requests | RSS | wasm memories | warm slots | code | heap and \
+         stacks | files | threads | open fds |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for d in 0..soak.apps.len() {
@@ -532,10 +534,10 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
                 mib(m.rss_kib),
                 mib(b.wasm_memories),
                 b.warm_slots,
-                mib(b.pools),
                 mib(b.code),
                 mib(b.heap),
                 mib(b.files),
+                m.threads,
                 s.fds[d]
             );
         }
