@@ -12,6 +12,9 @@
 #   scripts/dev.sh check   the model checker (tests/model): the bounded checks the tests run, with
 #                          states explored; `--deep [--minutes N] [--seed S]` explores larger bounds
 #                          for N minutes (default 10), then random walks from seed S (printed)
+#   scripts/dev.sh soak --minutes N   the app under spin up for N minutes: two deployments on
+#                          one Azurite with storage faults and two storage restarts, load,
+#                          gate holders and a per-second job; prints what held (not part of CI)
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite,
 #                          Spin and its cron plugin, faketime)
 set -euo pipefail
@@ -227,6 +230,15 @@ print(" ".join(f"{p}=={m.version(p)}" for p in ("azure-storage-blob", "azure-cor
   target/debug/leasegate-bench --python "$BENCH_VENV/bin/python" "$@"
 }
 
+soak() {
+  setup
+  build_components
+  say "building the soak (tests/src/bin/leasegate-soak)"
+  cargo build --locked -p leasegate-tests --bin leasegate-soak
+  say "soaking: progress every minute below, the summary at the end"
+  target/debug/leasegate-soak "$@"
+}
+
 case "${1:-}" in
   setup) setup ;;
   run) run ;;
@@ -246,13 +258,14 @@ case "${1:-}" in
     cargo build --locked -p leasegate-model --bin leasegate-check
     target/debug/leasegate-check "$@"
     ;;
+  soak) shift; soak "$@" ;;
   test)
     setup
     say "running the tests"
     cargo test --workspace --locked
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|check|bench|demo|setup|azurite" >&2
+    echo "usage: scripts/dev.sh run|test|check|bench|soak|demo|setup|azurite" >&2
     exit 2
     ;;
 esac

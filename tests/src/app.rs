@@ -361,6 +361,12 @@ pub struct Setup {
     /// test CA for `localhost` from every storage component the manifest has
     /// ([`STORAGE_COMPONENTS`]).
     pub storage_tls: bool,
+    /// Storage is this Azurite (e.g. one the test restarts: [`Azurite::start_restartable`])
+    /// instead of the shared one. Not with [`Setup::azurite_same_clock`] or [`Setup::entra`].
+    pub azurite: Option<&'static Azurite>,
+    /// Environment variables for `spin up` (its runtime's knobs, e.g.
+    /// `SPIN_WASMTIME_POOLING=0`).
+    pub spin_env: Vec<(String, String)>,
     /// Sign in to storage with Microsoft Entra ID: storage is the Azurite that checks bearer
     /// tokens (`--oauth basic`, HTTPS: [`Azurite::shared_oauth`]) behind a TLS proxy (as
     /// [`Setup::storage_tls`]), tokens come from the app's own [`TokenServer`] (`token_origin`)
@@ -428,7 +434,7 @@ pub struct App {
     pub tokens: Option<TokenServer>,
     /// The Azurite behind [`App::storage`]: [`Azurite::shared`], [`Azurite::shared_oauth`]
     /// under [`Setup::entra`], [`Azurite::at_clock_offset`] under
-    /// [`Setup::azurite_same_clock`].
+    /// [`Setup::azurite_same_clock`], or [`Setup::azurite`].
     azurite: &'static Azurite,
     /// Under [`Setup::entra`]: a plain-HTTP proxy to the same Azurite (HTTPS behind it), for
     /// the test's own SharedKey reads of blob state ([`App::inspect_account`]).
@@ -466,7 +472,13 @@ impl App {
             !(setup.azurite_same_clock && setup.entra.is_some()),
             "Setup::azurite_same_clock does not go with Setup::entra (its Azurite checks tokens)"
         );
-        let azurite = if setup.entra.is_some() {
+        assert!(
+            setup.azurite.is_none() || !(setup.azurite_same_clock || setup.entra.is_some()),
+            "Setup::azurite does not go with Setup::azurite_same_clock or Setup::entra"
+        );
+        let azurite = if let Some(azurite) = setup.azurite {
+            azurite
+        } else if setup.entra.is_some() {
             Azurite::shared_oauth()
         } else if setup.azurite_same_clock {
             Azurite::at_clock_offset(setup.clock_offset_ms)
@@ -587,6 +599,7 @@ impl App {
             http,
             clock_offset_ms: setup.clock_offset_ms,
             runtime_config,
+            env: setup.spin_env,
         });
         App {
             spin,

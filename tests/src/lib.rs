@@ -31,6 +31,8 @@ pub mod app;
 pub mod entra;
 pub mod jobs;
 pub mod keepalive;
+pub mod load;
+pub mod process;
 pub mod proxy;
 pub mod sink;
 pub mod spin;
@@ -38,8 +40,10 @@ pub mod stub;
 pub mod tls;
 
 /// A running Azurite blob service.
+#[derive(Debug)]
 pub struct Azurite {
-    child: Mutex<Child>,
+    /// The wrapper `run.js` (under `faketime` for a clock offset); `None` until started.
+    child: Mutex<Option<Child>>,
     /// Held open: Azurite's wrapper stops Azurite when this pipe closes (our process ends, or
     /// [`Azurite::stop`]).
     stdin: Mutex<Option<ChildStdin>>,
@@ -47,6 +51,9 @@ pub struct Azurite {
     dir: PathBuf,
     oauth: bool,
     clock_offset_ms: i64,
+    /// Its data folder outlives the process (kept across [`Azurite::start_again`]); removed
+    /// when dropped.
+    restartable: bool,
 }
 
 impl Azurite {
@@ -99,77 +106,126 @@ impl Azurite {
             .or_insert_with(|| Box::leak(Box::new(Azurite::start_with_clock_offset(offset_ms))))
     }
 
+    /// Starts a new Azurite like [`Azurite::start`] that can be stopped ([`Azurite::stop`])
+    /// and started again on the same port with the same data ([`Azurite::start_again`]): a
+    /// storage outage that loses nothing storage had acknowledged, as a restart of an Azure
+    /// storage node does. Its data folder is removed when it is dropped (not when this process
+    /// is killed: it is in the system's temp folder, `leasegate-azurite-*`).
+    pub fn start_restartable() -> Azurite {
+        Azurite::start_new(false, 0, true)
+    }
+
     fn start_with(oauth: bool, clock_offset_ms: i64) -> Azurite {
+        Azurite::start_new(oauth, clock_offset_ms, false)
+    }
+
+    fn start_new(oauth: bool, clock_offset_ms: i64, restartable: bool) -> Azurite {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let azurite = Azurite {
+                child: Mutex::new(None),
+                stdin: Mutex::new(None),
+                port,
+                dir: std::env::temp_dir()
+                    .join(format!("leasegate-azurite-{}-{port}", std::process::id())),
+                oauth,
+                clock_offset_ms,
+                restartable,
+            };
+            std::fs::create_dir_all(&azurite.dir).expect("create Azurite's data folder");
+            match azurite.spawn() {
+                Ok(()) => return azurite,
+                // Dropping it removes its folder.
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("Azurite did not start: {last_error}");
+    }
+
+    /// Starts the Azurite process on `self.port` with `self.dir` and waits until it listens;
+    /// on failure it is killed and the error says why.
+    fn spawn(&self) -> Result<(), String> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("azurite");
         let main = root.join("node_modules/azurite/dist/src/blob/main.js");
         assert!(
             main.exists(),
             "Azurite is not installed: run `npm ci --prefix tests/azurite` (scripts/dev.sh does)"
         );
-        let mut last_error = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            let dir = std::env::temp_dir()
-                .join(format!("leasegate-azurite-{}-{port}", std::process::id()));
-            std::fs::create_dir_all(&dir).expect("create Azurite's data folder");
-            let mut cmd = match faketime_args(clock_offset_ms) {
-                Some(faketime) => {
-                    require_faketime();
-                    let mut cmd = Command::new(&faketime[0]);
-                    cmd.args(&faketime[1..]).arg("node");
-                    cmd
-                }
-                None => Command::new("node"),
-            };
-            cmd.arg(root.join("run.js"))
-                .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-                .arg("--location")
-                .arg(&dir)
-                // --disableTelemetry: Azurite otherwise sends usage data to an outside service.
-                .args([
-                    "--silent",
-                    "--skipApiVersionCheck",
-                    "--loose",
-                    "--disableTelemetry",
-                ])
-                .env("LEASEGATE_AZURITE_TMP", &dir)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped());
-            if oauth {
-                let (cert, key) = tls::TestCa::shared().write_server_pems(&dir);
-                cmd.arg("--cert")
-                    .arg(cert)
-                    .arg("--key")
-                    .arg(key)
-                    .args(["--oauth", "basic"]);
+        let dir = &self.dir;
+        let mut cmd = match faketime_args(self.clock_offset_ms) {
+            Some(faketime) => {
+                require_faketime();
+                let mut cmd = Command::new(&faketime[0]);
+                cmd.args(&faketime[1..]).arg("node");
+                cmd
             }
-            if std::env::var_os("LEASEGATE_AZURITE_DEBUG").is_some() {
-                cmd.arg("--debug").arg(dir.join("debug.log"));
-                eprintln!("azurite debug log: {}", dir.join("debug.log").display());
+            None => Command::new("node"),
+        };
+        cmd.arg(root.join("run.js"))
+            .args([
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                &self.port.to_string(),
+            ])
+            .arg("--location")
+            .arg(dir)
+            // --disableTelemetry: Azurite otherwise sends usage data to an outside service.
+            .args([
+                "--silent",
+                "--skipApiVersionCheck",
+                "--loose",
+                "--disableTelemetry",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if !self.restartable {
+            // The wrapper removes the folder when Azurite ends, however this process ends.
+            cmd.env("LEASEGATE_AZURITE_TMP", dir);
+        }
+        if self.oauth {
+            let (cert, key) = tls::TestCa::shared().write_server_pems(dir);
+            cmd.arg("--cert")
+                .arg(cert)
+                .arg("--key")
+                .arg(key)
+                .args(["--oauth", "basic"]);
+        }
+        if std::env::var_os("LEASEGATE_AZURITE_DEBUG").is_some() {
+            cmd.arg("--debug").arg(dir.join("debug.log"));
+            eprintln!("azurite debug log: {}", dir.join("debug.log").display());
+        }
+        let mut child = cmd.spawn().expect("start node (is Node.js installed?)");
+        let stdin = child.stdin.take();
+        match wait_listening(&mut child, self.port, Duration::from_secs(60)) {
+            Ok(()) => {
+                *self.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+                *self.stdin.lock().unwrap_or_else(|e| e.into_inner()) = stdin;
+                Ok(())
             }
-            let mut child = cmd.spawn().expect("start node (is Node.js installed?)");
-            let stdin = child.stdin.take();
-            match wait_listening(&mut child, port, Duration::from_secs(60)) {
-                Ok(()) => {
-                    return Azurite {
-                        child: Mutex::new(child),
-                        stdin: Mutex::new(stdin),
-                        port,
-                        dir,
-                        oauth,
-                        clock_offset_ms,
-                    }
-                }
-                Err(e) => {
-                    last_error = e;
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    let _ = std::fs::remove_dir_all(&dir);
-                }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e)
             }
         }
-        panic!("Azurite did not start: {last_error}");
+    }
+
+    /// Starts a [`Azurite::start_restartable`] one again after [`Azurite::stop`], on the same
+    /// port with the same data folder, and waits until it listens. Returns how long that took.
+    /// Panics for any other Azurite, or if it does not start.
+    pub fn start_again(&self) -> Duration {
+        assert!(
+            self.restartable,
+            "only an Azurite::start_restartable() keeps its data to start again with"
+        );
+        let started = Instant::now();
+        if let Err(e) = self.spawn() {
+            panic!("Azurite did not start again on port {}: {e}", self.port);
+        }
+        started.elapsed()
     }
 
     /// One Azurite shared by every test of this test binary (each test uses its own container).
@@ -188,6 +244,11 @@ impl Azurite {
     /// The blob port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Its data folder (`--location`).
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
     }
 
     /// `127.0.0.1:{port}`: what [`proxy::Proxy`] is given as its upstream.
@@ -239,20 +300,41 @@ impl Azurite {
     /// (`run.js`) watches, which stops Azurite itself and ends; killed after 5 s if it has not.
     /// (Killing the process we started would miss Azurite: it is the wrapper's child, and under
     /// `faketime` the wrapper is in turn `faketime`'s.)
+    ///
+    /// For a [`Azurite::start_restartable`] one it also waits (up to 30 s) until Azurite itself
+    /// has ended, having saved its data (it saves on SIGTERM; its autosave runs only every
+    /// 5 s), so that [`Azurite::start_again`] finds everything it acknowledged.
     pub fn stop(&self) {
+        let azurite: Vec<u32> = if self.restartable {
+            self.child
+                .lock()
+                .ok()
+                .and_then(|c| c.as_ref().map(|c| process::descendants(c.id())))
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         if let Ok(mut stdin) = self.stdin.lock() {
             stdin.take();
         }
-        if let Ok(mut child) = self.child.lock() {
+        if let Some(mut child) = self.child.lock().ok().and_then(|mut c| c.take()) {
             let deadline = Instant::now() + Duration::from_secs(5);
+            let mut ended = false;
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
-                    return;
+                    ended = true;
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            if !ended {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while azurite.iter().any(|pid| process::alive(*pid)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -373,6 +455,18 @@ pub fn unix_now() -> u64 {
 /// `secs` since the epoch as RFC 3339 in whole seconds (`2026-11-25T04:00:00Z`).
 pub fn rfc3339_secs(secs: u64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+/// A number drawn uniformly from [0, 1), from the system's random source (through `uuid`): for
+/// faults and load drawn at random.
+pub fn uniform() -> f64 {
+    let bits = uuid::Uuid::new_v4().as_u64_pair().0 >> 11;
+    bits as f64 / (1u64 << 53) as f64
+}
+
+/// A whole number drawn uniformly below `n` (0 for `n` = 0).
+pub fn random_below(n: usize) -> usize {
+    ((uniform() * n as f64) as usize).min(n.saturating_sub(1))
 }
 
 /// A fresh container name, unique in this process and across runs.

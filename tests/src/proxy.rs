@@ -7,7 +7,10 @@
 //! redacted, how it was authorized, its `x-ms-*` headers), and applies the newest matching
 //! [`Fault`]: refuse (read the request, then reset the connection: storage never saw it), answer
 //! a status, delay, forward and then drop the answer (the "lost answer": storage acted, the
-//! caller cannot know), or forward and break the answer's body.
+//! caller cannot know), or forward and break the answer's body. Faults can also be drawn at
+//! random, each kind on a share of the requests ([`Proxy::set_random_faults`]: a soak's
+//! "refuse 2 %, 503 on 2 %, ..."), and a long run can keep counts only
+//! ([`Proxy::set_recording`]).
 //!
 //! Spin pools outbound connections, so a fault reaches connections that are already open too:
 //! every fault acts per request, never per connection. Each client connection is served by
@@ -24,7 +27,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -117,7 +120,15 @@ type Rules = Vec<(Option<String>, Fault)>;
 struct Shared {
     upstream: SocketAddr,
     seen: Mutex<Vec<Seen>>,
+    /// Record each request in `seen` (else only count it).
+    recording: AtomicBool,
+    /// Requests that arrived, recorded or not.
+    arrived: AtomicUsize,
     rules: Mutex<Rules>,
+    /// Faults drawn at random for a request no rule matches: each with its probability.
+    chances: Mutex<Vec<(Fault, f64)>>,
+    /// How many times each fault was applied.
+    applied: Mutex<Vec<(Fault, usize)>>,
     open: Mutex<usize>,
     /// Requests read and not yet answered (or reset), and the most at once since the last
     /// [`Proxy::reset_peak`].
@@ -202,7 +213,11 @@ impl Proxy {
         let shared = Arc::new(Shared {
             upstream,
             seen: Mutex::new(Vec::new()),
+            recording: AtomicBool::new(true),
+            arrived: AtomicUsize::new(0),
             rules: Mutex::new(Vec::new()),
+            chances: Mutex::new(Vec::new()),
+            applied: Mutex::new(Vec::new()),
             open: Mutex::new(0),
             flight: Mutex::new((0, 0)),
             stop: AtomicBool::new(false),
@@ -268,14 +283,40 @@ impl Proxy {
             .insert(0, (Some(part.to_string()), fault));
     }
 
-    /// Every request seen so far, in arrival order.
+    /// Applies faults at random to the requests no [`Proxy::set_fault`] or [`Proxy::fault_on`]
+    /// rule matches: each request independently gets the first `fault` of `chances` whose
+    /// share of the draw it falls in, so each fault lands on about its `probability` of the
+    /// requests (0.02: 2 %), and none on the rest. An empty list turns it off. Panics if a
+    /// probability is negative or they add up to more than 1.
+    pub fn set_random_faults(&self, chances: &[(Fault, f64)]) {
+        assert!(
+            chances.iter().all(|(_, p)| *p >= 0.0)
+                && chances.iter().map(|(_, p)| p).sum::<f64>() <= 1.0,
+            "probabilities between 0 and 1, adding up to at most 1: {chances:?}"
+        );
+        *self.shared.chances.lock().expect("chances") = chances.to_vec();
+    }
+
+    /// Whether to record each request ([`Proxy::seen`], [`Proxy::during`]); on from the start.
+    /// Off, only [`Proxy::count`] and [`Proxy::faults_applied`] go on: what a long run needs,
+    /// as every record is kept in memory.
+    pub fn set_recording(&self, on: bool) {
+        self.shared.recording.store(on, Ordering::Relaxed);
+    }
+
+    /// How many times each fault was applied so far (in the order first applied).
+    pub fn faults_applied(&self) -> Vec<(Fault, usize)> {
+        self.shared.applied.lock().expect("applied").clone()
+    }
+
+    /// Every request recorded so far, in arrival order.
     pub fn seen(&self) -> Vec<Seen> {
         self.shared.seen.lock().expect("seen").clone()
     }
 
-    /// How many requests have arrived so far.
+    /// How many requests have arrived so far (recorded or not).
     pub fn count(&self) -> usize {
-        self.shared.seen.lock().expect("seen").len()
+        self.shared.arrived.load(Ordering::Relaxed)
     }
 
     /// The most requests that were in flight at the proxy at once (read, their answer not yet
@@ -292,7 +333,7 @@ impl Proxy {
 
     /// The requests that arrived while `f` ran (use with one decision at a time).
     pub fn during<T>(&self, f: impl FnOnce() -> T) -> (T, Vec<Seen>) {
-        let before = self.count();
+        let before = self.shared.seen.lock().expect("seen").len();
         let out = f();
         let seen = self.seen();
         (out, seen[before.min(seen.len())..].to_vec())
@@ -419,30 +460,48 @@ fn serve<S: ClientStream>(client: S, shared: &Shared) {
         let target = parts.next().unwrap_or("").to_string();
         let fault = {
             let line = format!("{method} {target}");
-            shared
+            let ruled = shared
                 .rules
                 .lock()
                 .expect("rules")
                 .iter()
                 .find(|(part, _)| part.as_ref().is_none_or(|p| line.contains(p.as_str())))
-                .map(|(_, f)| f.clone())
+                .map(|(_, f)| f.clone());
+            ruled.or_else(|| {
+                let chances = shared.chances.lock().expect("chances");
+                if chances.is_empty() {
+                    None
+                } else {
+                    draw(&chances, crate::uniform())
+                }
+            })
         };
-        shared.seen.lock().expect("seen").push(Seen {
-            auth: auth_kind(&request, &target),
-            target: redact(&target),
-            ms_headers: request
-                .headers
-                .iter()
-                .filter(|(k, _)| {
-                    let k = k.to_ascii_lowercase();
-                    k.starts_with("x-ms-") || k == "if-match" || k == "if-none-match"
-                })
-                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
-                .collect(),
-            method: method.clone(),
-            at: SystemTime::now(),
-            fault: fault.clone(),
-        });
+        shared.arrived.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = &fault {
+            let mut applied = shared.applied.lock().expect("applied");
+            match applied.iter_mut().find(|(g, _)| g == f) {
+                Some((_, n)) => *n += 1,
+                None => applied.push((f.clone(), 1)),
+            }
+        }
+        if shared.recording.load(Ordering::Relaxed) {
+            shared.seen.lock().expect("seen").push(Seen {
+                auth: auth_kind(&request, &target),
+                target: redact(&target),
+                ms_headers: request
+                    .headers
+                    .iter()
+                    .filter(|(k, _)| {
+                        let k = k.to_ascii_lowercase();
+                        k.starts_with("x-ms-") || k == "if-match" || k == "if-none-match"
+                    })
+                    .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                    .collect(),
+                method: method.clone(),
+                at: SystemTime::now(),
+                fault: fault.clone(),
+            });
+        }
         // In flight until its answer is ready to go back (or the connection is given up): the
         // count drops before the caller can see the answer and send its next request.
         let in_flight = InFlight::start(shared);
@@ -464,6 +523,13 @@ fn serve<S: ClientStream>(client: S, shared: &Shared) {
                 );
                 drop(in_flight);
                 if send(reader.get_mut(), answer.as_bytes()).is_err() {
+                    return;
+                }
+                if request
+                    .header("connection")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+                {
+                    reader.get_mut().finish();
                     return;
                 }
                 continue;
@@ -701,6 +767,19 @@ fn read_message<R: BufRead>(reader: &mut R, request_method: Option<&str>) -> Opt
     Some(message)
 }
 
+/// The fault of `chances` whose share of [0, 1) holds `u` (the first takes `[0, p1)`, the next
+/// `[p1, p1 + p2)`, ...), or none past them.
+fn draw(chances: &[(Fault, f64)], u: f64) -> Option<Fault> {
+    let mut upto = 0.0;
+    for (fault, p) in chances {
+        upto += p;
+        if u < upto {
+            return Some(fault.clone());
+        }
+    }
+    None
+}
+
 fn auth_kind(request: &Message, target: &str) -> &'static str {
     match request.header("authorization") {
         Some(v) if v.starts_with("SharedKey ") => "SharedKey",
@@ -726,4 +805,79 @@ fn redact(target: &str) -> String {
         })
         .collect();
     format!("{path}?{}", query.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_draw_falls_in_one_faults_share_or_in_none() {
+        let chances = [(Fault::Refuse, 0.1), (Fault::Status(503), 0.2)];
+        assert_eq!(draw(&chances, 0.0), Some(Fault::Refuse));
+        assert_eq!(draw(&chances, 0.099), Some(Fault::Refuse));
+        assert_eq!(draw(&chances, 0.1), Some(Fault::Status(503)));
+        assert_eq!(draw(&chances, 0.299), Some(Fault::Status(503)));
+        assert_eq!(draw(&chances, 0.31), None);
+        assert_eq!(draw(&chances, 0.999), None);
+        assert_eq!(draw(&[], 0.0), None);
+        let u: Vec<f64> = (0..1000).map(|_| crate::uniform()).collect();
+        assert!(u.iter().all(|u| (0.0..1.0).contains(u)));
+        let low = u.iter().filter(|u| **u < 0.5).count();
+        assert!((400..600).contains(&low), "{low} of 1000 below 0.5");
+    }
+
+    /// One request on a new connection: the status, or `None` if the connection broke.
+    fn get(proxy: &Proxy) -> Option<u16> {
+        let mut s = TcpStream::connect(proxy.authority()).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        s.write_all(b"GET /x HTTP/1.1\r\nhost: sink\r\nconnection: close\r\n\r\n")
+            .ok()?;
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).ok()?;
+        String::from_utf8_lossy(&answer)
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+    }
+
+    #[test]
+    fn random_faults_land_on_about_their_share_and_are_counted() {
+        let sink = crate::sink::Sink::start();
+        let proxy = Proxy::start(&sink.authority());
+        proxy.set_recording(false);
+        proxy.set_random_faults(&[(Fault::Status(503), 0.2), (Fault::Refuse, 0.1)]);
+        let n = 1000;
+        let (mut passed, mut busy, mut broken) = (0, 0, 0);
+        for _ in 0..n {
+            match get(&proxy) {
+                Some(204) => passed += 1,
+                Some(503) => busy += 1,
+                None => broken += 1,
+                Some(other) => panic!("answered {other}"),
+            }
+        }
+        // Expected 200 and 100; five standard deviations either side (13 and 9.5).
+        assert!((137..=263).contains(&busy), "503 on {busy} of {n}");
+        assert!((52..=148).contains(&broken), "refused {broken} of {n}");
+        assert_eq!(passed + busy + broken, n);
+        assert_eq!(proxy.count(), n);
+        assert!(proxy.seen().is_empty(), "recording was off");
+        let applied = proxy.faults_applied();
+        let of = |f: Fault| applied.iter().find(|(g, _)| *g == f).map_or(0, |(_, n)| *n);
+        assert_eq!((of(Fault::Status(503)), of(Fault::Refuse)), (busy, broken));
+        assert_eq!(
+            sink.received().len(),
+            passed,
+            "only the unfaulted reached the sink"
+        );
+        // Rules still win over chances, and an empty list turns them off.
+        proxy.set_fault(Some(Fault::Status(500)));
+        assert_eq!(get(&proxy), Some(500));
+        proxy.set_fault(None);
+        proxy.set_random_faults(&[]);
+        proxy.set_recording(true);
+        assert!((0..20).all(|_| get(&proxy) == Some(204)));
+        assert_eq!(proxy.seen().len(), 20);
+    }
 }

@@ -71,6 +71,8 @@ pub struct SpinConfig {
     pub clock_offset_ms: i64,
     /// A runtime config file's text (`--runtime-config-file`).
     pub runtime_config: Option<String>,
+    /// Environment variables for Spin (its runtime's knobs, e.g. `SPIN_WASMTIME_POOLING=0`).
+    pub env: Vec<(String, String)>,
 }
 
 /// A running `spin up`.
@@ -142,6 +144,7 @@ kill -KILL 0"#;
                 .args(&program)
                 .args(&args)
                 .process_group(0)
+                .envs(config.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::piped())
                 .stdout(out)
                 .stderr(err)
@@ -205,6 +208,29 @@ kill -KILL 0"#;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The `spin` process and every process it started, while it runs: `spin up` starts
+    /// `spin trigger http` (which runs the components) and, for a cron manifest, the cron
+    /// plugin.
+    pub fn pids(&self) -> Vec<u32> {
+        let Some(watchdog) = self.child.lock().ok().map(|c| c.id()) else {
+            return Vec::new();
+        };
+        let Some(spin) = crate::process::descendants(watchdog)
+            .into_iter()
+            .find(|pid| crate::process::name(*pid) == "spin")
+        else {
+            return Vec::new();
+        };
+        let mut pids = vec![spin];
+        pids.extend(crate::process::descendants(spin));
+        pids
+    }
+
+    /// Resident memory (`VmRSS`) of [`Spin::pids`] together, in KiB; 0 when it does not run.
+    pub fn rss_kib(&self) -> u64 {
+        self.pids().into_iter().map(crate::process::rss_kib).sum()
     }
 
     /// `127.0.0.1:{port}`; panics for a cron-only app.

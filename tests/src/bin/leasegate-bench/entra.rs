@@ -42,11 +42,11 @@ use leasegate_tests::entra::{mint, TokenServer, DEFAULT_LIFETIME};
 use leasegate_tests::proxy::Proxy;
 use leasegate_tests::unique_container;
 
-use crate::load::{Cell, Expect, Measured};
 use crate::{
     hold_devices, load_average, ms, print_lines, setup_op, start_app_with, telemetry_request,
     throttled_expect, wire, Bench, Figures, Tokens,
 };
+use leasegate_tests::load::{Cell, Expect, Measured};
 
 /// The concurrencies of the section (the benchmark: c=1 and c=16).
 pub const LEVELS: [usize; 2] = [1, 16];

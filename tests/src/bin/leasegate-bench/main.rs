@@ -32,7 +32,6 @@
 
 mod coldstart;
 mod entra;
-mod load;
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -48,7 +47,7 @@ use leasegate_cli::NativeTransport;
 use leasegate_tests::app::{call, root, App, Setup};
 use leasegate_tests::{unique_container, Azurite};
 
-use load::{Cell, Expect, Measured};
+use leasegate_tests::load::{http_request, Cell, Expect, Measured};
 
 /// The gate window of the re-acquire row: the default, a native blob lease.
 const GATE_WINDOW: &str = "60";
@@ -246,27 +245,6 @@ fn ms(d: Option<Duration>) -> String {
         Some(d) => format!("{:.2}", d.as_secs_f64() * 1000.0),
         None => "–".into(),
     }
-}
-
-/// A whole HTTP/1.1 request, in one buffer (so one write).
-fn http_request(
-    method: &str,
-    target: &str,
-    host: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Vec<u8> {
-    let mut out = format!("{method} {target} HTTP/1.1\r\nhost: {host}\r\n");
-    for (name, value) in headers {
-        out.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if method != "GET" || !body.is_empty() {
-        out.push_str(&format!("content-length: {}\r\n", body.len()));
-    }
-    out.push_str("\r\n");
-    let mut out = out.into_bytes();
-    out.extend_from_slice(body);
-    out
 }
 
 /// A signed storage request, as it goes on the wire.

@@ -1,7 +1,8 @@
-//! The load generator: one blocking `TcpStream` per connection and thread, HTTP/1.1 with
-//! keep-alive, requests written in one write each (with `TCP_NODELAY`), answers read whole
-//! (`Content-Length`, chunked, or up to the close). Each cell runs a warm-up, then a fixed
-//! measured time; every answer that is not the expected one is counted as an error, never
+//! The load generator of `leasegate-bench` and `leasegate-soak`: one blocking `TcpStream` per
+//! connection and thread, HTTP/1.1 with keep-alive, requests written in one write each (with
+//! `TCP_NODELAY`), answers read whole (`Content-Length`, chunked, or up to the close). A
+//! [`Connection`] sends one request at a time; a [`Cell`] (the bench's) runs a warm-up, then a
+//! fixed measured time, and counts every answer that is not the expected one as an error, never
 //! dropped silently. Nothing here asserts a figure.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -75,6 +76,27 @@ impl Connection {
         }
         answer
     }
+}
+
+/// A whole HTTP/1.1 request, in one buffer (so one write).
+pub fn http_request(
+    method: &str,
+    target: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
+    let mut out = format!("{method} {target} HTTP/1.1\r\nhost: {host}\r\n");
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if method != "GET" || !body.is_empty() {
+        out.push_str(&format!("content-length: {}\r\n", body.len()));
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
 }
 
 fn read_line(r: &mut BufReader<TcpStream>) -> io::Result<String> {
