@@ -247,7 +247,11 @@ impl Protocol for JobProtocol {
             "entries": [],
             "settledThrough": START - PERIOD,
         });
-        storage.seed_blob("leasegate", "jobs/job/log.json", log.to_string().into_bytes());
+        storage.seed_blob(
+            "leasegate",
+            "jobs/job/log.json",
+            log.to_string().into_bytes(),
+        );
         storage
     }
 

@@ -82,5 +82,8 @@ fn a_vanished_reserver_with_no_later_tick_is_found_unsettled() {
         "an occurrence whose reserver vanished is run or recorded",
     );
     // A reservation is made and nothing after it writes its outcome.
-    assert!(trace.contains("occurrences/001795096800 if-none-match=* -> 201"), "{trace}");
+    assert!(
+        trace.contains("occurrences/001795096800 if-none-match=* -> 201"),
+        "{trace}"
+    );
 }
