@@ -101,3 +101,19 @@ fn report<P: Protocol>(
         counterexamples,
     }
 }
+
+/// Panics unless `report` explored its whole bound and found no counterexample (the tests'
+/// assertion), printing it either way.
+pub fn assert_holds(report: Report) {
+    eprintln!("{report}");
+    assert!(
+        report.complete,
+        "the bound was not explored in time: {report}"
+    );
+    if let Some((property, trace)) = report.counterexamples.first() {
+        panic!("{property}:\n{trace}");
+    }
+}
+
+/// The tests' time limit for one bounded check (far above what one takes).
+pub const TEST_LIMIT: Duration = Duration::from_secs(600);

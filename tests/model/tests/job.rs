@@ -2,60 +2,45 @@
 //! deployments, a late tick, faults and a crash, then a tick of the next occurrence
 //! (`JobProtocol::bounded`, `faulty`), with and without retries.
 
-use std::time::Duration;
-
 use leasegate_model::job::JobProtocol;
-use leasegate_model::run::{self, Report};
-
-fn holds(report: Report) {
-    eprintln!("{report}");
-    assert!(
-        report.complete,
-        "the bound was not explored in time: {report}"
-    );
-    if let Some((property, trace)) = report.counterexamples.first() {
-        panic!("{property}:\n{trace}");
-    }
-}
-
-const LIMIT: Duration = Duration::from_secs(600);
+use leasegate_model::run::{self, assert_holds, TEST_LIMIT};
 
 #[test]
 fn a_late_tick_runs_no_attempt_twice() {
-    holds(run::exhaustive(
+    assert_holds(run::exhaustive(
         "job, late tick",
         JobProtocol::bounded(0),
         2,
-        LIMIT,
+        TEST_LIMIT,
     ));
 }
 
 #[test]
 fn a_late_tick_with_retries_runs_no_attempt_twice() {
-    holds(run::exhaustive(
+    assert_holds(run::exhaustive(
         "job, late tick, 1 retry",
         JobProtocol::bounded(1),
         2,
-        LIMIT,
+        TEST_LIMIT,
     ));
 }
 
 #[test]
 fn a_fault_and_a_crash_run_no_attempt_twice_and_leave_nothing_unsettled() {
-    holds(run::exhaustive(
+    assert_holds(run::exhaustive(
         "job, fault and crash",
         JobProtocol::faulty(0),
         2,
-        LIMIT,
+        TEST_LIMIT,
     ));
 }
 
 #[test]
 fn a_fault_and_a_crash_with_retries_stay_within_the_attempts() {
-    holds(run::exhaustive(
+    assert_holds(run::exhaustive(
         "job, fault and crash, 1 retry",
         JobProtocol::faulty(1),
         2,
-        LIMIT,
+        TEST_LIMIT,
     ));
 }

@@ -225,17 +225,7 @@ fn notifications(apps: &[App]) -> Notifications {
 
 /// Job calls per occurrence at the sinks.
 fn job_runs(apps: &[App]) -> BTreeMap<u64, usize> {
-    let mut runs = BTreeMap::new();
-    for app in apps {
-        for r in app.sink.received() {
-            if r.path == "/job" {
-                if let Some(o) = r.body["occurrenceUnix"].as_u64() {
-                    *runs.entry(o).or_insert(0) += 1;
-                }
-            }
-        }
-    }
-    runs
+    leasegate_tests::jobs::runs(&apps.iter().collect::<Vec<_>>())
 }
 
 /// Lines of Spin's stderr and the components' stderr files that say a component trapped.
