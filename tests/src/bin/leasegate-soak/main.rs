@@ -101,6 +101,30 @@ pub struct Options {
     spin_env: Vec<(String, String)>,
 }
 
+/// The soak the issue describes: two deployments, c=16 over 2,000 devices, random storage
+/// faults, two storage restarts, gates and a per-second job.
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            minutes: 0.0,
+            plain: false,
+            deployments: 2,
+            concurrency: vec![(16, 0.0)],
+            devices: 2000,
+            faults: Vec::new(),
+            faults_spec: "refuse=2,503=2,slow=2,lost=1".into(),
+            restarts: 2,
+            outage: Duration::from_secs(10),
+            window: 90,
+            gates: 2,
+            jobs: true,
+            cold: false,
+            vars: Vec::new(),
+            spin_env: Vec::new(),
+        }
+    }
+}
+
 fn pairs(text: &str, what: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -141,23 +165,7 @@ fn parse_faults(spec: &str) -> Result<Vec<(Fault, f64)>, String> {
 }
 
 fn options() -> Result<Options, String> {
-    let mut o = Options {
-        minutes: 0.0,
-        plain: false,
-        deployments: 2,
-        concurrency: vec![(16, 0.0)],
-        devices: 2000,
-        faults: Vec::new(),
-        faults_spec: "refuse=2,503=2,slow=2,lost=1".into(),
-        restarts: 2,
-        outage: Duration::from_secs(10),
-        window: 90,
-        gates: 2,
-        jobs: true,
-        cold: false,
-        vars: Vec::new(),
-        spin_env: Vec::new(),
-    };
+    let mut o = Options::default();
     let (mut deployments, mut faults, mut restarts, mut window, mut gates, mut jobs) =
         (None, None, None, None, None, None);
     let mut args = std::env::args().skip(1);
@@ -848,20 +856,10 @@ mod tests {
     fn options_for_test() -> Options {
         Options {
             minutes: 1.0,
-            plain: false,
-            deployments: 2,
-            concurrency: vec![(16, 0.0)],
-            devices: 2000,
-            faults: Vec::new(),
             faults_spec: "none".into(),
             restarts: 0,
             outage: Duration::ZERO,
-            window: 90,
-            gates: 2,
-            jobs: true,
-            cold: false,
-            vars: Vec::new(),
-            spin_env: Vec::new(),
+            ..Options::default()
         }
     }
 
