@@ -123,6 +123,33 @@ fn an_occurrence_is_sent_once_across_two_deployments() {
     }
     assert_eq!(a.sink.received().len(), 1);
 
+    // Each tick logged its decision, by the verb alone (the example writes no log line).
+    let reservation = format!("digest/{occurrence:012}");
+    let lines: Vec<serde_json::Value> = [&a, &b]
+        .iter()
+        .flat_map(|app| app.json_lines())
+        .filter(|l| l["key"] == reservation.as_str())
+        .collect();
+    let decisions: Vec<&str> = lines
+        .iter()
+        .map(|l| l["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        decisions.iter().filter(|d| **d == "ran").count(),
+        1,
+        "{lines:#?}"
+    );
+    assert_eq!(
+        decisions.iter().filter(|d| **d == "already_run").count(),
+        3,
+        "{lines:#?}"
+    );
+    let ran = lines.iter().find(|l| l["decision"] == "ran").unwrap();
+    assert_eq!(ran["verb"], "once_per_occurrence");
+    assert_eq!(ran["fencingToken"], occurrence << 16);
+    assert_eq!(ran["instance"].as_str(), Some(reserved_by.as_str()));
+    assert!(ran["storageRoundTrips"].as_u64().unwrap() >= 2, "{ran}");
+
     // The next occurrence is sent on its own, with a larger token and another key.
     let next = two_seconds_before_an_occurrence();
     let sent = tick(&b);

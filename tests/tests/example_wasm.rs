@@ -80,10 +80,39 @@ fn an_order_ships_once_across_two_deployments() {
     assert_eq!(calls[0].body["fencingToken"], token);
     assert!(b.sink.received().is_empty());
 
-    // Asked again within the hour, either deployment refuses it.
-    assert_refused(&ship(&a, "order-1"), "order-1");
-    assert_refused(&ship(&b, "order-1"), "order-1");
+    // Asked again within the hour, either deployment refuses it: the shipment is done (the
+    // winner marked it), so for the rest of the hour, not "busy" for a minute.
+    for app in [&a, &b] {
+        let again = ship(app, "order-1");
+        assert_refused(&again, "order-1");
+        assert_eq!(again.json["outcome"], "throttled", "{}", again.text);
+        let retry = again.json["retryAfterSeconds"].as_u64().unwrap();
+        assert!(retry > 3500, "{retry}");
+    }
     assert_eq!(a.sink.received().len(), 1);
+
+    // Each decision logged its line, by the verb alone (the example writes no log line).
+    let lines: Vec<serde_json::Value> = [&a, &b]
+        .iter()
+        .flat_map(|app| app.json_lines())
+        .filter(|l| l["key"] == "order-1")
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    let ran: Vec<_> = lines.iter().filter(|l| l["decision"] == "ran").collect();
+    assert_eq!(ran.len(), 1, "{lines:#?}");
+    assert_eq!(ran[0]["verb"], "once_per_window");
+    assert_eq!(ran[0]["fencingToken"], token);
+    // The take (2 for an hour's lease record; the container's first use adds its own) and the
+    // done mark (2).
+    let trips = ran[0]["storageRoundTrips"].as_u64().unwrap();
+    assert!((4..=8).contains(&trips), "{trips}");
+    assert!(ran[0]["durationMs"].is_u64());
+    let throttled = lines.iter().filter(|l| l["decision"] == "throttled");
+    for line in throttled.clone() {
+        assert_eq!(line["storageRoundTrips"], 1, "{line}");
+        assert!(line.get("fencingToken").is_none(), "{line}");
+    }
+    assert!(throttled.count() >= 2, "{lines:#?}");
 
     // Another order ships on its own, with its own (larger) token.
     let other = ship(&b, "order-2");

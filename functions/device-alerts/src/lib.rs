@@ -898,6 +898,7 @@ mod tests {
             new_lease_id: &|| LeaseId::from_random_bytes([9; 16]),
             sleep: &|_| Box::pin(async {}),
             cache: &leasegate_spin::cache::NoCache,
+            log_decisions: false,
         };
         let body = json!([
             {"deviceId": "good", "temperature": 40},
@@ -988,6 +989,7 @@ mod tests {
             new_lease_id: &|| LeaseId::from_random_bytes([9; 16]),
             sleep: &|_| Box::pin(async {}),
             cache: &cache,
+            log_decisions: false,
         };
         let body = json!([
             {"deviceId": "a", "temperature": 40},

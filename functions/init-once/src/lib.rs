@@ -217,7 +217,11 @@ async fn run<T, S: Transport, A: Transport>(
     let mut marks = Metadata::new();
     marks.insert("done_by".into(), settings.instance_id.clone());
     let ever = once_ever_as(
-        ctx,
+        // The call's own line logs the decision (TimerFunction::log).
+        &Context {
+            log_decisions: false,
+            ..*ctx
+        },
         locks,
         &lock,
         settings.lease,

@@ -134,7 +134,11 @@ pub(crate) async fn tick<T: Transport>(
     let outcome = match settings.lock() {
         Ok(lock) => {
             lead(
-                ctx,
+                // The tick's own line logs the decision (TimerFunction::log).
+                &Context {
+                    log_decisions: false,
+                    ..*ctx
+                },
                 &locks,
                 &lock,
                 &settings.instance_id,

@@ -7,6 +7,9 @@
 //! ([`leasegate::LeaseId::for_holder`], purpose `leader`, as the leader function derives it), so
 //! an instance with no memory between invocations is recognised as the leader it was.
 //!
+//! Each call writes one JSON log line ([`crate::Decision`]: `leader` or `follower`, the term,
+//! the storage requests, the time taken).
+//!
 //! # Example
 //! ```
 //! use leasegate::lease::Locks;
@@ -25,12 +28,12 @@
 //! }
 //! ```
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{Acquire, Locks, Term};
 use leasegate::{Error, HolderKey, LeaseDuration, LeaseId, LockName, Transport};
 
-use crate::Context;
+use crate::{elapsed_ms, log_decision, web, Context, Decision};
 
 /// The answer to "am I the leader?".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,31 +99,49 @@ pub async fn lead<C, L: Transport>(
             "the instance name is empty: every instance needs its own, unique name".into(),
         ));
     }
+    let started = Instant::now();
+    let counted = locks.counting();
     let id = LeaseId::for_holder(key, "leader", instance, group);
     let term = Term::Native(lease);
-    Ok(
-        match locks.acquire_as(group, term, id, instance, ctx.now).await? {
-            Acquire::Acquired(held) => Leadership::Leader {
-                term: held.fencing_token.unwrap_or(0),
-                since: held.since,
-                expires_at: held.expires_at,
-                took_over: !held.extended,
-                granted_at: held.server_date,
-            },
-            Acquire::Busy {
-                retry_after,
-                holder,
-                stepped_down_until,
-            } => Leadership::Follower {
-                leader: holder.as_ref().map(|h| h.label.clone()),
-                term: holder.as_ref().map(|h| h.token),
-                retry_after,
-                since: holder.as_ref().and_then(|h| h.since),
-                expires_at: holder.as_ref().and_then(|h| h.expires_at),
-                stepped_down_until,
-            },
+    let outcome = counted.acquire_as(group, term, id, instance, ctx.now).await;
+    let (decision, term) = match &outcome {
+        Ok(Acquire::Acquired(held)) => ("leader", held.fencing_token),
+        Ok(Acquire::Busy { holder, .. }) => ("follower", holder.as_ref().map(|h| h.token)),
+        Err(e) => (web::storage_error_code(e), None),
+    };
+    log_decision(
+        ctx.log_decisions,
+        &Decision {
+            verb: "lead",
+            key: group.as_str(),
+            instance: Some(instance),
+            decision,
+            fencing_token: term,
+            storage_round_trips: counted.transport().sent(),
+            duration_ms: elapsed_ms(started),
         },
-    )
+    );
+    Ok(match outcome? {
+        Acquire::Acquired(held) => Leadership::Leader {
+            term: held.fencing_token.unwrap_or(0),
+            since: held.since,
+            expires_at: held.expires_at,
+            took_over: !held.extended,
+            granted_at: held.server_date,
+        },
+        Acquire::Busy {
+            retry_after,
+            holder,
+            stepped_down_until,
+        } => Leadership::Follower {
+            leader: holder.as_ref().map(|h| h.label.clone()),
+            term: holder.as_ref().map(|h| h.token),
+            retry_after,
+            since: holder.as_ref().and_then(|h| h.since),
+            expires_at: holder.as_ref().and_then(|h| h.expires_at),
+            stepped_down_until,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -172,6 +193,7 @@ mod tests {
             new_lease_id: &me,
             sleep: &|_| Box::pin(async {}),
             cache: &crate::cache::NoCache,
+            log_decisions: false,
         };
         let key = HolderKey::try_new(SECRET).unwrap();
         let outcome = pollster::block_on(lead(

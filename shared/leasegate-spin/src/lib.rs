@@ -85,6 +85,7 @@
 //!     new_lease_id: &|| LeaseId::from_random_bytes([7; 16]),
 //!     sleep: &|_| Box::pin(async {}),
 //!     cache: &leasegate_spin::cache::NoCache,
+//!     log_decisions: false,
 //! };
 //! let request = Request::new(Method::POST, "/api/orders/o-17/ship");
 //! let answer = pollster::block_on(ship(&ctx, request.clone()));
@@ -165,7 +166,20 @@ pub struct Context<'a, T> {
     pub sleep: &'a dyn Fn(Duration) -> Pause,
     /// The key-value store the gate cache lives in (see [`cache`]).
     pub cache: &'a dyn cache::Cache,
+    /// Whether the toolkit's verbs ([`once::once_per_window`], [`once::once_ever`],
+    /// [`leader::lead`]) write one JSON log line per decision ([`log_decision`]); `true` in
+    /// Spin. A function that logs each decision itself turns it off for its calls:
+    /// `&Context { log_decisions: false, ..*ctx }`.
+    pub log_decisions: bool,
 }
+
+impl<T> Clone for Context<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Context<'_, T> {}
 
 /// A pause: see [`Context::sleep`].
 pub type Pause = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
@@ -186,6 +200,39 @@ pub fn log_line(fields: impl serde::Serialize) {
     let mut line = web::to_json(&fields);
     line.push(b'\n');
     let _ = std::io::stdout().lock().write_all(&line);
+}
+
+/// The log line of one decision of a toolkit verb, the shape of leasegate's own functions'
+/// lines (never a secret):
+/// `{"verb","key","instance"?,"decision","fencingToken"?,"storageRoundTrips","durationMs"}`.
+/// `decision` is the outcome the answer names (`ran`, `busy`, `throttled`, `leader`, ...) or,
+/// for a failure, its error code (`storage_unavailable`, `storage_forbidden`, ...).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision<'a> {
+    /// The verb: `once_per_window`, `once_ever`, `lead`, `once_per_occurrence`.
+    pub verb: &'a str,
+    /// The key, group or occurrence decided on.
+    pub key: &'a str,
+    /// The caller's instance id, for the verbs that take one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<&'a str>,
+    /// What was decided.
+    pub decision: &'a str,
+    /// The fencing token (or term) the decision handed out or saw, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    /// Storage requests the verb sent (the work's own requests not counted).
+    pub storage_round_trips: u32,
+    /// Milliseconds the verb took, the work included.
+    pub duration_ms: u64,
+}
+
+/// Writes `decision`'s log line when `enabled` (see [`Context::log_decisions`]).
+pub fn log_decision(enabled: bool, decision: &Decision<'_>) {
+    if enabled {
+        log_line(decision);
+    }
 }
 
 /// Milliseconds since `start`, for log lines.

@@ -22,6 +22,9 @@
 //! occurrence at hand, so one whose time is well past can be deleted (a storage lifecycle rule
 //! on the prefix, after a day) without letting it run again.
 //!
+//! Every call writes one JSON log line ([`crate::Decision`]: the reservation, the decision,
+//! the fencing token, the storage requests, the time taken).
+//!
 //! Round trips: 1 for the call that runs (the reservation) plus its work plus 1 (the result);
 //! 2 for the others (the refused reservation and a HEAD); 2 more on the container's first use.
 //!
@@ -49,16 +52,16 @@
 //! }
 //! ```
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::ops::{Condition, GetProperties, Metadata, PutBlob, SetMetadata, WriteOutcome};
-use leasegate::{BlobClient, BlobName, Error, Response, StatusCode, Transport};
+use leasegate::{BlobClient, BlobName, Counting, Error, Response, StatusCode, Transport};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::schedule::Schedule;
 use crate::storage::execute_creating_container;
-use crate::web;
+use crate::{elapsed_ms, log_decision, web, Decision};
 
 /// The metadata naming the caller that reserved an occurrence (its `instance`).
 pub const META_RESERVED_BY: &str = "leasegate_reserved_by";
@@ -195,6 +198,60 @@ fn idempotency_key(prefix: &str, unix: u64) -> String {
 /// `Err` is a storage failure before the work ran (it did not run), or a `prefix` or
 /// `instance` that cannot be used.
 pub async fn once_per_occurrence<T, R, E>(
+    blobs: &BlobClient<T>,
+    prefix: &str,
+    schedule: &Schedule,
+    instance: &str,
+    now: SystemTime,
+    work: impl AsyncFnOnce(Occurrence) -> Result<R, E>,
+) -> Result<PerOccurrence<R, E>, Error>
+where
+    T: Transport,
+{
+    let started = Instant::now();
+    let counted = BlobClient::new(
+        Counting::new(blobs.transport()),
+        blobs.account().clone(),
+        blobs.container().clone(),
+    );
+    let outcome = run_once_per_occurrence(&counted, prefix, schedule, instance, now, work).await;
+    let reservation = |o: &Occurrence| format!("{prefix}{:012}", o.unix);
+    let (decision, key, fencing_token) = match &outcome {
+        Ok(PerOccurrence::Ran { occurrence, .. }) => (
+            "ran",
+            reservation(occurrence),
+            Some(occurrence.fencing_token),
+        ),
+        Ok(PerOccurrence::Failed { occurrence, .. }) => (
+            "failed",
+            reservation(occurrence),
+            Some(occurrence.fencing_token),
+        ),
+        Ok(PerOccurrence::AlreadyRun { occurrence, .. }) => {
+            ("already_run", reservation(occurrence), None)
+        }
+        Ok(PerOccurrence::NoOccurrence) => ("no_occurrence", prefix.to_string(), None),
+        Err(Error::InvalidArgument(_) | Error::InvalidName { .. }) => {
+            ("invalid_argument", prefix.to_string(), None)
+        }
+        Err(e) => (web::storage_error_code(e), prefix.to_string(), None),
+    };
+    log_decision(
+        true,
+        &Decision {
+            verb: "once_per_occurrence",
+            key: &key,
+            instance: Some(instance),
+            decision,
+            fencing_token,
+            storage_round_trips: counted.transport().sent(),
+            duration_ms: elapsed_ms(started),
+        },
+    );
+    outcome
+}
+
+async fn run_once_per_occurrence<T, R, E>(
     blobs: &BlobClient<T>,
     prefix: &str,
     schedule: &Schedule,

@@ -12,11 +12,17 @@
 //!
 //! The outcome says what happened ([`Once`]), and [`answer`] is the one place that turns it
 //! into an HTTP answer: 200 for the call that ran, **429 with `Retry-After`** for every call
-//! that lost, whichever way the race fell (the work still running elsewhere, or done already).
+//! that lost, whichever way the race fell: `busy` while the work may still be running
+//! elsewhere (come back when it has settled: it may fail and give the lock back), `throttled`
+//! once it is done (the holder marks the lock when its work returns `Ok`: come back when the
+//! window ends).
+//!
+//! Every call writes one JSON log line (see [`crate::Decision`]): the key, the decision, the
+//! fencing token, the storage requests and the time taken.
 //!
 //! Round trips: a refused call 1 (a HEAD); the call that runs 2 for a record (HEAD and
-//! compare-and-swap) or 3 for a native lease, plus its work, plus 2 more when failed work
-//! gives the lock back.
+//! compare-and-swap) or 3 for a native lease, plus its work, plus 2 for the done mark (or 2
+//! when failed work gives the lock back).
 //!
 //! # Example
 //! ```
@@ -43,7 +49,7 @@
 //! }
 //! ```
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{Acquire, Holder, IdOrigin, LockStatus, Locks, Release, Term};
 use leasegate::ops::Metadata;
@@ -51,7 +57,7 @@ use leasegate::{Error, LockName, Request, Response, StatusCode, Transport};
 use percent_encoding::percent_decode_str;
 use serde::Serialize;
 
-use crate::{web, Context};
+use crate::{elapsed_ms, log_decision, web, Context, Decision};
 
 /// How long after another holder took the lock its work may still be running (and may still
 /// fail and give the lock back): a call refused within this time is [`Once::Busy`], later
@@ -82,13 +88,14 @@ pub enum Once<R, E> {
         /// Whether the lock was given back (`false`: it runs out at the window's end).
         released: bool,
     },
-    /// Another call took the lock more than [`RUNNING_FOR`] ago: the work ran this window.
+    /// The work ran this window: another call's work is done (it marked the lock), or that
+    /// call took the lock more than [`RUNNING_FOR`] ago.
     Throttled {
         /// When the window ends (whole seconds, at least 1).
         retry_after: Duration,
     },
-    /// Another call took the lock a moment ago: its work may still be running (and give the
-    /// lock back if it fails).
+    /// Another call took the lock less than [`RUNNING_FOR`] ago and has not marked its work
+    /// done: its work may still be running (and give the lock back if it fails).
     Busy {
         /// When to ask again: when the other call's work has settled (whole seconds, at least
         /// 1, at most the window's rest).
@@ -103,6 +110,42 @@ pub enum Once<R, E> {
 /// `Err` is a storage failure (nothing ran; a lock this call may have been granted was given
 /// back) or a window out of range.
 pub async fn once_per_window<C, L, R, E>(
+    ctx: &Context<'_, C>,
+    locks: &Locks<L>,
+    key: &LockName,
+    window: Duration,
+    work: impl AsyncFnOnce(u64) -> Result<R, E>,
+) -> Result<Once<R, E>, Error>
+where
+    L: Transport,
+{
+    let started = Instant::now();
+    let counted = locks.counting();
+    let outcome = run_once_per_window(ctx, &counted, key, window, work).await;
+    let (decision, fencing_token) = match &outcome {
+        Ok(Once::Ran { fencing_token, .. }) => ("ran", Some(*fencing_token)),
+        Ok(Once::Failed { fencing_token, .. }) => ("failed", Some(*fencing_token)),
+        Ok(Once::Throttled { .. }) => ("throttled", None),
+        Ok(Once::Busy { .. }) => ("busy", None),
+        Err(Error::InvalidArgument(_)) => ("invalid_window", None),
+        Err(e) => (web::storage_error_code(e), None),
+    };
+    log_decision(
+        ctx.log_decisions,
+        &Decision {
+            verb: "once_per_window",
+            key: key.as_str(),
+            instance: None,
+            decision,
+            fencing_token,
+            storage_round_trips: counted.transport().sent(),
+            duration_ms: elapsed_ms(started),
+        },
+    );
+    outcome
+}
+
+async fn run_once_per_window<C, L, R, E>(
     ctx: &Context<'_, C>,
     locks: &Locks<L>,
     key: &LockName,
@@ -128,11 +171,19 @@ where
         Acquire::Acquired(held) => {
             let fencing_token = held.fencing_token.unwrap_or(0);
             match work(fencing_token).await {
-                Ok(output) => Ok(Once::Ran {
-                    fencing_token,
-                    expires_at: held.expires_at,
-                    output,
-                }),
+                Ok(output) => {
+                    // Tells later callers the work is done, so that they are told to come back
+                    // when the window ends rather than when the work may have settled. Best
+                    // effort: without it they are told [`Once::Busy`] for up to RUNNING_FOR.
+                    let mut done = Metadata::new();
+                    done.insert(RAN_TOKEN.into(), fencing_token.to_string());
+                    let _ = locks.set_marks(key, held.lease_id, &done, ctx.now).await;
+                    Ok(Once::Ran {
+                        fencing_token,
+                        expires_at: held.expires_at,
+                        output,
+                    })
+                }
                 Err(error) => {
                     // Given back so that a retry runs the work; a give-back storage refused is
                     // asked once more (releasing our own id twice is harmless), since a lock
@@ -157,6 +208,10 @@ where
         }
     }
 }
+
+/// The lock blob's mark of a window whose work is done: the fencing token of the holder
+/// whose work returned `Ok` (a mark outlives its tenure; the token ties it to one).
+pub const RAN_TOKEN: &str = "ran_token";
 
 /// What became of one call of [`once_ever`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,6 +296,45 @@ where
 /// printable ASCII characters), and `marks` written on the lock blob with the done mark (who
 /// did it, a version: names of lowercase letters, digits and `_`).
 pub async fn once_ever_as<C, L, R, E>(
+    ctx: &Context<'_, C>,
+    locks: &Locks<L>,
+    key: &LockName,
+    lease: Duration,
+    holder: &str,
+    marks: &Metadata,
+    work: impl AsyncFnOnce(u64) -> Result<R, E>,
+) -> Result<Ever<R, E>, Error>
+where
+    L: Transport,
+{
+    let started = Instant::now();
+    let counted = locks.counting();
+    let outcome = run_once_ever(ctx, &counted, key, lease, holder, marks, work).await;
+    let (decision, fencing_token) = match &outcome {
+        Ok(Ever::Ran { fencing_token, .. }) => ("ran", Some(*fencing_token)),
+        Ok(Ever::Done) => ("done", None),
+        Ok(Ever::Busy { .. }) => ("busy", None),
+        Ok(Ever::Failed { fencing_token, .. }) => ("failed", Some(*fencing_token)),
+        Ok(Ever::Unmarked { fencing_token, .. }) => ("not_marked_done", Some(*fencing_token)),
+        Err(Error::InvalidArgument(_)) => ("invalid_window", None),
+        Err(e) => (web::storage_error_code(e), None),
+    };
+    log_decision(
+        ctx.log_decisions,
+        &Decision {
+            verb: "once_ever",
+            key: key.as_str(),
+            instance: (!holder.is_empty()).then_some(holder),
+            decision,
+            fencing_token,
+            storage_round_trips: counted.transport().sent(),
+            duration_ms: elapsed_ms(started),
+        },
+    );
+    outcome
+}
+
+async fn run_once_ever<C, L, R, E>(
     ctx: &Context<'_, C>,
     locks: &Locks<L>,
     key: &LockName,
@@ -339,7 +433,8 @@ where
     })
 }
 
-/// A refusal: busy while the holder's tenure is younger than [`RUNNING_FOR`], throttled after.
+/// A refusal: throttled once the holder marked its work done; otherwise busy while the
+/// holder's tenure is younger than [`RUNNING_FOR`], throttled after.
 fn refused<R, E>(
     window: Duration,
     retry_after: Option<Duration>,
@@ -347,6 +442,12 @@ fn refused<R, E>(
 ) -> Once<R, E> {
     let second = Duration::from_secs(1);
     let left = retry_after.unwrap_or(window).max(second);
+    // The holder's work is done (it marked the lock with its own token): the rest of the
+    // window.
+    let token = |h: &Holder| h.token.to_string();
+    if holder.is_some_and(|h| h.marks.get(RAN_TOKEN) == Some(&token(h))) {
+        return Once::Throttled { retry_after: left };
+    }
     // A holder with no expiry (an infinite lease) may be at work however long it has held the
     // key: its age tells nothing, so it is busy.
     let age = holder
@@ -696,6 +797,7 @@ pub(crate) mod tests {
             new_lease_id: &me,
             sleep: &|_| Box::pin(async {}),
             cache: &crate::cache::NoCache,
+            log_decisions: false,
         };
         let handed = RefCell::new(None);
         let outcome = pollster::block_on(once_per_window(
@@ -748,6 +850,7 @@ pub(crate) mod tests {
             new_lease_id: &me,
             sleep: &|_| Box::pin(async {}),
             cache: &crate::cache::NoCache,
+            log_decisions: false,
         };
         let handed = RefCell::new(None);
         let outcome = pollster::block_on(once_ever_as(
@@ -898,7 +1001,14 @@ pub(crate) mod tests {
 
     #[test]
     fn a_free_key_runs_the_work_with_its_token_and_keeps_the_lock() {
-        let (outcome, handed, t) = run(vec![head(None), written()], Ok("shipped"));
+        // The take (HEAD, write), then the done mark (HEAD showing our record, write).
+        let script = vec![
+            head(None),
+            written(),
+            head(Some((me(), SERVER_SECS))),
+            written(),
+        ];
+        let (outcome, handed, t) = run(script, Ok("shipped"));
         let Ok(Once::Ran {
             fencing_token,
             expires_at,
@@ -914,12 +1024,51 @@ pub(crate) mod tests {
             expires_at,
             Some(SystemTime::UNIX_EPOCH + Duration::from_secs(SERVER_SECS + 3600))
         );
-        // A HEAD and the record's compare-and-swap; no release.
+        // A HEAD and the record's compare-and-swap, the mark's HEAD and write; no release.
         let sent = t.sent.borrow();
-        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent.len(), 4, "{sent:?}");
         assert_eq!(sent[0].0, Method::HEAD);
         assert!(sent[0].1.contains("/leasegate/orders/order-1"), "{sent:?}");
         assert_eq!(sent[1].0, Method::PUT);
+        assert_eq!(sent[2].0, Method::HEAD);
+        assert_eq!(sent[3].0, Method::PUT);
+        // The mark names the holder's token, beside the claim it keeps.
+        let written = &t.metadata.borrow()[3];
+        let mark = ("x-ms-meta-ran_token".to_string(), fencing_token.to_string());
+        assert!(written.contains(&mark), "{written:?}");
+        assert!(
+            written
+                .iter()
+                .any(|(k, _)| k == "x-ms-meta-leasegate_holder"),
+            "{written:?}"
+        );
+    }
+
+    /// Once the holder's work is done, a caller is told the window's real time left, not to
+    /// come back when the work may have settled; a mark left by an earlier holder (another
+    /// token) says nothing of this one.
+    #[test]
+    fn a_key_whose_work_is_done_is_throttled_for_the_rest_of_its_window() {
+        let done = |token: u64| {
+            head(Some((other(), SERVER_SECS - 10)))
+                .with_header("x-ms-meta-ran_token", token.to_string())
+        };
+        let (outcome, handed, t) = run(vec![done(7 << 16)], Ok("x"));
+        assert_eq!(
+            outcome.unwrap(),
+            Once::Throttled {
+                retry_after: Duration::from_secs(3590)
+            }
+        );
+        assert_eq!(handed, None);
+        assert_eq!(t.sent.borrow().len(), 1);
+        let (outcome, _, _) = run(vec![done(6 << 16)], Ok("x"));
+        assert_eq!(
+            outcome.unwrap(),
+            Once::Busy {
+                retry_after: Duration::from_secs(50)
+            }
+        );
     }
 
     #[test]

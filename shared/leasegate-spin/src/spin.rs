@@ -705,6 +705,7 @@ impl SpinEnv {
             new_lease_id: &random_lease_id,
             sleep: &|d| Box::pin(Sleep::new(d)),
             cache: &self.cache,
+            log_decisions: true,
         }
     }
 }

@@ -207,6 +207,7 @@ async fn run_tick(i: usize, protocol: JobProtocol, io: Io<Note>) {
         new_lease_id: &new_lease_id,
         sleep: &sleep,
         cache: &NoCache,
+        log_decisions: false,
     };
     let tick = Tick {
         at: SystemTime::UNIX_EPOCH + Duration::from_secs(START + ticker.occurrence * PERIOD),

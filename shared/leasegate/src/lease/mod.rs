@@ -28,7 +28,7 @@ use crate::ops::{
     SetMetadata, WriteOutcome,
 };
 use crate::types::{unix_secs, LeaseDuration, LeaseId, LeaseState};
-use crate::{Account, Error, Transport};
+use crate::{Account, Counting, Error, Transport};
 
 use crate::blob::BlobClient;
 use claim::{Claim, Kind};
@@ -119,6 +119,10 @@ pub struct Holder {
     /// How long it has held the lock (its tenure so far) by the server's clock at the read:
     /// what tells a holder at work from one long done.
     pub held_for: Option<Duration>,
+    /// The lock blob's own marks (its metadata other than the claim) at the read: what the
+    /// holder wrote with [`Locks::set_marks`] (its work done, say). Marks outlive a tenure:
+    /// tie one to the holder by writing its token in it.
+    pub marks: Metadata,
 }
 
 /// The answer to an acquire.
@@ -222,6 +226,19 @@ impl<T: Transport> Locks<T> {
     /// The transport.
     pub fn transport(&self) -> &T {
         self.client.transport()
+    }
+
+    /// The same locks (container and prefix) through a transport that counts the requests
+    /// sent: a decision's storage round trips, for its log line.
+    pub fn counting(&self) -> Locks<Counting<&T>> {
+        Locks {
+            client: BlobClient::new(
+                Counting::new(self.client.transport()),
+                self.client.account().clone(),
+                self.client.container().clone(),
+            ),
+            prefix: self.prefix.clone(),
+        }
     }
 
     /// The account.

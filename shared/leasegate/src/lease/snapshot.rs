@@ -138,6 +138,7 @@ impl Snapshot {
                 held_for: c
                     .since_at()
                     .and_then(|since| self.server_date.duration_since(since).ok()),
+                marks: self.marks(),
             }),
             stepped_down_until: None,
         }
