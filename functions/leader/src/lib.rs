@@ -53,8 +53,8 @@ pub struct Settings {
     pub instance_id: String,
     /// The election's name.
     pub group: String,
-    /// The leader lease's length (15 to 60 s): a follower takes over within this long of the
-    /// leader's last tick.
+    /// The leader lease's length (15 to 60 s): a follower takes over at its first tick after
+    /// the leader's lease ran out (this long after the leader's last tick, plus up to a second).
     pub lease: LeaseDuration,
     /// Where the leader's heartbeat goes.
     pub url: String,

@@ -130,6 +130,11 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// So are the recipes (docs/recipes.md): each a whole function a user would write.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/recipes.md")]
+struct RecipesDoctests;
+
 pub mod auth;
 pub mod cache;
 pub mod config;

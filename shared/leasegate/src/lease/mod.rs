@@ -4,9 +4,10 @@
 //!
 //! **At no moment do two lease ids hold one lock, whatever [`Term`] each caller asks for**:
 //! every call first reads the lock blob (one HEAD), and every grant is conditional on what that
-//! read saw, so storage refuses one that would make a second holder. Every new holder gets a
-//! fencing token strictly larger than any before it (the rule is in `lease/claim.rs`), and a
-//! holder that extends keeps its own.
+//! read saw, so storage refuses one that would make a second holder. Every new holder of a lock
+//! gets a fencing token strictly larger than any before it of that lock (the rule is in
+//! `lease/claim.rs`; tokens are per lock, two locks may issue the same one), and a holder that
+//! extends keeps its own.
 //!
 //! Every call takes `now` only to date its requests when the transport has no clock of its
 //! own ([`Transport::now`]); every expiry is judged by the storage server's `Date`. The rules,
