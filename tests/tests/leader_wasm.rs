@@ -54,8 +54,8 @@ fn tick_all(apps: &[App], alive: &[bool]) -> Vec<Option<Answer>> {
 
 /// 5 instances tick concurrently for a few lease lengths: exactly one leader per term, terms
 /// strictly increase, heartbeats carry only the current term. Then the leader stops: a follower
-/// takes over within one lease length with a larger term, and the old leader, ticking again,
-/// reports follower.
+/// takes over once the lease ran out (within a lease length, a second and a tick of the stop)
+/// with a larger term, and the old leader, ticking again, reports follower.
 #[test]
 fn one_leader_per_term_and_failover_within_one_lease() {
     let first = start("elect", "node-0", None);
@@ -127,7 +127,7 @@ fn one_leader_per_term_and_failover_within_one_lease() {
     let new_leader = loop {
         assert!(
             stopped.elapsed() < Duration::from_secs(LEASE + 10),
-            "no follower took over within one lease length"
+            "no follower took over within a lease length, a second and a tick"
         );
         let answers = tick_all(&apps, &alive);
         let leaders: Vec<&Value> = answers
