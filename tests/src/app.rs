@@ -119,91 +119,193 @@ pub fn build_example() {
     });
 }
 
-/// The bearer token a project made from the `spin new` template expects.
+/// The bearer token a project made from the `leasegate-http` template expects.
 pub const TEMPLATE_TOKEN: &str = "test-template-token-6e1b";
 
-/// A project made from the repository's `spin new` template (`templates/leasegate-http`) with
-/// the real Spin CLI, built for wasm32-wasip2 against the workspace's crates, once per test
-/// process. Returns its `spin.toml`.
-///
-/// The template is installed into a scratch Spin data directory (the user's own Spin
-/// templates are not touched), `spin new -t leasegate-http --accept-defaults` writes the
-/// project, and the test points its `leasegate` / `leasegate-spin` dependencies (crates.io
-/// versions in the template) at the workspace's crates before building it with the
-/// workspace's lock file.
-pub fn template_project() -> PathBuf {
-    static MADE: OnceLock<PathBuf> = OnceLock::new();
-    MADE.get_or_init(|| {
-        let work = root().join("target/template-test");
-        let _ = std::fs::remove_dir_all(&work);
+/// A project made from one of the repository's `spin new` templates (`templates/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Template {
+    /// `leasegate-http` with its defaults: `POST /api/work/{key}`, once per key per hour.
+    Http,
+    /// `leasegate-timer` with `gate=leader`: `POST /api/timer/tick`, the work on the leader only.
+    Leader,
+    /// `leasegate-timer` with `gate=occurrence`: `POST /api/timer/tick`, the work once per
+    /// occurrence of `work_schedule`.
+    Occurrence,
+}
+
+impl Template {
+    /// The project's name (its folder, its component).
+    pub fn project(self) -> &'static str {
+        match self {
+            Template::Http => "gated-work",
+            Template::Leader => "leader-work",
+            Template::Occurrence => "occurrence-work",
+        }
+    }
+
+    /// The template's id.
+    pub fn id(self) -> &'static str {
+        match self {
+            Template::Http => "leasegate-http",
+            Template::Leader | Template::Occurrence => "leasegate-timer",
+        }
+    }
+
+    /// The `--value` parameters beyond `leasegate-source` (the rest are the defaults).
+    pub fn values(self) -> &'static [&'static str] {
+        match self {
+            Template::Http => &[],
+            Template::Leader => &["gate=leader"],
+            Template::Occurrence => &["gate=occurrence"],
+        }
+    }
+}
+
+/// Where the templates' projects are made: `target/template-test`.
+fn template_work() -> PathBuf {
+    root().join("target/template-test")
+}
+
+/// Runs `spin {args}` in `dir` with Spin's data (its installed templates) in
+/// `target/template-test/spin-data`, not the user's; returns what it printed, or its output as
+/// `Err` when it failed.
+pub fn spin_templates(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("spin")
+        .args(args)
+        .current_dir(dir)
+        .env("XDG_DATA_HOME", template_work().join("spin-data"))
+        .output()
+        .expect("run spin (see scripts/dev.sh setup)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
+
+/// Installs the repository's templates into the scratch Spin data directory, once per test
+/// process, as a user does from a clone: `spin templates install --dir <the clone>`.
+pub fn install_templates() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let work = template_work();
+        let _ = std::fs::remove_dir_all(work.join("spin-data"));
         std::fs::create_dir_all(&work).expect("make target/template-test");
-        let spin = |args: &[&str]| {
+        // `--dir` names the folder that holds `templates/`: the repository's root.
+        let repository = root().display().to_string();
+        spin_templates(&work, &["templates", "install", "--dir", &repository])
+            .unwrap_or_else(|e| panic!("spin templates install failed:\n{e}"));
+        let listed = spin_templates(&work, &["templates", "list"]).expect("spin templates list");
+        for id in ["leasegate-http", "leasegate-timer"] {
+            assert!(listed.contains(id), "{id} not installed:\n{listed}");
+        }
+    });
+}
+
+/// A project made from one of the repository's `spin new` templates with the real Spin CLI and
+/// built as a user builds it, once per test process. Returns its `spin.toml`.
+///
+/// The templates are installed into a scratch Spin data directory ([`install_templates`]; the
+/// user's own Spin templates are not touched) and `spin new -t <id> --accept-defaults --value
+/// leasegate-source=<this repository>` writes the project, whose `leasegate` /
+/// `leasegate-spin` dependencies are then this repository's crates. `spin build` builds it with
+/// `CARGO_TARGET_DIR` pointing elsewhere (as in a shell that shares one target directory): its
+/// build command still puts the component where its manifest's `source` names it.
+///
+/// Two things are added to the generated files, neither a change to them: the workspace's
+/// `Cargo.lock` (the same dependency versions as the tests, and no registry lookup), and the
+/// project's `target/` of an earlier run, or else a copy of another project's (compiled
+/// dependencies only: cargo rebuilds what changed).
+pub fn template_project(template: Template) -> PathBuf {
+    static MADE: [OnceLock<PathBuf>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    // One build at a time: they share the machine's cores and each other's compiled crates.
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let slot = match template {
+        Template::Http => 0,
+        Template::Leader => 1,
+        Template::Occurrence => 2,
+    };
+    MADE[slot]
+        .get_or_init(|| {
+            let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+            install_templates();
+            let work = template_work();
+            let project = work.join(template.project());
+            let kept = work.join(format!("{}.target", template.project()));
+            if project.join("target").exists() {
+                let _ = std::fs::remove_dir_all(&kept);
+                std::fs::rename(project.join("target"), &kept).expect("keep the target dir");
+            }
+            let _ = std::fs::remove_dir_all(&project);
+            let source = format!("leasegate-source={}", root().display());
+            let mut args = vec![
+                "new",
+                "-t",
+                template.id(),
+                template.project(),
+                "--accept-defaults",
+                "--no-vcs",
+                "--value",
+                &source,
+            ];
+            for value in template.values() {
+                args.extend(["--value", value]);
+            }
+            spin_templates(&work, &args)
+                .unwrap_or_else(|e| panic!("spin new {args:?} failed:\n{e}"));
+            if kept.exists() {
+                std::fs::rename(&kept, project.join("target")).expect("restore the target dir");
+            } else if let Some(sibling) = [Template::Http, Template::Leader, Template::Occurrence]
+                .iter()
+                .map(|t| work.join(t.project()).join("target"))
+                .find(|t| t.join("wasm32-wasip2").exists())
+            {
+                let status = Command::new("cp")
+                    .arg("-a")
+                    .arg(&sibling)
+                    .arg(project.join("target"))
+                    .status()
+                    .expect("run cp");
+                assert!(status.success(), "copying {} failed", sibling.display());
+            }
+            std::fs::copy(root().join("Cargo.lock"), project.join("Cargo.lock"))
+                .expect("copy the lock file");
+            // A target directory shared by the shell: the build command must not follow it.
+            let elsewhere = work.join("shared-target");
             let out = Command::new("spin")
-                .args(args)
-                .current_dir(&work)
-                .env("XDG_DATA_HOME", work.join("spin-data"))
+                .args(["build", "--from"])
+                .arg(project.join("spin.toml"))
+                .current_dir(&project)
+                .env("CARGO_TARGET_DIR", &elsewhere)
+                .env_remove("CARGO_BUILD_TARGET_DIR")
                 .output()
-                .expect("run spin (see scripts/dev.sh setup)");
+                .expect("run spin build");
             assert!(
                 out.status.success(),
-                "spin {args:?} failed:\n{}{}",
+                "spin build of the generated {} failed:\n{}{}",
+                template.project(),
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        // `--dir` names the folder that holds `templates/`: the repository's root.
-        let repository = root();
-        spin(&[
-            "templates",
-            "install",
-            "--dir",
-            repository.to_str().expect("UTF-8 path"),
-        ]);
-        let listed = spin(&["templates", "list"]);
-        assert!(
-            listed.contains("leasegate-http"),
-            "not installed:\n{listed}"
-        );
-        spin(&[
-            "new",
-            "-t",
-            "leasegate-http",
-            "gated-work",
-            "--accept-defaults",
-            "--no-vcs",
-        ]);
-        let project = work.join("gated-work");
-        let cargo_toml = project.join("Cargo.toml");
-        let text = std::fs::read_to_string(&cargo_toml).expect("the project's Cargo.toml");
-        let path_dep = |name: &str, dir: &str| {
-            format!("{name} = {{ path = \"{}\" }}", root().join(dir).display())
-        };
-        let pointed = text
-            .replace(
-                "leasegate = \"0.1\"",
-                &path_dep("leasegate", "shared/leasegate"),
-            )
-            .replace(
-                "leasegate-spin = \"0.1\"",
-                &path_dep("leasegate-spin", "shared/leasegate-spin"),
+            let component = project.join(format!(
+                "target/wasm32-wasip2/release/{}.wasm",
+                template.project().replace('-', "_")
+            ));
+            assert!(component.exists(), "no {}", component.display());
+            assert!(
+                !elsewhere.exists(),
+                "the build followed CARGO_TARGET_DIR into {}",
+                elsewhere.display()
             );
-        assert_ne!(pointed, text, "the template's dependencies changed: {text}");
-        std::fs::write(&cargo_toml, pointed).expect("write the project's Cargo.toml");
-        std::fs::copy(root().join("Cargo.lock"), project.join("Cargo.lock"))
-            .expect("copy the lock file");
-        let status = Command::new(env!("CARGO"))
-            .current_dir(&project)
-            // Into the project's own target/, where its spin.toml names its component.
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("CARGO_BUILD_TARGET_DIR")
-            .args(["build", "--release", "--target", "wasm32-wasip2"])
-            .status()
-            .expect("run cargo to build the generated project");
-        assert!(status.success(), "building the generated project failed");
-        project.join("spin.toml")
-    })
-    .clone()
+            project.join("spin.toml")
+        })
+        .clone()
 }
 
 /// A `.wasm` component's path.
@@ -251,8 +353,14 @@ pub enum Manifest {
     /// It gets only the variables its manifest declares (`instance_id` = `test-instance`),
     /// `digest_origin` pointing at the webhook proxy and `digest_token` = [`DIGEST_TOKEN`].
     DailyDigest,
-    /// A project made from the `spin new` template: [`template_project`].
-    Template,
+    /// A project made from a `spin new` template: [`template_project`], its `spin.toml`. It
+    /// gets only the variables its manifest declares: `work_origin` pointing at the webhook
+    /// proxy, `api_token` = [`TEMPLATE_TOKEN`], the timer's `timer_token` = [`TIMER_TOKEN`] and
+    /// `lease_id_secret` = [`LEASE_ID_SECRET`].
+    Template(Template),
+    /// The `spin-cron.toml` of a project made from the `leasegate-timer` template: its
+    /// component on Spin's cron trigger (the real plugin), on the manifest's own schedule.
+    TemplateCron(Template),
 }
 
 impl Manifest {
@@ -263,7 +371,8 @@ impl Manifest {
             Manifest::Cron => root().join("spin-cron.toml"),
             Manifest::ShipOnce => root().join("examples/ship-once/spin.toml"),
             Manifest::DailyDigest => root().join("examples/daily-digest/spin.toml"),
-            Manifest::Template => template_project(),
+            Manifest::Template(t) => template_project(t),
+            Manifest::TemplateCron(t) => template_project(t).with_file_name("spin-cron.toml"),
             Manifest::Azure => {
                 static WRITTEN: OnceLock<PathBuf> = OnceLock::new();
                 WRITTEN
@@ -462,8 +571,8 @@ impl App {
     pub fn start_with(tag: &str, overrides: &[(&str, &str)], setup: Setup) -> App {
         match setup.manifest {
             Manifest::ShipOnce | Manifest::DailyDigest => build_example(),
-            Manifest::Template => {
-                template_project();
+            Manifest::Template(t) | Manifest::TemplateCron(t) => {
+                template_project(t);
             }
             _ => build_components(),
         }
@@ -527,11 +636,13 @@ impl App {
             variables.insert("digest_origin".into(), webhook.origin());
             variables.insert("digest_token".into(), DIGEST_TOKEN.into());
         }
-        if setup.manifest == Manifest::Template {
-            let declared = manifest_variables(&setup.manifest.path());
-            variables.retain(|k, _| declared.contains(k));
+        if let Manifest::Template(_) | Manifest::TemplateCron(_) = setup.manifest {
+            // The timer template's tick token and lease id secret are the test app's
+            // (TIMER_TOKEN, LEASE_ID_SECRET).
             variables.insert("work_origin".into(), webhook.origin());
             variables.insert("api_token".into(), TEMPLATE_TOKEN.into());
+            let declared = manifest_variables(&setup.manifest.path());
+            variables.retain(|k, _| declared.contains(k));
         }
         if let (Some(entra), Some(tokens)) = (setup.entra, &tokens) {
             let origin = tokens.origin();
@@ -559,7 +670,7 @@ impl App {
         for (k, v) in overrides {
             variables.insert(k.to_string(), v.to_string());
         }
-        let http = setup.manifest != Manifest::Cron;
+        let http = !matches!(setup.manifest, Manifest::Cron | Manifest::TemplateCron(_));
         let manifest = if setup.manifest == Manifest::Cron && !setup.cron.is_empty() {
             // Written beside the instance's state and logs, and removed with them.
             let dir = crate::spin::scratch_dir("manifest");
