@@ -706,8 +706,11 @@ fn app_rows(bench: &mut Bench, tokens: &Tokens, kv_declared: bool) -> (Row, Vec<
             body_contains: Some("\"below_threshold\""),
         },
     );
-    let limit = floor::limit_row(bench, &app, &below);
-    (throttled, vec![gate_get, gate_post, none, limit], app)
+    let throttled_request = telemetry_request(&host, &tokens.telemetry, 36.0);
+    let limit = floor::limit_rows(bench, &app, &below, &throttled_request);
+    let mut others = vec![gate_get, gate_post, none];
+    others.extend(limit);
+    (throttled, others, app)
 }
 
 /// The throttled row with `kv_cache=on`, on a second app (its own container), and that app.
@@ -949,10 +952,10 @@ fn main() {
     }
     let levels = options.concurrency.clone();
     let kv_declared = declares_kv_cache();
-    // The app's rows, the hello world's, the limit's one cell.
+    // The app's rows, the hello world's; the limit's and its paired throttle's one cell each.
     let app_rows_n = if kv_declared { 5 } else { 4 } + 1;
     let mut bench = Bench {
-        cells_total: levels.len() * (6 + app_rows_n) + 1 + entra::CELLS,
+        cells_total: levels.len() * (6 + app_rows_n) + 2 + entra::CELLS,
         cells_done: 0,
         options,
     };
