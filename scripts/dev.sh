@@ -5,8 +5,9 @@
 #   scripts/dev.sh test    runs every test (unit, signing vectors, Azurite, the .wasm components
 #                          under the real `spin up`)
 #   scripts/dev.sh demo    starts a local Azurite and takes and shows a lease with the CLI
-#   scripts/dev.sh bench   one table: decisions/s and latency of storage alone, the Azure SDK for
-#                          Python and the app, at concurrency 1, 4 and 16 (its own Azurite), then
+#   scripts/dev.sh bench   one table: decisions/s and latency of storage alone, the Azure SDKs for
+#                          Python and JavaScript, the app, a hello-world component and the
+#                          throttle's limit, at concurrency 1, 4 and 16 (its own Azurite), then
 #                          a bearer token against SharedKey over HTTPS; `--only entra` runs that
 #                          section alone (no Python SDK)
 #   scripts/dev.sh check   the model checker (tests/model): the bounded checks the tests run, with
@@ -205,6 +206,10 @@ TXT
 BENCH_VENV=target/bench-venv
 BENCH_SDK="azure-storage-blob==12.31.1 azure-core==1.41.0"
 
+# The Azure SDK for JavaScript, pinned in tests/bench-js/package-lock.json, installed beside its
+# script (nothing is fetched while the bench runs).
+BENCH_JS=tests/bench-js
+
 bench() {
   setup
   build_components
@@ -224,10 +229,16 @@ print(" ".join(f"{p}=={m.version(p)}" for p in ("azure-storage-blob", "azure-cor
     # shellcheck disable=SC2086  # one word per requirement
     "$BENCH_VENV/bin/pip" install --disable-pip-version-check --quiet $BENCH_SDK
   fi
-  say "building the load generator (tests/src/bin/leasegate-bench)"
+  if [ ! -d "$BENCH_JS/node_modules/@azure/storage-blob" ] \
+     || [ "$BENCH_JS/package-lock.json" -nt "$BENCH_JS/node_modules/.package-lock.json" ]; then
+    say "installing the Azure SDK for JavaScript (pinned in $BENCH_JS/package-lock.json)"
+    npm ci --prefix "$BENCH_JS" --no-audit --no-fund --loglevel=error
+  fi
+  say "building the hello-world reference (tests/bench-hello) and the load generator"
+  cargo build --locked --release --target wasm32-wasip2 -p bench-hello
   cargo build --locked -p leasegate-tests --bin leasegate-bench
-  say "benchmarking: storage alone, the Python SDK, the app (about 2 minutes; progress below)"
-  target/debug/leasegate-bench --python "$BENCH_VENV/bin/python" "$@"
+  say "benchmarking: storage alone, the SDKs, the app, the references (about 3 minutes; progress below)"
+  target/debug/leasegate-bench --python "$BENCH_VENV/bin/python" --node "$(command -v node)" "$@"
 }
 
 soak() {

@@ -44,15 +44,13 @@ pub const MAX_READINGS: usize = 1000;
 /// Blob name prefix of the device gates.
 pub const GATE_PREFIX: &str = "alerts/";
 
-/// The device-alerts settings.
+/// The device-alerts settings that gating a device needs (the others are [`Basics`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     /// Storage.
     pub storage: Storage,
     /// Readings at or above this alert.
     pub threshold: f64,
-    /// At most one alert per device per this long.
-    pub window: Duration,
     /// Whether notifications carry the gate's fencing token (`alert_fencing`).
     pub fencing: bool,
     /// Where notifications are posted.
@@ -62,8 +60,6 @@ pub(crate) struct Settings {
     /// How long one invocation may go on starting devices (`alert_deadline_ms`): a device not
     /// started by then is answered `deadline_exceeded`, nothing done for it.
     pub deadline: Duration,
-    /// The device ids served (`device_ids`); empty: any.
-    pub device_ids: Vec<DevicePattern>,
 }
 
 /// One entry of `device_ids`: an exact id, or a prefix (written with a trailing `*`).
@@ -113,9 +109,22 @@ pub(crate) fn device_allowed(list: &[DevicePattern], id: &str) -> bool {
     list.is_empty() || list.iter().any(|p| p.matches(id))
 }
 
-impl Settings {
-    /// Reads the settings from variables.
-    pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
+/// What every request is answered with: the threshold, the window and the devices served. A
+/// request with no reading at or above the threshold reads only these (and the bearer token):
+/// the rest of [`Settings`] is what gating a device needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Basics {
+    /// Readings at or above this alert.
+    pub threshold: f64,
+    /// At most one alert per device per this long.
+    pub window: Duration,
+    /// The device ids served (`device_ids`); empty: any.
+    pub device_ids: Vec<DevicePattern>,
+}
+
+impl Basics {
+    /// Reads `temperature_threshold`, `alert_window_seconds` and `device_ids`.
+    pub fn load(vars: &dyn Variables) -> Result<Basics, ConfigError> {
         let threshold = config::number(
             vars,
             "temperature_threshold",
@@ -128,6 +137,19 @@ impl Settings {
                 "variable alert_window_seconds must be whole seconds".into(),
             ));
         }
+        let device_ids =
+            DevicePattern::parse_list(&config::var(vars, "device_ids").unwrap_or_default())?;
+        Ok(Basics {
+            threshold,
+            window: Duration::from_secs(window as u64),
+            device_ids,
+        })
+    }
+}
+
+impl Settings {
+    /// Reads the settings beyond `basics` from variables.
+    pub fn load_with(vars: &dyn Variables, basics: &Basics) -> Result<Settings, ConfigError> {
         let fencing = match config::var(vars, "alert_fencing").as_deref() {
             None | Some("on") | Some("true") => true,
             Some("off") | Some("false") => false,
@@ -139,17 +161,13 @@ impl Settings {
         };
         let notify_url = config::url(vars, "notify_url")?;
         let deadline = config::number(vars, "alert_deadline_ms", 20_000.0, 100..=600_000)?;
-        let device_ids =
-            DevicePattern::parse_list(&config::var(vars, "device_ids").unwrap_or_default())?;
         Ok(Settings {
             storage: config::storage(vars)?,
-            threshold,
-            window: Duration::from_secs(window as u64),
+            threshold: basics.threshold,
             fencing,
             notify_url,
             cache: cache::Mode::load(vars)?,
             deadline: Duration::from_millis(deadline as u64),
-            device_ids,
         })
     }
 }
@@ -268,8 +286,13 @@ pub(crate) fn parse_body(body: &[u8]) -> Result<Vec<Result<Reading, String>>, Re
 
 /// A checked request: its settings, its readings and the gate term.
 pub(crate) struct Parsed {
-    /// The settings.
-    pub settings: Settings,
+    /// Readings at or above this alert.
+    pub threshold: f64,
+    /// At most one alert per device per this long.
+    pub window: Duration,
+    /// The settings gating needs, read only when some reading is at or above the threshold
+    /// (`None`: none is, and nothing is gated).
+    pub settings: Option<Settings>,
     /// Each reading, or why it is unusable.
     pub readings: Vec<Result<Reading, String>>,
     /// The term of the device gates.
@@ -277,7 +300,10 @@ pub(crate) struct Parsed {
 }
 
 /// Step 1: authenticates, checks the request, reads settings and readings. `Err` is the
-/// answer (401, 405, 415, 413, 400, or 503 `not_configured`).
+/// answer (401, 405, 415, 413, 400, or 503 `not_configured`). The settings gating needs
+/// (storage, the webhook, the cache, ...) are read only for a request with a reading at or
+/// above the threshold: one whose readings are all below it is answered from the threshold,
+/// the window and `device_ids` alone (a variable read is a call into Spin, a few µs each).
 pub(crate) fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, Response> {
     auth::authenticate(vars, "telemetry_token", "telemetry_auth", request)?;
     if request.method() != leasegate::Method::POST {
@@ -290,11 +316,11 @@ pub(crate) fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, R
     let not_configured = |e: &dyn std::fmt::Display| {
         web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e)
     };
-    let settings = Settings::load(vars).map_err(|e| not_configured(&e))?;
-    let term = Term::for_window(settings.window).map_err(|e| not_configured(&e))?;
+    let basics = Basics::load(vars).map_err(|e| not_configured(&e))?;
+    let term = Term::for_window(basics.window).map_err(|e| not_configured(&e))?;
     let mut readings = parse_body(request.body())?;
     // Devices not served cost nothing: no storage request, no notification.
-    let refused = |r: &Reading| !device_allowed(&settings.device_ids, &r.device_id);
+    let refused = |r: &Reading| !device_allowed(&basics.device_ids, &r.device_id);
     if readings.len() == 1 && readings[0].as_ref().is_ok_and(refused) && body_is_object(request) {
         return Err(web::error(
             StatusCode::BAD_REQUEST,
@@ -307,7 +333,18 @@ pub(crate) fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, R
             *r = Err("deviceId is not one of the devices served (device_ids)".into());
         }
     }
+    let (threshold, window) = (basics.threshold, basics.window);
+    let hot = readings
+        .iter()
+        .any(|r| r.as_ref().is_ok_and(|r| r.temperature >= threshold));
+    let settings = if hot {
+        Some(Settings::load_with(vars, &basics).map_err(|e| not_configured(&e))?)
+    } else {
+        None
+    };
     Ok(Parsed {
+        threshold,
+        window,
         settings,
         readings,
         term,
@@ -408,6 +445,7 @@ pub(crate) async fn gate<'r, T: Transport>(
     ctx: &Context<'_, T>,
     transport: &T,
     parsed: &Parsed,
+    settings: &Settings,
     hot: &[HotDevice<'r>],
     deadline: Instant,
 ) -> Vec<Gated<'r>> {
@@ -416,22 +454,25 @@ pub(crate) async fn gate<'r, T: Transport>(
     let cached: Vec<(HotDevice<'r>, Option<Duration>)> = hot
         .iter()
         .map(|&device| {
-            let left = cache_key(parsed, device).and_then(|k| cache::held(ctx.cache, &k, ctx.now));
+            let left =
+                cache_key(settings, device).and_then(|k| cache::held(ctx.cache, &k, ctx.now));
             (device, left)
         })
         .collect();
     futures::stream::iter(cached)
-        .map(|(device, cached)| gate_one(ctx, transport, parsed, device, cached, deadline))
-        .buffered(parsed.settings.storage.max_in_flight)
+        .map(|(device, cached)| {
+            gate_one(ctx, transport, parsed, settings, device, cached, deadline)
+        })
+        .buffered(settings.storage.max_in_flight)
         .collect()
         .await
 }
 
 /// The device's key in the gate cache, when the cache is on.
-fn cache_key(parsed: &Parsed, device: HotDevice<'_>) -> Option<String> {
-    (parsed.settings.cache != cache::Mode::Off).then(|| {
+fn cache_key(settings: &Settings, device: HotDevice<'_>) -> Option<String> {
+    (settings.cache != cache::Mode::Off).then(|| {
         let path = format!("{GATE_PREFIX}{}", device.reading.device.as_str());
-        cache::key_for(&parsed.settings.storage, &path)
+        cache::key_for(&settings.storage, &path)
     })
 }
 
@@ -442,11 +483,11 @@ async fn gate_one<'r, T: Transport>(
     ctx: &Context<'_, T>,
     transport: &T,
     parsed: &Parsed,
+    settings: &Settings,
     device: HotDevice<'r>,
     cached: Option<Duration>,
     deadline: Instant,
 ) -> Gated<'r> {
-    let settings = &parsed.settings;
     // A device starts only before the deadline (one already started finishes: each of its
     // requests is bounded by storage_timeout_ms).
     if Instant::now() >= deadline {
@@ -457,7 +498,7 @@ async fn gate_one<'r, T: Transport>(
         };
     }
     let lock = &device.reading.device;
-    let key = cache_key(parsed, device);
+    let key = cache_key(settings, device);
     if let Some(left) = cached {
         return Gated {
             device,
@@ -614,8 +655,13 @@ async fn notify<T: Transport>(
 
 /// Step 4: one decision per reading, in order; the other readings of a gated device share its
 /// outcome (`coveredBy`). 503 when any device's storage failed, else 200.
-pub(crate) fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter: u32) -> Response {
-    let window_secs = parsed.settings.window.as_secs();
+pub(crate) fn answer(
+    parsed: &Parsed,
+    gated: &[Gated],
+    started: Instant,
+    jitter: impl Fn() -> u32,
+) -> Response {
+    let window_secs = parsed.window.as_secs();
     // Each device is gated once (see `hot_devices`).
     let by_device: HashMap<&str, &Gated> = gated
         .iter()
@@ -628,7 +674,7 @@ pub(crate) fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter:
         .map(|(i, r)| {
             let (device_id, mut d, trips) = match r {
                 Err(reason) => ("", json!({ "decision": "invalid", "reason": reason }), 0),
-                Ok(r) if r.temperature < parsed.settings.threshold => (
+                Ok(r) if r.temperature < parsed.threshold => (
                     r.device_id.as_str(),
                     json!({ "decision": "below_threshold" }),
                     0,
@@ -675,7 +721,7 @@ pub(crate) fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter:
         .collect();
     let mut body = json!({
         "decisions": decisions,
-        "threshold": parsed.settings.threshold,
+        "threshold": parsed.threshold,
         "windowSeconds": window_secs,
     });
     let failed: Vec<&leasegate::Error> = gated
@@ -702,7 +748,7 @@ pub(crate) fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter:
         ));
         let mut r = web::json(StatusCode::SERVICE_UNAVAILABLE, &body);
         r.headers_mut()
-            .insert("retry-after", web::retry_after(None, jitter).to_string());
+            .insert("retry-after", web::retry_after(None, jitter()).to_string());
         return r;
     };
     // A 403 for any device: the deployment must be fixed (502, not retryable).
@@ -735,6 +781,7 @@ pub(crate) fn answer(parsed: &Parsed, gated: &[Gated], started: Instant, jitter:
     let status = web::storage_status(first);
     let mut r = web::json(status, &body);
     if status == StatusCode::SERVICE_UNAVAILABLE {
+        let jitter = jitter();
         // The longest wait any failure asks for (a timeout longer than a refusal; storage's
         // own Retry-After when it sent one), jittered so that clients do not retry in step.
         let wait = failed
@@ -809,16 +856,20 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         Ok(p) => p,
         Err(response) => return response,
     };
-    let transport = (ctx.connect)(parsed.settings.storage.timeout);
-    let hot = hot_devices(&parsed.readings, parsed.settings.threshold);
-    let deadline = started + parsed.settings.deadline;
-    let gated = gate(ctx, &transport, &parsed, &hot, deadline).await;
-    answer(
-        &parsed,
-        &gated,
-        started,
-        web::jitter_seed((ctx.new_lease_id)()),
-    )
+    let gated = match &parsed.settings {
+        Some(settings) => {
+            let transport = (ctx.connect)(settings.storage.timeout);
+            let hot = hot_devices(&parsed.readings, parsed.threshold);
+            let deadline = started + settings.deadline;
+            gate(ctx, &transport, &parsed, settings, &hot, deadline).await
+        }
+        // No reading at or above the threshold: nothing to gate.
+        None => Vec::new(),
+    };
+    // The jitter of a 503's Retry-After, drawn (two calls into Spin) only for such an answer.
+    answer(&parsed, &gated, started, || {
+        web::jitter_seed((ctx.new_lease_id)())
+    })
 }
 
 // The Spin entry points.

@@ -140,6 +140,7 @@ impl<'a> Arm<'a> {
             measure,
             request: &*self.request,
             expect: &self.expect,
+            then: None,
         }
         .run();
         let seen = self.proxy.seen();

@@ -4,12 +4,19 @@
 //! 1. the storage ceiling: a SharedKey Lease Acquire signed with the `leasegate` crate, sent
 //!    straight to Azurite, answered 201 (the holder acquiring again) and 409 (another id);
 //! 2. the same two acquires through the Azure SDK for Python (`scripts/bench_sdk.py`, run with
-//!    the interpreter given by `--python`; skipped without it);
+//!    the interpreter given by `--python`; skipped without it) and through the Azure SDK for
+//!    JavaScript (`tests/bench-js/bench_sdk.mjs`, `@azure/storage-blob` as its lock file pins it,
+//!    run with the `node` given by `--node`; skipped without it);
 //! 3. the app's decisions under the real `spin up` (`spin.toml`'s release components), with
 //!    the storage requests per decision counted by the test proxy between Spin and Azurite
 //!    (that hop is in the app's figures, not in the ceiling's): the answer with no storage
 //!    request, the throttle from the key-value cache (`kv_cache=on`, no storage request) and
-//!    the throttle that asks storage (`kv_cache=off`) side by side, and the gate's rows. The
+//!    the throttle that asks storage (`kv_cache=off`) side by side, and the gate's rows; beside
+//!    them the **hello world** (`tests/bench-hello`: spin-sdk 5.2's `#[http_component]`, the
+//!    same reading parsed, a fixed answer), the floor's reference, served the same way, and the
+//!    **limit** of the throttled decision at c=1: the app's no-storage answer and then one raw
+//!    storage request (the throttle's HEAD, signed here, through the app's storage proxy),
+//!    back to back on two keep-alive connections. The
 //!    p50/p90/p99 columns at c=1 are each answer kind's latency series on one keep-alive
 //!    connection: an answer that leaves in two writes stalls on the client's delayed ACK and
 //!    shows as a p90 near 40 ms.
@@ -27,11 +34,12 @@
 //! builds); `--components-only` (or `--only components`) skips the decisions table, `--only
 //! entra` runs the Entra ID section alone.
 //!
-//! `leasegate-bench [--python PATH] [--seconds 2.5] [--warmup 0.5] [--concurrency 1,4,16]
-//! [--components DIR]... [--components-only] [--only entra|components]`
+//! `leasegate-bench [--python PATH] [--node PATH] [--seconds 2.5] [--warmup 0.5] [--concurrency 1,4,16]
+//! [--components DIR]... [--components-only] [--only entra|components|floor]`
 
 mod coldstart;
 mod entra;
+mod floor;
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -55,9 +63,12 @@ const GATE_WINDOW: &str = "60";
 /// the bench (a lease record; a throttled reading costs one HEAD either way).
 const ALERT_WINDOW: &str = "3600";
 const GATE_HOLDER: &str = "bench-holder";
+/// device-alerts' lock blobs.
+const ALERT_PREFIX: &str = "alerts/";
 
 struct Options {
     python: Option<PathBuf>,
+    node: Option<PathBuf>,
     seconds: f64,
     warmup: f64,
     concurrency: Vec<usize>,
@@ -73,15 +84,19 @@ enum Section {
     Entra,
     /// The components' size and what it costs (`coldstart.rs`).
     Components,
+    /// The floor per build of device-alerts against the hello world (`floor.rs`).
+    Floor,
 }
 
-const USAGE: &str = "usage: leasegate-bench [--python PATH] [--seconds S] [--warmup S] \
+const USAGE: &str =
+    "usage: leasegate-bench [--python PATH] [--node PATH] [--seconds S] [--warmup S] \
                      [--concurrency 1,4,16] [--components DIR]... [--components-only] \
-                     [--only entra|components]";
+                     [--only entra|components|floor]";
 
 fn options() -> Result<Options, String> {
     let mut o = Options {
         python: None,
+        node: None,
         seconds: 2.5,
         warmup: 0.5,
         concurrency: vec![1, 4, 16],
@@ -93,6 +108,7 @@ fn options() -> Result<Options, String> {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
             "--python" => o.python = Some(PathBuf::from(value()?)),
+            "--node" => o.node = Some(PathBuf::from(value()?)),
             "--seconds" => o.seconds = value()?.parse().map_err(|_| "bad --seconds")?,
             "--warmup" => o.warmup = value()?.parse().map_err(|_| "bad --warmup")?,
             "--concurrency" => {
@@ -108,6 +124,7 @@ fn options() -> Result<Options, String> {
                 o.only = Some(match value()?.as_str() {
                     "entra" => Section::Entra,
                     "components" => Section::Components,
+                    "floor" => Section::Floor,
                     other => return Err(format!("unknown section {other}; {USAGE}")),
                 })
             }
@@ -149,6 +166,8 @@ enum Storage {
     One,
     /// Counted at the proxy (`None`: nothing exchanged).
     Counted(Option<f64>),
+    /// None by construction (the hello world has no storage).
+    None,
 }
 
 struct Row {
@@ -229,6 +248,7 @@ impl Bench {
                 measure: self.measure(),
                 request,
                 expect,
+                then: None,
             }
             .run();
             let figures = Figures::from(&measured);
@@ -364,9 +384,24 @@ fn ceiling(
     rows
 }
 
-/// The SDK rows, from `scripts/bench_sdk.py`'s JSON.
+/// An Azure SDK the bench runs beside the app: its script prints `scripts/bench_sdk.py`'s JSON.
+struct Peer {
+    /// In the rows' names: "Azure SDK for Python".
+    name: &'static str,
+    /// In the rows' names once its version is known: "Python SDK".
+    short: &'static str,
+    /// The interpreter (`--python`, `--node`); `None`: the rows are skipped.
+    program: Option<PathBuf>,
+    /// The option that names it, for the skip note.
+    option: &'static str,
+    /// The script, from the workspace root.
+    script: &'static str,
+}
+
+/// The SDK rows of `peer`, from its script's JSON.
 fn sdk(
     bench: &mut Bench,
+    peer: &Peer,
     azurite: &Azurite,
     blobs: &[BlobName],
     container: &ContainerName,
@@ -376,15 +411,16 @@ fn sdk(
     let names = [
         (
             "granted",
-            "Azure SDK for Python: acquire 201 (holder again)",
+            format!("{}: acquire 201 (holder again)", peer.name),
         ),
-        ("refused", "Azure SDK for Python: acquire 409 (other id)"),
+        ("refused", format!("{}: acquire 409 (other id)", peer.name)),
     ];
-    let Some(python) = bench.options.python.clone() else {
+    let script = peer.script.rsplit('/').next().unwrap_or(peer.script);
+    let Some(program) = peer.program.clone() else {
         bench.cells_done += 2 * levels;
         return names
             .iter()
-            .map(|(_, n)| Row::skipped(*n, levels, "no --python given"))
+            .map(|(_, n)| Row::skipped(n.clone(), levels, format!("no {} given", peer.option)))
             .collect();
     };
     let levels_arg: Vec<String> = bench
@@ -394,8 +430,8 @@ fn sdk(
         .map(|c| c.to_string())
         .collect();
     let blob_arg: Vec<&str> = blobs.iter().map(|b| b.as_str()).collect();
-    let output = Command::new(&python)
-        .arg(root().join("scripts/bench_sdk.py"))
+    let output = Command::new(&program)
+        .arg(root().join(peer.script))
         .args(["--container", container.as_str()])
         .args(["--blobs", &blob_arg.join(",")])
         .args(["--holder", &holder.to_string()])
@@ -414,24 +450,24 @@ fn sdk(
     let failed = |why: String| -> Vec<Row> {
         names
             .iter()
-            .map(|(_, n)| Row::skipped(*n, levels, why.clone()))
+            .map(|(_, n)| Row::skipped(n.clone(), levels, why.clone()))
             .collect()
     };
     bench.cells_done += 2 * levels;
     let output = match output {
         Ok(o) if o.status.success() => o,
-        Ok(o) => return failed(format!("bench_sdk.py failed ({})", o.status)),
-        Err(e) => return failed(format!("could not run {}: {e}", python.display())),
+        Ok(o) => return failed(format!("{script} failed ({})", o.status)),
+        Err(e) => return failed(format!("could not run {}: {e}", program.display())),
     };
     let json: serde_json::Value = match serde_json::from_slice(&output.stdout) {
         Ok(v) => v,
-        Err(e) => return failed(format!("bench_sdk.py printed no JSON: {e}")),
+        Err(e) => return failed(format!("{script} printed no JSON: {e}")),
     };
-    let version = json["sdk"].as_str().unwrap_or("azure-storage-blob ?");
+    let version = json["sdk"].as_str().unwrap_or("?");
     let mut rows = Vec::new();
     for (case, name) in names {
         let mut row = Row::new(
-            name.replace("Azure SDK for Python", &format!("Python SDK ({version})")),
+            name.replace(peer.name, &format!("{} ({version})", peer.short)),
             Storage::One,
             levels,
         );
@@ -659,17 +695,22 @@ fn app_rows(bench: &mut Bench, tokens: &Tokens, kv_declared: bool) -> (Row, Vec<
             body_contains: Some("\"extended\":true"),
         },
     );
+    let below = telemetry_request(&host, &tokens.telemetry, 12.0);
     let none = app_row(
         bench,
         &app,
         "app: no storage (reading below threshold)",
-        &telemetry_request(&host, &tokens.telemetry, 12.0),
+        &below,
         Expect {
             status: 200,
             body_contains: Some("\"below_threshold\""),
         },
     );
-    (throttled, vec![gate_get, gate_post, none], app)
+    let throttled_request = telemetry_request(&host, &tokens.telemetry, 36.0);
+    let limit = floor::limit_rows(bench, &app, &below, &throttled_request);
+    let mut others = vec![gate_get, gate_post, none];
+    others.extend(limit);
+    (throttled, others, app)
 }
 
 /// The throttled row with `kv_cache=on`, on a second app (its own container), and that app.
@@ -727,6 +768,7 @@ fn print_table(levels: &[usize], rows: &[Row]) {
             row.name.clone(),
             match &row.storage {
                 Storage::One => "1".into(),
+                Storage::None => "0".into(),
                 Storage::Counted(Some(v)) => format!("{v:.2}"),
                 Storage::Counted(None) => "–".into(),
             },
@@ -828,8 +870,9 @@ fn print_ratios(levels: &[usize], rows: &[Row]) {
     for row in one_request {
         let status = row.reference.unwrap_or(409);
         let sdk = storage_row("Python SDK", status);
+        let js = storage_row("JS SDK", status);
         let ceiling = storage_row("storage ceiling", status);
-        for (label, reference) in [("÷ SDK", sdk), ("÷ ceiling", ceiling)] {
+        for (label, reference) in [("÷ SDK", sdk), ("÷ JS SDK", js), ("÷ ceiling", ceiling)] {
             let Some(reference) = reference else {
                 println!("  {:<width$}  {label:<9}  (no reference row)", row.name);
                 continue;
@@ -887,6 +930,15 @@ fn main() {
             components(&options);
             return;
         }
+        Some(Section::Floor) => {
+            let mut bench = Bench {
+                cells_total: 0,
+                cells_done: 0,
+                options,
+            };
+            floor::floor_section(&mut bench);
+            return;
+        }
         Some(Section::Entra) => {
             let mut bench = Bench {
                 cells_total: entra::CELLS,
@@ -900,9 +952,10 @@ fn main() {
     }
     let levels = options.concurrency.clone();
     let kv_declared = declares_kv_cache();
-    let app_rows_n = if kv_declared { 5 } else { 4 };
+    // The app's rows, the hello world's; the limit's and its paired throttle's one cell each.
+    let app_rows_n = if kv_declared { 5 } else { 4 } + 1;
     let mut bench = Bench {
-        cells_total: levels.len() * (4 + app_rows_n) + entra::CELLS,
+        cells_total: levels.len() * (6 + app_rows_n) + 2 + entra::CELLS,
         cells_done: 0,
         options,
     };
@@ -921,7 +974,25 @@ fn main() {
     };
     let mut rows = ceiling(&mut bench, azurite, &blobs, &container, &holder);
     eprintln!("bench: the Azure SDK for Python");
-    rows.extend(sdk(&mut bench, azurite, &blobs, &container, &holder));
+    let python = Peer {
+        name: "Azure SDK for Python",
+        short: "Python SDK",
+        program: bench.options.python.clone(),
+        option: "--python",
+        script: "scripts/bench_sdk.py",
+    };
+    rows.extend(sdk(
+        &mut bench, &python, azurite, &blobs, &container, &holder,
+    ));
+    eprintln!("bench: the Azure SDK for JavaScript");
+    let js = Peer {
+        name: "Azure SDK for JavaScript",
+        short: "JS SDK",
+        program: bench.options.node.clone(),
+        option: "--node",
+        script: "tests/bench-js/bench_sdk.mjs",
+    };
+    rows.extend(sdk(&mut bench, &js, azurite, &blobs, &container, &holder));
     eprintln!("bench: starting the app (spin up, release components)");
     let tokens = Tokens {
         telemetry: format!("bench-{}", uuid::Uuid::new_v4().simple()),
@@ -938,6 +1009,9 @@ fn main() {
         apps.extend(app);
     }
     rows.extend(others);
+    eprintln!("bench: the hello world (tests/bench-hello) under its own spin up");
+    let (hello, hello_spin) = floor::hello_row(&mut bench);
+    rows.push(hello);
 
     println!(
         "\nleasegate bench: {} s per cell after a {} s warm-up; one keep-alive connection per \
@@ -951,6 +1025,7 @@ fn main() {
     println!();
     print_table(&levels, &rows);
     print_ratios(&levels, &rows);
+    floor::print_issue_ratios(&levels, &rows);
     let mut notes = Vec::new();
     if !kv_declared {
         notes.push(
@@ -980,6 +1055,7 @@ fn main() {
         }
     }
     drop(apps);
+    drop(hello_spin);
     entra::section(&mut bench);
     components(&bench.options);
     // Azurite stops, and its data folder goes, when this process ends and closes its pipe

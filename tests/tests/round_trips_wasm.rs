@@ -1,0 +1,496 @@
+//! Storage requests per operation, counted at the proxy between the real `spin up` and Azurite:
+//! one test per row of docs/protocol.md's table "Requests per operation" (issue 34's table).
+//! Each asserts **today's** count exactly (the counts are deterministic: one decision at a
+//! time, and where the count depends on the storage server's second, the test waits for a
+//! later second first), so a regression fails, and the reductions of issue 34 change only the
+//! numbers here. Each test names the issue's target in a comment and checks that the answer's
+//! own `storageRoundTrips` (where it has one) says the same as the proxy.
+
+use std::time::{Duration, SystemTime};
+
+use leasegate::lease::{LockStatus, Locks};
+use leasegate::ops::CreateContainer;
+use leasegate::{ContainerName, LockName};
+use leasegate_cli::{block_on, NativeTransport};
+use leasegate_tests::app::{call, post_telemetry, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::jobs::{early_in_a_period, occurrence_of, tick};
+use leasegate_tests::proxy::Seen;
+use leasegate_tests::sink::Behaviour;
+use leasegate_tests::{unique_container, unix_now, wait_for};
+use serde_json::json;
+
+const GATE_AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
+
+/// One storage request as the docs name it: method, the blob below the container, and the
+/// query's `comp`/`restype` and lease action.
+fn describe(s: &Seen) -> String {
+    let path = s.path().splitn(4, '/').nth(3).unwrap_or("");
+    let query: Vec<&str> = s
+        .target
+        .split_once('?')
+        .map(|(_, q)| {
+            q.split('&')
+                .filter(|p| p.starts_with("comp=") || p.starts_with("restype="))
+                .collect()
+        })
+        .unwrap_or_default();
+    let action = s
+        .header("x-ms-lease-action")
+        .map(|a| format!(" lease={a}"))
+        .unwrap_or_default();
+    format!("{} /{path}?{}{action}", s.method, query.join("&"))
+}
+
+/// Runs `f` (one operation) and asserts it made `expected` storage requests, listing them if
+/// not; returns the answer.
+fn expect_requests(app: &App, label: &str, expected: usize, f: impl FnOnce() -> Answer) -> Answer {
+    let (answer, seen) = app.counted(f);
+    let listed: Vec<String> = seen.iter().map(describe).collect();
+    println!("{label}: {} storage requests: {listed:#?}", seen.len());
+    assert_eq!(
+        seen.len(),
+        expected,
+        "{label}: {listed:#?}\nanswer {} {}",
+        answer.status,
+        answer.text
+    );
+    answer
+}
+
+/// The app's container, created before the counted operation (so that it costs nothing there).
+fn create_container(app: &App) {
+    create(&app.container);
+}
+
+fn create(container: &ContainerName) {
+    let locks = Locks::new(
+        NativeTransport::default(),
+        leasegate_tests::Azurite::shared().account(),
+        container.clone(),
+    );
+    block_on(locks.client().execute(
+        &CreateContainer {
+            container: container.clone(),
+        },
+        SystemTime::now(),
+    ))
+    .expect("create the container");
+}
+
+/// Waits until the local clock (the storage server's: the same machine) is in a later second
+/// than now: a claim written now names another expiry than one written then.
+fn next_second() {
+    let last = unix_now();
+    wait_for("a later second", Duration::from_secs(5), || {
+        (unix_now() > last).then_some(())
+    });
+}
+
+fn reading(device: &str, temperature: f64) -> serde_json::Value {
+    json!({ "deviceId": device, "temperature": temperature })
+}
+
+fn decision(a: &Answer) -> &serde_json::Value {
+    &a.json["decisions"][0]
+}
+
+/// The decision's own count (device-alerts logs and answers none per decision; its log line
+/// has it): compared where the answer carries `storageRoundTrips`.
+fn says(a: &Answer, n: usize) {
+    assert_eq!(a.json["storageRoundTrips"], n, "{}", a.text);
+}
+
+/// Throttled reading, cache off: **1** (HEAD). Target 1.
+#[test]
+fn throttled_reading_cache_off() {
+    let app = App::start(
+        "rt-thr-off",
+        &[("kv_cache", "off"), ("alert_window_seconds", "3600")],
+    );
+    let first = post_telemetry(&app, &reading("d", 40.0));
+    assert_eq!(decision(&first)["decision"], "notified", "{}", first.text);
+    let a = expect_requests(&app, "throttled, kv_cache=off", 1, || {
+        post_telemetry(&app, &reading("d", 41.0))
+    });
+    assert_eq!(decision(&a)["decision"], "throttled", "{}", a.text);
+    assert!(decision(&a)["cached"].is_null(), "{}", a.text);
+}
+
+/// Throttled reading, cache on: **0** (the key-value store tells). Target 0.
+#[test]
+fn throttled_reading_cache_on() {
+    let app = App::start("rt-thr-on", &[("alert_window_seconds", "3600")]);
+    let first = post_telemetry(&app, &reading("d", 40.0));
+    assert_eq!(decision(&first)["decision"], "notified", "{}", first.text);
+    let a = expect_requests(&app, "throttled, kv_cache=on", 0, || {
+        post_telemetry(&app, &reading("d", 41.0))
+    });
+    assert_eq!(decision(&a)["decision"], "throttled", "{}", a.text);
+    assert_eq!(decision(&a)["cached"], true, "{}", a.text);
+}
+
+/// An alert that wins on a lock blob that exists, its last window over (a native lease of
+/// 15 s that ran out): **3** (HEAD, acquire, claim). Target 2, or the closing note says why 3.
+#[test]
+fn alert_that_wins() {
+    let app = App::start(
+        "rt-win",
+        &[("kv_cache", "off"), ("alert_window_seconds", "15")],
+    );
+    let first = post_telemetry(&app, &reading("d", 40.0));
+    assert_eq!(decision(&first)["decision"], "notified", "{}", first.text);
+    // The window ends when storage says the lease is no longer held (inspected by the test,
+    // not through the app).
+    let locks = Locks::new(
+        NativeTransport::default(),
+        leasegate_tests::Azurite::shared().account(),
+        app.container.clone(),
+    )
+    .with_prefix("alerts/");
+    let lock = LockName::try_new("d").unwrap();
+    wait_for("the window to end", Duration::from_secs(30), || {
+        let info = block_on(locks.inspect(&lock, SystemTime::now())).unwrap();
+        matches!(info.status, LockStatus::Available).then_some(())
+    });
+    let a = expect_requests(&app, "alert that wins", 3, || {
+        post_telemetry(&app, &reading("d", 42.0))
+    });
+    assert_eq!(decision(&a)["decision"], "notified", "{}", a.text);
+    assert!(
+        decision(&a)["fencingToken"].as_u64() > decision(&first)["fencingToken"].as_u64(),
+        "{}",
+        a.text
+    );
+}
+
+/// The first alert of a new device (the container exists): **4** (HEAD 404, create the lock
+/// blob with its first token, acquire, claim). Target 3.
+#[test]
+fn first_alert_of_a_new_device() {
+    let app = App::start("rt-new", &[("kv_cache", "off")]);
+    create_container(&app);
+    let a = expect_requests(&app, "first alert of a new device", 4, || {
+        post_telemetry(&app, &reading("new", 40.0))
+    });
+    assert_eq!(decision(&a)["decision"], "notified", "{}", a.text);
+}
+
+/// The first alert with the container missing: **6** (HEAD 404, create refused
+/// ContainerNotFound, create the container, create the lock blob, acquire, claim). Target 5
+/// (no create sent after the HEAD already said the container is missing).
+#[test]
+fn first_alert_container_missing() {
+    let app = App::start("rt-nocontainer", &[("kv_cache", "off")]);
+    let a = expect_requests(&app, "first alert, container missing", 6, || {
+        post_telemetry(&app, &reading("new", 40.0))
+    });
+    assert_eq!(decision(&a)["decision"], "notified", "{}", a.text);
+}
+
+/// A gate taken, then re-acquired by its holder (its `Lease-Id`) in a later second.
+fn reacquire(tag: &str, window: &str, expected: usize) {
+    let app = App::start(tag, &[]);
+    create_container(&app);
+    let path = format!("/api/gate/k?window={window}&holder=node-a");
+    let first = call("POST", &app.url(&path), &[GATE_AUTH], b"");
+    assert_eq!(first.status, 200, "{}", first.text);
+    let id = first.json["leaseId"].as_str().unwrap().to_string();
+    // Within the server second of the claim's last write the claim already names the new
+    // expiry and is not written again (one request fewer): counted in a later second.
+    next_second();
+    let label = format!("gate re-acquire by its holder, window {window}");
+    let a = expect_requests(&app, &label, expected, || {
+        call(
+            "POST",
+            &app.url(&path),
+            &[GATE_AUTH, ("lease-id", &id)],
+            b"",
+        )
+    });
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["extended"], true, "{}", a.text);
+    assert_eq!(a.json["fencingToken"], first.json["fencingToken"]);
+}
+
+/// Gate re-acquire by its holder, native lease (window 60): **3** (HEAD, acquire, the claim's
+/// new expiry; 2 within the server second of the last claim write). Target 1 while the
+/// claim's recorded expiry covers the call, else 2.
+#[test]
+fn gate_reacquire_by_its_holder_native() {
+    reacquire("rt-reacq-native", "60", 3);
+}
+
+/// Gate re-acquire by its holder, lease record (window 120): **2** (HEAD, compare-and-swap; 1
+/// within the server second of the last write). Target 1.
+#[test]
+fn gate_reacquire_by_its_holder_record() {
+    reacquire("rt-reacq-record", "120", 2);
+}
+
+/// Gate release by its holder: **2** (HEAD, release), though the call holds the id. Target 1.
+#[test]
+fn gate_release() {
+    let app = App::start("rt-release", &[]);
+    create_container(&app);
+    let first = call("POST", &app.url("/api/gate/k?window=60"), &[GATE_AUTH], b"");
+    assert_eq!(first.status, 200, "{}", first.text);
+    let id = first.json["leaseId"].as_str().unwrap().to_string();
+    let a = expect_requests(&app, "gate release", 2, || {
+        call(
+            "DELETE",
+            &app.url("/api/gate/k"),
+            &[GATE_AUTH, ("lease-id", &id)],
+            b"",
+        )
+    });
+    assert_eq!(a.status, 204, "{}", a.text);
+    let state = call("GET", &app.url("/api/gate/k"), &[GATE_AUTH], b"");
+    assert_eq!(state.json["state"], "available", "{}", state.text);
+}
+
+fn leader(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
+    App::start_with(
+        tag,
+        &[("instance_id", instance), ("leader_lease_seconds", "15")],
+        Setup {
+            container,
+            ..Setup::default()
+        },
+    )
+}
+
+fn leader_tick(app: &App) -> Answer {
+    call("POST", &app.url("/api/leader/tick"), &[TIMER_AUTH], b"")
+}
+
+/// Leader release (its step-down, `DELETE /api/leader`): **4** (HEAD, the bar written under
+/// the lease, then the release's HEAD and release). Target: the release 1 (no HEAD before it),
+/// so the step-down 3.
+#[test]
+fn leader_release() {
+    let app = leader("rt-leader-release", "node-a", None);
+    create_container(&app);
+    let led = leader_tick(&app);
+    assert_eq!(led.json["role"], "leader", "{}", led.text);
+    let a = expect_requests(&app, "leader step-down", 4, || {
+        call("DELETE", &app.url("/api/leader"), &[ADMIN_AUTH], b"")
+    });
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["steppedDown"], true, "{}", a.text);
+}
+
+/// Leader renew (its tick in a later second): **3** (HEAD, acquire, the claim's new expiry).
+/// Target 2 (1 while the claim covers it).
+#[test]
+fn leader_renew() {
+    let app = leader("rt-leader-renew", "node-a", None);
+    create_container(&app);
+    let led = leader_tick(&app);
+    assert_eq!(led.json["role"], "leader", "{}", led.text);
+    next_second();
+    let a = expect_requests(&app, "leader renew", 3, || leader_tick(&app));
+    assert_eq!(a.json["role"], "leader", "{}", a.text);
+    assert_eq!(a.json["term"], led.json["term"], "{}", a.text);
+    says(&a, 3);
+}
+
+/// A follower's leader tick: **1** (HEAD). Target 1.
+#[test]
+fn leader_follower() {
+    let a = leader("rt-leader-follower", "node-a", None);
+    let b = leader("rt-leader-follower", "node-b", Some(a.container.clone()));
+    create_container(&a);
+    let led = leader_tick(&a);
+    assert_eq!(led.json["role"], "leader", "{}", led.text);
+    let f = expect_requests(&b, "leader follower", 1, || leader_tick(&b));
+    assert_eq!(f.json["role"], "follower", "{}", f.text);
+    says(&f, 1);
+}
+
+/// The job period of the job rows: short, so that the next occurrence comes soon.
+const PERIOD: u64 = 10;
+
+fn job(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
+    App::start_with(
+        tag,
+        &[
+            ("instance_id", instance),
+            ("job_period_seconds", "10"),
+            ("job_retention_seconds", "3600"),
+        ],
+        Setup {
+            container,
+            ..Setup::default()
+        },
+    )
+}
+
+/// A job tick that runs (its job's log already there, the previous occurrence in it):
+/// **13** (reserve; the lease's HEAD, acquire and claim; the outcome on the reservation; the
+/// log read and written before and after the run; the release's HEAD and release; the
+/// clean-up listing). Target 8 or fewer.
+#[test]
+fn job_tick_that_runs() {
+    let app = job("rt-job-run", "node-a", None);
+    early_in_a_period(PERIOD, 3000);
+    // The first tick creates the container and the log: not counted.
+    let first = tick(&app, TIMER_AUTH, None);
+    assert_eq!(first.json["decision"], "ran", "{}", first.text);
+    let o = occurrence_of(&first);
+    wait_for(
+        "the next occurrence",
+        Duration::from_secs(PERIOD + 5),
+        || (unix_now() >= o + PERIOD).then_some(()),
+    );
+    let a = expect_requests(&app, "job tick that runs", 13, || {
+        tick(&app, TIMER_AUTH, None)
+    });
+    assert_eq!(a.json["decision"], "ran", "{}", a.text);
+    assert_eq!(occurrence_of(&a), o + PERIOD, "{}", a.text);
+    says(&a, 13);
+}
+
+/// A job tick repeated by its runner (the occurrence it ran): **2** (the refused reservation,
+/// the read of its reserver). Target 1 (name the reserver only when asked).
+#[test]
+fn job_tick_repeated_by_its_runner() {
+    let app = job("rt-job-repeat", "node-a", None);
+    early_in_a_period(PERIOD, 3000);
+    let first = tick(&app, TIMER_AUTH, None);
+    assert_eq!(first.json["decision"], "ran", "{}", first.text);
+    let o = occurrence_of(&first);
+    let a = expect_requests(&app, "job tick repeated by its runner", 2, || {
+        tick(&app, TIMER_AUTH, Some(o))
+    });
+    assert_eq!(a.json["decision"], "skipped", "{}", a.text);
+    says(&a, 2);
+}
+
+/// A follower's job tick (another deployment, the same occurrence): **2** (the refused
+/// reservation, the read of its reserver). Target 1.
+#[test]
+fn job_tick_of_a_follower() {
+    let container = unique_container("rt-job-follower");
+    let a = job("rt-job-follower", "node-a", Some(container.clone()));
+    let b = job("rt-job-follower", "node-b", Some(container));
+    early_in_a_period(PERIOD, 3000);
+    let first = tick(&a, TIMER_AUTH, None);
+    assert_eq!(first.json["decision"], "ran", "{}", first.text);
+    let o = occurrence_of(&first);
+    let f = expect_requests(&b, "job tick of a follower", 2, || {
+        tick(&b, TIMER_AUTH, Some(o))
+    });
+    assert_eq!(f.json["decision"], "skipped", "{}", f.text);
+    says(&f, 2);
+}
+
+fn init(app: &App) -> Answer {
+    call("POST", &app.url("/api/init/seed"), &[TIMER_AUTH], b"")
+}
+
+/// init-once, the first run of a name never used: **9** (the read, 404; the acquire's HEAD,
+/// the create of the lock blob, the acquire and the claim; the mark's two, the release's two).
+/// The issue's 8 is the run on a lock blob that exists (next test). Target 5 (the acquire
+/// starts from the read already made; no HEAD before the mark and the release).
+#[test]
+fn init_first_run() {
+    let app = App::start("rt-init", &[]);
+    create_container(&app);
+    let a = expect_requests(&app, "init first run", 9, || init(&app));
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["ran"], true, "{}", a.text);
+    says(&a, 9);
+}
+
+/// init-once, a run on a lock blob that exists (after a failed run): **8** (the read, the
+/// acquire's three, the mark's two, the release's two). Target 5.
+#[test]
+fn init_run_on_an_existing_lock_blob() {
+    let app = App::start("rt-init-again", &[]);
+    create_container(&app);
+    app.sink.behave(Behaviour::Answer(500));
+    let failed = init(&app);
+    assert_eq!(failed.json["error"], "init_failed", "{}", failed.text);
+    app.sink.behave(Behaviour::Answer(204));
+    let a = expect_requests(&app, "init run, lock blob there", 8, || init(&app));
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["ran"], true, "{}", a.text);
+    says(&a, 8);
+}
+
+/// init-once, a call that finds it done: **1** (HEAD). Target 1.
+#[test]
+fn init_done() {
+    let app = App::start("rt-init-done", &[]);
+    create_container(&app);
+    let first = init(&app);
+    assert_eq!(first.json["ran"], true, "{}", first.text);
+    let a = expect_requests(&app, "init done", 1, || init(&app));
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["ran"], false, "{}", a.text);
+    says(&a, 1);
+}
+
+/// A sweeper over one empty container (and the app's lock prefixes unless `locks` is false),
+/// both containers there.
+fn sweeper(tag: &str, locks: bool, interval: &str) -> App {
+    let swept = unique_container(tag);
+    create(&swept);
+    let mut vars = vec![
+        ("instance_id", "node-a"),
+        ("ttl_containers", swept.as_str()),
+        ("ttl_pass_interval_seconds", interval),
+    ];
+    if !locks {
+        vars.push(("ttl_lock_retention_seconds", "off"));
+    }
+    let app = App::start(tag, &vars);
+    create_container(&app);
+    app
+}
+
+fn sweep(app: &App) -> Answer {
+    call("POST", &app.url("/api/sweeper/tick"), &[TIMER_AUTH], b"")
+}
+
+/// The sweeper's fixed cost per pass (an empty swept container and the app's two lock-blob
+/// prefixes, `alerts/` and `gates/`, no lock blobs in them; a pass after the first, whose tick
+/// also creates the state's lock blob: one more): **31** (three pages, each claimed with 8:
+/// the state lease's HEAD, acquire and claim, the state's read and write, the release's HEAD
+/// and release, the listing; then 7 marking the pass done). Target 8 or fewer, the lock-blob
+/// pages included.
+#[test]
+fn sweeper_fixed_cost_per_pass() {
+    let app = sweeper("rt-sweep-pass", true, "0");
+    let first = sweep(&app);
+    assert_eq!(first.json["passCompleted"], true, "{}", first.text);
+    let a = expect_requests(&app, "sweeper pass", 31, || sweep(&app));
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["passCompleted"], true, "{}", a.text);
+    says(&a, 31);
+}
+
+/// The same without the lock-blob pages (`ttl_lock_retention_seconds = off`): **15** (one
+/// page's 8, then 7).
+#[test]
+fn sweeper_fixed_cost_per_pass_without_lock_pages() {
+    let app = sweeper("rt-sweep-nolocks", false, "0");
+    let first = sweep(&app);
+    assert_eq!(first.json["passCompleted"], true, "{}", first.text);
+    let a = expect_requests(&app, "sweeper pass without lock pages", 15, || sweep(&app));
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["passCompleted"], true, "{}", a.text);
+    says(&a, 15);
+}
+
+/// A sweeper tick with nothing to do (the pass done, the next not due): **7** (a full lock
+/// cycle on the state and a state write). Target 1 (read the state).
+#[test]
+fn sweeper_tick_with_nothing_to_do() {
+    let app = sweeper("rt-sweep-idle", true, "60");
+    let first = sweep(&app);
+    assert_eq!(first.json["passCompleted"], true, "{}", first.text);
+    let a = expect_requests(&app, "sweeper tick with nothing to do", 7, || sweep(&app));
+    assert_eq!(a.status, 200, "{}", a.text);
+    says(&a, 7);
+}
