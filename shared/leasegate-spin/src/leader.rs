@@ -107,6 +107,7 @@ pub async fn lead<C, L: Transport>(
     let (decision, term) = match &outcome {
         Ok(Acquire::Acquired(held)) => ("leader", held.fencing_token),
         Ok(Acquire::Busy { holder, .. }) => ("follower", holder.as_ref().map(|h| h.token)),
+        Err(Error::InvalidArgument(_) | Error::InvalidName { .. }) => ("invalid_argument", None),
         Err(e) => (web::storage_error_code(e), None),
     };
     log_decision(

@@ -174,7 +174,8 @@ pub struct Context<'a, T> {
     /// Whether the toolkit's verbs ([`once::once_per_window`], [`once::once_ever`],
     /// [`leader::lead`]) write one JSON log line per decision ([`log_decision`]); `true` in
     /// Spin. A function that logs each decision itself turns it off for its calls:
-    /// `&Context { log_decisions: false, ..*ctx }`.
+    /// `&Context { log_decisions: false, ..*ctx }`. ([`occurrence::once_per_occurrence`] takes
+    /// no `Context` and always logs.)
     pub log_decisions: bool,
 }
 

@@ -18,9 +18,12 @@
 //! backfill, use leasegate's `scheduled-job` function, which keeps these reservations the same
 //! way and adds those rules.
 //!
-//! Reservations are kept (a blob of about 100 bytes per occurrence): a tick names only the
-//! occurrence at hand, so one whose time is well past can be deleted (a storage lifecycle rule
-//! on the prefix, after a day) without letting it run again.
+//! Reservations are kept (a blob of about 100 bytes per occurrence). A tick names the latest
+//! occurrence at or before it however late it comes, so a reservation may be deleted only once
+//! the next occurrence is due: a storage lifecycle rule on the prefix deleting blobs older than
+//! the schedule's longest gap plus a day (a weekday schedule: 4 days), never sooner.
+//!
+//! The log line cannot be turned off (the verb takes no [`crate::Context`]).
 //!
 //! Every call writes one JSON log line ([`crate::Decision`]: the reservation, the decision,
 //! the fencing token, the storage requests, the time taken).
