@@ -599,6 +599,25 @@ mod tests {
         assert_ne!(key("a/", SERVER_SECS), key("a/", SERVER_SECS + 300));
     }
 
+    /// review-33: docs/recipes.md says the digest's leader "outside 08:00" answers
+    /// `no_occurrence` and that "a tick of the occurrence that comes more than a few seconds
+    /// late names no occurrence". `due` names the latest past occurrence at any lateness: a
+    /// leader ticking at 14:00, or on Sunday, names Friday 08:00 (and, with no reservation
+    /// there, once_per_occurrence runs it: its reservation is `{prefix}{unix}`). The module doc's "lifecycle rule after a day" therefore lets a
+    /// MON-FRI digest whose Friday reservation was deleted on Saturday run Friday again on
+    /// Sunday.
+    #[test]
+    fn review_a_late_tick_names_the_past_occurrence_not_no_occurrence() {
+        let digest = Schedule::parse("0 8 * * MON-FRI", "Europe/Berlin").unwrap();
+        // Friday 2026-11-27 08:00 in Berlin.
+        let friday = 1_795_762_800;
+        let named = |secs: u64| due(&digest, "digest/", at(secs)).map(|o| o.unix);
+        // Six hours late: still Friday's, not None (the recipe's no_occurrence).
+        assert_eq!(named(friday + 6 * 3600), Some(friday));
+        // Sunday noon: still Friday's (two days after).
+        assert_eq!(named(friday + 2 * 86_400 + 4 * 3600), Some(friday));
+    }
+
     #[test]
     fn no_occurrence_yet_runs_nothing_and_asks_nothing() {
         let transport = Scripted::new(vec![]);
