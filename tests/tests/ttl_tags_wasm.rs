@@ -442,3 +442,116 @@ fn missing_tag_permissions_answer_storage_forbidden_naming_the_fix() {
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["tagged"], json!(false));
 }
+
+/// An account SAS for the shared Azurite with permissions `sp` (blob service; service,
+/// container and object), valid for an hour: one SAS that reaches the app's container and the
+/// swept one, as a deployment's `storage_sas` would.
+fn account_sas(sp: &str) -> String {
+    let key = leasegate::AccountKey::try_new(leasegate::account::DEV_ACCOUNT_KEY).unwrap();
+    let se = rfc3339(SystemTime::now() + Duration::from_secs(3600));
+    let sv = "2021-12-02";
+    // Account SAS string to sign, version 2020-12-06 and later: account, sp, ss, srt, st, se,
+    // sip, spr, sv, ses, each followed by a newline.
+    let sts = format!(
+        "{}\n{sp}\nb\nsco\n\n{se}\n\n\n{sv}\n\n",
+        leasegate::account::DEV_ACCOUNT_NAME
+    );
+    let sig = leasegate::signing::signature(&key, &sts);
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    format!(
+        "sv={sv}&ss=b&srt=sco&sp={sp}&se={}&sig={}",
+        enc(&se),
+        enc(&sig)
+    )
+}
+
+/// With a real SAS: Azurite enforces the tag permissions of a SAS (`t` for Set and Get Blob
+/// Tags, `f` for Find Blobs by Tags), so a `storage_sas` without them makes a tick and a
+/// marking answer 502 `storage_forbidden` naming the fix, never the SAS; with `t` and `f` the
+/// same deployment marks and sweeps.
+#[test]
+fn a_sas_without_the_tag_permissions_answers_storage_forbidden() {
+    let c = unique_container("tagsas");
+    create_container(&c);
+    put(&c, "a", b"x", &[]);
+    let narrow = account_sas("rwdlac");
+    let app = sweeper("tags-sas", c.as_str(), &[("storage_sas", narrow.as_str())]);
+    let t = tick(&app);
+    assert_eq!(t.status, 502, "{}", t.text);
+    assert_eq!(t.json["error"], "storage_forbidden", "{}", t.text);
+    assert!(t.json["message"]
+        .as_str()
+        .unwrap()
+        .contains("t (tags) and f"));
+    let a = mark(&app, &c, "a", json!({"ttlSeconds": 1}));
+    assert_eq!(a.status, 502, "{}", a.text);
+    assert_eq!(a.json["error"], "storage_forbidden", "{}", a.text);
+    let sig = narrow.split("sig=").nth(1).unwrap();
+    for answer in [&t, &a] {
+        assert!(!answer.text.contains(sig), "the SAS is never shown");
+    }
+    drop(app);
+    let wide = account_sas("rwdlactf");
+    let app = sweeper("tags-sas-ok", c.as_str(), &[("storage_sas", wide.as_str())]);
+    let a = mark(
+        &app,
+        &c,
+        "a",
+        json!({"expiresAt": rfc3339(SystemTime::now() - Duration::from_secs(60))}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(pass(&app), 1);
+    assert!(!exists(&c, "a"));
+}
+
+/// A found blob asking to be moved is copied to its dead-blob container under the sweeper's
+/// lease (a leased source can be read) and deleted with the lease id: the copy holds its
+/// content and metadata; Copy Blob does not copy index tags, so the dead copy is never found.
+#[test]
+fn a_found_blob_is_moved_under_the_lease() {
+    let c = unique_container("tagmove");
+    let dead = unique_container("tagdead");
+    create_container(&c);
+    let app = sweeper(
+        "tags-move",
+        c.as_str(),
+        &[("ttl_dead_containers", dead.as_str())],
+    );
+    put(&c, "m", b"content m", &[("owner", "team-a".into())]);
+    let past = rfc3339(SystemTime::now() - Duration::from_secs(60));
+    let a = mark(
+        &app,
+        &c,
+        "m",
+        json!({"expiresAt": past, "deadBlobContainer": format!("{dead}/moved/")}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(pass(&app), 1);
+    assert!(!exists(&c, "m"));
+    let (copy, _) = block_on(storage().client().execute(
+        &leasegate::ops::GetBlob {
+            container: dead.clone(),
+            blob: name("moved/m"),
+        },
+        SystemTime::now(),
+    ))
+    .unwrap();
+    let copy = copy.expect("the dead copy");
+    assert_eq!(copy.body, b"content m");
+    assert_eq!(
+        copy.properties.metadata.get("owner").map(String::as_str),
+        Some("team-a")
+    );
+    assert_eq!(tags(&dead, "moved/m"), Some(Tags::new()));
+}
