@@ -138,7 +138,8 @@ struct Pass {
     requests: usize,
     wall: Duration,
     deleted: u64,
-    not_expired: u64,
+    /// Blobs left, by reason (`skipped`), and failed requests (`errors`), summed over ticks.
+    left: std::collections::BTreeMap<String, u64>,
     ticks: usize,
 }
 
@@ -146,7 +147,8 @@ struct Pass {
 fn pass(workers: &[App]) -> Pass {
     let started = Instant::now();
     let before: usize = workers.iter().map(|w| w.storage.count()).sum();
-    let (mut deleted, mut not_expired, mut ticks) = (0, 0, 0);
+    let (mut deleted, mut ticks) = (0, 0);
+    let mut left = std::collections::BTreeMap::new();
     loop {
         assert!(
             started.elapsed() < Duration::from_secs(3600),
@@ -169,7 +171,15 @@ fn pass(workers: &[App]) -> Pass {
                 continue;
             }
             deleted += a.json["deleted"].as_u64().unwrap_or(0);
-            not_expired += a.json["notExpired"].as_u64().unwrap_or(0);
+            if let Some(skipped) = a.json["skipped"].as_object() {
+                for (k, v) in skipped {
+                    *left.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
+                }
+            }
+            let errors = a.json["errors"].as_u64().unwrap_or(0);
+            if errors > 0 {
+                *left.entry("errors".into()).or_default() += errors;
+            }
             done |= a.json["passCompleted"] == true;
         }
         if done {
@@ -178,7 +188,7 @@ fn pass(workers: &[App]) -> Pass {
                 requests: after - before,
                 wall: started.elapsed(),
                 deleted,
-                not_expired,
+                left,
                 ticks,
             };
         }
@@ -285,10 +295,11 @@ fn main() {
         let apps = workers(mode, azurite, &data, &o);
         let p = pass(&apps);
         eprintln!(
-            "{label}: {} requests, {:.1} s, {} deleted",
+            "{label}: {} requests, {:.1} s, {} deleted, left for the next pass: {:?}",
             p.requests,
             p.wall.as_secs_f64(),
-            p.deleted
+            p.deleted,
+            p.left
         );
         rows.push((label.to_string(), p));
     };
@@ -330,6 +341,5 @@ fn main() {
             p.deleted,
             p.ticks
         );
-        let _ = p.not_expired;
     }
 }
