@@ -16,6 +16,9 @@
 #   scripts/dev.sh soak --minutes N   the app under spin up for N minutes: two deployments on
 #                          one Azurite with storage faults and two storage restarts, load,
 #                          gate holders and a per-second job; prints what held (not part of CI)
+#   scripts/dev.sh ttl-bench   one TTL sweep pass of 100,000 blobs (1 % due) by 4 workers under
+#                          spin up, with ttl_find = list and = tags, then with nothing due:
+#                          storage requests and time per pass (its own Azurite; --blobs N ...)
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite,
 #                          Spin and its cron plugin, faketime)
 set -euo pipefail
@@ -241,6 +244,15 @@ print(" ".join(f"{p}=={m.version(p)}" for p in ("azure-storage-blob", "azure-cor
   target/debug/leasegate-bench --python "$BENCH_VENV/bin/python" --node "$(command -v node)" "$@"
 }
 
+ttl_bench() {
+  setup
+  build_components
+  say "building the TTL sweep benchmark (tests/src/bin/leasegate-ttl-bench)"
+  cargo build --locked -p leasegate-tests --bin leasegate-ttl-bench
+  say "benchmarking TTL sweep passes (creating the blobs takes minutes; progress below)"
+  target/debug/leasegate-ttl-bench "$@"
+}
+
 soak() {
   setup
   build_components
@@ -270,13 +282,14 @@ case "${1:-}" in
     target/debug/leasegate-check "$@"
     ;;
   soak) shift; soak "$@" ;;
+  ttl-bench) shift; ttl_bench "$@" ;;
   test)
     setup
     say "running the tests"
     cargo test --workspace --locked
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|check|bench|soak|demo|setup|azurite" >&2
+    echo "usage: scripts/dev.sh run|test|check|bench|ttl-bench|soak|demo|setup|azurite" >&2
     exit 2
     ;;
 esac

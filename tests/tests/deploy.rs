@@ -8,7 +8,9 @@
 //!   starts under its launcher with the real Spin;
 //! * the SpinKube manifests parse, name only what the shim runs, give each pod its own identity
 //!   and tick the timers in time; the shipped ticker, against two `spin up` instances, ticks
-//!   both, one leads, and each job occurrence runs once.
+//!   both, one leads, and each job occurrence runs once;
+//! * the dead-blob lifecycle policy is a management policy of the shape Azure takes, and the
+//!   docs give the command that applies it.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
@@ -871,4 +873,55 @@ fn every_cron_plugin_instruction_pins_the_verified_version() {
             "{installed}"
         );
     }
+}
+
+/// `deploy/azure-storage/dead-blobs-lifecycle.json` (the backstop for dead-blob containers) is
+/// a lifecycle management policy as `az storage account management-policy create --policy`
+/// takes it: enabled `Lifecycle` rules, each scoped to a container (`prefixMatch` entries
+/// `container/`) and block or append blobs (the types a delete action takes), deleting base
+/// blobs some whole days after their last modification (a move writes the dead copy, so the
+/// days count from the move); docs/ttl-sweeper.md gives the command with this file.
+#[test]
+fn the_dead_blob_lifecycle_policy_has_the_shape_azure_takes() {
+    let path = "deploy/azure-storage/dead-blobs-lifecycle.json";
+    let text = std::fs::read_to_string(root().join(path)).expect("read the policy");
+    let policy: serde_json::Value = serde_json::from_str(&text).expect("the policy is JSON");
+    let rules = policy["rules"].as_array().expect("rules");
+    assert!(!rules.is_empty());
+    for rule in rules {
+        assert_eq!(rule["enabled"], true, "{rule}");
+        assert_eq!(rule["type"], "Lifecycle", "{rule}");
+        let name = rule["name"].as_str().expect("a name");
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+            "{name}"
+        );
+        let filters = &rule["definition"]["filters"];
+        for t in filters["blobTypes"].as_array().expect("blobTypes") {
+            assert!(
+                ["blockBlob", "appendBlob"].contains(&t.as_str().unwrap()),
+                "{t}"
+            );
+        }
+        let prefixes = filters["prefixMatch"].as_array().expect("prefixMatch");
+        assert!(!prefixes.is_empty());
+        for p in prefixes {
+            let (container, _) = p.as_str().unwrap().split_once('/').expect("container/");
+            leasegate::ContainerName::try_new(container).expect("a container name");
+        }
+        let actions = &rule["definition"]["actions"];
+        let days = actions["baseBlob"]["delete"]["daysAfterModificationGreaterThan"]
+            .as_u64()
+            .expect("whole days");
+        assert!(days >= 1, "{days}");
+        for k in actions.as_object().unwrap().keys() {
+            assert!(["baseBlob", "snapshot"].contains(&k.as_str()), "{k}");
+        }
+    }
+    let docs = std::fs::read_to_string(root().join("docs/ttl-sweeper.md")).unwrap();
+    assert!(
+        docs.contains("az storage account management-policy create --account-name")
+            && docs.contains(&format!("--policy @{path}")),
+        "docs/ttl-sweeper.md gives the command"
+    );
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
-use leasegate::ops::{ListBlobs, ListBlobsPage};
+use leasegate::ops::{tag_at_most, FindBlobsByTags, FoundBlobs, ListBlobs, ListBlobsPage};
 use leasegate::BlobClient;
 use leasegate::{BlobName, ContainerName, LockName, StatusCode, Transport};
 
@@ -15,13 +15,13 @@ use leasegate_spin::Context;
 
 use crate::answer::{SkippedContainer, UnusableName};
 use crate::error::SweepError;
-use crate::settings::{Kind, Settings};
+use crate::settings::{Find, Kind, Settings};
 use crate::state::ScanStatus;
 use crate::state::{
     read_state, reconcile, write_state, ContainerEntry, Counters, State, TickEntry, Unusable,
     MAX_UNUSABLE,
 };
-use crate::TIME_TO_LIVE;
+use crate::{EXPIRES_TAG, TIME_TO_LIVE};
 
 /// How long a worker waits for a busy state lease before ending its tick.
 const CLAIM_PATIENCE: Duration = Duration::from_secs(5);
@@ -32,7 +32,12 @@ const CLAIM_PAUSE: Duration = Duration::from_millis(40);
 pub(crate) struct Claimed {
     pub(crate) kind: Kind,
     pub(crate) container: ContainerName,
+    /// The swept prefix (found blobs outside it are left alone).
+    pub(crate) prefix: String,
     pub(crate) page: ListBlobsPage,
+    /// Under `ttl_find = tags`: the blobs found by their expiry tag (`page` is empty then).
+    pub(crate) found: Option<FoundBlobs>,
+    /// The storage server's clock when the page was listed or found.
     pub(crate) server_now: SystemTime,
 }
 
@@ -158,10 +163,18 @@ async fn claim_held<S: Transport>(
             .iter()
             .position(|e| !e.off && matches!(e.status, ScanStatus::Init | ScanStatus::Current))
         {
-            match list_page(blobs, settings, &state.containers[index], now).await {
+            match list_page(blobs, settings, &state.containers[index], server_now, now).await {
                 Ok(listed) => {
                     found = Some((index, listed));
                     break;
+                }
+                // Missing tag permissions are the deployment's to fix, on every container:
+                // the tick answers 502 naming the fix (a listing's 403 skips the container).
+                Err(e)
+                    if finds_by_tags(settings, &state.containers[index])
+                        && leasegate_spin::web::is_forbidden(&e) =>
+                {
+                    return Err(SweepError::TagsForbidden(e));
                 }
                 // A listing storage refuses for good (a SAS without list rights there, a bad
                 // request) would stop every pass here: the container is skipped until the next
@@ -190,7 +203,11 @@ async fn claim_held<S: Transport>(
                 unusable_overflow = remember_unusable(&mut state, &listed, &mut unusable_new);
             }
             let e = &mut state.containers[index];
-            e.marker = listed.page.next_marker.clone();
+            e.marker = match &listed.found {
+                Some(f) => f.next_marker.clone(),
+                None => listed.page.next_marker.clone(),
+            };
+            e.find = (e.kind == Kind::Ttl).then(|| settings.find.as_str().to_string());
             e.status = if e.marker.is_some() {
                 ScanStatus::Current
             } else {
@@ -257,29 +274,38 @@ fn refuses_for_good(e: &leasegate::Error) -> bool {
 fn remember_unusable(state: &mut State, listed: &Claimed, new: &mut Vec<UnusableName>) -> u64 {
     let pass = state.passes;
     let mut overflow = 0;
-    for item in &listed.page.blobs {
-        if !item.properties.metadata.contains_key(TIME_TO_LIVE)
-            || BlobName::try_new(&item.name).is_ok()
-        {
+    // The marked names: found by their tag, or listed with `TimeToLive`.
+    let names: Vec<&String> = match &listed.found {
+        Some(found) => found.blobs.iter().map(|b| &b.name).collect(),
+        None => listed
+            .page
+            .blobs
+            .iter()
+            .filter(|b| b.properties.metadata.contains_key(TIME_TO_LIVE))
+            .map(|b| &b.name)
+            .collect(),
+    };
+    for name in names {
+        if BlobName::try_new(name).is_ok() {
             continue;
         }
         let container = listed.container.as_str();
         match state
             .unusable
             .iter_mut()
-            .find(|u| u.container == container && u.name == item.name)
+            .find(|u| u.container == container && u.name == *name)
         {
             Some(known) => known.pass = pass,
             None => {
                 if state.unusable.len() < MAX_UNUSABLE {
                     state.unusable.push(Unusable {
                         container: container.to_string(),
-                        name: item.name.clone(),
+                        name: name.clone(),
                         pass,
                     });
                     new.push(UnusableName {
                         container: container.to_string(),
-                        name: item.name.clone(),
+                        name: name.clone(),
                     });
                 } else {
                     overflow += 1;
@@ -305,17 +331,56 @@ pub(crate) fn resting(state: &State, settings: &Settings, server_now: SystemTime
             .is_some_and(|t| t + settings.pass_interval > server_now)
 }
 
-/// Lists the next page of `entry`.
+/// Whether `entry`'s blobs are found by their expiry tag (`ttl_find = tags`; the app's lock
+/// blobs are always listed).
+pub(crate) fn finds_by_tags(settings: &Settings, entry: &ContainerEntry) -> bool {
+    entry.kind == Kind::Ttl && settings.find == Find::Tags
+}
+
+/// Lists the next page of `entry`, or under `ttl_find = tags` finds the next page of its
+/// blobs whose expiry tag is at most `server_now` (the storage server's clock). A marker had
+/// the other way is not used: the container starts again.
 async fn list_page<S: Transport>(
     blobs: &BlobClient<S>,
     settings: &Settings,
     entry: &ContainerEntry,
+    server_now: SystemTime,
     now: SystemTime,
 ) -> Result<Claimed, leasegate::Error> {
     let container = ContainerName::try_new(&entry.container)?;
+    let by_tags = finds_by_tags(settings, entry);
+    let marker = entry.marker.clone().filter(|_| {
+        let mode = entry.find.as_deref().unwrap_or(Find::List.as_str());
+        entry.kind == Kind::Locks || mode == settings.find.as_str()
+    });
+    if by_tags {
+        // One condition, not a range: Azurite 3.33 answered 500 to two conditions on one tag,
+        // and 3.35 returns too few blobs for `AND` (see docs/ttl-sweeper.md).
+        let find = FindBlobsByTags {
+            container: container.clone(),
+            expression: tag_at_most(EXPIRES_TAG, &rfc3339(server_now))?,
+            marker,
+            max_results: Some(settings.page_size),
+        };
+        let (found, date) = match blobs.execute(&find, now).await {
+            Ok((found, date)) => (found, date),
+            Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
+                (FoundBlobs::default(), None)
+            }
+            Err(e) => return Err(e),
+        };
+        return Ok(Claimed {
+            kind: entry.kind,
+            container,
+            prefix: entry.prefix.clone(),
+            page: ListBlobsPage::default(),
+            found: Some(found),
+            server_now: date.unwrap_or(server_now),
+        });
+    }
     let list = ListBlobs {
         prefix: (!entry.prefix.is_empty()).then(|| entry.prefix.clone()),
-        marker: entry.marker.clone(),
+        marker,
         max_results: Some(settings.page_size),
         include_metadata: true,
         ..ListBlobs::new(container.clone())
@@ -331,7 +396,9 @@ async fn list_page<S: Transport>(
     Ok(Claimed {
         kind: entry.kind,
         container,
+        prefix: entry.prefix.clone(),
         page,
+        found: None,
         server_now: date.unwrap_or(now),
     })
 }
@@ -357,6 +424,7 @@ mod tests {
         let listed = Claimed {
             kind: Kind::Ttl,
             container: ContainerName::try_new("logs").unwrap(),
+            prefix: String::new(),
             page: ListBlobsPage {
                 blobs: vec![leasegate::ops::BlobItem {
                     name: "a/../b".into(),
@@ -364,6 +432,7 @@ mod tests {
                 }],
                 ..ListBlobsPage::default()
             },
+            found: None,
             server_now: SystemTime::UNIX_EPOCH,
         };
         for _pass in 0..2 {

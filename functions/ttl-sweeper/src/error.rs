@@ -12,7 +12,19 @@ pub(crate) enum SweepError {
     Storage(leasegate::Error),
     /// The sweep state blob cannot be read (not the JSON this function writes).
     UnreadableState(String),
+    /// Storage refused a blob index tag request (Find Blobs by Tags, Set Blob Tags, a listing
+    /// with tags) with a 403: the credential lacks the tag permissions.
+    TagsForbidden(leasegate::Error),
 }
+
+/// What to do when storage refuses the tag requests of `ttl_find = tags` (a 403).
+pub(crate) const TAGS_FIX: &str = "storage refused a blob index tag request (ttl_find = tags): \
+an identity needs the role Storage Blob Data Owner on the swept containers, or Storage Blob Data \
+Contributor plus a role with the data actions \
+Microsoft.Storage/storageAccounts/blobServices/containers/blobs/filter/action, \
+.../blobs/tags/read and .../blobs/tags/write; a SAS needs the permissions t (tags) and f \
+(filter) beside racwdl; or set ttl_find = list (docs/ttl-sweeper.md#permissions); retrying \
+does not help";
 
 impl From<leasegate::Error> for SweepError {
     fn from(e: leasegate::Error) -> Self {
@@ -30,6 +42,7 @@ impl SweepError {
             )
             | SweepError::UnreadableState(_) => "state_unusable",
             SweepError::Storage(e) => web::storage_error_code(e),
+            SweepError::TagsForbidden(_) => "storage_forbidden",
         }
     }
 
@@ -39,6 +52,7 @@ impl SweepError {
         match self {
             SweepError::Storage(e) => web::storage_status(e),
             SweepError::UnreadableState(_) => StatusCode::SERVICE_UNAVAILABLE,
+            SweepError::TagsForbidden(_) => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -47,6 +61,7 @@ impl SweepError {
         match self {
             SweepError::Storage(e) => web::storage_failed(e, consequence),
             SweepError::UnreadableState(what) => format!("{what}; {consequence}"),
+            SweepError::TagsForbidden(e) => format!("{TAGS_FIX}; {consequence}: {e}"),
         }
     }
 
@@ -54,6 +69,7 @@ impl SweepError {
     pub(crate) fn answer(&self) -> Response {
         match self {
             SweepError::Storage(e) => web::storage_unavailable(e),
+            SweepError::TagsForbidden(e) => tags_forbidden(e, "nothing was done"),
             SweepError::UnreadableState(_) => {
                 // `lock_unusable` here, `state_unusable` in a tick's answer: as each answered
                 // before this function had an error of its own (codes are an interface).
@@ -67,6 +83,24 @@ impl SweepError {
             }
         }
     }
+}
+
+/// The answer to a 403 on a tag request: 502 `storage_forbidden` naming the tag permissions
+/// (storage's status and code beside it), never a secret.
+pub(crate) fn tags_forbidden(e: &leasegate::Error, consequence: &str) -> Response {
+    let (status, code) = match e {
+        leasegate::Error::Storage(s) => (Some(s.status.as_u16()), s.code.clone()),
+        _ => (None, None),
+    };
+    web::json(
+        StatusCode::BAD_GATEWAY,
+        &json!({
+            "error": "storage_forbidden",
+            "message": format!("{TAGS_FIX}; {consequence}: {e}"),
+            "storageStatus": status,
+            "storageErrorCode": code,
+        }),
+    )
 }
 
 #[cfg(test)]
@@ -95,5 +129,20 @@ mod tests {
         assert_eq!(lock.code(), "state_unusable");
         let busy = SweepError::from(leasegate::Error::InvalidArgument("x".into()));
         assert_eq!(busy.code(), "storage_unavailable");
+        // A 403 on a tag request: 502 storage_forbidden naming the tag permissions.
+        let tags = SweepError::TagsForbidden(leasegate::Error::InvalidArgument("403".into()));
+        assert_eq!(tags.code(), "storage_forbidden");
+        assert_eq!(tags.status(), StatusCode::BAD_GATEWAY);
+        let m = tags.message("the sweep state could not be used");
+        for fix in [
+            "Storage Blob Data Owner",
+            "filter/action",
+            "tags/write",
+            "t (tags) and f",
+            "ttl_find = list",
+        ] {
+            assert!(m.contains(fix), "{fix}: {m}");
+        }
+        assert_eq!(tags.answer().status(), StatusCode::BAD_GATEWAY);
     }
 }

@@ -7,8 +7,10 @@
 //! and costs: `docs/ttl-sweeper.md`.
 //!
 //! The modules: `settings` (the variables), `state` (the state blob's schema), `claim`
-//! (claiming a page under the state's lease), `sweep` (a tick, and what becomes of each listed
-//! blob), `mark` (the marking API), `answer` (what a tick answers and logs).
+//! (claiming a page under the state's lease: listed, or found by the expiry tag), `sweep` (a
+//! tick, and what becomes of each listed or found blob), `mark` (the marking API: metadata and
+//! the expiry tag), `migrate` (tagging blobs marked the old way), `answer` (what a tick answers
+//! and logs).
 #![deny(missing_docs)]
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
@@ -17,6 +19,7 @@ mod answer;
 mod claim;
 mod error;
 mod mark;
+mod migrate;
 mod settings;
 mod state;
 mod sweep;
@@ -46,6 +49,13 @@ pub const DEFAULT_LOCK_RETENTION_SECS: u64 = 86_400;
 pub const TIME_TO_LIVE: &str = "timetolive";
 /// Metadata name of the dead-blob container.
 pub const DEAD_BLOB_CONTAINER: &str = "deadblobcontainer";
+/// The index tag marking writes beside `TimeToLive`: the same instant, RFC 3339 UTC to the
+/// second (`2026-11-21T14:00:00Z`, fixed width, so it sorts as a string: tag queries compare
+/// strings). An underscore, not a hyphen: Azurite 3.35's tag query parser refuses `-` in a key
+/// (Azure accepts it).
+pub const EXPIRES_TAG: &str = "leasegate_expires_at";
+/// The migration's progress blob (`POST /api/sweeper/migrate`).
+pub const MIGRATION_BLOB: &str = "sweeper/migration.json";
 /// The sweep state blob.
 pub const STATE_BLOB: &str = "sweeper/state.json";
 /// The longest time-to-live the marking API accepts (10 years).
@@ -107,6 +117,7 @@ impl TimerFunction for Sweeper {
     }
 
     /// `PUT /api/ttl/{container}/{blob}` (marking: bearer `admin_token` only), `POST
+    /// /api/sweeper/migrate` (tagging blobs marked the old way: `admin_token` only), `POST
     /// /api/sweeper/tick` and `GET /api/sweeper` (the state: bearer `timer_token` or
     /// `admin_token`).
     async fn api<T: Transport>(
@@ -127,14 +138,23 @@ impl TimerFunction for Sweeper {
         let action = path[SWEEPER_ROUTE.len()..].trim_matches('/');
         let method = request.method().clone();
         match (action, &method) {
-            ("", &leasegate::Method::GET) | ("tick", &leasegate::Method::POST) => {}
+            ("", &leasegate::Method::GET)
+            | ("tick", &leasegate::Method::POST)
+            | ("migrate", &leasegate::Method::POST) => {}
             ("", _) => return web::method_not_allowed("GET"),
-            ("tick", _) => return web::method_not_allowed("POST"),
+            ("tick" | "migrate", _) => return web::method_not_allowed("POST"),
             _ => return web::error(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "routes: GET /api/sweeper, POST /api/sweeper/tick, PUT /api/ttl/{container}/{blob}",
+                "routes: GET /api/sweeper, POST /api/sweeper/tick, POST /api/sweeper/migrate, PUT /api/ttl/{container}/{blob}",
             ),
+        }
+        if action == "migrate" {
+            if let Err(r) =
+                auth::require_admin(ctx.variables, power, "tagging the blobs marked the old way")
+            {
+                return r;
+            }
         }
         if !request.body().iter().all(u8::is_ascii_whitespace) {
             return web::error(
@@ -147,6 +167,9 @@ impl TimerFunction for Sweeper {
             Ok(s) => s,
             Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
         };
+        if action == "migrate" {
+            return migrate::migrate(ctx, &settings, started).await;
+        }
         if method == leasegate::Method::GET {
             let transport = (ctx.connect)(settings.storage.timeout);
             // Counted like the other paths: one instance of the storage code per component.

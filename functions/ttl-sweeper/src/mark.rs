@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use leasegate::ops::{Condition, GetProperties, Refusal, SetMetadata, WriteOutcome};
+use leasegate::ops::{
+    BlobProperties, Condition, GetBlobTags, GetProperties, Refusal, SetBlobTags, SetMetadata, Tags,
+    WriteOutcome,
+};
+use leasegate::BlobClient;
 use leasegate::{BlobName, ContainerName, Counting, Request, Response, StatusCode, Transport};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
@@ -14,8 +18,9 @@ use leasegate_spin::timer;
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{log_line, Context};
 
-use crate::settings::{parse_location, Kind, Settings, DEAD_CONTAINERS_VAR};
-use crate::{DEAD_BLOB_CONTAINER, MAX_TTL_SECS, TIME_TO_LIVE, TTL_ROUTE};
+use crate::error::tags_forbidden;
+use crate::settings::{parse_location, Find, Kind, Settings, DEAD_CONTAINERS_VAR};
+use crate::{DEAD_BLOB_CONTAINER, EXPIRES_TAG, MAX_TTL_SECS, TIME_TO_LIVE, TTL_ROUTE};
 
 /// The body of a marking request: `expiresAt` or `ttlSeconds` (`null` counts as missing), and
 /// `deadBlobContainer` (`Some(None)` for an explicit `null`, `None` when missing); no other
@@ -218,7 +223,7 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
             }
             None => {}
         }
-        let Some(etag) = props.etag else {
+        let Some(etag) = props.etag.clone() else {
             return web::error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "storage_unavailable",
@@ -234,8 +239,38 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
         };
         match blobs.execute(&write, ctx.now).await {
             Ok((WriteOutcome::Written(_), _)) => {
+                // The index tag beside the metadata (Set Blob Tags takes no If-Match on Azure,
+                // and changes no ETag): the sweeper honours the later of the two.
+                let tagged = match tag(
+                    &blobs,
+                    &container,
+                    &blob,
+                    &props,
+                    &rfc3339(expires),
+                    ctx.now,
+                )
+                .await
+                {
+                    Ok(()) => true,
+                    // `ttl_find = list` does without the tag (an account without tag
+                    // rights); `tags` needs it.
+                    Err(_) if settings.find == Find::List => false,
+                    Err(e) if web::is_forbidden(&e) => return tags_forbidden(
+                        &e,
+                        "TimeToLive was written, the expiry tag was not (mark again once fixed)",
+                    ),
+                    Err(e) => {
+                        return web::json(
+                            web::storage_status(&e),
+                            &json!({
+                                "error": web::storage_error_code(&e),
+                                "message": web::storage_failed(&e, "TimeToLive was written, the expiry tag was not (mark again)"),
+                            }),
+                        )
+                    }
+                };
                 log_line(
-                    json!({"fn": "ttl-sweeper", "decision": "marked", "container": container.as_str(), "expiresAt": rfc3339(expires)}),
+                    json!({"fn": "ttl-sweeper", "decision": "marked", "container": container.as_str(), "expiresAt": rfc3339(expires), "tagged": tagged}),
                 );
                 return web::json(
                     StatusCode::OK,
@@ -244,6 +279,7 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
                         "blob": blob.as_str(),
                         "expiresAt": rfc3339(expires),
                         "deadBlobContainer": metadata.get(DEAD_BLOB_CONTAINER),
+                        "tagged": tagged,
                     }),
                 );
             }
@@ -287,6 +323,42 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
         "changed",
         "the blob kept changing while it was marked; try again",
     )
+}
+
+/// Writes the expiry tag `value`, keeping the blob's other index tags (read first when the
+/// HEAD counted some).
+pub(crate) async fn tag<S: Transport>(
+    blobs: &BlobClient<S>,
+    container: &ContainerName,
+    blob: &BlobName,
+    props: &BlobProperties,
+    value: &str,
+    now: std::time::SystemTime,
+) -> Result<(), leasegate::Error> {
+    let mut tags = match (&props.tags, props.tag_count.unwrap_or(0)) {
+        (Some(listed), _) => listed.clone(),
+        (None, 0) => Tags::new(),
+        (None, _) => {
+            let get = GetBlobTags {
+                container: container.clone(),
+                blob: blob.clone(),
+            };
+            blobs.execute(&get, now).await?.0.unwrap_or_default()
+        }
+    };
+    tags.insert(EXPIRES_TAG.to_string(), value.to_string());
+    let set = SetBlobTags {
+        container: container.clone(),
+        blob: blob.clone(),
+        tags,
+        lease_id: None,
+    };
+    match blobs.execute(&set, now).await?.0 {
+        WriteOutcome::Written(_) => Ok(()),
+        WriteOutcome::Refused(r) => Err(leasegate::Error::InvalidArgument(format!(
+            "storage refused the expiry tag ({r:?})"
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,26 @@ pub(crate) enum Kind {
     Locks,
 }
 
+/// How the sweeper finds the expired blobs of `ttl_containers` (`ttl_find`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Find {
+    /// Find Blobs by Tags on the index tag [`EXPIRES_TAG`](crate::EXPIRES_TAG): a pass costs
+    /// what expired, not what is stored. Finds only tagged blobs.
+    Tags,
+    /// List Blobs with metadata: every blob on every pass (no tag permissions needed).
+    List,
+}
+
+impl Find {
+    /// The value as configured and as the state records it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Find::Tags => "tags",
+            Find::List => "list",
+        }
+    }
+}
+
 /// The sweeper's settings.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -52,6 +72,8 @@ pub struct Settings {
     pub(crate) pass_interval: Duration,
     /// The containers blobs may be moved to (`ttl_dead_containers`).
     pub(crate) dead_containers: DeadContainers,
+    /// How expired blobs are found (`ttl_find`).
+    pub(crate) find: Find,
 }
 
 /// Where `DeadBlobContainer` may send a blob (`ttl_dead_containers`).
@@ -170,7 +192,21 @@ impl Settings {
                 DeadContainers::Only(allowed)
             }
         };
+        let find = match config::var(vars, "ttl_find")
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+        {
+            None | Some("tags") => Find::Tags,
+            Some("list") => Find::List,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "variable ttl_find: '{other}' is neither tags nor list"
+                )))
+            }
+        };
         Ok(Settings {
+            find,
             storage,
             instance_id,
             targets,
@@ -315,6 +351,12 @@ pub(crate) mod tests {
         // and a few storage timeouts.
         let s = settings(&[("ttl_containers", "xxx"), ("ttl_time_budget_ms", "1000")]).unwrap();
         assert_eq!(s.work_deadline(), Duration::from_secs(6));
+        // ttl_find: tags unless set to list.
+        assert_eq!(s.find, Find::Tags);
+        let list = settings(&[("ttl_containers", "xxx"), ("ttl_find", "list")]).unwrap();
+        assert_eq!(list.find, Find::List);
+        let e = settings(&[("ttl_containers", "xxx"), ("ttl_find", "index")]).unwrap_err();
+        assert!(e.to_string().contains("ttl_find"), "{e}");
     }
 
     /// Correctness #9: one blob begun at the work deadline can make `BLOB_REQUESTS` storage

@@ -90,6 +90,10 @@ pub(crate) struct ContainerEntry {
     /// No longer configured: skipped, its progress kept.
     #[serde(default, skip_serializing_if = "is_false")]
     pub(crate) off: bool,
+    /// How the marker was had (`tags`: Find Blobs by Tags, `list`: List Blobs; missing: a
+    /// listing, or a lock prefix): a marker of the other kind is not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) find: Option<String>,
 }
 
 /// The sweep state blob.
@@ -283,6 +287,7 @@ pub(crate) fn reconcile(state: &mut State, settings: &Settings) {
                 status: ScanStatus::Init,
                 marker: None,
                 off: false,
+                find: None,
             });
         }
     }

@@ -6,11 +6,12 @@ use std::time::{Instant, SystemTime};
 
 use futures::StreamExt;
 use leasegate::ops::{
-    public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, DeleteBlob,
-    DeleteBlobAndSnapshots, DeleteOutcome, GetProperties, Refusal,
+    public_blob_url, tag_equals, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus,
+    DeleteBlob, DeleteBlobAndSnapshots, DeleteOutcome, FoundBlob, GetProperties, IfTags, Lease,
+    LeaseAction, LeaseOutcome, Refusal,
 };
 use leasegate::BlobClient;
-use leasegate::{BlobName, ContainerName, Counting, LeaseState, Transport};
+use leasegate::{BlobName, ContainerName, Counting, LeaseDuration, LeaseId, LeaseState, Transport};
 use leasegate_spin::storage::execute_creating_container;
 
 use leasegate_spin::timer;
@@ -21,7 +22,7 @@ use crate::claim::{claim, Bookkeeping, Claim, Claimed};
 use crate::error::SweepError;
 use crate::settings::{parse_location, Kind, Settings, COPY_POLL, COPY_WAIT};
 use crate::state::Counters;
-use crate::{DEAD_BLOB_CONTAINER, TIME_TO_LIVE};
+use crate::{DEAD_BLOB_CONTAINER, EXPIRES_TAG, TIME_TO_LIVE};
 
 /// One tick: claim and process pages until the budget is spent or the pass completes. The
 /// report stands even when the tick ends on a storage failure.
@@ -123,6 +124,24 @@ async fn process<T, S: Transport>(
     claimed: &Claimed,
     started: Instant,
 ) -> Report {
+    if let Some(found) = &claimed.found {
+        let outcomes: Vec<BlobOutcome> = futures::stream::iter(
+            found
+                .blobs
+                .iter()
+                .filter(|b| b.name.starts_with(claimed.prefix.as_str())),
+        )
+        .map(|item| async move {
+            if started.elapsed() >= settings.work_deadline() {
+                return BlobOutcome::Skipped("the tick's time ran out (the next pass takes it)");
+            }
+            sweep_found(ctx, blobs, settings, claimed, item).await
+        })
+        .buffer_unordered(settings.storage.max_in_flight)
+        .collect()
+        .await;
+        return tally(outcomes);
+    }
     let outcomes: Vec<BlobOutcome> = futures::stream::iter(claimed.page.blobs.iter())
         .map(|item| async move {
             // Late in the tick no blob is begun: it stays within `tick_bound`.
@@ -137,6 +156,11 @@ async fn process<T, S: Transport>(
         .buffer_unordered(settings.storage.max_in_flight)
         .collect()
         .await;
+    tally(outcomes)
+}
+
+/// Counts the outcomes of a page.
+fn tally(outcomes: Vec<BlobOutcome>) -> Report {
     let mut report = Report::default();
     for o in outcomes {
         report.scanned += 1;
@@ -171,6 +195,130 @@ enum BlobOutcome {
     Error,
 }
 
+/// How long the sweeper leases a found blob while it checks and deletes it (storage's
+/// shortest lease).
+const FOUND_LEASE_SECS: i64 = 15;
+
+/// A blob found by its expiry tag (`ttl_find = tags`). The find answer has no ETag or
+/// metadata. The blob is deleted (moved first if asked) **only if it is what was found**:
+///
+/// 1. a 15 s lease is acquired with **`x-ms-if-tags: "leasegate_expires_at" = '<found>'`**:
+///    a re-mark of the tag since the find refuses it (Set Blob Tags changes neither ETag nor
+///    `Last-Modified`, so only a tag condition sees it), and while the lease is held nobody
+///    can write the blob, its metadata or its tags (they need the lease id);
+/// 2. under the lease its properties are read (HEAD): a blob written in the second of the find
+///    answer or later (`Last-Modified`) may have been rewritten after it was found and is left
+///    for the next pass; its `TimeToLive`, where it has one, must have passed too (the later
+///    of tag and metadata counts);
+/// 3. it is deleted with the lease id and `If-Match` on the ETag read; otherwise the lease is
+///    released.
+///
+/// Not one delete with both `If-Match` and `x-ms-if-tags`, which Azure documents as enough:
+/// Azurite 3.35 ignores `x-ms-if-tags` when another condition header is present, so that could
+/// not be tested here; the lease holds on both. On Azure the index can lag a write by minutes,
+/// so a blob may be found that much after its time, never before (the query compares with the
+/// storage server's clock).
+async fn sweep_found<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<S>,
+    settings: &Settings,
+    claimed: &Claimed,
+    found: &FoundBlob,
+) -> BlobOutcome {
+    let Some(tag) = found.tags.get(EXPIRES_TAG) else {
+        return BlobOutcome::Skipped("found without its expiry tag");
+    };
+    let Some(tag_time) = timer::parse_time(tag) else {
+        return BlobOutcome::Skipped("the expiry tag is not a time");
+    };
+    if tag_time > claimed.server_now {
+        return BlobOutcome::NotExpired;
+    }
+    let Ok(name) = BlobName::try_new(&found.name) else {
+        return BlobOutcome::Unusable;
+    };
+    let Ok(if_tags) = tag_equals(EXPIRES_TAG, tag) else {
+        return BlobOutcome::Skipped("the expiry tag is not a time");
+    };
+    let (Ok(duration), lease_id) = (
+        LeaseDuration::try_from_secs(FOUND_LEASE_SECS),
+        (ctx.new_lease_id)(),
+    ) else {
+        return BlobOutcome::Error;
+    };
+    let acquire = IfTags {
+        op: Lease::new(
+            claimed.container.clone(),
+            name.clone(),
+            LeaseAction::Acquire {
+                duration,
+                proposed: lease_id,
+            },
+        ),
+        condition: if_tags,
+    };
+    match blobs.execute(&acquire, ctx.now).await {
+        Ok((LeaseOutcome::Held { .. }, _)) => {}
+        Ok((LeaseOutcome::HeldByOther, _)) => return BlobOutcome::Skipped("leased"),
+        Ok(_) => return BlobOutcome::Error,
+        Err(e) if e.class() == Some(leasegate::ErrorClass::PreconditionFailed) => {
+            return BlobOutcome::Skipped("re-marked since found")
+        }
+        Err(e) if e.class() == Some(leasegate::ErrorClass::BlobMissing) => {
+            return BlobOutcome::Skipped("already gone")
+        }
+        Err(_) => return BlobOutcome::Error,
+    }
+    let outcome = sweep_leased(ctx, blobs, settings, claimed, found, &name, lease_id).await;
+    if !matches!(outcome, BlobOutcome::Deleted | BlobOutcome::Moved) {
+        let release = Lease::new(
+            claimed.container.clone(),
+            name,
+            LeaseAction::Release(lease_id),
+        );
+        let _ = blobs.execute(&release, ctx.now).await;
+    }
+    outcome
+}
+
+/// A found blob under the sweeper's lease `lease_id`: read, checked, deleted (or moved).
+async fn sweep_leased<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<S>,
+    settings: &Settings,
+    claimed: &Claimed,
+    found: &FoundBlob,
+    name: &BlobName,
+    lease_id: LeaseId,
+) -> BlobOutcome {
+    let head = GetProperties {
+        container: claimed.container.clone(),
+        blob: name.clone(),
+    };
+    let props = match blobs.execute(&head, ctx.now).await {
+        Ok((Some(p), _)) => p,
+        Ok((None, _)) => return BlobOutcome::Skipped("already gone"),
+        Err(_) => return BlobOutcome::Error,
+    };
+    let secs = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(u64::MAX)
+    };
+    // Written in the second of the find answer or later: perhaps after it was found.
+    if props
+        .last_modified
+        .is_none_or(|m| secs(m) >= secs(claimed.server_now))
+    {
+        return BlobOutcome::Skipped("changed since found");
+    }
+    let item = BlobItem {
+        name: found.name.clone(),
+        properties: props,
+    };
+    sweep_blob_if(ctx, blobs, settings, claimed, &item, Some(lease_id)).await
+}
+
 async fn sweep_blob<T, S: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<S>,
@@ -178,15 +326,32 @@ async fn sweep_blob<T, S: Transport>(
     claimed: &Claimed,
     item: &BlobItem,
 ) -> BlobOutcome {
+    sweep_blob_if(ctx, blobs, settings, claimed, item, None).await
+}
+
+/// What becomes of a marked blob: `item` as listed, or as read under the sweeper's own lease
+/// `held` after it was found by its tag (then it may have no `TimeToLive`: its tag is due).
+async fn sweep_blob_if<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<S>,
+    settings: &Settings,
+    claimed: &Claimed,
+    item: &BlobItem,
+    held: Option<LeaseId>,
+) -> BlobOutcome {
     let props = &item.properties;
-    let Some(ttl) = props.metadata.get(TIME_TO_LIVE) else {
-        return BlobOutcome::Unmarked;
-    };
-    let Some(expires) = timer::parse_time(ttl) else {
-        return BlobOutcome::Skipped("TimeToLive is not a time");
-    };
-    if expires > claimed.server_now {
-        return BlobOutcome::NotExpired;
+    match props.metadata.get(TIME_TO_LIVE) {
+        // Found by its tag: the tag has passed; metadata, where there is some, must too.
+        None if held.is_some() => {}
+        None => return BlobOutcome::Unmarked,
+        Some(ttl) => {
+            let Some(expires) = timer::parse_time(ttl) else {
+                return BlobOutcome::Skipped("TimeToLive is not a time");
+            };
+            if expires > claimed.server_now {
+                return BlobOutcome::NotExpired;
+            }
+        }
     }
     let dead = match props.metadata.get(DEAD_BLOB_CONTAINER) {
         None => None,
@@ -196,9 +361,10 @@ async fn sweep_blob<T, S: Transport>(
             Err(_) => return BlobOutcome::Skipped("DeadBlobContainer is not container[/prefix/]"),
         },
     };
-    if props
-        .lease_state
-        .is_some_and(|s| matches!(s, LeaseState::Leased | LeaseState::Breaking))
+    if held.is_none()
+        && props
+            .lease_state
+            .is_some_and(|s| matches!(s, LeaseState::Leased | LeaseState::Breaking))
     {
         return BlobOutcome::Skipped("leased");
     }
@@ -237,7 +403,7 @@ async fn sweep_blob<T, S: Transport>(
     let delete = DeleteBlobAndSnapshots(DeleteBlob {
         container: container.clone(),
         blob: source,
-        lease_id: None,
+        lease_id: held,
         condition: Condition::IfMatch(etag),
     });
     match blobs.execute(&delete, ctx.now).await {
