@@ -39,10 +39,11 @@ use std::time::{Duration, SystemTime};
 
 use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Release, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, Lease, LeaseAction};
-use leasegate::{ContainerName, Counting, HolderKey, LeaseId, LockName};
+use leasegate::{BlobClient, ContainerName, Counting, HolderKey, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 
 mod environment;
+mod overview;
 mod status;
 use environment::explain;
 
@@ -58,6 +59,11 @@ commands:
                                                  lock answered lock_unusable; tokens stay
                                                  increasing)
   demo                                           acquire, contend, extend, release, show
+  status [--page-size N] [--json]                the app's container, read from storage: each
+                                                 leader group's leader and term, each job's
+                                                 last runs and reservations, held gates (count,
+                                                 longest-held), the TTL sweeper's passes and
+                                                 progress (--json: docs/functions.md's shape)
   status JOB [--app URL] [--json]                ask the scheduled-job app about JOB: schedule,
                                                  next runs, paused or not, policies, counters,
                                                  last runs (--json: the app's answer as it is)
@@ -72,9 +78,10 @@ LOCK is the lock's path in the container, as the functions name it:
 
 options:
   --container NAME   container of the lock blobs (default: leasegate)
-  --app URL          status: the app's base URL, e.g. http://127.0.0.1:3000 (default:
+  --app URL          status JOB: the app's base URL, e.g. http://127.0.0.1:3000 (default:
                      LEASEGATE_APP_URL); /api/jobs/JOB is appended
-  --json             status: print the app's answer as JSON
+  --json             status: print JSON (status JOB: the app's answer as it came)
+  --page-size N      status: blobs per listing request, 1 to 5000 (default 5000)
 
 environment (the account: a connection string, or an endpoint with an Entra ID token):
   LEASEGATE_CONNECTION_STRING   storage connection string, key or SAS (default, when neither
@@ -90,8 +97,10 @@ environment (the account: a connection string, or an endpoint with an Entra ID t
                                 the identity needs Storage Blob Data Contributor on the container
   LEASEGATE_HOLDER_KEY          secret that --holder lease ids are keyed with (required with
                                 --holder; never derived from the storage credential)
+  LEASEGATE_PROGRESS_MS         status: a listing that takes longer prints a progress line
+                                on stderr this often (default 1000; 0: after every page)
 
-environment of status (no storage account needed):
+environment of status JOB (no storage account needed):
   LEASEGATE_APP_URL             the app's base URL when --app is not given
   LEASEGATE_TIMER_TOKEN         the app's timer_token (its admin_token works too); sent only
                                 over https, or over http to this machine (127.0.0.0/8, ::1,
@@ -119,6 +128,7 @@ struct Options {
     container: String,
     app: Option<String>,
     json: bool,
+    page_size: Option<u32>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -130,6 +140,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         container: "leasegate".into(),
         app: None,
         json: false,
+        page_size: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -149,6 +160,15 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--container" => o.container = value("--container")?,
             "--app" => o.app = Some(value("--app")?),
             "--json" => o.json = true,
+            "--page-size" => {
+                o.page_size = Some(
+                    value("--page-size")?
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=overview::MAX_PAGE).contains(n))
+                        .ok_or_else(|| "--page-size takes 1 to 5000 (blobs)".to_string())?,
+                )
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n\n{USAGE}")),
             s => o.positional.push(s.to_string()),
@@ -162,17 +182,21 @@ fn run(args: &[String]) -> Result<(), String> {
     if o.positional.first().map(String::as_str) == Some("status") {
         let job = match &o.positional[1..] {
             [job] => job,
-            [] => return Err(format!("status needs JOB, the job's name\n\n{USAGE}")),
-            _ => return Err("status takes one JOB".into()),
+            // No job: the container's view, from storage.
+            [] => return container_status(&o),
+            _ => return Err("status takes one JOB (or none: the container's view)".into()),
         };
+        if o.page_size.is_some() {
+            return Err("--page-size goes with status without JOB (the container's view)".into());
+        }
         print!(
             "{}",
             status::run(job, o.app.as_deref(), o.json, environment::process_var)?
         );
         return Ok(());
     }
-    if o.app.is_some() || o.json {
-        return Err("--app and --json go with status only".into());
+    if o.app.is_some() || o.json || o.page_size.is_some() {
+        return Err("--app, --json and --page-size go with status only".into());
     }
     let account = environment::account(environment::process_var)?;
     let key = || match std::env::var("LEASEGATE_HOLDER_KEY") {
@@ -276,6 +300,39 @@ fn run(args: &[String]) -> Result<(), String> {
         ),
         _ => Err(USAGE.into()),
     }
+}
+
+/// `status` without a job: the container's leaders, jobs, gates and sweeper, from storage.
+fn container_status(o: &Options) -> Result<(), String> {
+    if o.app.is_some() {
+        return Err(
+            "--app goes with status JOB (the app's view of one job); status without JOB \
+             reads the container from storage"
+                .into(),
+        );
+    }
+    let account = environment::account(environment::process_var)?;
+    let container = ContainerName::try_new(&o.container).map_err(|e| e.to_string())?;
+    let every = overview::progress_every(environment::process_var)?;
+    let transport = NativeTransport::default();
+    let blobs = BlobClient::new(&transport, account, container);
+    let fail = explain(blobs.account());
+    // Progress goes to stderr only: stdout holds the table or the JSON, nothing else.
+    let mut progress = overview::Progress::new(every, |line| eprintln!("{line}"));
+    let view = block_on(overview::gather(
+        &blobs,
+        o.page_size.unwrap_or(overview::MAX_PAGE),
+        &mut progress,
+        &fail,
+        SystemTime::now(),
+    ))?;
+    if o.json {
+        let text = serde_json::to_string_pretty(&view).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else {
+        print!("{}", overview::format_overview(&view));
+    }
+    Ok(())
 }
 
 fn acquire(

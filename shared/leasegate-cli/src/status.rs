@@ -399,27 +399,7 @@ pub fn format_status(v: &Value) -> String {
         line("settled", &format!("through {settled}"));
     }
     if let Some(counters) = v["counters"].as_object() {
-        const KNOWN: [(&str, &str); 6] = [
-            ("ran", "ran"),
-            ("failed", "failed"),
-            ("retried", "retried"),
-            ("skippedOverlap", "skipped (overlap)"),
-            ("skippedPaused", "skipped (paused)"),
-            ("missed", "missed"),
-        ];
-        let mut parts: Vec<String> = KNOWN
-            .iter()
-            .map(|(key, name)| {
-                let n = text(&counters.get(*key).cloned().unwrap_or(Value::Null));
-                format!("{name} {}", n.unwrap_or_else(|| "0".into()))
-            })
-            .collect();
-        for (key, n) in counters {
-            if !KNOWN.iter().any(|(k, _)| k == key) {
-                parts.push(format!("{} {}", clean(key), text(n).unwrap_or_default()));
-            }
-        }
-        line("counters", &parts.join(", "));
+        line("counters", &counters_line(counters));
     }
     match v["reservations"].as_array() {
         None => {}
@@ -428,14 +408,39 @@ pub fn format_status(v: &Value) -> String {
         }
         Some(runs) => {
             out.push_str("\nlast runs (newest first):\n");
-            out.push_str(&table(runs));
+            out.push_str(&runs_table(runs));
         }
     }
     out
 }
 
-/// The last runs as aligned columns.
-fn table(runs: &[Value]) -> String {
+/// A job's counters in words: the known ones in their order (0 when absent), then any other.
+pub(crate) fn counters_line(counters: &serde_json::Map<String, Value>) -> String {
+    const KNOWN: [(&str, &str); 6] = [
+        ("ran", "ran"),
+        ("failed", "failed"),
+        ("retried", "retried"),
+        ("skippedOverlap", "skipped (overlap)"),
+        ("skippedPaused", "skipped (paused)"),
+        ("missed", "missed"),
+    ];
+    let mut parts: Vec<String> = KNOWN
+        .iter()
+        .map(|(key, name)| {
+            let n = text(&counters.get(*key).cloned().unwrap_or(Value::Null));
+            format!("{name} {}", n.unwrap_or_else(|| "0".into()))
+        })
+        .collect();
+    for (key, n) in counters {
+        if !KNOWN.iter().any(|(k, _)| k == key) {
+            parts.push(format!("{} {}", clean(key), text(n).unwrap_or_default()));
+        }
+    }
+    parts.join(", ")
+}
+
+/// The last runs (log entries) as aligned columns.
+pub(crate) fn runs_table(runs: &[Value]) -> String {
     let header = [
         "OCCURRENCE",
         "STATUS",
@@ -497,7 +502,7 @@ fn shorten(s: &str, max: usize) -> String {
 
 /// A field for the terminal: `None` when absent or null; strings cleaned ([`clean`]), other
 /// values as compact JSON.
-fn text(v: &Value) -> Option<String> {
+pub(crate) fn text(v: &Value) -> Option<String> {
     match v {
         Value::Null => None,
         Value::String(s) => Some(clean(s)),
@@ -508,7 +513,7 @@ fn text(v: &Value) -> Option<String> {
 }
 
 /// A number of seconds with its reading: `3600 s (1h)`; not a whole number: as it is.
-fn seconds(v: &Value) -> Option<String> {
+pub(crate) fn seconds(v: &Value) -> Option<String> {
     match v.as_u64() {
         Some(s) if s >= 60 => Some(format!(
             "{s} s ({})",
@@ -521,7 +526,7 @@ fn seconds(v: &Value) -> Option<String> {
 
 /// `s` with every control, format or separator character (an escape sequence, U+202E ...)
 /// shown as `\u{..}`: the app's words reach the terminal as text, never as commands.
-fn clean(s: &str) -> String {
+pub(crate) fn clean(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_control() || leasegate::is_format_or_separator(c) {
