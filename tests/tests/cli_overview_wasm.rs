@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use leasegate::ops::{CreateContainer, PutBlob};
 use leasegate::{BlobClient, BlobName, ContainerName};
 use leasegate_cli::{block_on, NativeTransport};
-use leasegate_tests::app::{call, cli_binary, App, Setup, TIMER_AUTH};
+use leasegate_tests::app::{call, cli_binary, App, Setup, TIMER_AUTH, TIMER_TOKEN};
 use leasegate_tests::jobs::{occurrence_of, tick, JOB};
 use leasegate_tests::{container_sas, unique_container, wait_for, Azurite};
 use serde_json::Value;
@@ -30,7 +30,9 @@ fn status(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
             Azurite::shared().connection_string(),
         )
         .env_remove("LEASEGATE_BLOB_ENDPOINT")
-        .env_remove("LEASEGATE_PROGRESS_MS");
+        .env_remove("LEASEGATE_PROGRESS_MS")
+        .env_remove("LEASEGATE_APP_URL")
+        .env_remove("LEASEGATE_TIMER_TOKEN");
     for (k, v) in env {
         command.env(k, v);
     }
@@ -253,6 +255,44 @@ fn the_container_view_of_a_running_app() {
         line_of(&out, swept.as_str()).contains(swept.as_str()),
         "{out}"
     );
+
+    // Given the app's URL (and its tick token), each job's next occurrences, from the app.
+    let base = app.url("");
+    let (ok, out, err) = status(
+        &["--container", c, "--json", "--app", &base],
+        &[("LEASEGATE_TIMER_TOKEN", TIMER_TOKEN)],
+    );
+    assert!(ok, "{out}{err}");
+    let j = &json_of(&out)["jobs"][0];
+    assert!(j["nextError"].is_null(), "{j}");
+    assert!(j["schedule"].is_string(), "{j}");
+    let next = j["next"][0]["utc"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{j}"));
+    let next_secs = humantime::parse_rfc3339(next)
+        .unwrap()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(next_secs > occurrence, "{j}");
+    let (ok, out, err) = status(
+        &["--container", c, "--app", &base],
+        &[("LEASEGATE_TIMER_TOKEN", TIMER_TOKEN)],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(line_of(&out, "next").contains(next), "{out}");
+    assert!(!out.contains(TIMER_TOKEN) && !err.contains(TIMER_TOKEN));
+    // A wrong token: the container's view still, the app's refusal where the next runs go.
+    let (ok, out, err) = status(
+        &["--container", c, "--app", &base],
+        &[("LEASEGATE_TIMER_TOKEN", "not-the-token-5e1f")],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(
+        line_of(&out, "next").contains("not known: the app answered 401 Unauthorized"),
+        "{out}"
+    );
+    assert!(!out.contains("not-the-token-5e1f"), "{out}");
 
     // With a SAS instead of the key: the same view, the SAS never printed.
     let sas = container_sas(&app.container);

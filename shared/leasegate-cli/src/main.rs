@@ -23,6 +23,12 @@
 //!   `LEASEGATE_BLOB_ENDPOINT`. The identity needs the Storage Blob Data Contributor role on
 //!   the container. A token or a client secret goes only over https (or http to this machine).
 //!
+//! `leasegate status` (no job) reads the app's container from storage (module `overview`):
+//! each leader group's leader and term, each job's last runs and reservations, the held gates,
+//! the TTL sweeper's passes and progress; given the app's URL (below), each job's next
+//! occurrences too, from the app (the schedule is not stored in the container). A table, or
+//! `--json`. Long listings print progress lines on stderr.
+//!
 //! `leasegate status JOB` asks the scheduled-job app instead (`GET /api/jobs/{job}`, no
 //! storage account needed) and prints the job's schedule and zone, its next occurrences,
 //! whether it is paused, its policies, its counters and its last runs (`--json`: the app's
@@ -59,11 +65,13 @@ commands:
                                                  lock answered lock_unusable; tokens stay
                                                  increasing)
   demo                                           acquire, contend, extend, release, show
-  status [--page-size N] [--json]                the app's container, read from storage: each
+  status [--app URL] [--page-size N] [--json]    the app's container, read from storage: each
                                                  leader group's leader and term, each job's
-                                                 last runs and reservations, held gates (count,
-                                                 longest-held), the TTL sweeper's passes and
-                                                 progress (--json: docs/functions.md's shape)
+                                                 last runs and reservations (and, from the app
+                                                 when its URL is given, next runs), held gates
+                                                 (count, longest-held), the TTL sweeper's
+                                                 passes and progress (--json: the shape in
+                                                 docs/functions.md)
   status JOB [--app URL] [--json]                ask the scheduled-job app about JOB: schedule,
                                                  next runs, paused or not, policies, counters,
                                                  last runs (--json: the app's answer as it is)
@@ -78,8 +86,9 @@ LOCK is the lock's path in the container, as the functions name it:
 
 options:
   --container NAME   container of the lock blobs (default: leasegate)
-  --app URL          status JOB: the app's base URL, e.g. http://127.0.0.1:3000 (default:
-                     LEASEGATE_APP_URL); /api/jobs/JOB is appended
+  --app URL          status: the app's base URL, e.g. http://127.0.0.1:3000 (default:
+                     LEASEGATE_APP_URL); /api/jobs/JOB is appended (without JOB: for each
+                     job found in the container, for its next runs)
   --json             status: print JSON (status JOB: the app's answer as it came)
   --page-size N      status: blobs per listing request, 1 to 5000 (default 5000)
 
@@ -100,7 +109,7 @@ environment (the account: a connection string, or an endpoint with an Entra ID t
   LEASEGATE_PROGRESS_MS         status: a listing that takes longer prints a progress line
                                 on stderr this often (default 1000; 0: after every page)
 
-environment of status JOB (no storage account needed):
+environment of status JOB (no storage account needed), and of status --app URL:
   LEASEGATE_APP_URL             the app's base URL when --app is not given
   LEASEGATE_TIMER_TOKEN         the app's timer_token (its admin_token works too); sent only
                                 over https, or over http to this machine (127.0.0.0/8, ::1,
@@ -304,13 +313,6 @@ fn run(args: &[String]) -> Result<(), String> {
 
 /// `status` without a job: the container's leaders, jobs, gates and sweeper, from storage.
 fn container_status(o: &Options) -> Result<(), String> {
-    if o.app.is_some() {
-        return Err(
-            "--app goes with status JOB (the app's view of one job); status without JOB \
-             reads the container from storage"
-                .into(),
-        );
-    }
     let account = environment::account(environment::process_var)?;
     let container = ContainerName::try_new(&o.container).map_err(|e| e.to_string())?;
     let every = overview::progress_every(environment::process_var)?;
@@ -319,13 +321,19 @@ fn container_status(o: &Options) -> Result<(), String> {
     let fail = explain(blobs.account());
     // Progress goes to stderr only: stdout holds the table or the JSON, nothing else.
     let mut progress = overview::Progress::new(every, |line| eprintln!("{line}"));
-    let view = block_on(overview::gather(
+    let mut view = block_on(overview::gather(
         &blobs,
         o.page_size.unwrap_or(overview::MAX_PAGE),
         &mut progress,
         &fail,
         SystemTime::now(),
     ))?;
+    // The schedules live in the app, not in the container: asked only where it is named.
+    if o.app.is_some() || environment::process_var(status::APP_URL)?.is_some() {
+        overview::add_next(&mut view, |job| {
+            status::fetch(job, o.app.as_deref(), environment::process_var)
+        });
+    }
     if o.json {
         let text = serde_json::to_string_pretty(&view).map_err(|e| e.to_string())?;
         println!("{text}");

@@ -414,8 +414,46 @@ impl Job {
                 "open": open_count,
                 "openShown": self.open.iter().take(OPEN_SHOWN).cloned().collect::<Vec<_>>(),
             },
+            "schedule": null,
             "next": null,
+            "nextError": null,
         })
+    }
+}
+
+/// Adds each job's schedule and next occurrences to `view` (from [`gather`]) from the app's
+/// answer about it (`ask`: `GET /api/jobs/{job}`, see [`crate::status::fetch`]); where the app
+/// does not answer, its error is the job's `nextError`, and the rest of the view stands.
+pub fn add_next(view: &mut Value, ask: impl Fn(&str) -> Result<Value, String>) {
+    let Some(jobs) = view["jobs"].as_array_mut() else {
+        return;
+    };
+    for job in jobs {
+        let Some(name) = job["job"].as_str().map(str::to_string) else {
+            continue;
+        };
+        match ask(&name) {
+            Ok(answer) => {
+                let schedule = match (answer["schedule"].as_str(), answer["timeZone"].as_str()) {
+                    (Some(s), Some(zone)) => json!(format!("{s} ({zone})")),
+                    (Some(s), None) => json!(s),
+                    // An interval: every N seconds.
+                    _ => answer["periodSeconds"]
+                        .as_u64()
+                        .map_or(Value::Null, |p| json!(format!("every {p} s"))),
+                };
+                job["schedule"] = schedule;
+                job["next"] = match answer["next"].as_array() {
+                    Some(next) => Value::Array(next.clone()),
+                    None => Value::Null,
+                };
+                if job["next"].is_null() {
+                    job["nextError"] =
+                        json!("the app's answer has no next occurrences (an older version)");
+                }
+            }
+            Err(e) => job["nextError"] = json!(e),
+        }
     }
 }
 
@@ -629,11 +667,32 @@ fn format_job(out: &mut String, j: &Value) {
         }
         line("running now", &s);
     }
-    line(
-        "next",
-        "not stored in the container (the schedule is the app's job_schedule): \
-         leasegate status JOB --app URL",
-    );
+    if let Some(schedule) = text(&j["schedule"]) {
+        line("schedule", &schedule);
+    }
+    match (j["next"].as_array(), text(&j["nextError"])) {
+        (Some(next), _) if next.is_empty() => {
+            line("next", "none (the schedule has no later occurrence)")
+        }
+        (Some(next), _) => {
+            for (i, n) in next.iter().enumerate() {
+                let local = text(&n["local"])
+                    .filter(|l| !l.is_empty() && Some(l) != text(&n["utc"]).as_ref());
+                let when = match (text(&n["utc"]), local) {
+                    (Some(utc), Some(local)) => format!("{utc}  local {local}"),
+                    (Some(one), None) | (None, Some(one)) => one,
+                    (None, None) => text(n).unwrap_or_else(dash),
+                };
+                line(if i == 0 { "next" } else { "" }, &when);
+            }
+        }
+        (None, Some(error)) => line("next", &format!("not known: {error}")),
+        (None, None) => line(
+            "next",
+            "not stored in the container (the schedule is the app's job_schedule): \
+             add --app URL",
+        ),
+    }
     let r = &j["reservations"];
     let mut s = format!("{}", r["count"].as_u64().unwrap_or(0));
     if let Some(newest) = text(&r["newest"]) {
@@ -947,7 +1006,7 @@ jobs
   nightly
     state        paused since 2033-05-18T03:00:00Z: db\\u{1b}[2J move
     running now  by node-b 2033-05-18T03:33:00Z since 2033-05-18T03:34:50Z, lease 50 s left
-    next         not stored in the container (the schedule is the app's job_schedule): leasegate status JOB --app URL
+    next         not stored in the container (the schedule is the app's job_schedule): add --app URL
     reservations 2, newest 2033-05-18T03:33:20Z; 1 without a final outcome: 2033-05-18T03:33:20Z running by node-b
     settled      through 2033-05-18T03:32:20Z
     counters     ran 3, failed 0, retried 0, skipped (overlap) 0, skipped (paused) 0, missed 1
@@ -1002,6 +1061,57 @@ unreadable blobs (left out above)
         assert!(out.contains("state        no log yet"), "{out}");
         assert!(out.contains("reservations 0\n"), "{out}");
         assert!(out.ends_with("    no runs recorded yet\n"), "{out}");
+    }
+
+    #[test]
+    fn next_occurrences_from_the_app() {
+        let mut v = sample();
+        v["jobs"] = json!([
+            Job::default().value("a", None),
+            Job::default().value("b", None),
+            Job::default().value("c", None)
+        ]);
+        add_next(&mut v, |job| match job {
+            "a" => Ok(
+                json!({"schedule": "0 9 * * *", "timeZone": "Europe/Berlin", "next": [
+                {"utc": "2033-05-19T07:00:00Z", "local": "2033-05-19T09:00:00+02:00"},
+                {"utc": "2033-05-20T07:00:00Z", "local": "2033-05-20T09:00:00+02:00"}]}),
+            ),
+            "b" => Ok(json!({"periodSeconds": 60})),
+            _ => {
+                Err("the app answered 404 Not Found: unknown_job: this component runs job a".into())
+            }
+        });
+        assert_eq!(v["jobs"][0]["schedule"], "0 9 * * * (Europe/Berlin)");
+        assert_eq!(v["jobs"][0]["next"][1]["utc"], "2033-05-20T07:00:00Z");
+        assert!(v["jobs"][0]["nextError"].is_null());
+        assert_eq!(v["jobs"][1]["schedule"], "every 60 s");
+        assert!(v["jobs"][1]["next"].is_null());
+        assert!(v["jobs"][2]["nextError"]
+            .as_str()
+            .unwrap()
+            .contains("unknown_job"));
+        let text = format_overview(&v);
+        assert!(
+            text.contains(
+                "    schedule     0 9 * * * (Europe/Berlin)\n    next         \
+                 2033-05-19T07:00:00Z  local 2033-05-19T09:00:00+02:00\n                 \
+                 2033-05-20T07:00:00Z  local 2033-05-20T09:00:00+02:00\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "    schedule     every 60 s\n    next         not known: the app's answer"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "    next         not known: the app answered 404 Not Found: unknown_job"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

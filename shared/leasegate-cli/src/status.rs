@@ -36,6 +36,24 @@ pub fn run(
     json: bool,
     var: impl Fn(&str) -> Result<Option<String>, String>,
 ) -> Result<String, String> {
+    let value = fetch(job, app, var)?;
+    Ok(if json {
+        let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
+        text.push('\n');
+        text
+    } else {
+        format_status(&value)
+    })
+}
+
+/// The app's answer about `job` (`GET /api/jobs/{job}`), or the error to report: what
+/// [`run`] prints, and where the container's view (`status` without a job, given the app's
+/// URL) takes each job's next occurrences from.
+pub fn fetch(
+    job: &str,
+    app: Option<&str>,
+    var: impl Fn(&str) -> Result<Option<String>, String>,
+) -> Result<Value, String> {
     check_job(job)?;
     let (raw, source) = match app {
         Some(url) => (url.to_string(), "--app"),
@@ -53,7 +71,7 @@ pub fn run(
     let target = Target::parse(&raw, source)?;
     let token = bearer(var(TIMER_TOKEN)?)?;
     let answer = get(&target, job, &token)?;
-    interpret(&target, &answer, json)
+    interpret(&target, &answer)
 }
 
 /// The app's name rule for jobs: 1 to 63 lowercase letters, digits, `-`, `_` or `.`, starting
@@ -268,23 +286,16 @@ fn get(target: &Target, job: &str, token: &str) -> Result<Answer, String> {
     })
 }
 
-/// The text for an answer: the status table (or pretty JSON) for a 200 with a JSON body, else
-/// the error to report, with the app's `error` and `message`.
-pub fn interpret(target: &Target, answer: &Answer, json: bool) -> Result<String, String> {
+/// An answer's JSON for a 200 with a JSON body, else the error to report, with the app's
+/// `error` and `message`.
+pub fn interpret(target: &Target, answer: &Answer) -> Result<Value, String> {
     let parsed: Option<Value> = serde_json::from_slice(&answer.body).ok();
     if answer.status == 200 {
-        let value = parsed.ok_or_else(|| {
+        return parsed.ok_or_else(|| {
             format!(
                 "the app at {} answered 200 but not with JSON: is it the scheduled-job app?",
                 target.origin()
             )
-        })?;
-        return Ok(if json {
-            let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
-            text.push('\n');
-            text
-        } else {
-            format_status(&value)
         });
     }
     let reason = http::StatusCode::from_u16(answer.status)
