@@ -4,7 +4,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Acquired, LockStatus, Locks, Release, Term};
+use leasegate::lease::{Acquire, Acquired, LockInfo, LockStatus, Locks, Release, Term};
 use leasegate::ops::{GetProperties, ListBlobs};
 use leasegate::{ContainerName, Counting, HolderKey, LeaseId, LeaseState, LockName};
 use leasegate_cli::{block_on, NativeTransport};
@@ -433,5 +433,63 @@ fn lock_names_map_to_distinct_safe_blobs() {
     );
     for bad in ["../escape", "a/../../b", "", "x\u{7}y"] {
         assert!(LockName::try_new(bad).is_err(), "{bad:?}");
+    }
+}
+
+/// A List Blobs page with metadata says of each lock blob what a HEAD of it says
+/// (`LockInfo::from_properties`, how `leasegate status` reads many locks): held by a native
+/// lease, by a record, released, and broken.
+#[test]
+fn a_listing_reads_locks_as_inspect_does() {
+    let c = unique_container("listed");
+    let l = locks(&c);
+    let ids: Vec<LeaseId> = (0..4).map(|_| random_id()).collect();
+    held(
+        block_on(l.acquire_as(
+            &lock("native"),
+            native(30),
+            ids[0],
+            "node-a",
+            SystemTime::now(),
+        ))
+        .unwrap(),
+    );
+    held(
+        block_on(l.acquire_as(
+            &lock("record"),
+            record(300),
+            ids[1],
+            "node-b",
+            SystemTime::now(),
+        ))
+        .unwrap(),
+    );
+    held(acquire(&l, &lock("released"), native(15), ids[2]));
+    block_on(l.release(&lock("released"), ids[2], SystemTime::now())).unwrap();
+    held(acquire(&l, &lock("broken"), record(120), ids[3]));
+    block_on(l.break_lock(&lock("broken"), 0, SystemTime::now())).unwrap();
+
+    let list = ListBlobs {
+        include_metadata: true,
+        ..ListBlobs::new(c.clone())
+    };
+    let (page, date) = block_on(l.client().execute(&list, SystemTime::now())).unwrap();
+    let date = date.expect("a listing carries the server's Date");
+    assert_eq!(page.blobs.len(), 4, "{page:?}");
+    for item in page.blobs {
+        let name = item.name.trim_start_matches("locks/").to_string();
+        let listed = LockInfo::from_properties(item.properties, date).unwrap();
+        let headed = block_on(l.inspect(&lock(&name), SystemTime::now())).unwrap();
+        assert_eq!(listed.status, headed.status, "{name}");
+        assert_eq!(listed.fencing_token, headed.fencing_token, "{name}");
+        assert_eq!(listed.lease_state, headed.lease_state, "{name}");
+        assert_eq!(listed.marks, headed.marks, "{name}");
+        assert_eq!(listed.server_date, Some(date), "{name}");
+        match (name.as_str(), &listed.status) {
+            ("native", LockStatus::Held { label, .. }) => assert_eq!(label, "node-a"),
+            ("record", LockStatus::Held { label, .. }) => assert_eq!(label, "node-b"),
+            ("released" | "broken", LockStatus::Available) => {}
+            (name, status) => panic!("{name}: {status:?}"),
+        }
     }
 }

@@ -23,6 +23,12 @@
 //!   `LEASEGATE_BLOB_ENDPOINT`. The identity needs the Storage Blob Data Contributor role on
 //!   the container. A token or a client secret goes only over https (or http to this machine).
 //!
+//! `leasegate status` (no job) reads the app's container from storage (module `overview`):
+//! each leader group's leader and term, each job's last runs and reservations, the held gates,
+//! the TTL sweeper's passes and progress; given the app's URL (below), each job's next
+//! occurrences too, from the app (the schedule is not stored in the container). A table, or
+//! `--json`. Long listings print progress lines on stderr.
+//!
 //! `leasegate status JOB` asks the scheduled-job app instead (`GET /api/jobs/{job}`, no
 //! storage account needed) and prints the job's schedule and zone, its next occurrences,
 //! whether it is paused, its policies, its counters and its last runs (`--json`: the app's
@@ -39,10 +45,11 @@ use std::time::{Duration, SystemTime};
 
 use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Release, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, Lease, LeaseAction};
-use leasegate::{ContainerName, Counting, HolderKey, LeaseId, LockName};
+use leasegate::{BlobClient, ContainerName, Counting, HolderKey, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 
 mod environment;
+mod overview;
 mod status;
 use environment::explain;
 
@@ -58,6 +65,13 @@ commands:
                                                  lock answered lock_unusable; tokens stay
                                                  increasing)
   demo                                           acquire, contend, extend, release, show
+  status [--app URL] [--page-size N] [--json]    the app's container, read from storage: each
+                                                 leader group's leader and term, each job's
+                                                 last runs and reservations (and, from the app
+                                                 when its URL is given, next runs), held gates
+                                                 (count, longest-held), the TTL sweeper's
+                                                 passes and progress (--json: the shape in
+                                                 docs/functions.md)
   status JOB [--app URL] [--json]                ask the scheduled-job app about JOB: schedule,
                                                  next runs, paused or not, policies, counters,
                                                  last runs (--json: the app's answer as it is)
@@ -73,8 +87,10 @@ LOCK is the lock's path in the container, as the functions name it:
 options:
   --container NAME   container of the lock blobs (default: leasegate)
   --app URL          status: the app's base URL, e.g. http://127.0.0.1:3000 (default:
-                     LEASEGATE_APP_URL); /api/jobs/JOB is appended
-  --json             status: print the app's answer as JSON
+                     LEASEGATE_APP_URL); /api/jobs/JOB is appended (without JOB: for each
+                     job found in the container, for its next runs)
+  --json             status: print JSON (status JOB: the app's answer as it came)
+  --page-size N      status: blobs per listing request, 1 to 5000 (default 5000)
 
 environment (the account: a connection string, or an endpoint with an Entra ID token):
   LEASEGATE_CONNECTION_STRING   storage connection string, key or SAS (default, when neither
@@ -90,8 +106,10 @@ environment (the account: a connection string, or an endpoint with an Entra ID t
                                 the identity needs Storage Blob Data Contributor on the container
   LEASEGATE_HOLDER_KEY          secret that --holder lease ids are keyed with (required with
                                 --holder; never derived from the storage credential)
+  LEASEGATE_PROGRESS_MS         status: a listing that takes longer prints a progress line
+                                on stderr this often (default 1000; 0: after every page)
 
-environment of status (no storage account needed):
+environment of status JOB (no storage account needed), and of status --app URL:
   LEASEGATE_APP_URL             the app's base URL when --app is not given
   LEASEGATE_TIMER_TOKEN         the app's timer_token (its admin_token works too); sent only
                                 over https, or over http to this machine (127.0.0.0/8, ::1,
@@ -119,6 +137,7 @@ struct Options {
     container: String,
     app: Option<String>,
     json: bool,
+    page_size: Option<u32>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -130,6 +149,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         container: "leasegate".into(),
         app: None,
         json: false,
+        page_size: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -149,6 +169,15 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--container" => o.container = value("--container")?,
             "--app" => o.app = Some(value("--app")?),
             "--json" => o.json = true,
+            "--page-size" => {
+                o.page_size = Some(
+                    value("--page-size")?
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=overview::MAX_PAGE).contains(n))
+                        .ok_or_else(|| "--page-size takes 1 to 5000 (blobs)".to_string())?,
+                )
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             s if s.starts_with("--") => return Err(format!("unknown option {s}\n\n{USAGE}")),
             s => o.positional.push(s.to_string()),
@@ -162,17 +191,21 @@ fn run(args: &[String]) -> Result<(), String> {
     if o.positional.first().map(String::as_str) == Some("status") {
         let job = match &o.positional[1..] {
             [job] => job,
-            [] => return Err(format!("status needs JOB, the job's name\n\n{USAGE}")),
-            _ => return Err("status takes one JOB".into()),
+            // No job: the container's view, from storage.
+            [] => return container_status(&o),
+            _ => return Err("status takes one JOB (or none: the container's view)".into()),
         };
+        if o.page_size.is_some() {
+            return Err("--page-size goes with status without JOB (the container's view)".into());
+        }
         print!(
             "{}",
             status::run(job, o.app.as_deref(), o.json, environment::process_var)?
         );
         return Ok(());
     }
-    if o.app.is_some() || o.json {
-        return Err("--app and --json go with status only".into());
+    if o.app.is_some() || o.json || o.page_size.is_some() {
+        return Err("--app, --json and --page-size go with status only".into());
     }
     let account = environment::account(environment::process_var)?;
     let key = || match std::env::var("LEASEGATE_HOLDER_KEY") {
@@ -276,6 +309,38 @@ fn run(args: &[String]) -> Result<(), String> {
         ),
         _ => Err(USAGE.into()),
     }
+}
+
+/// `status` without a job: the container's leaders, jobs, gates and sweeper, from storage.
+fn container_status(o: &Options) -> Result<(), String> {
+    let account = environment::account(environment::process_var)?;
+    let container = ContainerName::try_new(&o.container).map_err(|e| e.to_string())?;
+    let every = overview::progress_every(environment::process_var)?;
+    let transport = NativeTransport::default();
+    let blobs = BlobClient::new(&transport, account, container);
+    let fail = explain(blobs.account());
+    // Progress goes to stderr only: stdout holds the table or the JSON, nothing else.
+    let mut progress = overview::Progress::new(every, |line| eprintln!("{line}"));
+    let mut view = block_on(overview::gather(
+        &blobs,
+        o.page_size.unwrap_or(overview::MAX_PAGE),
+        &mut progress,
+        &fail,
+        SystemTime::now(),
+    ))?;
+    // The schedules live in the app, not in the container: asked only where it is named.
+    if o.app.is_some() || environment::process_var(status::APP_URL)?.is_some() {
+        overview::add_next(&mut view, |job| {
+            status::fetch(job, o.app.as_deref(), environment::process_var)
+        });
+    }
+    if o.json {
+        let text = serde_json::to_string_pretty(&view).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else {
+        print!("{}", overview::format_overview(&view));
+    }
+    Ok(())
 }
 
 fn acquire(

@@ -36,6 +36,24 @@ pub fn run(
     json: bool,
     var: impl Fn(&str) -> Result<Option<String>, String>,
 ) -> Result<String, String> {
+    let value = fetch(job, app, var)?;
+    Ok(if json {
+        let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
+        text.push('\n');
+        text
+    } else {
+        format_status(&value)
+    })
+}
+
+/// The app's answer about `job` (`GET /api/jobs/{job}`), or the error to report: what
+/// [`run`] prints, and where the container's view (`status` without a job, given the app's
+/// URL) takes each job's next occurrences from.
+pub fn fetch(
+    job: &str,
+    app: Option<&str>,
+    var: impl Fn(&str) -> Result<Option<String>, String>,
+) -> Result<Value, String> {
     check_job(job)?;
     let (raw, source) = match app {
         Some(url) => (url.to_string(), "--app"),
@@ -53,7 +71,7 @@ pub fn run(
     let target = Target::parse(&raw, source)?;
     let token = bearer(var(TIMER_TOKEN)?)?;
     let answer = get(&target, job, &token)?;
-    interpret(&target, &answer, json)
+    interpret(&target, &answer)
 }
 
 /// The app's name rule for jobs: 1 to 63 lowercase letters, digits, `-`, `_` or `.`, starting
@@ -268,23 +286,16 @@ fn get(target: &Target, job: &str, token: &str) -> Result<Answer, String> {
     })
 }
 
-/// The text for an answer: the status table (or pretty JSON) for a 200 with a JSON body, else
-/// the error to report, with the app's `error` and `message`.
-pub fn interpret(target: &Target, answer: &Answer, json: bool) -> Result<String, String> {
+/// An answer's JSON for a 200 with a JSON body, else the error to report, with the app's
+/// `error` and `message`.
+pub fn interpret(target: &Target, answer: &Answer) -> Result<Value, String> {
     let parsed: Option<Value> = serde_json::from_slice(&answer.body).ok();
     if answer.status == 200 {
-        let value = parsed.ok_or_else(|| {
+        return parsed.ok_or_else(|| {
             format!(
                 "the app at {} answered 200 but not with JSON: is it the scheduled-job app?",
                 target.origin()
             )
-        })?;
-        return Ok(if json {
-            let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
-            text.push('\n');
-            text
-        } else {
-            format_status(&value)
         });
     }
     let reason = http::StatusCode::from_u16(answer.status)
@@ -399,27 +410,7 @@ pub fn format_status(v: &Value) -> String {
         line("settled", &format!("through {settled}"));
     }
     if let Some(counters) = v["counters"].as_object() {
-        const KNOWN: [(&str, &str); 6] = [
-            ("ran", "ran"),
-            ("failed", "failed"),
-            ("retried", "retried"),
-            ("skippedOverlap", "skipped (overlap)"),
-            ("skippedPaused", "skipped (paused)"),
-            ("missed", "missed"),
-        ];
-        let mut parts: Vec<String> = KNOWN
-            .iter()
-            .map(|(key, name)| {
-                let n = text(&counters.get(*key).cloned().unwrap_or(Value::Null));
-                format!("{name} {}", n.unwrap_or_else(|| "0".into()))
-            })
-            .collect();
-        for (key, n) in counters {
-            if !KNOWN.iter().any(|(k, _)| k == key) {
-                parts.push(format!("{} {}", clean(key), text(n).unwrap_or_default()));
-            }
-        }
-        line("counters", &parts.join(", "));
+        line("counters", &counters_line(counters));
     }
     match v["reservations"].as_array() {
         None => {}
@@ -428,14 +419,39 @@ pub fn format_status(v: &Value) -> String {
         }
         Some(runs) => {
             out.push_str("\nlast runs (newest first):\n");
-            out.push_str(&table(runs));
+            out.push_str(&runs_table(runs));
         }
     }
     out
 }
 
-/// The last runs as aligned columns.
-fn table(runs: &[Value]) -> String {
+/// A job's counters in words: the known ones in their order (0 when absent), then any other.
+pub(crate) fn counters_line(counters: &serde_json::Map<String, Value>) -> String {
+    const KNOWN: [(&str, &str); 6] = [
+        ("ran", "ran"),
+        ("failed", "failed"),
+        ("retried", "retried"),
+        ("skippedOverlap", "skipped (overlap)"),
+        ("skippedPaused", "skipped (paused)"),
+        ("missed", "missed"),
+    ];
+    let mut parts: Vec<String> = KNOWN
+        .iter()
+        .map(|(key, name)| {
+            let n = text(&counters.get(*key).cloned().unwrap_or(Value::Null));
+            format!("{name} {}", n.unwrap_or_else(|| "0".into()))
+        })
+        .collect();
+    for (key, n) in counters {
+        if !KNOWN.iter().any(|(k, _)| k == key) {
+            parts.push(format!("{} {}", clean(key), text(n).unwrap_or_default()));
+        }
+    }
+    parts.join(", ")
+}
+
+/// The last runs (log entries) as aligned columns.
+pub(crate) fn runs_table(runs: &[Value]) -> String {
     let header = [
         "OCCURRENCE",
         "STATUS",
@@ -497,7 +513,7 @@ fn shorten(s: &str, max: usize) -> String {
 
 /// A field for the terminal: `None` when absent or null; strings cleaned ([`clean`]), other
 /// values as compact JSON.
-fn text(v: &Value) -> Option<String> {
+pub(crate) fn text(v: &Value) -> Option<String> {
     match v {
         Value::Null => None,
         Value::String(s) => Some(clean(s)),
@@ -508,7 +524,7 @@ fn text(v: &Value) -> Option<String> {
 }
 
 /// A number of seconds with its reading: `3600 s (1h)`; not a whole number: as it is.
-fn seconds(v: &Value) -> Option<String> {
+pub(crate) fn seconds(v: &Value) -> Option<String> {
     match v.as_u64() {
         Some(s) if s >= 60 => Some(format!(
             "{s} s ({})",
@@ -521,7 +537,7 @@ fn seconds(v: &Value) -> Option<String> {
 
 /// `s` with every control, format or separator character (an escape sequence, U+202E ...)
 /// shown as `\u{..}`: the app's words reach the terminal as text, never as commands.
-fn clean(s: &str) -> String {
+pub(crate) fn clean(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_control() || leasegate::is_format_or_separator(c) {

@@ -169,6 +169,26 @@ impl LockName {
             .collect();
         BlobName::try_new(&format!("{prefix}{}", encoded.join("/")))
     }
+
+    /// The lock a listed blob holds: the inverse of [`LockName::blob_name`] (`prefix` taken
+    /// off, each segment percent-decoded). `None` for a blob that is not the lock blob of any
+    /// lock under `prefix`: another prefix, a name that does not decode to a valid lock name,
+    /// or one that [`LockName::blob_name`] would not write (`%41` for `A`), so that each lock
+    /// blob names exactly one lock.
+    pub fn from_blob_name(blob: &str, prefix: &str) -> Option<LockName> {
+        let rest = blob.strip_prefix(prefix)?;
+        let segments: Option<Vec<String>> = rest
+            .split('/')
+            .map(|seg| {
+                percent_encoding::percent_decode_str(seg)
+                    .decode_utf8()
+                    .ok()
+                    .map(|s| s.into_owned())
+            })
+            .collect();
+        let lock = LockName::try_new(&segments?.join("/")).ok()?;
+        (lock.blob_name(prefix).ok()?.as_str() == blob).then_some(lock)
+    }
 }
 
 impl std::fmt::Display for LockName {
@@ -268,6 +288,39 @@ mod tests {
         assert_eq!(b.url_path(), "locks/device/sensor%25201%253F%2523%2525");
         let u = LockName::try_new("température").unwrap();
         assert_eq!(u.blob_name("").unwrap().as_str(), "temp%C3%A9rature");
+    }
+
+    #[test]
+    fn a_lock_blob_names_its_lock() {
+        for name in [
+            "device/sensor 1?#%",
+            "température",
+            "gates/a/b",
+            "a%2Fb",
+            "東京/1",
+        ] {
+            let lock = LockName::try_new(name).unwrap();
+            for prefix in ["", "gates/", "locks/"] {
+                let blob = lock.blob_name(prefix).unwrap();
+                assert_eq!(
+                    LockName::from_blob_name(blob.as_str(), prefix),
+                    Some(lock.clone()),
+                    "{name} under {prefix}"
+                );
+            }
+        }
+        for (blob, prefix) in [
+            ("gates/a", "alerts/"),
+            ("gates/%41", "gates/"),
+            ("gates/a b", "gates/"),
+            ("gates/%FF", "gates/"),
+            ("gates/a/%2E%2E", "gates/"),
+            ("gates/", "gates/"),
+            ("gates/a//b", "gates/"),
+            ("gates/%0A", "gates/"),
+        ] {
+            assert_eq!(LockName::from_blob_name(blob, prefix), None, "{blob}");
+        }
     }
 
     #[test]

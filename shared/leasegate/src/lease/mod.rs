@@ -25,8 +25,8 @@ use crate::error::ErrorClass;
 use crate::message::StatusCode;
 use crate::names::{BlobName, ContainerName, LockName};
 use crate::ops::{
-    BlobKind, Condition, CreateContainer, GetProperties, Lease, LeaseAction, Metadata, PutBlob,
-    SetMetadata, WriteOutcome,
+    BlobKind, BlobProperties, Condition, CreateContainer, GetProperties, Lease, LeaseAction,
+    Metadata, PutBlob, SetMetadata, WriteOutcome,
 };
 use crate::types::{unix_secs, LeaseDuration, LeaseId, LeaseState};
 use crate::{Account, Counting, Error, Transport};
@@ -190,6 +190,45 @@ pub struct LockInfo {
     pub server_date: Option<SystemTime>,
     /// The lock blob's own marks (metadata other than the claim).
     pub marks: Metadata,
+}
+
+impl LockInfo {
+    /// A lock blob's state from its properties, judged by `server_date` (the storage server's
+    /// `Date` of the answer that carried them): what [`Locks::inspect`] reports from its HEAD,
+    /// and what a [`ListBlobs`](crate::ops::ListBlobs) page with `include_metadata` gives for
+    /// every lock blob on it (a listing carries the lease state, the sequence number and the
+    /// metadata), so that many locks are read with one request a page instead of a HEAD each.
+    /// No IO, no clock.
+    ///
+    /// An `Err` is a lock blob whose claim cannot be read ([`Error::CorruptLock`]) or a date
+    /// out of range.
+    pub fn from_properties(props: BlobProperties, server_date: SystemTime) -> Result<Self, Error> {
+        let lease_state = props.lease_state;
+        let snap = Snapshot::from_properties(props, server_date)?;
+        let status = match snap.holder_claim() {
+            Some(c) => LockStatus::Held {
+                expires_at: c.expires_at(),
+                holder: c.holder,
+                since: c.since_at(),
+                label: c.label.clone(),
+            },
+            // Leased by a holder that wrote no claim (yet).
+            None if snap.leased => LockStatus::Held {
+                expires_at: None,
+                holder: None,
+                since: None,
+                label: String::new(),
+            },
+            None => LockStatus::Available,
+        };
+        Ok(LockInfo {
+            status,
+            lease_state,
+            fencing_token: snap.highest_token,
+            server_date: Some(server_date),
+            marks: snap.marks(),
+        })
+    }
 }
 
 /// Locks in one container, under one name prefix, reached through a [`Transport`].
@@ -554,31 +593,7 @@ impl<T: Transport> Locks<T> {
                 marks: Metadata::new(),
             });
         };
-        let lease_state = props.lease_state;
-        let snap = Snapshot::from_properties(props, date.ok_or_else(no_date)?)?;
-        let status = match snap.holder_claim() {
-            Some(c) => LockStatus::Held {
-                expires_at: c.expires_at(),
-                holder: c.holder,
-                since: c.since_at(),
-                label: c.label.clone(),
-            },
-            // Leased by a holder that wrote no claim (yet).
-            None if snap.leased => LockStatus::Held {
-                expires_at: None,
-                holder: None,
-                since: None,
-                label: String::new(),
-            },
-            None => LockStatus::Available,
-        };
-        Ok(LockInfo {
-            status,
-            lease_state,
-            fencing_token: snap.highest_token,
-            server_date: date,
-            marks: snap.marks(),
-        })
+        LockInfo::from_properties(props, date.ok_or_else(no_date)?)
     }
 
     /// One HEAD of the lock blob.
