@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 use leasegate::lease::{Acquire, Locks, Term};
 use leasegate::{Error, HolderKey, LeaseDuration, LeaseId, LockName, Transport};
 
-use crate::{elapsed_ms, log_decision, web, Context, Decision};
+use crate::{log_verb, web, Context};
 
 /// The answer to "am I the leader?".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,17 +110,14 @@ pub async fn lead<C, L: Transport>(
         Err(Error::InvalidArgument(_) | Error::InvalidName { .. }) => ("invalid_argument", None),
         Err(e) => (web::storage_error_code(e), None),
     };
-    log_decision(
+    log_verb(
         ctx.log_decisions,
-        &Decision {
-            verb: "lead",
-            key: group.as_str(),
-            instance: Some(instance),
-            decision,
-            fencing_token: term,
-            storage_round_trips: counted.transport().sent(),
-            duration_ms: elapsed_ms(started),
-        },
+        "lead",
+        group.as_str(),
+        Some(instance),
+        (decision, term),
+        counted.transport().sent(),
+        started,
     );
     Ok(match outcome? {
         Acquire::Acquired(held) => Leadership::Leader {

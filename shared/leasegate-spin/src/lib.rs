@@ -241,6 +241,29 @@ pub fn log_decision(enabled: bool, decision: &Decision<'_>) {
     }
 }
 
+/// A verb's decision line ([`log_decision`]): what it decided, the storage requests it `sent`
+/// and the time since it `started`.
+pub(crate) fn log_verb(
+    enabled: bool,
+    verb: &str,
+    key: &str,
+    instance: Option<&str>,
+    (decision, fencing_token): (&str, Option<u64>),
+    sent: u32,
+    started: std::time::Instant,
+) {
+    let line = Decision {
+        verb,
+        key,
+        instance,
+        decision,
+        fencing_token,
+        storage_round_trips: sent,
+        duration_ms: elapsed_ms(started),
+    };
+    log_decision(enabled, &line);
+}
+
 /// Milliseconds since `start`, for log lines.
 pub fn elapsed_ms(start: std::time::Instant) -> u64 {
     u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)

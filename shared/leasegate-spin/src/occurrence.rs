@@ -64,7 +64,7 @@ use sha2::{Digest, Sha256};
 
 use crate::schedule::Schedule;
 use crate::storage::execute_creating_container;
-use crate::{elapsed_ms, log_decision, web, Decision};
+use crate::{log_verb, web};
 
 /// The metadata naming the caller that reserved an occurrence (its `instance`).
 pub const META_RESERVED_BY: &str = "leasegate_reserved_by";
@@ -239,17 +239,14 @@ where
         }
         Err(e) => (web::storage_error_code(e), prefix.to_string(), None),
     };
-    log_decision(
+    log_verb(
         true,
-        &Decision {
-            verb: "once_per_occurrence",
-            key: &key,
-            instance: Some(instance),
-            decision,
-            fencing_token,
-            storage_round_trips: counted.transport().sent(),
-            duration_ms: elapsed_ms(started),
-        },
+        "once_per_occurrence",
+        &key,
+        Some(instance),
+        (decision, fencing_token),
+        counted.transport().sent(),
+        started,
     );
     outcome
 }

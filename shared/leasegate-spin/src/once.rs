@@ -57,7 +57,7 @@ use leasegate::{Error, LockName, Request, Response, StatusCode, Transport};
 use percent_encoding::percent_decode_str;
 use serde::Serialize;
 
-use crate::{elapsed_ms, log_decision, web, Context, Decision};
+use crate::{log_verb, web, Context};
 
 /// How long after another holder took the lock its work may still be running (and may still
 /// fail and give the lock back): a call refused within this time is [`Once::Busy`], later
@@ -130,17 +130,14 @@ where
         Err(Error::InvalidArgument(_)) => ("invalid_window", None),
         Err(e) => (web::storage_error_code(e), None),
     };
-    log_decision(
+    log_verb(
         ctx.log_decisions,
-        &Decision {
-            verb: "once_per_window",
-            key: key.as_str(),
-            instance: None,
-            decision,
-            fencing_token,
-            storage_round_trips: counted.transport().sent(),
-            duration_ms: elapsed_ms(started),
-        },
+        "once_per_window",
+        key.as_str(),
+        None,
+        (decision, fencing_token),
+        counted.transport().sent(),
+        started,
     );
     outcome
 }
@@ -319,17 +316,14 @@ where
         Err(Error::InvalidArgument(_)) => ("invalid_window", None),
         Err(e) => (web::storage_error_code(e), None),
     };
-    log_decision(
+    log_verb(
         ctx.log_decisions,
-        &Decision {
-            verb: "once_ever",
-            key: key.as_str(),
-            instance: (!holder.is_empty()).then_some(holder),
-            decision,
-            fencing_token,
-            storage_round_trips: counted.transport().sent(),
-            duration_ms: elapsed_ms(started),
-        },
+        "once_ever",
+        key.as_str(),
+        (!holder.is_empty()).then_some(holder),
+        (decision, fencing_token),
+        counted.transport().sent(),
+        started,
     );
     outcome
 }
