@@ -1154,16 +1154,23 @@ impl Operation for ListBlobs {
     }
 }
 
+/// The `EnumerationResults` document of a listing (List Blobs, Find Blobs by Tags): UTF-8 XML,
+/// a byte-order mark allowed. Errors name `what` was read.
+fn enumeration_results<'a>(body: &'a [u8], what: &str) -> Result<roxmltree::Document<'a>, String> {
+    let text = std::str::from_utf8(body).map_err(|_| format!("{what} is not UTF-8"))?;
+    let doc = roxmltree::Document::parse(text.trim_start_matches('\u{feff}'))
+        .map_err(|e| format!("{what} is not XML: {e}"))?;
+    if !doc.root_element().has_tag_name("EnumerationResults") {
+        return Err(format!("{what} has no EnumerationResults"));
+    }
+    Ok(doc)
+}
+
 /// Parses an `EnumerationResults` document ([List Blobs' response
 /// body](https://learn.microsoft.com/rest/api/storageservices/list-blobs#response-body)).
 pub fn parse_list_blobs(body: &[u8]) -> Result<ListBlobsPage, String> {
-    let text = std::str::from_utf8(body).map_err(|_| "listing is not UTF-8".to_string())?;
-    let doc = roxmltree::Document::parse(text.trim_start_matches('\u{feff}'))
-        .map_err(|e| format!("listing is not XML: {e}"))?;
+    let doc = enumeration_results(body, "listing")?;
     let root = doc.root_element();
-    if !root.has_tag_name("EnumerationResults") {
-        return Err("listing has no EnumerationResults".into());
-    }
     let mut page = ListBlobsPage {
         next_marker: xml_child_text(root, "NextMarker").filter(|m| !m.is_empty()),
         ..Default::default()
@@ -1465,13 +1472,8 @@ impl Operation for FindBlobsByTags {
 /// Parses Find Blobs by Tags' `EnumerationResults`
 /// ([response body](https://learn.microsoft.com/rest/api/storageservices/find-blobs-by-tags#response-body)).
 pub fn parse_found_blobs(body: &[u8]) -> Result<FoundBlobs, String> {
-    let text = std::str::from_utf8(body).map_err(|_| "the answer is not UTF-8".to_string())?;
-    let doc = roxmltree::Document::parse(text.trim_start_matches('\u{feff}'))
-        .map_err(|e| format!("the answer is not XML: {e}"))?;
+    let doc = enumeration_results(body, "the answer")?;
     let root = doc.root_element();
-    if !root.has_tag_name("EnumerationResults") {
-        return Err("the answer has no EnumerationResults".into());
-    }
     let mut page = FoundBlobs {
         next_marker: xml_child_text(root, "NextMarker").filter(|m| !m.is_empty()),
         ..Default::default()
