@@ -286,7 +286,8 @@ case "${1:-}" in
   test)
     setup
     say "running the tests"
-    cargo test --workspace --locked
+    # --no-fail-fast: one failing test binary does not hide what the others would say.
+    cargo test --workspace --locked --no-fail-fast
     ;;
   *)
     echo "usage: scripts/dev.sh run|test|check|bench|ttl-bench|soak|demo|setup|azurite" >&2

@@ -155,7 +155,6 @@ impl Azurite {
         let dir = &self.dir;
         let mut cmd = match faketime_args(self.clock_offset_ms) {
             Some(faketime) => {
-                require_faketime();
                 let mut cmd = Command::new(&faketime[0]);
                 cmd.args(&faketime[1..]).arg("node");
                 cmd
@@ -298,8 +297,7 @@ impl Azurite {
 
     /// Stops Azurite now (fault tests) and waits for it: closes the pipe its wrapper
     /// (`run.js`) watches, which stops Azurite itself and ends; killed after 5 s if it has not.
-    /// (Killing the process we started would miss Azurite: it is the wrapper's child, and under
-    /// `faketime` the wrapper is in turn `faketime`'s.)
+    /// (Killing the process we started would miss Azurite: it is the wrapper's child.)
     ///
     /// For a [`Azurite::start_restartable`] one it also waits (up to 30 s) until Azurite itself
     /// has ended, having saved its data (it saves on SIGTERM; its autosave runs only every
@@ -386,36 +384,65 @@ fn wait_listening(child: &mut Child, port: u16, limit: Duration) -> Result<(), S
     ))
 }
 
-/// `faketime -f "+S.mmms"` (`"-S.mmms"` behind) for a clock `offset_ms` off real time, as a
-/// program and its arguments to put before the command; `None` for 0 (no `faketime`).
-pub fn faketime_args(offset_ms: i64) -> Option<[String; 3]> {
+/// A clock `offset_ms` off real time for a command: `env LD_PRELOAD=<libfaketime>
+/// FAKETIME=+S.mmms` (`-S.mmms` behind), a program and its arguments to put before it; `None`
+/// for 0 (no shifted clock). Panics with how to install `faketime` if its library is missing.
+///
+/// The library is preloaded directly rather than through the `faketime` wrapper: the wrapper
+/// creates a semaphore and a shared-memory segment named after its own pid and removes them
+/// only when it ends normally, so a wrapper stopped by KILL leaves them in `/dev/shm`, and a
+/// later wrapper given the same pid refuses to start (`faketime: sem_open: File exists`). A
+/// fixed offset needs neither: every process under it (Spin, its cron plugin, Azurite) reads
+/// the same `FAKETIME`.
+pub fn faketime_args(offset_ms: i64) -> Option<Vec<String>> {
     if offset_ms == 0 {
         return None;
     }
     let sign = if offset_ms < 0 { '-' } else { '+' };
     let abs = offset_ms.unsigned_abs();
-    Some([
-        "faketime".into(),
-        "-f".into(),
-        format!("{sign}{}.{:03}s", abs / 1000, abs % 1000),
+    Some(vec![
+        "env".into(),
+        format!("LD_PRELOAD={}", libfaketime().display()),
+        format!("FAKETIME={sign}{}.{:03}s", abs / 1000, abs % 1000),
     ])
 }
 
-/// Panics with how to install `faketime` if it is missing.
+/// Panics with how to install `faketime` if its library is missing.
 pub fn require_faketime() {
-    static FOUND: OnceLock<bool> = OnceLock::new();
-    let found = *FOUND.get_or_init(|| {
-        Command::new("faketime")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok()
+    libfaketime();
+}
+
+/// The path of `libfaketime.so.1`: `LEASEGATE_LIBFAKETIME` if set, else where Debian and
+/// Ubuntu (`/usr/lib/<triplet>/faketime/`) or a source build (`/usr/local/lib/faketime/`)
+/// put it. Panics with how to install `faketime` if none is there.
+pub fn libfaketime() -> &'static Path {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        if let Some(path) = std::env::var_os("LEASEGATE_LIBFAKETIME") {
+            return Some(PathBuf::from(path));
+        }
+        let mut dirs = vec![
+            PathBuf::from("/usr/lib/faketime"),
+            PathBuf::from("/usr/local/lib/faketime"),
+        ];
+        if let Ok(entries) = std::fs::read_dir("/usr/lib") {
+            dirs.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().contains("-linux-"))
+                    .map(|e| e.path().join("faketime")),
+            );
+        }
+        dirs.into_iter()
+            .map(|dir| dir.join("libfaketime.so.1"))
+            .find(|lib| lib.is_file())
     });
-    assert!(
-        found,
-        "`faketime` is not installed: apt-get install -y faketime (scripts/dev.sh setup does)"
-    );
+    found.as_deref().unwrap_or_else(|| {
+        panic!(
+            "`faketime` is not installed (no libfaketime.so.1): apt-get install -y faketime \
+             (scripts/dev.sh setup does), or set LEASEGATE_LIBFAKETIME to its path"
+        )
+    })
 }
 
 /// The clock offset in ms ([`app::Setup::clock_offset_ms`],

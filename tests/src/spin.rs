@@ -118,9 +118,8 @@ impl Spin {
             for (k, v) in &config.variables {
                 args.extend(["--variable".into(), format!("{k}={v}")]);
             }
-            let mut program: Vec<String> = crate::faketime_args(config.clock_offset_ms)
-                .map(Vec::from)
-                .unwrap_or_default();
+            let mut program: Vec<String> =
+                crate::faketime_args(config.clock_offset_ms).unwrap_or_default();
             program.push("spin".into());
             let out = std::fs::File::create(dir.join("spin.out")).expect("spin.out");
             let err = std::fs::File::create(dir.join("spin.err")).expect("spin.err");

@@ -67,7 +67,7 @@ fn an_azurite_at_an_offset_dates_its_answers_at_that_time() {
     let (_, date) = block_on(client.execute(&CreateContainer { container }, SystemTime::now()))
         .expect("Azurite at the shifted clock answers a SharedKey request signed by real time");
     assert_near_target("Azurite's Date", date.expect("a Date header"), 10.0);
-    // Dropped, it stops (under faketime, Azurite is a grandchild of the process we started).
+    // Dropped, it stops (Azurite is a child of the wrapper `run.js` we started).
     let addr = SocketAddr::from(([127, 0, 0, 1], azurite.port()));
     drop(azurite);
     assert!(
