@@ -175,13 +175,13 @@ fn first_alert_of_a_new_device() {
     assert_eq!(decision(&a)["decision"], "notified", "{}", a.text);
 }
 
-/// The first alert with the container missing: **6** (HEAD 404, create refused
-/// ContainerNotFound, create the container, create the lock blob, acquire, claim). Target 5
-/// (no create sent after the HEAD already said the container is missing).
+/// The first alert with the container missing: **5** (HEAD 404 `ContainerNotFound`, create the
+/// container, create the lock blob, acquire, claim). Target 5: no create is sent after the HEAD
+/// already said the container is missing (it was 6).
 #[test]
 fn first_alert_container_missing() {
     let app = App::start("rt-nocontainer", &[("kv_cache", "off")]);
-    let a = expect_requests(&app, "first alert, container missing", 6, || {
+    let a = expect_requests(&app, "first alert, container missing", 5, || {
         post_telemetry(&app, &reading("new", 40.0))
     });
     assert_eq!(decision(&a)["decision"], "notified", "{}", a.text);

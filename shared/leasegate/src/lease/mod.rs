@@ -26,10 +26,10 @@ use crate::message::StatusCode;
 use crate::names::{BlobName, ContainerName, LockName};
 use crate::ops::{
     BlobKind, BlobProperties, Condition, CreateContainer, GetProperties, Lease, LeaseAction,
-    Metadata, PutBlob, SetMetadata, WriteOutcome,
+    Metadata, Operation, PutBlob, SetMetadata, WriteOutcome,
 };
 use crate::types::{unix_secs, LeaseDuration, LeaseId, LeaseState};
-use crate::{Account, Counting, Error, Transport};
+use crate::{Account, Counting, Error, Request, Response, Transport};
 
 use crate::blob::BlobClient;
 use claim::{Claim, Kind};
@@ -410,7 +410,7 @@ impl<T: Transport> Locks<T> {
         let blob = self.blob_name(lock)?;
         let snap = match self.read(&blob, now).await? {
             Read::Found(snap) => snap,
-            Read::Missing(_) => return Ok(false),
+            Read::Missing { .. } => return Ok(false),
         };
         if !snap.held_by(lease_id) {
             return Ok(false);
@@ -467,7 +467,7 @@ impl<T: Transport> Locks<T> {
         for _ in 0..MAX_ATTEMPTS {
             let snap = match self.read(&blob, now).await? {
                 Read::Found(snap) => snap,
-                Read::Missing(_) => return Ok(Release::NotHeld),
+                Read::Missing { .. } => return Ok(Release::NotHeld),
             };
             if !snap.held_by(lease_id) {
                 return Ok(Release::NotHeld);
@@ -524,7 +524,7 @@ impl<T: Transport> Locks<T> {
         let blob = self.blob_name(lock)?;
         let snap = match self.read(&blob, now).await? {
             Read::Found(snap) => snap,
-            Read::Missing(_) => return Ok(Release::NotHeld),
+            Read::Missing { .. } => return Ok(Release::NotHeld),
         };
         let mut released = false;
         if snap.leased {
@@ -598,20 +598,23 @@ impl<T: Transport> Locks<T> {
 
     /// One HEAD of the lock blob.
     async fn read(&self, blob: &BlobName, now: SystemTime) -> Result<Read, Error> {
-        let (props, date) = self
+        let (head, date) = self
             .client
             .execute(
-                &GetProperties {
+                &HeadLock(GetProperties {
                     container: self.client.container().clone(),
                     blob: blob.clone(),
-                },
+                }),
                 now,
             )
             .await?;
         let date = checked_date(date.ok_or_else(no_date)?)?;
-        match props {
-            None => Ok(Read::Missing(date)),
-            Some(props) => Snapshot::from_properties(props, date).map(Read::Found),
+        match head {
+            Head::Found(props) => Snapshot::from_properties(props, date).map(Read::Found),
+            Head::Missing { container } => Ok(Read::Missing {
+                date,
+                container_missing: container,
+            }),
         }
     }
 
@@ -619,11 +622,13 @@ impl<T: Transport> Locks<T> {
     /// tokens never go back, whoever takes it, and a create whose answer is lost grants
     /// nothing however late it lands). Returns the new blob and the tenure its first holder
     /// starts from, or `None` when a concurrent caller created it first (read it again).
+    /// `container_missing`: the read said the container is missing too.
     async fn create_first(
         &self,
         blob: &BlobName,
         kind: Kind,
         date: SystemTime,
+        container_missing: bool,
         now: SystemTime,
     ) -> Result<Option<(Snapshot, Tenure)>, Error> {
         let pending = Claim {
@@ -634,7 +639,10 @@ impl<T: Transport> Locks<T> {
             token: claim::first_token(date)?,
             label: String::new(),
         };
-        let Some(created) = self.create(blob, pending.clone(), now).await? else {
+        let Some(created) = self
+            .create(blob, pending.clone(), container_missing, now)
+            .await?
+        else {
             return Ok(None);
         };
         // The token is the create's when it landed in a later second than the read (a slow
@@ -648,12 +656,15 @@ impl<T: Transport> Locks<T> {
     }
 
     /// Creates the lock blob (an empty page blob with `claim` in its metadata), and its
-    /// container if that is missing. Returns the new blob as a snapshot, or `None` when a
-    /// concurrent caller created it first (not an error: read it).
+    /// container if that is missing: first when the caller's read already said so
+    /// (`container_missing`), else when the create is refused `ContainerNotFound`. Returns the
+    /// new blob as a snapshot, or `None` when a concurrent caller created it first (not an
+    /// error: read it).
     async fn create(
         &self,
         blob: &BlobName,
         claim: Claim,
+        mut container_missing: bool,
         now: SystemTime,
     ) -> Result<Option<Snapshot>, Error> {
         let mut metadata = Metadata::new();
@@ -665,6 +676,16 @@ impl<T: Transport> Locks<T> {
             ..PutBlob::block(self.client.container().clone(), blob.clone(), Vec::new())
         };
         for _ in 0..MAX_ATTEMPTS {
+            if container_missing {
+                self.client
+                    .execute(
+                        &CreateContainer {
+                            container: self.client.container().clone(),
+                        },
+                        now,
+                    )
+                    .await?;
+            }
             match self.client.execute(&op, now).await {
                 Ok((WriteOutcome::Written(w), date)) => {
                     let etag = w.etag.ok_or_else(|| {
@@ -682,15 +703,9 @@ impl<T: Transport> Locks<T> {
                     }));
                 }
                 Ok((WriteOutcome::Refused(_), _)) => return Ok(None),
+                // Deleted meanwhile, or the read could not tell: create it, then try again.
                 Err(e) if e.class() == Some(ErrorClass::ContainerMissing) => {
-                    self.client
-                        .execute(
-                            &CreateContainer {
-                                container: self.client.container().clone(),
-                            },
-                            now,
-                        )
-                        .await?;
+                    container_missing = true;
                 }
                 Err(e) => return Err(e),
             }
@@ -701,6 +716,31 @@ impl<T: Transport> Locks<T> {
     /// A lease operation on `blob`.
     fn lease_op(&self, blob: &BlobName, action: LeaseAction) -> Lease {
         Lease::new(self.client.container().clone(), blob.clone(), action)
+    }
+}
+
+/// A HEAD of a lock blob ([`GetProperties`]) that also tells a missing container from a
+/// missing blob, by its 404's `x-ms-error-code` (a peer that sends none: the blob).
+struct HeadLock(GetProperties);
+
+/// What a [`HeadLock`] found.
+enum Head {
+    Found(BlobProperties),
+    Missing { container: bool },
+}
+
+impl Operation for HeadLock {
+    type Output = Head;
+    fn request(&self, account: &Account) -> Result<Request, Error> {
+        self.0.request(account)
+    }
+    fn parse(&self, response: &Response) -> Result<Head, Error> {
+        Ok(match self.0.parse(response)? {
+            Some(props) => Head::Found(props),
+            None => Head::Missing {
+                container: response.headers().get("x-ms-error-code") == Some("ContainerNotFound"),
+            },
+        })
     }
 }
 

@@ -44,14 +44,17 @@ pub(super) async fn acquire<T: Transport>(
                 let tenure = snap.tenure_for(id)?;
                 (snap, tenure, true)
             }
-            Read::Missing(date) => {
+            Read::Missing {
+                date,
+                container_missing,
+            } => {
                 // First use: create the blob with the first token in it (so that tokens never
                 // go back, whoever wins) but no holder, then acquire at the new blob's ETag and
                 // write the claim under the lease. Another caller can take the lease at the new
                 // blob first: until the winner's claim is there, a reader must not see the
                 // creator named on a leased blob.
                 match locks
-                    .create_first(blob, Kind::Native(duration), date, now)
+                    .create_first(blob, Kind::Native(duration), date, container_missing, now)
                     .await?
                 {
                     Some((created, tenure)) => (created, tenure, true),

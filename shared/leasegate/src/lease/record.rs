@@ -48,12 +48,18 @@ pub(super) async fn acquire<T: Transport>(
                 let tenure = snap.tenure_for(id)?;
                 (snap, tenure)
             }
-            Read::Missing(date) => {
+            Read::Missing {
+                date,
+                container_missing,
+            } => {
                 // First use: create the blob with the first token in it but no holder (as the
                 // native path does), then take the record below with the compare-and-swap at
                 // the new blob's ETag. A create whose answer is lost so grants nothing, however
                 // late it lands: there is nothing to clear.
-                match locks.create_first(blob, Kind::Record, date, now).await? {
+                match locks
+                    .create_first(blob, Kind::Record, date, container_missing, now)
+                    .await?
+                {
                     Some(created) => created,
                     None => continue,
                 }
@@ -200,7 +206,7 @@ pub(super) async fn clear_any<T: Transport>(
     for _ in 0..MAX_ATTEMPTS {
         let snap = match locks.read(blob, now).await? {
             Read::Found(snap) => snap,
-            Read::Missing(_) => return Ok(()),
+            Read::Missing { .. } => return Ok(()),
         };
         if snap.live_record().is_none() {
             return Ok(());

@@ -196,8 +196,13 @@ pub(super) struct Tenure {
 
 /// What one read of a lock blob found.
 pub(super) enum Read {
-    /// No blob (or no container) yet, at this server time.
-    Missing(SystemTime),
+    /// No blob yet, at this server time `date`; `container_missing` when storage said the
+    /// container is missing too (`ContainerNotFound`), so the blob's create starts by creating
+    /// it instead of learning it from a refused create.
+    Missing {
+        date: SystemTime,
+        container_missing: bool,
+    },
     /// The blob.
     Found(Snapshot),
 }
