@@ -609,11 +609,11 @@ impl<T: Transport> Locks<T> {
             )
             .await?;
         let date = checked_date(date.ok_or_else(no_date)?)?;
-        match head {
-            Head::Found(props) => Snapshot::from_properties(props, date).map(Read::Found),
-            Head::Missing { container } => Ok(Read::Missing {
+        match head.props {
+            Some(props) => Snapshot::from_properties(props, date).map(Read::Found),
+            None => Ok(Read::Missing {
                 date,
-                container_missing: container,
+                container_missing: head.container_missing,
             }),
         }
     }
@@ -723,10 +723,11 @@ impl<T: Transport> Locks<T> {
 /// missing blob, by its 404's `x-ms-error-code` (a peer that sends none: the blob).
 struct HeadLock(GetProperties);
 
-/// What a [`HeadLock`] found.
-enum Head {
-    Found(BlobProperties),
-    Missing { container: bool },
+/// What a [`HeadLock`] found: the blob's properties, or `None` and whether the container is
+/// missing too.
+struct Head {
+    props: Option<BlobProperties>,
+    container_missing: bool,
 }
 
 impl Operation for HeadLock {
@@ -735,11 +736,11 @@ impl Operation for HeadLock {
         self.0.request(account)
     }
     fn parse(&self, response: &Response) -> Result<Head, Error> {
-        Ok(match self.0.parse(response)? {
-            Some(props) => Head::Found(props),
-            None => Head::Missing {
-                container: response.headers().get("x-ms-error-code") == Some("ContainerNotFound"),
-            },
+        let props = self.0.parse(response)?;
+        Ok(Head {
+            container_missing: props.is_none()
+                && response.headers().get("x-ms-error-code") == Some("ContainerNotFound"),
+            props,
         })
     }
 }
