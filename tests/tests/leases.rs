@@ -494,3 +494,193 @@ fn a_listing_reads_locks_as_inspect_does() {
         }
     }
 }
+
+/// The holder that took a lock in this call marks it and lets it go with one request each
+/// (`set_marks_held`, `release_held`: conditional on the ETag its own last write left), and an
+/// acquire that starts from a read already made (`acquire_after`) sends no HEAD of its own; in
+/// both terms. The marks are there after the release, and the lock is free.
+#[test]
+fn a_holder_marks_and_releases_what_it_took_with_one_request_each() {
+    let c = unique_container("held");
+    let base = locks(&c);
+    let l = &base;
+    // The container and a first lock blob, so that counts below are of an existing blob.
+    block_on(l.client().execute(
+        &leasegate::ops::CreateContainer {
+            container: c.clone(),
+        },
+        SystemTime::now(),
+    ))
+    .unwrap();
+    for (name, term) in [
+        (lock("held-native"), native(15)),
+        (lock("held-record"), record(120)),
+    ] {
+        let first = held(acquire(l, &name, term, random_id()));
+        assert_eq!(
+            block_on(l.release(&name, first.lease_id, SystemTime::now())).unwrap(),
+            Release::Released
+        );
+
+        let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        let id = random_id();
+        let (o, n) = counted(&base, |cl| {
+            block_on(cl.acquire_after(
+                &info,
+                &name,
+                term,
+                id,
+                leasegate::lease::IdOrigin::Fresh,
+                "node-a",
+                SystemTime::now(),
+            ))
+            .unwrap()
+        });
+        // Native: acquire + claim; record: the compare-and-swap.
+        let expected = if matches!(term, Term::Native(_)) {
+            2
+        } else {
+            1
+        };
+        assert!(is_acquired(&o) && n == expected, "{term:?}: {o:?} {n}");
+        let mut h = held(o);
+        assert!(h.fencing_token > first.fencing_token, "{term:?}");
+
+        let marks: leasegate::ops::Metadata = [("progress".to_string(), "done".to_string())].into();
+        let (wrote, n) = counted(&base, |cl| {
+            block_on(cl.set_marks_held(&name, &mut h, &marks, SystemTime::now())).unwrap()
+        });
+        assert!(wrote && n == 1, "{term:?}: {wrote} {n}");
+        assert_eq!(h.marks.get("progress").map(String::as_str), Some("done"));
+        let (released, n) = counted(&base, |cl| {
+            block_on(cl.release_held(&name, &h, SystemTime::now())).unwrap()
+        });
+        assert!(
+            released == Release::Released && n == 1,
+            "{term:?}: {released:?} {n}"
+        );
+
+        let after = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        assert_eq!(after.status, LockStatus::Available, "{term:?}");
+        assert_eq!(
+            after.marks.get("progress").map(String::as_str),
+            Some("done"),
+            "{term:?}"
+        );
+        assert_eq!(after.fencing_token, h.fencing_token.unwrap(), "{term:?}");
+    }
+}
+
+/// The held fast paths are exactly as strict as reading first: when the blob changed since the
+/// holder's own write (another call of the same holder marked it; the holder lost the lock
+/// and another took it), storage refuses the conditional request and the call reads, as
+/// `set_marks` and `release` do. Another's lock is never marked or released.
+#[test]
+fn held_fast_paths_read_first_when_the_blob_moved() {
+    let c = unique_container("heldmoved");
+    let base = locks(&c);
+    let l = &base;
+    for (name, term) in [
+        (lock("moved-native"), native(15)),
+        (lock("moved-record"), record(120)),
+    ] {
+        // Moved by the holder itself: the marks and the release still land (read first).
+        let mut h = held(acquire(l, &name, term, random_id()));
+        let other: leasegate::ops::Metadata =
+            [("by_other_call".to_string(), "1".to_string())].into();
+        assert!(block_on(l.set_marks(&name, h.lease_id, &other, SystemTime::now())).unwrap());
+        let marks: leasegate::ops::Metadata = [("progress".to_string(), "done".to_string())].into();
+        let (wrote, n) = counted(&base, |cl| {
+            block_on(cl.set_marks_held(&name, &mut h, &marks, SystemTime::now())).unwrap()
+        });
+        // The refused write, then the HEAD and the write.
+        assert!(wrote && n == 3, "{term:?}: {wrote} {n}");
+        let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        assert_eq!(
+            info.marks.get("by_other_call").map(String::as_str),
+            Some("1")
+        );
+        assert_eq!(info.marks.get("progress").map(String::as_str), Some("done"));
+        // Moved by another holder: the lock is broken and taken by `b` before `h` lets go.
+        block_on(l.set_marks(&name, h.lease_id, &other, SystemTime::now())).unwrap();
+        block_on(l.break_lock(&name, 0, SystemTime::now())).unwrap();
+        let b = held(acquire(l, &name, term, random_id()));
+        let (wrote, _) = counted(&base, |cl| {
+            block_on(cl.set_marks_held(&name, &mut h, &marks, SystemTime::now())).unwrap()
+        });
+        assert!(!wrote, "{term:?}: marked a lock another holds");
+        let (released, _) = counted(&base, |cl| {
+            block_on(cl.release_held(&name, &h, SystemTime::now())).unwrap()
+        });
+        assert_eq!(released, Release::NotHeld, "{term:?}");
+        let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        match info.status {
+            LockStatus::Held { holder, .. } => assert_eq!(holder, Some(b.lease_id), "{term:?}"),
+            other => panic!("{term:?}: {other:?}"),
+        }
+        assert_eq!(info.fencing_token, b.fencing_token.unwrap());
+    }
+}
+
+/// An acquire that starts from a stale read (someone took the lock after it) never makes a
+/// second holder: the grant conditional on that read is refused, and the caller is busy.
+#[test]
+fn an_acquire_after_a_stale_read_is_busy() {
+    let c = unique_container("stale");
+    let l = locks(&c);
+    for (name, term) in [
+        (lock("stale-native"), native(15)),
+        (lock("stale-record"), record(120)),
+    ] {
+        let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        let a = held(acquire(&l, &name, term, random_id()));
+        let late = block_on(l.acquire_after(
+            &info,
+            &name,
+            term,
+            random_id(),
+            leasegate::lease::IdOrigin::Fresh,
+            "",
+            SystemTime::now(),
+        ))
+        .unwrap();
+        assert!(matches!(late, Acquire::Busy { .. }), "{term:?}: {late:?}");
+        let now = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+        match now.status {
+            LockStatus::Held { holder, .. } => assert_eq!(holder, Some(a.lease_id), "{term:?}"),
+            other => panic!("{term:?}: {other:?}"),
+        }
+    }
+}
+
+/// A holder's release after its lock blob moved (another call of the same holder marked it):
+/// the release conditional on the holder's own last ETag is refused by storage (412, for a
+/// lease release too), and the release then reads and lets go as `release` does.
+#[test]
+fn a_held_release_after_the_blob_moved_reads_first() {
+    let c = unique_container("relmoved");
+    let base = locks(&c);
+    for (name, term) in [
+        (lock("rel-native"), native(15)),
+        (lock("rel-record"), record(120)),
+    ] {
+        let h = held(acquire(&base, &name, term, random_id()));
+        let other: leasegate::ops::Metadata =
+            [("by_other_call".to_string(), "1".to_string())].into();
+        assert!(block_on(base.set_marks(&name, h.lease_id, &other, SystemTime::now())).unwrap());
+        let (released, n) = counted(&base, |cl| {
+            block_on(cl.release_held(&name, &h, SystemTime::now())).unwrap()
+        });
+        // The refused release, then the HEAD and the release.
+        assert!(
+            released == Release::Released && n == 3,
+            "{term:?}: {released:?} {n}"
+        );
+        let info = block_on(base.inspect(&name, SystemTime::now())).unwrap();
+        assert_eq!(info.status, LockStatus::Available, "{term:?}");
+        assert_eq!(
+            info.marks.get("by_other_call").map(String::as_str),
+            Some("1")
+        );
+    }
+}

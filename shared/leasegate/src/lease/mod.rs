@@ -28,7 +28,7 @@ use crate::ops::{
     BlobKind, BlobProperties, Condition, CreateContainer, GetProperties, Lease, LeaseAction,
     Metadata, Operation, PutBlob, SetMetadata, WriteOutcome,
 };
-use crate::types::{unix_secs, LeaseDuration, LeaseId, LeaseState};
+use crate::types::{unix_secs, ETag, LeaseDuration, LeaseId, LeaseState};
 use crate::{Account, Counting, Error, Request, Response, Transport};
 
 use crate::blob::BlobClient;
@@ -103,6 +103,22 @@ pub struct Acquired {
     /// The lock blob's own marks (its metadata other than the claim) as they were when the lock
     /// was granted: nobody changed them since (see [`Locks::set_marks`]).
     pub marks: Metadata,
+    /// The lock blob as this holder's own last write left it: what lets its marks and its
+    /// release in the same call go without a read first ([`Locks::set_marks_held`],
+    /// [`Locks::release_held`]).
+    pub(crate) grant: Grant,
+}
+
+/// A lock blob as its holder's own last write left it: the ETag storage answered and the
+/// metadata written (the claim and the marks), and whether the blob is leased by the holder (a
+/// native lease). A write or release conditional on that ETag needs no read first: storage
+/// refuses it if anything changed since, and then the caller reads as usual. `etag: None`: not
+/// known (a peer that sent none, or a term switch whose lease may still be there), read first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Grant {
+    pub(crate) etag: Option<ETag>,
+    pub(crate) metadata: Metadata,
+    pub(crate) leased: bool,
 }
 
 /// Who holds a lock, as its claim says (never the holder's lease id: that would let its
@@ -190,6 +206,9 @@ pub struct LockInfo {
     pub server_date: Option<SystemTime>,
     /// The lock blob's own marks (metadata other than the claim).
     pub marks: Metadata,
+    /// The read itself (a HEAD, or a listing's entry), for an acquire that starts from it
+    /// ([`Locks::acquire_after`]); `None` when it carried no usable `Date`.
+    seen: Option<Read>,
 }
 
 impl LockInfo {
@@ -205,6 +224,7 @@ impl LockInfo {
     pub fn from_properties(props: BlobProperties, server_date: SystemTime) -> Result<Self, Error> {
         let lease_state = props.lease_state;
         let snap = Snapshot::from_properties(props, server_date)?;
+        let marks = snap.marks();
         let status = match snap.holder_claim() {
             Some(c) => LockStatus::Held {
                 expires_at: c.expires_at(),
@@ -226,7 +246,8 @@ impl LockInfo {
             lease_state,
             fencing_token: snap.highest_token,
             server_date: Some(server_date),
-            marks: snap.marks(),
+            marks,
+            seen: Some(Read::Found(snap)),
         })
     }
 }
@@ -343,6 +364,45 @@ impl<T: Transport> Locks<T> {
         label: &str,
         now: SystemTime,
     ) -> Result<Acquire, Error> {
+        self.acquire_from(lock, term, (lease_id, origin), label, None, now)
+            .await
+    }
+
+    /// [`Locks::acquire_with`], starting from `seen`, a read of `lock` the caller already made
+    /// ([`Locks::inspect`]), instead of a HEAD of its own: one request fewer. Every grant is
+    /// conditional on what that read saw, as it is on the acquire's own read, so a read that is
+    /// stale (or of another lock) costs only a read again, never a second holder.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn acquire_after(
+        &self,
+        seen: &LockInfo,
+        lock: &LockName,
+        term: Term,
+        lease_id: LeaseId,
+        origin: IdOrigin,
+        label: &str,
+        now: SystemTime,
+    ) -> Result<Acquire, Error> {
+        self.acquire_from(
+            lock,
+            term,
+            (lease_id, origin),
+            label,
+            seen.seen.clone(),
+            now,
+        )
+        .await
+    }
+
+    async fn acquire_from(
+        &self,
+        lock: &LockName,
+        term: Term,
+        (lease_id, origin): (LeaseId, IdOrigin),
+        label: &str,
+        seen: Option<Read>,
+        now: SystemTime,
+    ) -> Result<Acquire, Error> {
         if label.len() > MAX_LABEL_BYTES || !label.bytes().all(|b| (0x20..0x7f).contains(&b)) {
             return Err(Error::InvalidArgument(format!(
                 "a holder label is at most {} printable ASCII characters",
@@ -352,10 +412,10 @@ impl<T: Transport> Locks<T> {
         let blob = self.blob_name(lock)?;
         let outcome = match term {
             Term::Native(duration) => {
-                native::acquire(self, &blob, duration, lease_id, origin, label, now).await
+                native::acquire(self, &blob, duration, lease_id, origin, label, seen, now).await
             }
             Term::Record(length) => {
-                record::acquire(self, &blob, length, lease_id, origin, label, now).await
+                record::acquire(self, &blob, length, lease_id, origin, label, seen, now).await
             }
         };
         outcome.map_err(|e| self.name_lock(lock, e))
@@ -415,18 +475,10 @@ impl<T: Transport> Locks<T> {
         if !snap.held_by(lease_id) {
             return Ok(false);
         }
-        let mut metadata = snap.metadata.clone();
-        for (name, value) in marks {
-            if value.is_empty() {
-                metadata.remove(&name.to_ascii_lowercase());
-            } else {
-                metadata.insert(name.to_ascii_lowercase(), value.clone());
-            }
-        }
         let write = SetMetadata {
             container: self.client.container().clone(),
             blob,
-            metadata,
+            metadata: with_marks(&snap.metadata, marks),
             lease_id: snap.leased.then_some(lease_id),
             condition: Condition::IfMatch(snap.etag.clone()),
         };
@@ -434,6 +486,52 @@ impl<T: Transport> Locks<T> {
             (WriteOutcome::Written(_), _) => Ok(true),
             (WriteOutcome::Refused(_), _) => Ok(false),
         }
+    }
+
+    /// [`Locks::set_marks`] by the holder that took `held` in this call: one request, the
+    /// write conditional on the ETag its own last write left (the blob's metadata it wrote is
+    /// known), instead of a HEAD and the write. If the blob changed since (or that ETag is not
+    /// known), storage refuses and it goes as [`Locks::set_marks`] does. `held` then names the
+    /// blob as this write left it, for a [`Locks::release_held`] after it.
+    pub async fn set_marks_held(
+        &self,
+        lock: &LockName,
+        held: &mut Acquired,
+        marks: &Metadata,
+        now: SystemTime,
+    ) -> Result<bool, Error> {
+        if let Some(name) = marks.keys().find(|k| claim::is_claim_field(k)) {
+            return Err(Error::InvalidArgument(format!(
+                "mark {name} uses the claim's prefix leasegate_"
+            )));
+        }
+        let grant = std::mem::take(&mut held.grant);
+        if let Some(etag) = grant.etag {
+            let metadata = with_marks(&grant.metadata, marks);
+            let write = SetMetadata {
+                container: self.client.container().clone(),
+                blob: self.blob_name(lock)?,
+                metadata: metadata.clone(),
+                lease_id: grant.leased.then_some(held.lease_id),
+                condition: Condition::IfMatch(etag),
+            };
+            match self.client.execute(&write, now).await {
+                Ok((WriteOutcome::Written(w), _)) => {
+                    held.marks = with_marks(&held.marks, marks);
+                    held.grant = Grant {
+                        etag: w.etag,
+                        metadata,
+                        leased: grant.leased,
+                    };
+                    return Ok(true);
+                }
+                // Changed since (or the lease is gone): read, as a holder without it does.
+                Ok((WriteOutcome::Refused(_), _)) => {}
+                Err(e) if is_missing(&e) => {}
+                Err(e) => return Err(self.name_lock(lock, e)),
+            }
+        }
+        self.set_marks(lock, held.lease_id, marks, now).await
     }
 
     /// Gives `lock` up like [`Locks::release`], and bars `lease_id` from taking it again for
@@ -515,6 +613,61 @@ impl<T: Transport> Locks<T> {
             .map_err(|e| self.name_lock(lock, e))
     }
 
+    /// [`Locks::release`] by the holder that took `held` in this call (and maybe marked it with
+    /// [`Locks::set_marks_held`]): one request, the release of the lease or the record's
+    /// clearing conditional on the ETag its own last write left, instead of a HEAD first. If the
+    /// blob changed since (or that ETag is not known), storage refuses and it goes as
+    /// [`Locks::release`] does.
+    pub async fn release_held(
+        &self,
+        lock: &LockName,
+        held: &Acquired,
+        now: SystemTime,
+    ) -> Result<Release, Error> {
+        if let Some(etag) = &held.grant.etag {
+            let blob = self.blob_name(lock)?;
+            let condition = Condition::IfMatch(etag.clone());
+            let released = if held.grant.leased {
+                let op = self
+                    .lease_op(&blob, LeaseAction::Release(held.lease_id))
+                    .with_condition(condition);
+                matches!(
+                    self.client.execute(&op, now).await,
+                    Ok((crate::ops::LeaseOutcome::Released, _))
+                )
+            } else {
+                let claim =
+                    Claim::read(&held.grant.metadata).map_err(|e| self.name_lock(lock, e))?;
+                let mut metadata = held.grant.metadata.clone();
+                claim.released().write(&mut metadata);
+                let write = SetMetadata {
+                    container: self.client.container().clone(),
+                    blob,
+                    metadata,
+                    lease_id: None,
+                    condition,
+                };
+                // Released if the record was live when the clearing landed (an expired one,
+                // untouched since, is cleared all the same: not held, as a read would say).
+                match self.client.execute(&write, now).await {
+                    Ok((WriteOutcome::Written(w), date)) => {
+                        if w.server_date.or(date).map(unix_secs).unwrap_or(u64::MAX)
+                            >= claim.expires
+                        {
+                            return Ok(Release::NotHeld);
+                        }
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if released {
+                return Ok(Release::Released);
+            }
+        }
+        self.release(lock, held.lease_id, now).await
+    }
+
     async fn release_of(
         &self,
         lock: &LockName,
@@ -574,23 +727,29 @@ impl<T: Transport> Locks<T> {
 
     async fn inspect_of(&self, lock: &LockName, now: SystemTime) -> Result<LockInfo, Error> {
         let blob = self.blob_name(lock)?;
-        let (props, date) = self
+        let (head, date) = self
             .client
             .execute(
-                &GetProperties {
+                &HeadLock(GetProperties {
                     container: self.client.container().clone(),
                     blob,
-                },
+                }),
                 now,
             )
             .await?;
-        let Some(props) = props else {
+        let Some(props) = head.props else {
             return Ok(LockInfo {
                 status: LockStatus::Available,
                 lease_state: None,
                 fencing_token: 0,
                 server_date: date,
                 marks: Metadata::new(),
+                seen: date
+                    .and_then(|d| checked_date(d).ok())
+                    .map(|date| Read::Missing {
+                        date,
+                        container_missing: head.container_missing,
+                    }),
             });
         };
         LockInfo::from_properties(props, date.ok_or_else(no_date)?)
@@ -717,6 +876,19 @@ impl<T: Transport> Locks<T> {
     fn lease_op(&self, blob: &BlobName, action: LeaseAction) -> Lease {
         Lease::new(self.client.container().clone(), blob.clone(), action)
     }
+}
+
+/// `metadata` with `marks` set (names lowercased; an empty value removes the mark).
+fn with_marks(metadata: &Metadata, marks: &Metadata) -> Metadata {
+    let mut metadata = metadata.clone();
+    for (name, value) in marks {
+        if value.is_empty() {
+            metadata.remove(&name.to_ascii_lowercase());
+        } else {
+            metadata.insert(name.to_ascii_lowercase(), value.clone());
+        }
+    }
+    metadata
 }
 
 /// A HEAD of a lock blob ([`GetProperties`]) that also tells a missing container from a

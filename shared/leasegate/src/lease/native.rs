@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 use super::snapshot::{at, checked_date, Read, Snapshot, Tenure};
 use super::{
-    is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin, Kind, Locks,
+    is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Grant, IdOrigin, Kind, Locks,
     Release, MAX_ATTEMPTS,
 };
 use crate::error::ErrorClass;
@@ -25,7 +25,9 @@ use crate::ops::{Condition, LeaseAction, LeaseOutcome, Refusal, SetMetadata, Wri
 use crate::types::{unix_secs, LeaseDuration, LeaseId};
 use crate::{Error, Transport};
 
-/// Takes or extends the native lease on `blob` for `id`.
+/// Takes or extends the native lease on `blob` for `id`, starting from `seen` (a read the
+/// caller already made) or from a HEAD of its own.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
@@ -33,10 +35,15 @@ pub(super) async fn acquire<T: Transport>(
     id: LeaseId,
     origin: IdOrigin,
     label: &str,
+    mut seen: Option<Read>,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
     for _ in 0..MAX_ATTEMPTS {
-        let (snap, tenure, write_claim) = match locks.read(blob, now).await? {
+        let read = match seen.take() {
+            Some(read) => read,
+            None => locks.read(blob, now).await?,
+        };
+        let (snap, tenure, write_claim) = match read {
             Read::Found(snap) => {
                 if let Some(busy) = snap.busy_for(id) {
                     return Ok(busy);
@@ -71,7 +78,7 @@ pub(super) async fn acquire<T: Transport>(
             label: label.to_string(),
         });
         let marks = snap.marks();
-        let (granted, tenure) = match take(
+        let (granted, tenure, grant) = match take(
             locks,
             blob,
             &snap,
@@ -83,7 +90,7 @@ pub(super) async fn acquire<T: Transport>(
         )
         .await?
         {
-            Take::Granted(time, tenure) => (time, tenure),
+            Take::Granted(time, tenure, grant) => (time, tenure, grant),
             Take::TakenMeanwhile => {
                 return Ok(Acquire::Busy {
                     retry_after: None,
@@ -101,6 +108,7 @@ pub(super) async fn acquire<T: Transport>(
             since: at(tenure.since),
             extended: tenure.extended,
             marks,
+            grant,
         }));
     }
     Err(super::gave_up("acquire"))
@@ -109,8 +117,9 @@ pub(super) async fn acquire<T: Transport>(
 /// How [`take`] went.
 enum Take {
     /// Held, granted at this server time, with this tenure (a concurrent call of the same
-    /// holder may have begun it: then its token, so that every call of one holder tells one).
-    Granted(SystemTime, Tenure),
+    /// holder may have begun it: then its token, so that every call of one holder tells one),
+    /// the blob as the claim left it.
+    Granted(SystemTime, Tenure, Grant),
     /// Someone else took the lease since the blob was read (or broke ours before the claim).
     TakenMeanwhile,
     /// The blob changed or vanished since it was read: read it again.
@@ -176,17 +185,18 @@ async fn take<T: Transport>(
         }
     };
     let Some(mut claim) = claim else {
-        return Ok(Take::Granted(granted, tenure));
+        return Ok(Take::Granted(granted, tenure, Grant::default()));
     };
     claim.expires = expiry(granted, duration);
     match write_claim(locks, blob, snap, id, claim, now).await {
-        Ok(Some(written)) => Ok(Take::Granted(
+        Ok(Some((written, grant))) => Ok(Take::Granted(
             granted,
             Tenure {
                 token: written.token,
                 since: written.since,
                 ..tenure
             },
+            grant,
         )),
         // The lease was broken between the grant and the claim: not ours after all.
         Ok(None) => Ok(Take::TakenMeanwhile),
@@ -200,7 +210,8 @@ async fn take<T: Transport>(
 }
 
 /// Writes `claim` under the lease `id` was just granted, as a compare-and-swap on the blob's
-/// ETag, and returns the claim the blob then holds (`None`: the lease is not `id`'s any more).
+/// ETag, and returns the claim the blob then holds and the blob as it left it (`None`: the
+/// lease is not `id`'s any more).
 ///
 /// A claim of the holder's that already says as much (same tenure, an expiry as late) is left
 /// as it is: no write, so the ETag that other calls of the holder acquire at does not move
@@ -219,7 +230,7 @@ async fn write_claim<T: Transport>(
     id: LeaseId,
     mut claim: Claim,
     now: SystemTime,
-) -> Result<Option<Claim>, Error> {
+) -> Result<Option<(Claim, Grant)>, Error> {
     let mut base: Option<Snapshot> = None;
     for _ in 0..MAX_ATTEMPTS {
         let current = base.as_ref().unwrap_or(snap);
@@ -245,17 +256,30 @@ async fn write_claim<T: Transport>(
             && there.label == claim.label
             && there.expires >= claim.expires
         {
-            return Ok(Some(there.clone()));
+            let grant = Grant {
+                etag: Some(current.etag.clone()),
+                metadata: current.metadata.clone(),
+                leased: true,
+            };
+            return Ok(Some((there.clone(), grant)));
         }
+        let metadata = current.with_claim(&claim);
         let write = SetMetadata {
             container: locks.container().clone(),
             blob: blob.clone(),
-            metadata: current.with_claim(&claim),
+            metadata: metadata.clone(),
             lease_id: Some(id),
             condition: Condition::IfMatch(current.etag.clone()),
         };
         match locks.client.execute(&write, now).await? {
-            (WriteOutcome::Written(_), _) => return Ok(Some(claim)),
+            (WriteOutcome::Written(w), _) => {
+                let grant = Grant {
+                    etag: w.etag,
+                    metadata,
+                    leased: true,
+                };
+                return Ok(Some((claim, grant)));
+            }
             (WriteOutcome::Refused(Refusal::ConditionFailed), _) => {}
             (WriteOutcome::Refused(_), _) => return Ok(None),
         }

@@ -15,15 +15,17 @@ use std::time::{Duration, SystemTime};
 
 use super::snapshot::{at, checked_date, Read, Snapshot, Tenure};
 use super::{
-    is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, IdOrigin, Kind, Locks,
+    is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Grant, IdOrigin, Kind, Locks,
     MAX_ATTEMPTS, MAX_WINDOW_SECS,
 };
 use crate::names::BlobName;
-use crate::ops::{Condition, Metadata, Refusal, SetMetadata, WriteOutcome};
+use crate::ops::{Condition, Refusal, SetMetadata, WriteOutcome};
 use crate::types::{unix_secs, LeaseId};
 use crate::{Error, Transport};
 
-/// Takes or extends a record of `length` on `blob` for `id`.
+/// Takes or extends a record of `length` on `blob` for `id`, starting from `seen` (a read the
+/// caller already made) or from a HEAD of its own.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
@@ -31,6 +33,7 @@ pub(super) async fn acquire<T: Transport>(
     id: LeaseId,
     origin: IdOrigin,
     label: &str,
+    mut seen: Option<Read>,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
     let secs = length.as_secs();
@@ -40,7 +43,11 @@ pub(super) async fn acquire<T: Transport>(
         )));
     }
     for _ in 0..MAX_ATTEMPTS {
-        let (snap, tenure) = match locks.read(blob, now).await? {
+        let read = match seen.take() {
+            Some(read) => read,
+            None => locks.read(blob, now).await?,
+        };
+        let (snap, tenure) = match read {
             Read::Found(snap) => {
                 if let Some(busy) = snap.busy_for(id) {
                     return Ok(busy);
@@ -78,29 +85,40 @@ pub(super) async fn acquire<T: Transport>(
         // does not move under them.
         if let Some(own) = snap.record_of(id).filter(|_| !snap.leased) {
             if own.expires == claim.expires && own.label == claim.label {
-                return Ok(granted(id, &claim, tenure, snap.server_date, snap.marks()));
+                let grant = Grant {
+                    etag: Some(snap.etag.clone()),
+                    metadata: snap.metadata.clone(),
+                    leased: false,
+                };
+                return Ok(granted(id, &claim, tenure, snap.server_date, &snap, grant));
             }
         }
         // The blob is leased by the caller itself (it is switching from a native lease, or a
         // switch could not let the lease go): the record is written under that lease, and the
         // lease let go.
         let switching = snap.leased && snap.held_by(id);
+        let metadata = snap.with_claim(&claim);
         let write = SetMetadata {
             container: locks.container().clone(),
             blob: blob.clone(),
-            metadata: snap.with_claim(&claim),
+            metadata: metadata.clone(),
             lease_id: switching.then_some(id),
             condition: Condition::IfMatch(snap.etag.clone()),
         };
         match locks.client.execute(&write, now).await {
             Ok((WriteOutcome::Written(w), date)) => {
-                if switching {
-                    // Best effort: a lease left behind runs out on its own, and a release
-                    // frees both (see `Locks::release`).
-                    super::native::give_back(locks, blob, id, now).await;
-                }
+                // The blob as the write left it. After a switch, only if the lease was let go:
+                // a lease left behind (best effort: it runs out on its own, and a release
+                // frees both, see `Locks::release`) makes the holder read before it writes.
+                let let_go =
+                    !switching || super::native::release(locks, blob, id, now).await.is_ok();
+                let grant = Grant {
+                    etag: w.etag.clone().filter(|_| let_go),
+                    metadata,
+                    leased: false,
+                };
                 let written = checked_date(w.server_date.or(date).ok_or_else(no_date)?)?;
-                return Ok(granted(id, &claim, tenure, written, snap.marks()));
+                return Ok(granted(id, &claim, tenure, written, &snap, grant));
             }
             // The ETag moved, or (switching) the caller's lease ran out meanwhile: read again.
             Ok((WriteOutcome::Refused(Refusal::ConditionFailed | Refusal::LeaseLost), _)) => {
@@ -130,14 +148,15 @@ pub(super) async fn acquire<T: Transport>(
     Err(super::gave_up("acquire"))
 }
 
-/// The answer for a record written at `written` (the write's server `Date`): acquired, unless
-/// the record had already run out when it landed.
+/// The answer for a record written at `written` (the write's server `Date`) over `snap`, the
+/// blob as `grant`: acquired, unless the record had already run out when it landed.
 fn granted(
     id: LeaseId,
     claim: &Claim,
     tenure: Tenure,
     written: SystemTime,
-    marks: Metadata,
+    snap: &Snapshot,
+    grant: Grant,
 ) -> Acquire {
     if unix_secs(written) >= claim.expires {
         return Acquire::Busy {
@@ -153,7 +172,8 @@ fn granted(
         server_date: written,
         since: at(tenure.since),
         extended: tenure.extended,
-        marks,
+        marks: snap.marks(),
+        grant,
     })
 }
 

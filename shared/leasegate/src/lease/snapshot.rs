@@ -12,7 +12,7 @@ use crate::types::{unix_secs, ETag, LeaseDuration, LeaseId, LeaseState};
 use crate::Error;
 
 /// A lock blob as one HEAD saw it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Snapshot {
     pub(super) etag: ETag,
     pub(super) leased: bool,
@@ -195,6 +195,7 @@ pub(super) struct Tenure {
 }
 
 /// What one read of a lock blob found.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Read {
     /// No blob yet, at this server time `date`; `container_missing` when storage said the
     /// container is missing too (`ContainerNotFound`), so the blob's create starts by creating
