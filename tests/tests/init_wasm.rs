@@ -134,21 +134,21 @@ fn sixteen_concurrent_callers_run_it_once() {
         assert_eq!(trips, 1, "{}", again.text);
     }
     assert_eq!(runs(&all).len(), 1);
-    // The winner's storage requests: the read, the acquire's three, the mark's two, the
-    // release's two.
-    // (Two more when the winner was also the first to use the container: its create of the
-    // lock blob was refused, then it created the container; one more when it created the lock
-    // blob: a new blob holds no claim, the winner writes its claim under the lease.)
+    // The winner's storage requests: the read; from it the acquire and the claim; the mark;
+    // the release (5). One more when the winner created the lock blob (its read found none),
+    // two when another caller created it first (the winner's create refused, then a HEAD).
+    // With the container missing (the winner's read said so): the container's create and the
+    // lock blob's, 7, or 8 when another's lock blob came first.
     let record = &during[winner];
     let made_container = record.iter().any(|o| !o.path().contains("/init/"));
-    let base = if made_container { 10 } else { 8 };
+    let base = if made_container { 7 } else { 5 };
     let trips = record.len();
     let described: Vec<String> = record
         .iter()
         .map(|o| format!("{} {}", o.describe(), o.path()))
         .collect();
     assert!(
-        trips == base || trips == base + 1,
+        (base..=base + 2).contains(&trips),
         "{trips}: {described:#?}"
     );
 }

@@ -562,7 +562,7 @@ async fn gate_one<'r, T: Transport>(
                         reason
                     };
                     let released = matches!(
-                        locks.release(lock, held.lease_id, ctx.now).await,
+                        locks.release_held(lock, &held, ctx.now).await,
                         Ok(Release::Released)
                     );
                     Outcome::NotDelivered { reason, released }

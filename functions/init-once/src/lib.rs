@@ -189,8 +189,10 @@ pub(crate) enum State {
     },
 }
 
-/// Runs one call for `name`. Storage requests: one when done or running, eight when this
-/// call runs it (the read, the acquire's three, the mark's two, the release's two).
+/// Runs one call for `name`. Storage requests: one when done or running, five when this call
+/// runs it on a lock blob that exists (the read; the acquire from that read: acquire and claim
+/// for a native lease, one compare-and-swap for a record; the mark; the release), one more for
+/// a name never used (the lock blob's create).
 pub(crate) async fn call<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
@@ -570,14 +572,16 @@ async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &s
             .await?
         {
             Acquire::Busy { holder, .. } => Ok(Err(holder.map(|h| h.label).unwrap_or_default())),
-            Acquire::Acquired(_) => {
+            Acquire::Acquired(mut held) => {
                 let mut marks = Metadata::new();
                 for k in ["progress", "done_by", "done_token"] {
                     marks.insert(k.to_string(), String::new());
                 }
-                let cleared = locks.set_marks(&lock, id, &marks, ctx.now).await;
+                let cleared = locks
+                    .set_marks_held(&lock, &mut held, &marks, ctx.now)
+                    .await;
                 // Released even when clearing failed: the lock is not left taken.
-                let _ = locks.release(&lock, id, ctx.now).await;
+                let _ = locks.release_held(&lock, &held, ctx.now).await;
                 Ok(Ok(cleared?))
             }
         }

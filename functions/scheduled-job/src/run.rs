@@ -520,8 +520,8 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     let lock_name = LockName::try_new("lock")?;
     let label = format!("{} {occurrence}", settings.instance_id);
     let lease_id = (ctx.new_lease_id)();
-    let leased = match settings.overlap {
-        Overlap::Allow => false,
+    let held = match settings.overlap {
+        Overlap::Allow => None,
         Overlap::Skip | Overlap::BufferOne => match job_locks
             .acquire_with(
                 &lock_name,
@@ -533,7 +533,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             )
             .await?
         {
-            Acquire::Acquired(_) => true,
+            Acquire::Acquired(held) => Some(held),
             // A later attempt that finds any run in the lease waits for it (a retry never records
             // a skip): not settled, a later tick retries.
             Acquire::Busy { retry_after, .. } if attempt > 1 => {
@@ -616,11 +616,12 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             }
         },
     };
+    // The holder's own release: at the ETag its claim left, no read first.
     let release = || {
-        let (job_locks, lock_name) = (&job_locks, &lock_name);
+        let (job_locks, lock_name, held) = (&job_locks, &lock_name, &held);
         async move {
-            if leased {
-                let _ = job_locks.release(lock_name, lease_id, ctx.now).await;
+            if let Some(held) = held {
+                let _ = job_locks.release_held(lock_name, held, ctx.now).await;
             }
         }
     };

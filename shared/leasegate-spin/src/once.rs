@@ -21,8 +21,9 @@
 //! fencing token, the storage requests and the time taken.
 //!
 //! Round trips: a refused call 1 (a HEAD); the call that runs 2 for a record (HEAD and
-//! compare-and-swap) or 3 for a native lease, plus its work, plus 2 for the done mark (or 2
-//! when failed work gives the lock back).
+//! compare-and-swap) or 3 for a native lease, plus its work, plus 1 for the done mark (or 1
+//! when failed work gives the lock back: each a request at the ETag the call's own last write
+//! left, no HEAD first).
 //!
 //! # Example
 //! ```
@@ -165,7 +166,7 @@ where
             holder,
             ..
         } => Ok(refused(window, retry_after, holder.as_ref())),
-        Acquire::Acquired(held) => {
+        Acquire::Acquired(mut held) => {
             let fencing_token = held.fencing_token.unwrap_or(0);
             match work(fencing_token).await {
                 Ok(output) => {
@@ -174,7 +175,7 @@ where
                     // effort: without it they are told [`Once::Busy`] for up to RUNNING_FOR.
                     let mut done = Metadata::new();
                     done.insert(RAN_TOKEN.into(), fencing_token.to_string());
-                    let _ = locks.set_marks(key, held.lease_id, &done, ctx.now).await;
+                    let _ = locks.set_marks_held(key, &mut held, &done, ctx.now).await;
                     Ok(Once::Ran {
                         fencing_token,
                         expires_at: held.expires_at,
@@ -187,7 +188,7 @@ where
                     // left taken blocks the key for the rest of the window.
                     let mut released = false;
                     for _ in 0..2 {
-                        match locks.release(key, held.lease_id, ctx.now).await {
+                        match locks.release_held(key, &held, ctx.now).await {
                             Ok(r) => {
                                 released = r == Release::Released;
                                 break;
@@ -272,8 +273,9 @@ const DONE: (&str, &str) = ("progress", "done");
 /// go, so a failed run is run again by the next call rather than held up until the lease runs
 /// out.
 ///
-/// Round trips: 1 when done or running (a HEAD); 7 or 8 when this call runs it (the HEAD, the
-/// acquire's 2 or 3, the mark's 2, the release's 2). `Err` is a storage failure before the work
+/// Round trips: 1 when done or running (a HEAD); 4 or 5 when this call runs it (the HEAD; the
+/// acquire from that read, 1 for a record or 2 for a native lease; the mark; the release), one
+/// more for a key never used (its lock blob is created). `Err` is a storage failure before the work
 /// ran, or a `lease` out of range.
 pub async fn once_ever<C, L, R, E>(
     ctx: &Context<'_, C>,
@@ -359,8 +361,9 @@ where
         });
     }
     let id = (ctx.new_lease_id)();
-    let held = match locks
-        .acquire_with(key, term, id, IdOrigin::Fresh, holder, ctx.now)
+    // From the read just made: no HEAD of its own.
+    let mut held = match locks
+        .acquire_after(&info, key, term, id, IdOrigin::Fresh, holder, ctx.now)
         .await?
     {
         Acquire::Acquired(held) => held,
@@ -390,7 +393,7 @@ where
                 let mut marks = marks.clone();
                 marks.insert(DONE.0.into(), DONE.1.into());
                 marks.insert("done_token".into(), fencing_token.to_string());
-                match locks.set_marks(key, id, &marks, ctx.now).await {
+                match locks.set_marks_held(key, &mut held, &marks, ctx.now).await {
                     Ok(true) => Ever::Ran {
                         fencing_token,
                         output,
@@ -412,7 +415,10 @@ where
         }
     };
     // Best effort: a lock not let go runs out at the end of its lease.
-    let let_go = matches!(locks.release(key, id, ctx.now).await, Ok(Release::Released));
+    let let_go = matches!(
+        locks.release_held(key, &held, ctx.now).await,
+        Ok(Release::Released)
+    );
     Ok(match outcome {
         Ever::Failed {
             fencing_token,
@@ -687,6 +693,8 @@ pub(crate) mod tests {
         pub(crate) sent: RefCell<Vec<(Method, String)>>,
         /// The metadata headers of each request sent (`x-ms-meta-*`).
         pub(crate) metadata: RefCell<Vec<Vec<(String, String)>>>,
+        /// The `If-Match` of each request sent.
+        pub(crate) if_match: RefCell<Vec<Option<String>>>,
     }
 
     impl Scripted {
@@ -695,6 +703,7 @@ pub(crate) mod tests {
                 answers: RefCell::new(answers.into()),
                 sent: RefCell::default(),
                 metadata: RefCell::default(),
+                if_match: RefCell::default(),
             }
         }
     }
@@ -704,6 +713,9 @@ pub(crate) mod tests {
             self.sent
                 .borrow_mut()
                 .push((request.method().clone(), request.uri().to_string()));
+            self.if_match
+                .borrow_mut()
+                .push(request.headers().get("if-match").map(str::to_string));
             self.metadata.borrow_mut().push(
                 request
                     .headers()
@@ -864,16 +876,9 @@ pub(crate) mod tests {
 
     #[test]
     fn once_ever_runs_marks_and_lets_go() {
-        let mine = Some((me(), SERVER_SECS));
-        let script = vec![
-            head(None),
-            head(None),
-            written(),
-            head(mine),
-            written(),
-            head(mine),
-            written(),
-        ];
+        // The read, the record's compare-and-swap (from that read: no HEAD of its own), the
+        // done mark and the release (each at the ETag the last write left: no HEAD).
+        let script = vec![head(None), written(), written(), written()];
         let (outcome, handed, t) = run_ever(script, Ok("initialized"));
         let Ok(Ever::Ran {
             fencing_token,
@@ -883,23 +888,20 @@ pub(crate) mod tests {
             panic!("{outcome:?}")
         };
         assert_eq!((handed, output), (Some(fencing_token), "initialized"));
-        assert_eq!(t.sent.borrow().len(), 7);
+        let sent = t.sent.borrow();
+        assert_eq!(sent.len(), 4, "{sent:?}");
+        assert_eq!(sent[0].0, Method::HEAD);
+        let if_match = t.if_match.borrow();
+        assert_eq!(if_match[1].as_deref(), Some("\"e1\""), "{if_match:?}");
+        assert_eq!(if_match[2].as_deref(), Some("\"e2\""), "{if_match:?}");
+        assert_eq!(if_match[3].as_deref(), Some("\"e2\""), "{if_match:?}");
     }
 
     /// What init-once needs of the verb: its instance as the holder's label (told to other
     /// callers), its own marks beside the done mark, and why a mark failed.
     #[test]
     fn once_ever_as_labels_the_holder_and_writes_the_marks() {
-        let mine = Some((me(), SERVER_SECS));
-        let script = vec![
-            head(None),
-            head(None),
-            written(),
-            head(mine),
-            written(),
-            head(mine),
-            written(),
-        ];
+        let script = vec![head(None), written(), written(), written()];
         let mut marks = Metadata::new();
         marks.insert("done_by".into(), "node-a".into());
         let (outcome, _, t) = run_ever_as(script, Ok("x"), "node-a", &marks);
@@ -907,12 +909,12 @@ pub(crate) mod tests {
         let sent = t.metadata.borrow();
         let has = |i: usize, k: &str, v: &str| sent[i].iter().any(|(n, x)| n == k && x == v);
         assert!(
-            has(2, "x-ms-meta-leasegate_label", "node-a"),
+            has(1, "x-ms-meta-leasegate_label", "node-a"),
             "{:?}",
-            sent[2]
+            sent[1]
         );
-        assert!(has(4, "x-ms-meta-done_by", "node-a"), "{:?}", sent[4]);
-        assert!(has(4, "x-ms-meta-progress", "done"), "{:?}", sent[4]);
+        assert!(has(2, "x-ms-meta-done_by", "node-a"), "{:?}", sent[2]);
+        assert!(has(2, "x-ms-meta-progress", "done"), "{:?}", sent[2]);
         // Another holder's label is told to a caller that finds it running.
         let mut running = head(Some((other(), SERVER_SECS - 100)));
         running
@@ -940,27 +942,23 @@ pub(crate) mod tests {
             }
         );
         assert_eq!(handed, None);
-        // Marked done between the read and the grant: not run again.
+        // Marked done between the read and the grant: the compare-and-swap at the read's ETag
+        // is refused, the acquire reads again and takes the lock, and the work is not run.
         let script = vec![
             head(None),
+            reply(412).with_header("x-ms-error-code", "ConditionNotMet"),
             head_marked(None, true),
             written(),
-            head_marked(Some((me(), SERVER_SECS)), true),
             written(),
         ];
-        let (outcome, handed, _) = run_ever(script, Ok("x"));
+        let (outcome, handed, t) = run_ever(script, Ok("x"));
         assert_eq!((outcome.unwrap(), handed), (Ever::Done, None));
+        assert_eq!(t.sent.borrow().len(), 5);
     }
 
     #[test]
     fn once_ever_lets_failed_work_run_again() {
-        let script = vec![
-            head(None),
-            head(None),
-            written(),
-            head(Some((me(), SERVER_SECS))),
-            written(),
-        ];
+        let script = vec![head(None), written(), written()];
         let (outcome, _, _) = run_ever(script, Err("no"));
         let Ok(Ever::Failed {
             error, released, ..
@@ -995,13 +993,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_free_key_runs_the_work_with_its_token_and_keeps_the_lock() {
-        // The take (HEAD, write), then the done mark (HEAD showing our record, write).
-        let script = vec![
-            head(None),
-            written(),
-            head(Some((me(), SERVER_SECS))),
-            written(),
-        ];
+        // The take (HEAD, write), then the done mark (a write at the ETag the take left).
+        let script = vec![head(None), written(), written()];
         let (outcome, handed, t) = run(script, Ok("shipped"));
         let Ok(Once::Ran {
             fencing_token,
@@ -1018,16 +1011,16 @@ pub(crate) mod tests {
             expires_at,
             Some(SystemTime::UNIX_EPOCH + Duration::from_secs(SERVER_SECS + 3600))
         );
-        // A HEAD and the record's compare-and-swap, the mark's HEAD and write; no release.
+        // A HEAD and the record's compare-and-swap, the mark's write; no release.
         let sent = t.sent.borrow();
-        assert_eq!(sent.len(), 4, "{sent:?}");
+        assert_eq!(sent.len(), 3, "{sent:?}");
         assert_eq!(sent[0].0, Method::HEAD);
         assert!(sent[0].1.contains("/leasegate/orders/order-1"), "{sent:?}");
         assert_eq!(sent[1].0, Method::PUT);
-        assert_eq!(sent[2].0, Method::HEAD);
-        assert_eq!(sent[3].0, Method::PUT);
+        assert_eq!(sent[2].0, Method::PUT);
+        assert_eq!(t.if_match.borrow()[2].as_deref(), Some("\"e2\""));
         // The mark names the holder's token, beside the claim it keeps.
-        let written = &t.metadata.borrow()[3];
+        let written = &t.metadata.borrow()[2];
         let mark = ("x-ms-meta-ran_token".to_string(), fencing_token.to_string());
         assert!(written.contains(&mark), "{written:?}");
         assert!(
@@ -1127,13 +1120,9 @@ pub(crate) mod tests {
 
     #[test]
     fn failed_work_gives_the_lock_back() {
-        // Take (HEAD, write), the work fails, release (HEAD showing our record, clear it).
-        let script = vec![
-            head(None),
-            written(),
-            head(Some((me(), SERVER_SECS))),
-            written(),
-        ];
+        // Take (HEAD, write), the work fails, release (clear the record at the ETag the take
+        // left).
+        let script = vec![head(None), written(), written()];
         let (outcome, handed, t) = run(script, Err("the webhook answered 503"));
         let Ok(Once::Failed {
             fencing_token,
@@ -1146,7 +1135,7 @@ pub(crate) mod tests {
         assert_eq!(handed, Some(fencing_token));
         assert_eq!(error, "the webhook answered 503");
         assert!(released);
-        assert_eq!(t.sent.borrow().len(), 4);
+        assert_eq!(t.sent.borrow().len(), 3);
     }
 
     #[test]
