@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, IdOrigin, Locks, Release, Term};
+use leasegate::lease::{Acquire, Acquired, IdOrigin, Locks, Release, Term};
 use leasegate::{Account, ContainerName, LeaseDuration, LeaseId, LockName};
 use stateright::Property;
 
@@ -248,7 +248,8 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
     );
     let lock = LockName::try_new("l").expect("a valid name");
     let now = at(START as i64 + caller.skew);
-    let mut held: Option<LeaseId> = None;
+    // The holder's last grant: its release goes at the ETag that grant left (`release_held`).
+    let mut held: Option<Acquired> = None;
     let tries = if caller.prober { 4 } else { 1 };
     for (k, step) in caller.steps.iter().enumerate() {
         match step {
@@ -256,7 +257,9 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                 for attempt in 0..tries {
                     let id = match caller.origin {
                         IdOrigin::Fresh => LeaseProtocol::fresh_id(i, k, attempt),
-                        IdOrigin::Known => held.unwrap_or(LeaseProtocol::known_id(i)),
+                        IdOrigin::Known => held
+                            .as_ref()
+                            .map_or(LeaseProtocol::known_id(i), |h| h.lease_id),
                     };
                     let faults = io.faults_seen();
                     let answer = locks
@@ -271,7 +274,6 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                         .await;
                     match answer {
                         Ok(Acquire::Acquired(a)) => {
-                            held = Some(a.lease_id);
                             io.note(Note::Granted {
                                 id: a.lease_id.to_string(),
                                 token: a.fencing_token.unwrap_or(0),
@@ -280,6 +282,7 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                                 until: a.expires_at.map(unix),
                                 extended: a.extended,
                             });
+                            held = Some(a);
                             break;
                         }
                         Ok(Acquire::Busy { retry_after, .. }) => {
@@ -305,9 +308,11 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                 }
             }
             Step::Release => {
-                let Some(id) = held.take() else { continue };
-                io.note(Note::Releasing { id: id.to_string() });
-                match locks.release(&lock, id, now).await {
+                let Some(h) = held.take() else { continue };
+                io.note(Note::Releasing {
+                    id: h.lease_id.to_string(),
+                });
+                match locks.release_held(&lock, &h, now).await {
                     Ok(Release::Released) => io.note(Note::Released),
                     Ok(Release::NotHeld) => io.note(Note::NotHeld),
                     Err(_) => io.note(Note::ReleaseFailed),
