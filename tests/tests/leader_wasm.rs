@@ -445,15 +445,15 @@ fn a_stepped_down_leader_stays_a_follower_for_a_lease() {
     let tick = |app: &App| call("POST", &app.url("/api/leader/tick"), &[TIMER_AUTH], b"");
     let first = tick(&a);
     assert_eq!(first.json["role"], "leader", "{}", first.text);
-    // A step-down takes the admin token (the tick token only ticks and reads): four storage
-    // requests (docs/functions.md).
+    // A step-down takes the admin token (the tick token only ticks and reads): three storage
+    // requests (docs/timer-functions.md: the HEAD, the bar, the release at the bar's ETag).
     let refused = call("DELETE", &a.url("/api/leader"), &[TIMER_AUTH], b"");
     assert_eq!(refused.status, 403, "{}", refused.text);
     let (down, requests) =
         a.storage_requests(|| call("DELETE", &a.url("/api/leader"), &[ADMIN_AUTH], b""));
     assert_eq!(down.status, 200, "{}", down.text);
     assert_eq!(down.json["steppedDown"], true, "{}", down.text);
-    assert_eq!(requests, 4, "a step-down costs four requests");
+    assert_eq!(requests, 3, "a step-down costs three requests");
     let started = Instant::now();
     let again = tick(&a);
     assert_eq!(again.status, 200, "{}", again.text);

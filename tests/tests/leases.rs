@@ -684,3 +684,35 @@ fn a_held_release_after_the_blob_moved_reads_first() {
         );
     }
 }
+
+/// A step-down in both terms: three requests (the HEAD, the bar under the lock, the release at
+/// the ETag the bar's write left); the lock is free, and the id that stepped down is barred.
+#[test]
+fn a_step_down_frees_the_lock_with_three_requests_and_bars_its_id() {
+    let c = unique_container("stepdown");
+    let base = locks(&c);
+    for (name, term) in [
+        (lock("step-native"), native(15)),
+        (lock("step-record"), record(120)),
+    ] {
+        let h = held(acquire(&base, &name, term, random_id()));
+        let (r, n) = counted(&base, |cl| {
+            block_on(cl.step_down(
+                &name,
+                h.lease_id,
+                Duration::from_secs(30),
+                SystemTime::now(),
+            ))
+            .unwrap()
+        });
+        assert!(r == Release::Released && n == 3, "{term:?}: {r:?} {n}");
+        let info = block_on(base.inspect(&name, SystemTime::now())).unwrap();
+        assert_eq!(info.status, LockStatus::Available, "{term:?}");
+        match acquire(&base, &name, term, h.lease_id) {
+            Acquire::Busy {
+                stepped_down_until, ..
+            } => assert!(stepped_down_until.is_some(), "{term:?}"),
+            other => panic!("{term:?}: {other:?}"),
+        }
+    }
+}

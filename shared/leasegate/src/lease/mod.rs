@@ -541,7 +541,8 @@ impl<T: Transport> Locks<T> {
     /// let go), so a holder with no memory between invocations keeps it too. Other ids'
     /// unexpired bars are kept (at most [`MAX_STEPPED_DOWN`], the latest).
     ///
-    /// Round trips: four (a HEAD and the metadata write, then the release's two).
+    /// Round trips: three (a HEAD and the metadata write, then the release at the ETag that
+    /// write left; the release reads first, +1, if the blob changed since).
     pub async fn step_down(
         &self,
         lock: &LockName,
@@ -584,12 +585,26 @@ impl<T: Transport> Locks<T> {
             let write = SetMetadata {
                 container: self.client.container().clone(),
                 blob: blob.clone(),
-                metadata,
+                metadata: metadata.clone(),
                 lease_id: snap.leased.then_some(lease_id),
                 condition: Condition::IfMatch(snap.etag.clone()),
             };
             match self.client.execute(&write, now).await? {
-                (WriteOutcome::Written(_), _) => return self.release_of(lock, lease_id, now).await,
+                (WriteOutcome::Written(w), _) => {
+                    // The release at the ETag the bar's write left, no read first; not when
+                    // the lock is a lease and a record both (a term switch whose lease could
+                    // not be let go): the release reads and frees both.
+                    let both = snap.leased && snap.record_of(lease_id).is_some();
+                    let grant = Grant {
+                        etag: w.etag.filter(|_| !both),
+                        metadata,
+                        leased: snap.leased,
+                    };
+                    return match self.release_at(&blob, lease_id, &grant, now).await? {
+                        Some(released) => Ok(released),
+                        None => self.release_of(lock, lease_id, now).await,
+                    };
+                }
                 (WriteOutcome::Refused(_), _) => continue,
             }
         }
@@ -624,48 +639,63 @@ impl<T: Transport> Locks<T> {
         held: &Acquired,
         now: SystemTime,
     ) -> Result<Release, Error> {
-        if let Some(etag) = &held.grant.etag {
-            let blob = self.blob_name(lock)?;
-            let condition = Condition::IfMatch(etag.clone());
-            let released = if held.grant.leased {
-                let op = self
-                    .lease_op(&blob, LeaseAction::Release(held.lease_id))
-                    .with_condition(condition);
-                matches!(
-                    self.client.execute(&op, now).await,
-                    Ok((crate::ops::LeaseOutcome::Released, _))
-                )
-            } else {
-                let claim =
-                    Claim::read(&held.grant.metadata).map_err(|e| self.name_lock(lock, e))?;
-                let mut metadata = held.grant.metadata.clone();
-                claim.released().write(&mut metadata);
-                let write = SetMetadata {
-                    container: self.client.container().clone(),
-                    blob,
-                    metadata,
-                    lease_id: None,
-                    condition,
-                };
-                // Released if the record was live when the clearing landed (an expired one,
-                // untouched since, is cleared all the same: not held, as a read would say).
-                match self.client.execute(&write, now).await {
-                    Ok((WriteOutcome::Written(w), date)) => {
-                        if w.server_date.or(date).map(unix_secs).unwrap_or(u64::MAX)
-                            >= claim.expires
-                        {
-                            return Ok(Release::NotHeld);
-                        }
-                        true
-                    }
-                    _ => false,
-                }
-            };
-            if released {
-                return Ok(Release::Released);
-            }
+        let blob = self.blob_name(lock)?;
+        match self
+            .release_at(&blob, held.lease_id, &held.grant, now)
+            .await
+            .map_err(|e| self.name_lock(lock, e))?
+        {
+            Some(released) => Ok(released),
+            None => self.release(lock, held.lease_id, now).await,
         }
-        self.release(lock, held.lease_id, now).await
+    }
+
+    /// Releases `id`'s lock on `blob` with one request conditional on the ETag `grant` names:
+    /// the lease's release, or the record's clearing. `None` when storage refused it (the blob
+    /// changed since), or failed, or the ETag is not known: read first, as a release does.
+    async fn release_at(
+        &self,
+        blob: &BlobName,
+        id: LeaseId,
+        grant: &Grant,
+        now: SystemTime,
+    ) -> Result<Option<Release>, Error> {
+        let Some(etag) = &grant.etag else {
+            return Ok(None);
+        };
+        let condition = Condition::IfMatch(etag.clone());
+        if grant.leased {
+            let op = self
+                .lease_op(blob, LeaseAction::Release(id))
+                .with_condition(condition);
+            return Ok(match self.client.execute(&op, now).await {
+                Ok((crate::ops::LeaseOutcome::Released, _)) => Some(Release::Released),
+                _ => None,
+            });
+        }
+        let claim = Claim::read(&grant.metadata)?;
+        let mut metadata = grant.metadata.clone();
+        claim.released().write(&mut metadata);
+        let write = SetMetadata {
+            container: self.client.container().clone(),
+            blob: blob.clone(),
+            metadata,
+            lease_id: None,
+            condition,
+        };
+        // Released if the record was live when the clearing landed (an expired one, untouched
+        // since, is cleared all the same: not held, as a read would say).
+        Ok(match self.client.execute(&write, now).await {
+            Ok((WriteOutcome::Written(w), date)) => {
+                let landed = w.server_date.or(date).map_or(u64::MAX, unix_secs);
+                Some(if landed < claim.expires {
+                    Release::Released
+                } else {
+                    Release::NotHeld
+                })
+            }
+            _ => None,
+        })
     }
 
     async fn release_of(
