@@ -18,8 +18,8 @@ use crate::error::SweepError;
 use crate::settings::{Find, Kind, Settings};
 use crate::state::ScanStatus;
 use crate::state::{
-    read_state, reconcile, write_state, ContainerEntry, Counters, State, TickEntry, Unusable,
-    MAX_UNUSABLE,
+    read_state, reconcile, write_state, ContainerEntry, Counters, State, StateRead, TickEntry,
+    Unusable, MAX_UNUSABLE,
 };
 use crate::{EXPIRES_TAG, TIME_TO_LIVE};
 
@@ -77,12 +77,18 @@ pub(crate) enum Claim {
 
 /// Takes the state lease, settles the tick's counters, claims the next page (or, when
 /// `started` is `None`, only records the tick as done), writes the state and releases the lease.
+///
+/// `read` is the state as the tick read it just before (see `sweep`): when the lease is had at
+/// the first try it stands for the read under the lease, since the write is conditional on its
+/// ETag anyway; if the state was written in between, that write is refused and the state is
+/// read again under the lease. After a wait for the lease it is not used.
 pub(crate) async fn claim<T, S: Transport>(
     ctx: &Context<'_, T>,
     locks: &Locks<S>,
     settings: &Settings,
     tick: &mut Bookkeeping,
     started: Option<Instant>,
+    mut read: Option<StateRead>,
 ) -> Result<Claim, SweepError> {
     let lock = LockName::try_new("lock")?;
     let id = (ctx.new_lease_id)();
@@ -105,24 +111,44 @@ pub(crate) async fn claim<T, S: Transport>(
                 if waited.elapsed() < CLAIM_PATIENCE
                     && started.is_none_or(|s| s.elapsed() < settings.budget) =>
             {
+                // The holder may write the state before this tick gets the lease.
+                read = None;
                 (ctx.sleep)(CLAIM_PAUSE).await;
             }
             Acquire::Busy { .. } => return Ok(Claim::Busy),
         }
     }
-    let claimed = claim_held(locks.client(), settings, tick, started.is_some(), ctx.now).await;
+    let blobs = locks.client();
+    let read_before = read.is_some();
+    let mut claimed = claim_held(blobs, settings, tick, started.is_some(), read, ctx.now).await;
+    if read_before && matches!(claimed, Ok(Claim::Busy)) {
+        // Written since the read before the lease (nothing was written, nothing claimed): read
+        // it again, under the lease.
+        claimed = claim_held(blobs, settings, tick, started.is_some(), None, ctx.now).await;
+    }
     let _ = locks.release(&lock, id, ctx.now).await;
     claimed
 }
 
+/// The claim under the lease, from `read` (the state read just before the lease) or a read of
+/// its own; `Busy` when the write is refused (the state changed since it was read).
 async fn claim_held<S: Transport>(
     blobs: &BlobClient<S>,
     settings: &Settings,
     tick: &mut Bookkeeping,
     page_wanted: bool,
+    read: Option<StateRead>,
     now: SystemTime,
 ) -> Result<Claim, SweepError> {
-    let (mut state, etag, server_now) = read_state(blobs, settings, now).await?;
+    let StateRead {
+        mut state,
+        etag,
+        date,
+    } = match read {
+        Some(read) => read,
+        None => read_state(blobs, settings, now).await?,
+    };
+    let server_now = date.unwrap_or(now);
     reconcile(&mut state, settings);
     // A write whose answer was lost may have landed: this tick's entry says what did.
     if let Some(e) = state.ticks.iter().find(|t| t.id == tick.id) {
@@ -155,6 +181,8 @@ async fn claim_held<S: Transport>(
     let outcome = if !page_wanted {
         Claim::Done
     } else if resting(&state, settings, server_now) {
+        // (A tick reaches this only when its read before the lease did not show it resting:
+        // a pass completed since, or an answer without a `Date`; see `sweep`.)
         Claim::Resting
     } else {
         let mut found = None;
@@ -238,8 +266,8 @@ async fn claim_held<S: Transport>(
     // If this write's answer is lost, the next claim's read settles the counters.
     tick.maybe_active |= active;
     if !write_state(blobs, settings, &state, etag, now).await? {
-        // The state moved although we hold its lease (someone wrote it without): nothing
-        // was written, nothing is claimed.
+        // The state moved since it was read (before the lease was had, or by someone writing
+        // it without the lease): nothing was written, nothing is claimed.
         return Ok(Claim::Busy);
     }
     tick.credited = credited;

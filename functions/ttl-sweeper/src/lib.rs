@@ -3,7 +3,8 @@
 //! several workers sweeping at the same time; the app's own lock blobs free for longer than
 //! `ttl_lock_retention_seconds` are deleted too. A tick claims a page of the listing under the
 //! sweep state's lease, releases the lease at once and processes the page, until its time
-//! budget is spent; `PUT /api/ttl/{container}/{blob}` marks a blob. What it does, guarantees
+//! budget is spent (a tick with nothing to do, the pass complete and the next not due, only
+//! reads the state); `PUT /api/ttl/{container}/{blob}` marks a blob. What it does, guarantees
 //! and costs: `docs/ttl-sweeper.md`.
 //!
 //! The modules: `settings` (the variables), `state` (the state blob's schema), `claim`
@@ -176,7 +177,7 @@ impl TimerFunction for Sweeper {
             let transport = Counting::new(&transport);
             let blobs = settings.storage.blobs(&transport);
             return match read_state(&blobs, &settings, ctx.now).await {
-                Ok((state, _, _)) => web::json(StatusCode::OK, &state),
+                Ok(read) => web::json(StatusCode::OK, &read.state),
                 Err(e) => e.answer(),
             };
         }

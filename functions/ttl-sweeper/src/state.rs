@@ -207,12 +207,22 @@ pub(crate) struct TickEntry {
     pub(crate) credited: Counters,
 }
 
-/// Reads the state (content and ETag); a missing state is empty.
+/// The sweep state as one read found it.
+pub(crate) struct StateRead {
+    /// Its content (empty when the blob is missing).
+    pub(crate) state: State,
+    /// Its ETag (`None`: the blob is missing).
+    pub(crate) etag: Option<leasegate::ETag>,
+    /// The storage server's clock when it answered (its `Date`), when it sent one.
+    pub(crate) date: Option<SystemTime>,
+}
+
+/// Reads the state (content, ETag and the answer's `Date`); a missing state is empty.
 pub(crate) async fn read_state<S: Transport>(
     blobs: &BlobClient<S>,
     settings: &Settings,
     now: SystemTime,
-) -> Result<(State, Option<leasegate::ETag>, SystemTime), SweepError> {
+) -> Result<StateRead, SweepError> {
     let (blob, date) = blobs
         .execute(
             &GetBlob {
@@ -222,16 +232,23 @@ pub(crate) async fn read_state<S: Transport>(
             now,
         )
         .await?;
-    let date = date.unwrap_or(now);
     match blob {
-        None => Ok((State::default(), None, date)),
+        None => Ok(StateRead {
+            state: State::default(),
+            etag: None,
+            date,
+        }),
         Some(b) => {
             let state: State = serde_json::from_slice(&b.body).map_err(|e| {
                 SweepError::UnreadableState(format!(
                     "the sweep state {STATE_BLOB} is not a sweep state ({e}; delete it to start over)"
                 ))
             })?;
-            Ok((state, b.properties.etag, date))
+            Ok(StateRead {
+                state,
+                etag: b.properties.etag,
+                date,
+            })
         }
     }
 }

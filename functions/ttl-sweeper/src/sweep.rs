@@ -18,14 +18,23 @@ use leasegate_spin::timer;
 use leasegate_spin::Context;
 
 use crate::answer::Report;
-use crate::claim::{claim, Bookkeeping, Claim, Claimed};
+use crate::claim::{claim, resting, Bookkeeping, Claim, Claimed};
 use crate::error::SweepError;
 use crate::settings::{parse_location, Kind, Settings, COPY_POLL, COPY_WAIT};
-use crate::state::Counters;
+use crate::state::{read_state, reconcile, Counters};
 use crate::{DEAD_BLOB_CONTAINER, EXPIRES_TAG, TIME_TO_LIVE};
+
+/// Why a tick with nothing to do stopped.
+const RESTING: &str = "resting until ttl_pass_interval_seconds has passed";
 
 /// One tick: claim and process pages until the budget is spent or the pass completes. The
 /// report stands even when the tick ends on a storage failure.
+///
+/// It begins with one read of the state, without its lease: when that read shows the last pass
+/// complete and the next not due **by the storage server's clock** (the read's `Date`; an
+/// answer without one is not judged), the tick answers from it (one request, nothing written:
+/// it does not appear among the state's recent ticks). Otherwise its first claim uses that read
+/// (see `claim`).
 pub(crate) async fn sweep<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
@@ -45,12 +54,28 @@ pub(crate) async fn sweep<T: Transport>(
     };
     let mut report = Report::default();
     let mut failure = None;
+    let mut read = None;
+    if started.elapsed() < settings.budget {
+        match read_state(locks.client(), settings, ctx.now).await {
+            Ok(mut r) => {
+                reconcile(&mut r.state, settings);
+                if r.date.is_some_and(|date| resting(&r.state, settings, date)) {
+                    report.stopped = RESTING.into();
+                    return (report, None, counting.sent());
+                }
+                read = Some(r);
+            }
+            Err(e) => return (report, Some(e), counting.sent()),
+        }
+    }
     loop {
         if started.elapsed() >= settings.budget {
             report.stopped = "budget".into();
             break;
         }
-        let claimed = match claim(ctx, &locks, settings, &mut tick, Some(started)).await {
+        let first_read = read.take();
+        let claimed = match claim(ctx, &locks, settings, &mut tick, Some(started), first_read).await
+        {
             Ok(Claim::Page(p)) => p,
             Ok(Claim::PassComplete) => {
                 report.pass_completed = true;
@@ -63,7 +88,7 @@ pub(crate) async fn sweep<T: Transport>(
                 break;
             }
             Ok(Claim::Resting) => {
-                report.stopped = "resting until ttl_pass_interval_seconds has passed".into();
+                report.stopped = RESTING.into();
                 break;
             }
             // (`Done` answers only the last write.)
@@ -83,7 +108,7 @@ pub(crate) async fn sweep<T: Transport>(
     }
     // The last write: the counters not yet written, and this tick no longer active.
     if tick.maybe_active || !tick.pending.is_zero() {
-        match claim(ctx, &locks, settings, &mut tick, None).await {
+        match claim(ctx, &locks, settings, &mut tick, None, None).await {
             Ok(Claim::Done) => {}
             Ok(_) => report
                 .stopped
