@@ -455,32 +455,32 @@ fn sweep(app: &App) -> Answer {
 
 /// The sweeper's fixed cost per pass (an empty swept container and the app's two lock-blob
 /// prefixes, `alerts/` and `gates/`, no lock blobs in them; a pass after the first, whose tick
-/// also creates the state's lock blob: one more): **31** (three pages, each claimed with 8:
-/// the state lease's HEAD, acquire and claim, the state's read and write, the release's HEAD
-/// and release, the listing; then 7 marking the pass done). Target 8 or fewer, the lock-blob
-/// pages included.
+/// also creates the state's lock blob: one more): **27** (three pages, each claimed with 7:
+/// the state lease's HEAD, acquire and claim, the state's read and write, the release at the
+/// ETag the claim left, the listing; then 6 marking the pass done), was 31. Target 8 or fewer,
+/// the lock-blob pages included.
 #[test]
 fn sweeper_fixed_cost_per_pass() {
     let app = sweeper("rt-sweep-pass", true, "0");
     let first = sweep(&app);
     assert_eq!(first.json["passCompleted"], true, "{}", first.text);
-    let a = expect_requests(&app, "sweeper pass", 31, || sweep(&app));
+    let a = expect_requests(&app, "sweeper pass", 27, || sweep(&app));
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["passCompleted"], true, "{}", a.text);
-    says(&a, 31);
+    says(&a, 27);
 }
 
-/// The same without the lock-blob pages (`ttl_lock_retention_seconds = off`): **15** (one
-/// page's 8, then 7).
+/// The same without the lock-blob pages (`ttl_lock_retention_seconds = off`): **13** (one
+/// page's 7, then 6), was 15.
 #[test]
 fn sweeper_fixed_cost_per_pass_without_lock_pages() {
     let app = sweeper("rt-sweep-nolocks", false, "0");
     let first = sweep(&app);
     assert_eq!(first.json["passCompleted"], true, "{}", first.text);
-    let a = expect_requests(&app, "sweeper pass without lock pages", 15, || sweep(&app));
+    let a = expect_requests(&app, "sweeper pass without lock pages", 13, || sweep(&app));
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["passCompleted"], true, "{}", a.text);
-    says(&a, 15);
+    says(&a, 13);
 }
 
 /// A sweeper tick with nothing to do (the pass done, the next not due): **1** (the state's

@@ -94,7 +94,7 @@ pub(crate) async fn claim<T, S: Transport>(
     let id = (ctx.new_lease_id)();
     let term = Term::for_window(Duration::from_secs(30))?;
     let waited = Instant::now();
-    loop {
+    let held = loop {
         match locks
             .acquire_with(
                 &lock,
@@ -106,7 +106,7 @@ pub(crate) async fn claim<T, S: Transport>(
             )
             .await?
         {
-            Acquire::Acquired(_) => break,
+            Acquire::Acquired(held) => break held,
             Acquire::Busy { .. }
                 if waited.elapsed() < CLAIM_PATIENCE
                     && started.is_none_or(|s| s.elapsed() < settings.budget) =>
@@ -117,7 +117,7 @@ pub(crate) async fn claim<T, S: Transport>(
             }
             Acquire::Busy { .. } => return Ok(Claim::Busy),
         }
-    }
+    };
     let blobs = locks.client();
     let read_before = read.is_some();
     let mut claimed = claim_held(blobs, settings, tick, started.is_some(), read, ctx.now).await;
@@ -126,7 +126,8 @@ pub(crate) async fn claim<T, S: Transport>(
         // it again, under the lease.
         claimed = claim_held(blobs, settings, tick, started.is_some(), None, ctx.now).await;
     }
-    let _ = locks.release(&lock, id, ctx.now).await;
+    // At the ETag the claim left on the lock blob: no read first.
+    let _ = locks.release_held(&lock, &held, ctx.now).await;
     claimed
 }
 
