@@ -102,17 +102,28 @@ fn an_order_ships_once_across_two_deployments() {
     assert_eq!(ran.len(), 1, "{lines:#?}");
     assert_eq!(ran[0]["verb"], "once_per_window");
     assert_eq!(ran[0]["fencingToken"], token);
-    // The take (2 for an hour's lease record; the container's first use adds its own) and the
-    // done mark (2).
+    // The take (2 for an hour's lease record; the lock blob's and the container's first use
+    // add their own) and the done mark (1, at the ETag the take left).
     let trips = ran[0]["storageRoundTrips"].as_u64().unwrap();
     assert!((4..=8).contains(&trips), "{trips}");
     assert!(ran[0]["durationMs"].is_u64());
-    let throttled = lines.iter().filter(|l| l["decision"] == "throttled");
-    for line in throttled.clone() {
-        assert_eq!(line["storageRoundTrips"], 1, "{line}");
+    // A refusal is one HEAD; the concurrent loser may have raced the winner to the first use
+    // (its create refused, a second HEAD; the container's create too) and found the work done
+    // already, so it can be throttled with up to 4.
+    let throttled: Vec<_> = lines
+        .iter()
+        .filter(|l| l["decision"] == "throttled")
+        .collect();
+    for line in &throttled {
         assert!(line.get("fencingToken").is_none(), "{line}");
+        let n = line["storageRoundTrips"].as_u64().unwrap();
+        assert!((1..=4).contains(&n), "{line}");
     }
-    assert!(throttled.count() >= 2, "{lines:#?}");
+    let single = throttled
+        .iter()
+        .filter(|l| l["storageRoundTrips"] == 1)
+        .count();
+    assert!(single >= 2, "{lines:#?}");
 
     // Another order ships on its own, with its own (larger) token.
     let other = ship(&b, "order-2");
