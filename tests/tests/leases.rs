@@ -743,3 +743,25 @@ fn review_a_held_release_of_a_broken_lease_is_not_held() {
         "release_held says a broken lease was released by its holder"
     );
 }
+
+/// Review (issue 34): the same for a native lease that ran out untouched (Azure keeps an
+/// expired lease's id until the blob is modified or leased again, and releases it by that id):
+/// `release` says `NotHeld`, `release_held` says `Released`.
+#[test]
+fn review_a_held_release_of_an_expired_lease_is_not_held() {
+    let c = unique_container("relexpired");
+    let l = locks(&c);
+    let (x, y) = (lock("expired-x"), lock("expired-y"));
+    let a = held(acquire(&l, &x, native(15), random_id()));
+    let b = held(acquire(&l, &y, native(15), random_id()));
+    std::thread::sleep(Duration::from_secs(17));
+    assert_eq!(
+        block_on(l.release(&x, a.lease_id, SystemTime::now())).unwrap(),
+        Release::NotHeld
+    );
+    assert_eq!(
+        block_on(l.release_held(&y, &b, SystemTime::now())).unwrap(),
+        Release::NotHeld,
+        "release_held says an expired lease was released by its holder"
+    );
+}

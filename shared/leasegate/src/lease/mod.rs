@@ -668,8 +668,20 @@ impl<T: Transport> Locks<T> {
             let op = self
                 .lease_op(blob, LeaseAction::Release(id))
                 .with_condition(condition);
+            // Storage also releases a lease that ran out untouched (it keeps an expired lease's
+            // id until the blob is modified or leased again): held only if the release landed
+            // while the claim still counted (through the second it names), as a read would say.
             return Ok(match self.client.execute(&op, now).await {
-                Ok((crate::ops::LeaseOutcome::Released, _)) => Some(Release::Released),
+                Ok((crate::ops::LeaseOutcome::Released, date)) => {
+                    let claim = Claim::read(&grant.metadata)?;
+                    let landed = date.map_or(u64::MAX, unix_secs);
+                    let infinite = claim.kind == Kind::Native(LeaseDuration::Infinite);
+                    Some(if infinite || landed <= claim.expires {
+                        Release::Released
+                    } else {
+                        Release::NotHeld
+                    })
+                }
                 _ => None,
             });
         }
