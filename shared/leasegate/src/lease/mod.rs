@@ -652,7 +652,8 @@ impl<T: Transport> Locks<T> {
 
     /// Releases `id`'s lock on `blob` with one request conditional on the ETag `grant` names:
     /// the lease's release, or the record's clearing. `None` when storage refused it (the blob
-    /// changed since), or failed, or the ETag is not known: read first, as a release does.
+    /// changed since, the lease is not ours) or the ETag is not known: read first, as a release
+    /// does. A failure that may have landed is the answer (a read after it could not tell).
     async fn release_at(
         &self,
         blob: &BlobName,
@@ -682,7 +683,11 @@ impl<T: Transport> Locks<T> {
                         Release::NotHeld
                     })
                 }
-                _ => None,
+                Ok(_) => None,
+                Err(e) if refused(&e) => None,
+                // It may have landed (a lost answer, a 5xx): a read after it could not tell a
+                // release of ours from a lock not held, so the failure is the answer.
+                Err(e) => return Err(e),
             });
         }
         let claim = Claim::read(&grant.metadata)?;
@@ -706,7 +711,9 @@ impl<T: Transport> Locks<T> {
                     Release::NotHeld
                 })
             }
-            _ => None,
+            Ok((WriteOutcome::Refused(_), _)) => None,
+            Err(e) if refused(&e) => None,
+            Err(e) => return Err(e),
         })
     }
 
@@ -966,6 +973,16 @@ fn may_have_granted(e: &Error) -> bool {
         Error::Transport(t) => t.kind != crate::TransportErrorKind::Connect,
         other => other.outcome_unknown(),
     }
+}
+
+/// A held fast path's request that storage refused (the blob moved or went, the lease is not
+/// ours): nothing landed, read first.
+fn refused(e: &Error) -> bool {
+    is_missing(e)
+        || matches!(
+            e.class(),
+            Some(ErrorClass::PreconditionFailed | ErrorClass::HeldByOther | ErrorClass::LeaseLost)
+        )
 }
 
 fn is_missing(e: &Error) -> bool {
