@@ -716,3 +716,52 @@ fn a_step_down_frees_the_lock_with_three_requests_and_bars_its_id() {
         }
     }
 }
+
+/// Review (issue 34): a holder whose native lease was broken (an operator's break) or ran out,
+/// nobody having taken the lock since, did not hold it when it lets go: `release` says
+/// `NotHeld` (the enum's doc: "expired, taken over"), and `release_held` must say the same
+/// (its record path checks the record's expiry; its lease path trusts storage's 200, which
+/// Azure answers for a broken or expired lease released by its id).
+#[test]
+fn review_a_held_release_of_a_broken_lease_is_not_held() {
+    let c = unique_container("relbroken");
+    let l = locks(&c);
+    let name = lock("broken-native");
+    // The read-first release, for comparison.
+    let a = held(acquire(&l, &name, native(60), random_id()));
+    block_on(l.break_lock(&name, 0, SystemTime::now())).unwrap();
+    assert_eq!(
+        block_on(l.release(&name, a.lease_id, SystemTime::now())).unwrap(),
+        Release::NotHeld
+    );
+    // The held fast path on the same situation.
+    let b = held(acquire(&l, &name, native(60), random_id()));
+    block_on(l.break_lock(&name, 0, SystemTime::now())).unwrap();
+    assert_eq!(
+        block_on(l.release_held(&name, &b, SystemTime::now())).unwrap(),
+        Release::NotHeld,
+        "release_held says a broken lease was released by its holder"
+    );
+}
+
+/// Review (issue 34): the same for a native lease that ran out untouched (Azure keeps an
+/// expired lease's id until the blob is modified or leased again, and releases it by that id):
+/// `release` says `NotHeld`, `release_held` says `Released`.
+#[test]
+fn review_a_held_release_of_an_expired_lease_is_not_held() {
+    let c = unique_container("relexpired");
+    let l = locks(&c);
+    let (x, y) = (lock("expired-x"), lock("expired-y"));
+    let a = held(acquire(&l, &x, native(15), random_id()));
+    let b = held(acquire(&l, &y, native(15), random_id()));
+    std::thread::sleep(Duration::from_secs(17));
+    assert_eq!(
+        block_on(l.release(&x, a.lease_id, SystemTime::now())).unwrap(),
+        Release::NotHeld
+    );
+    assert_eq!(
+        block_on(l.release_held(&y, &b, SystemTime::now())).unwrap(),
+        Release::NotHeld,
+        "release_held says an expired lease was released by its holder"
+    );
+}

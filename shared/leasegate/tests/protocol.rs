@@ -561,3 +561,29 @@ fn a_record_locks_first_create_names_nobody() {
     );
     assert_eq!(sent[2].holder.as_deref(), Some(me.to_string().as_str()));
 }
+
+/// Review (issue 34): a step-down whose release landed but whose answer was lost. Before, the
+/// release's failure was the step-down's error (the leader answers 503: try again); now the
+/// fast release's failure is swallowed and the read after it finds the lease gone, so the
+/// step-down answers `NotHeld`: the leader says "this instance does not lead" although it led
+/// and has just stepped down.
+#[test]
+fn review_a_step_down_whose_release_answer_was_lost_is_not_told_not_held() {
+    let me = id(9);
+    let t = Scripted::new(vec![
+        head("leased", "a", &native_claim(me, SERVER_SECS + 20)),
+        written("b"),
+        lost_answer(),
+        head("available", "b", &native_claim(me, SERVER_SECS + 20)),
+    ]);
+    let r = pollster::block_on(locks(&t).step_down(
+        &name(),
+        me,
+        std::time::Duration::from_secs(30),
+        server_now(),
+    ));
+    assert!(
+        !matches!(r, Ok(leasegate::lease::Release::NotHeld)),
+        "a holder that just stepped down is told it did not hold the lock: {r:?}"
+    );
+}

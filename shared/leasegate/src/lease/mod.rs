@@ -652,7 +652,8 @@ impl<T: Transport> Locks<T> {
 
     /// Releases `id`'s lock on `blob` with one request conditional on the ETag `grant` names:
     /// the lease's release, or the record's clearing. `None` when storage refused it (the blob
-    /// changed since), or failed, or the ETag is not known: read first, as a release does.
+    /// changed since, the lease is not ours) or the ETag is not known: read first, as a release
+    /// does. A failure that may have landed is the answer (a read after it could not tell).
     async fn release_at(
         &self,
         blob: &BlobName,
@@ -668,9 +669,25 @@ impl<T: Transport> Locks<T> {
             let op = self
                 .lease_op(blob, LeaseAction::Release(id))
                 .with_condition(condition);
+            // Storage also releases a lease that ran out untouched (it keeps an expired lease's
+            // id until the blob is modified or leased again): held only if the release landed
+            // while the claim still counted (through the second it names), as a read would say.
             return Ok(match self.client.execute(&op, now).await {
-                Ok((crate::ops::LeaseOutcome::Released, _)) => Some(Release::Released),
-                _ => None,
+                Ok((crate::ops::LeaseOutcome::Released, date)) => {
+                    let claim = Claim::read(&grant.metadata)?;
+                    let landed = date.map_or(u64::MAX, unix_secs);
+                    let infinite = claim.kind == Kind::Native(LeaseDuration::Infinite);
+                    Some(if infinite || landed <= claim.expires {
+                        Release::Released
+                    } else {
+                        Release::NotHeld
+                    })
+                }
+                Ok(_) => None,
+                Err(e) if refused(&e) => None,
+                // It may have landed (a lost answer, a 5xx): a read after it could not tell a
+                // release of ours from a lock not held, so the failure is the answer.
+                Err(e) => return Err(e),
             });
         }
         let claim = Claim::read(&grant.metadata)?;
@@ -694,7 +711,9 @@ impl<T: Transport> Locks<T> {
                     Release::NotHeld
                 })
             }
-            _ => None,
+            Ok((WriteOutcome::Refused(_), _)) => None,
+            Err(e) if refused(&e) => None,
+            Err(e) => return Err(e),
         })
     }
 
@@ -954,6 +973,16 @@ fn may_have_granted(e: &Error) -> bool {
         Error::Transport(t) => t.kind != crate::TransportErrorKind::Connect,
         other => other.outcome_unknown(),
     }
+}
+
+/// A held fast path's request that storage refused (the blob moved or went, the lease is not
+/// ours): nothing landed, read first.
+fn refused(e: &Error) -> bool {
+    is_missing(e)
+        || matches!(
+            e.class(),
+            Some(ErrorClass::PreconditionFailed | ErrorClass::HeldByOther | ErrorClass::LeaseLost)
+        )
 }
 
 fn is_missing(e: &Error) -> bool {
