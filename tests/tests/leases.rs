@@ -752,7 +752,7 @@ fn a_held_release_of_a_lease_broken_since_answers_released_and_frees_the_lock() 
 /// expired lease's id until the blob is modified or leased again, and releases it by that id):
 /// `release` says `NotHeld`, `release_held` says `Released`.
 #[test]
-fn review_a_held_release_of_an_expired_lease_is_not_held() {
+fn a_held_release_of_an_expired_lease_is_not_held() {
     let c = unique_container("relexpired");
     let l = locks(&c);
     let (x, y) = (lock("expired-x"), lock("expired-y"));

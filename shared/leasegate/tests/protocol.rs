@@ -568,7 +568,7 @@ fn a_record_locks_first_create_names_nobody() {
 /// step-down answers `NotHeld`: the leader says "this instance does not lead" although it led
 /// and has just stepped down.
 #[test]
-fn review_a_step_down_whose_release_answer_was_lost_is_not_told_not_held() {
+fn a_step_down_whose_release_answer_was_lost_is_not_told_not_held() {
     let me = id(9);
     let t = Scripted::new(vec![
         head("leased", "a", &native_claim(me, SERVER_SECS + 20)),
