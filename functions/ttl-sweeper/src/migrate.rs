@@ -8,18 +8,18 @@
 use std::time::{Instant, SystemTime};
 
 use futures::StreamExt;
-use leasegate::ops::{BlobItem, Condition, GetBlob, ListBlobs, PutBlob, WriteOutcome};
+use leasegate::ops::{BlobItem, GetBlob, ListBlobs};
 use leasegate::{BlobClient, BlobName, ContainerName, Counting, Response, StatusCode, Transport};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use leasegate_spin::storage::execute_creating_container;
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{elapsed_ms, timer, Context};
 
 use crate::error::tags_forbidden;
 use crate::mark::tag;
 use crate::settings::{Kind, Settings};
+use crate::state::put_json_if;
 use crate::{EXPIRES_TAG, MIGRATION_BLOB, TIME_TO_LIVE};
 
 /// One swept container (and prefix) in the migration.
@@ -105,7 +105,7 @@ pub(crate) async fn migrate<T: Transport>(
         let Some(index) = m.containers.iter().position(|p| !p.done) else {
             m.done = true;
             m.completed_at = Some(rfc3339(server_now));
-            return match write(&blobs, settings, &m, etag, ctx.now).await {
+            return match write(&blobs, &m, etag, ctx.now).await {
                 Ok(_) => answer(&m, counting.sent()),
                 Err(e) => web::storage_unavailable(&e),
             };
@@ -158,7 +158,7 @@ pub(crate) async fn migrate<T: Transport>(
         let e = &mut m.containers[index];
         e.marker = page.next_marker;
         e.done = e.marker.is_none();
-        match write(&blobs, settings, &m, etag, ctx.now).await {
+        match write(&blobs, &m, etag, ctx.now).await {
             Ok(_) => {}
             Err(e) => return web::storage_unavailable(&e),
         }
@@ -244,23 +244,9 @@ async fn read<S: Transport>(
 /// Writes the progress by compare-and-swap; `false` when another caller wrote it first.
 async fn write<S: Transport>(
     blobs: &BlobClient<S>,
-    settings: &Settings,
     m: &Migration,
     etag: Option<leasegate::ETag>,
     now: SystemTime,
 ) -> Result<bool, leasegate::Error> {
-    let body = serde_json::to_vec_pretty(m).expect("the migration serializes");
-    let put = PutBlob::block(
-        settings.storage.container.clone(),
-        BlobName::try_new(MIGRATION_BLOB)?,
-        body,
-    )
-    .with_content_type("application/json")
-    .with_condition(etag.map_or(Condition::IfNotExists, Condition::IfMatch));
-    Ok(matches!(
-        execute_creating_container(blobs, blobs.container(), &put, now)
-            .await?
-            .0,
-        WriteOutcome::Written(_)
-    ))
+    put_json_if(blobs, BlobName::try_new(MIGRATION_BLOB)?, m, etag, now).await
 }

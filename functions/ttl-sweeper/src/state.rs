@@ -9,8 +9,8 @@
 use std::time::SystemTime;
 
 use leasegate::ops::{Condition, GetBlob, PutBlob, WriteOutcome};
-use leasegate::BlobClient;
 use leasegate::Transport;
+use leasegate::{BlobClient, BlobName};
 use serde::{Deserialize, Serialize};
 
 use leasegate_spin::storage::execute_creating_container;
@@ -260,15 +260,25 @@ pub(crate) async fn write_state<S: Transport>(
     etag: Option<leasegate::ETag>,
     now: SystemTime,
 ) -> Result<bool, leasegate::Error> {
-    // Serializing the state cannot fail (string keys, integers); pretty, as it always was.
-    let body = serde_json::to_vec_pretty(state).expect("the state serializes");
-    let put = PutBlob::block(
-        settings.storage.container.clone(),
-        settings.state_blob()?,
-        body,
-    )
-    .with_content_type("application/json")
-    .with_condition(etag.map_or(Condition::IfNotExists, Condition::IfMatch));
+    put_json_if(blobs, settings.state_blob()?, state, etag, now).await
+}
+
+/// Writes `value` as pretty JSON to `blob` in the app's container by compare-and-swap: at
+/// `etag`, or only if the blob does not exist yet (`None`); the container is created if
+/// missing. `false` when another caller wrote it first. The sweep state and the migration's
+/// progress are kept this way.
+pub(crate) async fn put_json_if<S: Transport>(
+    blobs: &BlobClient<S>,
+    blob: BlobName,
+    value: &impl serde::Serialize,
+    etag: Option<leasegate::ETag>,
+    now: SystemTime,
+) -> Result<bool, leasegate::Error> {
+    // Both are plain structs (string keys, integers): serializing cannot fail.
+    let body = serde_json::to_vec_pretty(value).expect("the record serializes");
+    let put = PutBlob::block(blobs.container().clone(), blob, body)
+        .with_content_type("application/json")
+        .with_condition(etag.map_or(Condition::IfNotExists, Condition::IfMatch));
     Ok(matches!(
         execute_creating_container(blobs, blobs.container(), &put, now)
             .await?
