@@ -150,33 +150,49 @@ async fn process<T, S: Transport>(
     started: Instant,
 ) -> Report {
     if let Some(found) = &claimed.found {
-        let outcomes: Vec<BlobOutcome> = futures::stream::iter(
-            found
-                .blobs
-                .iter()
-                .filter(|b| b.name.starts_with(claimed.prefix.as_str())),
-        )
-        .map(|item| async move {
-            if started.elapsed() >= settings.work_deadline() {
-                return BlobOutcome::Skipped("the tick's time ran out (the next pass takes it)");
-            }
-            sweep_found(ctx, blobs, settings, claimed, item).await
+        let due = found
+            .blobs
+            .iter()
+            .filter(|b| b.name.starts_with(claimed.prefix.as_str()));
+        return each_in_time(settings, started, due, |item| {
+            sweep_found(ctx, blobs, settings, claimed, item)
         })
-        .buffer_unordered(settings.storage.max_in_flight)
-        .collect()
         .await;
-        return tally(outcomes);
     }
-    let outcomes: Vec<BlobOutcome> = futures::stream::iter(claimed.page.blobs.iter())
-        .map(|item| async move {
-            // Late in the tick no blob is begun: it stays within `tick_bound`.
-            if started.elapsed() >= settings.work_deadline() {
-                return BlobOutcome::Skipped("the tick's time ran out (the next pass takes it)");
-            }
+    each_in_time(
+        settings,
+        started,
+        claimed.page.blobs.iter(),
+        |item| async move {
             match claimed.kind {
                 Kind::Ttl => sweep_blob(ctx, blobs, settings, claimed, item).await,
                 Kind::Locks => sweep_lock(ctx, blobs, settings, claimed, item).await,
             }
+        },
+    )
+    .await
+}
+
+/// Runs `sweep` on each of `items`, at most `max_in_flight` at a time, and counts the outcomes.
+/// Late in the tick no blob is begun: it stays within `tick_bound`.
+async fn each_in_time<I, F, Fut>(
+    settings: &Settings,
+    started: Instant,
+    items: I,
+    sweep: F,
+) -> Report
+where
+    I: Iterator,
+    F: Fn(I::Item) -> Fut,
+    Fut: std::future::Future<Output = BlobOutcome>,
+{
+    let sweep = &sweep;
+    let outcomes: Vec<BlobOutcome> = futures::stream::iter(items)
+        .map(|item| async move {
+            if started.elapsed() >= settings.work_deadline() {
+                return BlobOutcome::Skipped("the tick's time ran out (the next pass takes it)");
+            }
+            sweep(item).await
         })
         .buffer_unordered(settings.storage.max_in_flight)
         .collect()
