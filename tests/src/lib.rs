@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use leasegate::{Account, ContainerName};
 
 pub mod app;
+pub mod blobs;
 pub mod entra;
 pub mod jobs;
 pub mod keepalive;

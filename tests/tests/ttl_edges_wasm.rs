@@ -7,55 +7,17 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::Locks;
-use leasegate::ops::{CreateContainer, GetBlob, ListBlobs, Metadata, PutBlob};
+use leasegate::ops::{GetBlob, ListBlobs};
 use leasegate::{BlobName, ContainerName};
-use leasegate_cli::{block_on, NativeTransport};
+use leasegate_cli::block_on;
 use leasegate_tests::app::{call, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::blobs::{client, create_container, put, rfc3339};
 use leasegate_tests::proxy::Fault;
-use leasegate_tests::{unique_container, wait_for, Azurite};
+use leasegate_tests::{unique_container, wait_for};
 use serde_json::{json, Value};
-
-fn storage() -> Locks<NativeTransport> {
-    Locks::new(
-        NativeTransport::default(),
-        Azurite::shared().account(),
-        ContainerName::try_new("unused").unwrap(),
-    )
-}
-
-fn create_container(c: &ContainerName) {
-    block_on(storage().client().execute(
-        &CreateContainer {
-            container: c.clone(),
-        },
-        SystemTime::now(),
-    ))
-    .unwrap();
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
 
 fn past() -> String {
     rfc3339(SystemTime::now() - Duration::from_secs(3600))
-}
-
-/// Puts a blob with `metadata`.
-fn put(c: &ContainerName, name: &str, body: &[u8], metadata: &[(&str, String)]) {
-    let m: Metadata = metadata
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    block_on(
-        storage().client().execute(
-            &PutBlob::block(c.clone(), BlobName::try_new(name).unwrap(), body.to_vec())
-                .with_metadata(m),
-            SystemTime::now(),
-        ),
-    )
-    .unwrap();
 }
 
 /// The names of a container's blobs.
@@ -67,7 +29,7 @@ fn names(c: &ContainerName) -> BTreeSet<String> {
             marker: marker.clone(),
             ..ListBlobs::new(c.clone())
         };
-        let (page, _) = match block_on(storage().client().execute(&op, SystemTime::now())) {
+        let (page, _) = match block_on(client().execute(&op, SystemTime::now())) {
             Ok(p) => p,
             Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => return out,
             Err(e) => panic!("{e}"),
@@ -85,7 +47,7 @@ fn contents(c: &ContainerName) -> BTreeSet<String> {
     names(c)
         .into_iter()
         .map(|name| {
-            let blob = block_on(storage().client().execute(
+            let blob = block_on(client().execute(
                 &GetBlob {
                     container: c.clone(),
                     blob: BlobName::try_new(&name).unwrap(),
@@ -331,7 +293,7 @@ fn a_new_pass_does_not_move_a_blob_a_worker_is_still_moving() {
             names(&dead).contains("x").then_some(())
         });
         // A consumer of the dead-blob container takes the moved blob.
-        block_on(storage().client().execute(
+        block_on(client().execute(
             &leasegate::ops::DeleteBlob {
                 container: dead.clone(),
                 blob: BlobName::try_new("x").unwrap(),

@@ -7,56 +7,20 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::Locks;
-use leasegate::ops::{
-    CreateContainer, GetBlobTags, GetProperties, Metadata, PutBlob, SetBlobTags, Tags,
-};
+use leasegate::ops::{GetBlobTags, GetProperties, SetBlobTags, Tags};
 use leasegate::{BlobName, ContainerName};
-use leasegate_cli::{block_on, NativeTransport};
+use leasegate_cli::block_on;
 use leasegate_tests::app::{call, Answer, App, ADMIN_AUTH, TIMER_AUTH};
+use leasegate_tests::blobs::{client, create_container, put, rfc3339};
 use leasegate_tests::proxy::Fault;
-use leasegate_tests::{unique_container, wait_for, Azurite};
+use leasegate_tests::{unique_container, wait_for};
 use serde_json::{json, Value};
 
 /// The expiry tag (`ttl_sweeper::EXPIRES_TAG`).
 const TAG: &str = "leasegate_expires_at";
 
-fn storage() -> Locks<NativeTransport> {
-    Locks::new(
-        NativeTransport::default(),
-        Azurite::shared().account(),
-        ContainerName::try_new("unused").unwrap(),
-    )
-}
-
 fn name(n: &str) -> BlobName {
     BlobName::try_new(n).unwrap()
-}
-
-fn create_container(c: &ContainerName) {
-    block_on(storage().client().execute(
-        &CreateContainer {
-            container: c.clone(),
-        },
-        SystemTime::now(),
-    ))
-    .unwrap();
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
-
-fn put(c: &ContainerName, n: &str, body: &[u8], metadata: &[(&str, String)]) {
-    let m: Metadata = metadata
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    block_on(storage().client().execute(
-        &PutBlob::block(c.clone(), name(n), body.to_vec()).with_metadata(m),
-        SystemTime::now(),
-    ))
-    .unwrap();
 }
 
 fn set_tags(c: &ContainerName, n: &str, tags: &[(&str, String)]) {
@@ -64,7 +28,7 @@ fn set_tags(c: &ContainerName, n: &str, tags: &[(&str, String)]) {
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
-    block_on(storage().client().execute(
+    block_on(client().execute(
         &SetBlobTags {
             container: c.clone(),
             blob: name(n),
@@ -77,7 +41,7 @@ fn set_tags(c: &ContainerName, n: &str, tags: &[(&str, String)]) {
 }
 
 fn tags(c: &ContainerName, n: &str) -> Option<Tags> {
-    block_on(storage().client().execute(
+    block_on(client().execute(
         &GetBlobTags {
             container: c.clone(),
             blob: name(n),
@@ -89,7 +53,7 @@ fn tags(c: &ContainerName, n: &str) -> Option<Tags> {
 }
 
 fn exists(c: &ContainerName, n: &str) -> bool {
-    block_on(storage().client().execute(
+    block_on(client().execute(
         &GetProperties {
             container: c.clone(),
             blob: name(n),
@@ -539,7 +503,7 @@ fn a_found_blob_is_moved_under_the_lease() {
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(pass(&app), 1);
     assert!(!exists(&c, "m"));
-    let (copy, _) = block_on(storage().client().execute(
+    let (copy, _) = block_on(client().execute(
         &leasegate::ops::GetBlob {
             container: dead.clone(),
             blob: name("moved/m"),

@@ -7,55 +7,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{Locks, Term};
-use leasegate::ops::{
-    CreateContainer, GetBlob, GetProperties, Lease, LeaseAction, ListBlobs, Metadata, PutBlob,
-};
+use leasegate::ops::{GetBlob, GetProperties, Lease, LeaseAction, ListBlobs, Metadata};
 use leasegate::{BlobName, ContainerName, LeaseDuration, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{
     bad, call, expect_clear_errors, Answer, App, ADMIN_AUTH, ADMIN_TOKEN, TIMER_AUTH, TIMER_TOKEN,
 };
+use leasegate_tests::blobs::{client, create_container, put, rfc3339};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{unique_container, wait_for, Azurite};
 use serde_json::{json, Value};
-
-fn storage() -> Locks<NativeTransport> {
-    Locks::new(
-        NativeTransport::default(),
-        Azurite::shared().account(),
-        ContainerName::try_new("unused").unwrap(),
-    )
-}
-
-fn create_container(c: &ContainerName) {
-    block_on(storage().client().execute(
-        &CreateContainer {
-            container: c.clone(),
-        },
-        SystemTime::now(),
-    ))
-    .unwrap();
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
-
-/// Puts a blob with `metadata`.
-fn put(c: &ContainerName, name: &str, body: &[u8], metadata: &[(&str, String)]) {
-    let m: Metadata = metadata
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    block_on(
-        storage().client().execute(
-            &PutBlob::block(c.clone(), BlobName::try_new(name).unwrap(), body.to_vec())
-                .with_metadata(m),
-            SystemTime::now(),
-        ),
-    )
-    .unwrap();
-}
 
 /// Every blob of a container: name -> (etag, metadata).
 fn list(c: &ContainerName) -> BTreeMap<String, (String, Metadata)> {
@@ -67,7 +28,7 @@ fn list(c: &ContainerName) -> BTreeMap<String, (String, Metadata)> {
             include_metadata: true,
             ..ListBlobs::new(c.clone())
         };
-        let (page, _) = match block_on(storage().client().execute(&op, SystemTime::now())) {
+        let (page, _) = match block_on(client().execute(&op, SystemTime::now())) {
             Ok(p) => p,
             Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => return out,
             Err(e) => panic!("{e}"),
@@ -260,7 +221,7 @@ fn four_workers_sweep_two_thousand_blobs_once() {
         assert!(meta.contains_key("timetolive"), "{meta:?}");
         assert!(meta.contains_key("deadblobcontainer"), "{meta:?}");
         assert!(!meta.contains_key("sourceuri"), "{meta:?}");
-        let content = block_on(storage().client().execute(
+        let content = block_on(client().execute(
             &GetBlob {
                 container: dead.clone(),
                 blob: BlobName::try_new(name).unwrap(),
@@ -308,7 +269,7 @@ fn changed_leased_and_badly_marked_blobs_are_left_alone() {
             proposed: LeaseId::from_random_bytes([4; 16]),
         },
     );
-    block_on(storage().client().execute(&lease, SystemTime::now())).unwrap();
+    block_on(client().execute(&lease, SystemTime::now())).unwrap();
     let app = sweeper("edge", c.as_str(), &[("storage_timeout_ms", "10000")], None);
     // The deletes of two blobs are held up 4 s: in that time, after the listing (the state
     // shows the page claimed), one is rewritten and the other re-marked.
@@ -411,7 +372,7 @@ fn marking_api() {
     assert!(!meta.contains_key("deadblobcontainer"));
     assert_eq!(meta.get("owner").unwrap().as_str(), "team-a");
     put(&c, "held", b"x", &[]);
-    block_on(storage().client().execute(
+    block_on(client().execute(
         &Lease::new(
             c.clone(),
             BlobName::try_new("held").unwrap(),
@@ -754,7 +715,7 @@ fn storage_faults_leave_blobs_in_place_and_the_next_pass_finishes() {
     assert!(names(&c).is_empty());
     assert_eq!(names(&dead), movers);
     for name in &movers {
-        let blob = block_on(storage().client().execute(
+        let blob = block_on(client().execute(
             &GetBlob {
                 container: dead.clone(),
                 blob: BlobName::try_new(name).unwrap(),
