@@ -643,14 +643,7 @@ fn format_job(out: &mut String, j: &Value) {
         let _ = writeln!(out, "    {label:<13}{value}");
     };
     if j["paused"].as_bool() == Some(true) {
-        let mut state = "paused".to_string();
-        if let Some(since) = text(&j["pausedSince"]) {
-            let _ = write!(state, " since {since}");
-        }
-        if let Some(note) = text(&j["pauseNote"]) {
-            let _ = write!(state, ": {note}");
-        }
-        line("state", &state);
+        line("state", &crate::status::paused(j));
     } else if j["log"].as_bool() == Some(true) {
         line("state", "not paused");
     } else {

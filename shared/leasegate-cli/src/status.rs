@@ -372,16 +372,7 @@ pub fn format_status(v: &Value) -> String {
         }
     }
     match v["paused"].as_bool() {
-        Some(true) => {
-            let mut state = "paused".to_string();
-            if let Some(since) = text(&v["pausedSince"]) {
-                let _ = write!(state, " since {since}");
-            }
-            if let Some(note) = text(&v["pauseNote"]) {
-                let _ = write!(state, ": {note}");
-            }
-            line("state", &state);
-        }
+        Some(true) => line("state", &paused(v)),
         Some(false) => line("state", "running normally"),
         None => {}
     }
@@ -547,6 +538,19 @@ pub(crate) fn clean(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// A paused job's state line: `paused since <when>: <note>` (each part where the job's status
+/// `v` has it).
+pub(crate) fn paused(v: &Value) -> String {
+    let mut state = "paused".to_string();
+    if let Some(since) = text(&v["pausedSince"]) {
+        let _ = write!(state, " since {since}");
+    }
+    if let Some(note) = text(&v["pauseNote"]) {
+        let _ = write!(state, ": {note}");
+    }
+    state
 }
 
 #[cfg(test)]
