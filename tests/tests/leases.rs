@@ -769,3 +769,34 @@ fn a_held_release_of_an_expired_lease_is_not_held() {
         "release_held says an expired lease was released by its holder"
     );
 }
+
+/// Marks may not write over the claim: a mark named with its prefix `leasegate_` is refused,
+/// by `set_marks` and `set_marks_held` alike, before any request, and the claim stays.
+#[test]
+fn a_mark_with_the_claims_prefix_is_refused_and_nothing_is_written() {
+    let c = unique_container("claimmark");
+    let base = locks(&c);
+    let name = lock("claim-mark");
+    let mut h = held(acquire(&base, &name, record(120), random_id()));
+    let forged: leasegate::ops::Metadata =
+        [("leasegate_token".to_string(), "1".to_string())].into();
+    let (plain, n) = counted(&base, |cl| {
+        block_on(cl.set_marks(&name, h.lease_id, &forged, SystemTime::now()))
+    });
+    assert!(
+        matches!(plain, Err(leasegate::Error::InvalidArgument(_))) && n == 0,
+        "{plain:?} {n}"
+    );
+    let (fast, n) = counted(&base, |cl| {
+        block_on(cl.set_marks_held(&name, &mut h, &forged, SystemTime::now()))
+    });
+    assert!(
+        matches!(fast, Err(leasegate::Error::InvalidArgument(_))) && n == 0,
+        "{fast:?} {n}"
+    );
+    let info = block_on(base.inspect(&name, SystemTime::now())).unwrap();
+    assert_eq!(info.fencing_token, h.fencing_token.unwrap());
+    // The holder's fast path still works afterwards.
+    let marks: leasegate::ops::Metadata = [("progress".to_string(), "done".to_string())].into();
+    assert!(block_on(base.set_marks_held(&name, &mut h, &marks, SystemTime::now())).unwrap());
+}

@@ -462,11 +462,7 @@ impl<T: Transport> Locks<T> {
         marks: &Metadata,
         now: SystemTime,
     ) -> Result<bool, Error> {
-        if let Some(name) = marks.keys().find(|k| claim::is_claim_field(k)) {
-            return Err(Error::InvalidArgument(format!(
-                "mark {name} uses the claim's prefix leasegate_"
-            )));
-        }
+        own_marks(marks)?;
         let blob = self.blob_name(lock)?;
         let snap = match self.read(&blob, now).await? {
             Read::Found(snap) => snap,
@@ -500,11 +496,7 @@ impl<T: Transport> Locks<T> {
         marks: &Metadata,
         now: SystemTime,
     ) -> Result<bool, Error> {
-        if let Some(name) = marks.keys().find(|k| claim::is_claim_field(k)) {
-            return Err(Error::InvalidArgument(format!(
-                "mark {name} uses the claim's prefix leasegate_"
-            )));
-        }
+        own_marks(marks)?;
         let grant = std::mem::take(&mut held.grant);
         if let Some(etag) = grant.etag {
             let metadata = with_marks(&grant.metadata, marks);
@@ -924,6 +916,16 @@ impl<T: Transport> Locks<T> {
     /// A lease operation on `blob`.
     fn lease_op(&self, blob: &BlobName, action: LeaseAction) -> Lease {
         Lease::new(self.client.container().clone(), blob.clone(), action)
+    }
+}
+
+/// Refuses marks that would write over the claim (names with its prefix `leasegate_`).
+fn own_marks(marks: &Metadata) -> Result<(), Error> {
+    match marks.keys().find(|k| claim::is_claim_field(k)) {
+        Some(name) => Err(Error::InvalidArgument(format!(
+            "mark {name} uses the claim's prefix leasegate_"
+        ))),
+        None => Ok(()),
     }
 }
 
