@@ -6,18 +6,21 @@ use std::panic::AssertUnwindSafe;
 use std::time::SystemTime;
 
 use leasegate::ops::{build, GetProperties};
+use leasegate::ContainerName;
 use leasegate::{Account, BlobName};
-use leasegate_tests::app::{root, App};
+use leasegate_tests::app::{call, root, App};
 use leasegate_tests::load::{http_request, Cell, Expect, Measured, Then};
+use leasegate_tests::sink::Sink;
 use leasegate_tests::spin::{Spin, SpinConfig};
+use leasegate_tests::Azurite;
 
-use super::{reading, Bench, Figures, Row, Storage, ALERT_PREFIX};
+use super::{reading, Bench, Figures, Row, Storage, Tokens, ALERT_PREFIX};
 
 /// The hello world's row name.
 pub const HELLO: &str = "hello world: spin-sdk 5.2 #[http_component], the reading parsed";
 /// The limit's row name.
 pub const LIMIT: &str =
-    "limit of the throttle, c=1: no-storage answer + raw HEAD via the proxy, back to back";
+    "limit of the throttle, c=1: no-storage answer + raw HEAD straight to Azurite, back to back";
 
 /// The hello world (`tests/bench-hello`) under its own `spin up`, sent the below-threshold
 /// reading at every level; the Spin is returned so that it lives until the table is printed.
@@ -39,7 +42,7 @@ pub fn hello_row(bench: &mut Bench) -> (Row, Option<Spin>) {
             http: true,
             clock_offset_ms: 0,
             runtime_config: None,
-            env: Vec::new(),
+            env: super::spin_env(),
         })
     }));
     let Ok(spin) = started else {
@@ -75,42 +78,104 @@ pub fn hello_row(bench: &mut Bench) -> (Row, Option<Spin>) {
     (row, Some(spin))
 }
 
+/// The rows measured straight to storage.
+pub const DIRECT: &str = "app: telemetry throttled, kv_cache=off, straight to Azurite";
 /// The throttled row measured in turns with the limit.
-pub const PAIRED: &str = "app: telemetry throttled, kv_cache=off, in turns with the limit";
+pub const PAIRED: &str = "app: telemetry throttled, straight to Azurite, in turns with the limit";
+/// The hello world's storage rows, in turns with the limit.
+pub const HELLO_SDK: &str = "hello world + the same signed HEAD, spin-sdk send, in turns";
+/// The same through the `wasi` outgoing handler.
+pub const HELLO_WASI: &str = "hello world + the same signed HEAD, wasi outgoing-handler, in turns";
 
-/// Turns of the limit and the throttle it bounds: each 0.5 s, alternating, so that both see
+/// Turns of the limit and the decisions it bounds: each 0.5 s, in rotation, so that all see
 /// the same machine (the other rows of the table ran minutes apart).
 const LIMIT_TURNS: usize = 6;
 
-/// The limit at c=1: the app's no-storage answer (`none`, the request of the below-threshold
-/// row) and then the throttle's one storage request, a HEAD of the device's lock blob signed
-/// here and sent through the app's own storage proxy (the path the app's request takes), back
-/// to back on two keep-alive connections; measured in turns with the throttled decision
-/// (`throttled`, `kv_cache = off`). Returns the limit's row and the paired throttle's.
-pub fn limit_rows(
+/// What [`straight_rows`] keeps running until the table is printed (dropping it stops them).
+pub struct Straight {
+    /// The app whose storage origin is Azurite itself.
+    _app: Option<App>,
+    /// The hello world with the signed HEAD.
+    _hello: Option<Spin>,
+}
+
+/// The throttle with nothing between Spin and storage, as the SDKs go (the table's other app
+/// rows go through the counting proxy, which adds a hop): a second app whose `storage_origin`
+/// is the bench's Azurite, `kv_cache = off`, its throttled row at every level ([`DIRECT`],
+/// compared with the JavaScript SDK); then at c=1, in turns of 0.5 s:
+///
+/// * the **limit**: the app's no-storage answer and then the throttle's one storage request, a
+///   HEAD of the device's lock blob signed here and sent straight to Azurite, back to back on
+///   two keep-alive connections;
+/// * the throttled decision ([`PAIRED`]);
+/// * the hello world sending the same signed HEAD through spin-sdk's `send` and through the
+///   `wasi` outgoing handler ([`HELLO_SDK`], [`HELLO_WASI`]): the least any spin-sdk component
+///   does for a decision that asks storage once, and which of the two is faster.
+pub fn straight_rows(
     bench: &mut Bench,
-    app: &App,
-    none: &(dyn Fn(usize) -> Vec<u8> + Sync),
-    throttled: &(dyn Fn(usize) -> Vec<u8> + Sync),
-) -> Vec<Row> {
+    tokens: &Tokens,
+    azurite: &Azurite,
+) -> (Vec<Row>, Straight) {
     let levels = bench.options.concurrency.len();
-    let mut limit = Row::new(LIMIT, Storage::One, levels);
-    let mut paired = Row::new(PAIRED, Storage::One, levels);
-    let Some(k) = bench.options.concurrency.iter().position(|&c| c == 1) else {
-        limit.skipped = Some("c=1 is not among the levels".into());
-        paired.skipped = Some("c=1 is not among the levels".into());
-        return vec![paired, limit];
+    let origin = format!("http://{}", azurite.authority());
+    let mut overrides = vec![("storage_origin", origin.as_str())];
+    if super::declares_kv_cache() {
+        overrides.push(("kv_cache", "off"));
+    }
+    let started = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        super::start_app_with("bench-direct", tokens, &overrides, super::setup())
+    }));
+    let names = [DIRECT, PAIRED, LIMIT, HELLO_SDK, HELLO_WASI];
+    let Ok(app) = started else {
+        bench.cells_done += levels + 4;
+        let rows = names
+            .iter()
+            .map(|n| Row::skipped(*n, levels, "the app did not start"))
+            .collect();
+        return (
+            rows,
+            Straight {
+                _app: None,
+                _hello: None,
+            },
+        );
     };
-    let origin = app.storage.origin();
-    let proxy: SocketAddr = origin
-        .trim_start_matches("http://")
-        .parse()
-        .expect("the storage proxy listens on an IP address");
+    super::hold_devices(&app, tokens, bench.max_connections());
+    let host = app.spin.addr().to_string();
+    let throttled = super::telemetry_request(&host, &tokens.telemetry, 36.0);
+    let below = super::telemetry_request(&host, &tokens.telemetry, 12.0);
+    let mut direct = Row::new(DIRECT, Storage::One, levels);
+    bench.run_row(
+        &mut direct,
+        app.spin.addr(),
+        &throttled,
+        &super::throttled_expect(),
+    );
+    direct.reference = Some(409);
+
+    let mut turns: Vec<Row> = [PAIRED, LIMIT, HELLO_SDK, HELLO_WASI]
+        .iter()
+        .map(|n| Row::new(*n, Storage::One, levels))
+        .collect();
+    let Some(k) = bench.options.concurrency.iter().position(|&c| c == 1) else {
+        for row in &mut turns {
+            row.skipped = Some("c=1 is not among the levels".into());
+        }
+        let mut rows = vec![direct];
+        rows.extend(turns);
+        return (
+            rows,
+            Straight {
+                _app: Some(app),
+                _hello: None,
+            },
+        );
+    };
     let account = Account::development(&format!(
         "{origin}/{}",
         leasegate::account::DEV_ACCOUNT_NAME
     ))
-    .expect("the proxy's endpoint");
+    .expect("Azurite's endpoint");
     let heads: Vec<GetProperties> = (0..bench.max_connections())
         .map(|i| GetProperties {
             container: app.container.clone(),
@@ -121,7 +186,48 @@ pub fn limit_rows(
     let head = |i: usize| {
         super::wire(&build(&heads[i], &account, SystemTime::now()).expect("a HEAD builds"))
     };
-    let below = Expect {
+    // The hello world's HEAD: device 0's, signed once (a SharedKey signature stays valid while
+    // its date is within Azurite's allowance; the turns take seconds).
+    let signed = build(&heads[0], &account, SystemTime::now()).expect("a HEAD builds");
+    let header_lines: Vec<String> = signed
+        .headers()
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}"))
+        .collect();
+    let hello = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        Spin::start(&SpinConfig {
+            manifest: root().join("tests/bench-hello/spin.toml"),
+            variables: vec![
+                ("head_origin".into(), origin.clone()),
+                ("head_path".into(), signed.path_and_query()),
+                ("head_headers".into(), header_lines.join("\n")),
+            ],
+            http: true,
+            clock_offset_ms: 0,
+            runtime_config: None,
+            env: super::spin_env(),
+        })
+    }))
+    .ok();
+    let hello_host = hello
+        .as_ref()
+        .map(|s| s.addr().to_string())
+        .unwrap_or_default();
+    let hello_request = |route: &'static str| {
+        let host = hello_host.clone();
+        move |i: usize| {
+            http_request(
+                "POST",
+                route,
+                &host,
+                &[("content-type", "application/json")],
+                &reading(i, 12.0),
+            )
+        }
+    };
+    let via_sdk = hello_request("/api/head/sdk");
+    let via_wasi = hello_request("/api/head/wasi");
+    let below_expect = Expect {
         status: 200,
         body_contains: Some("\"below_threshold\""),
     };
@@ -129,15 +235,50 @@ pub fn limit_rows(
         status: 200,
         body_contains: None,
     };
-    let throttle = Expect {
+    let throttle = super::throttled_expect();
+    let head_answered = Expect {
         status: 200,
-        body_contains: Some("\"throttled\""),
+        body_contains: Some("\"storageStatus\":200"),
     };
-    let mut sums = [Measured::default(), Measured::default()];
+    let azurite_addr: SocketAddr = azurite
+        .authority()
+        .parse()
+        .expect("Azurite listens on an IP address");
+    // (address, request, expected answer, then) of each target, in `turns`' order.
+    type Target<'a> = (
+        SocketAddr,
+        &'a (dyn Fn(usize) -> Vec<u8> + Sync),
+        &'a Expect,
+        Option<Then<'a>>,
+    );
+    let mut targets: Vec<Target> = vec![
+        (app.spin.addr(), &throttled, &throttle, None),
+        (
+            app.spin.addr(),
+            &below,
+            &below_expect,
+            Some(Then {
+                addr: azurite_addr,
+                request: &head,
+                expect: &found,
+            }),
+        ),
+    ];
+    if let Some(spin) = &hello {
+        targets.push((spin.addr(), &via_sdk, &head_answered, None));
+        targets.push((spin.addr(), &via_wasi, &head_answered, None));
+    } else {
+        for row in &mut turns[2..] {
+            row.skipped = Some("spin up of tests/bench-hello failed".into());
+        }
+    }
+    let mut sums: Vec<Measured> = targets.iter().map(|_| Measured::default()).collect();
     for turn in 0..LIMIT_TURNS {
-        for which in [turn % 2, 1 - turn % 2] {
-            let cell = Cell {
-                addr: app.spin.addr(),
+        for t in 0..targets.len() {
+            let t = (t + turn) % targets.len();
+            let (addr, request, expect, then) = targets[t];
+            let m = Cell {
+                addr,
                 connections: 1,
                 warmup: if turn == 0 {
                     bench.warmup()
@@ -145,16 +286,12 @@ pub fn limit_rows(
                     std::time::Duration::from_millis(50)
                 },
                 measure: std::time::Duration::from_millis(500),
-                request: if which == 0 { none } else { throttled },
-                expect: if which == 0 { &below } else { &throttle },
-                then: (which == 0).then_some(Then {
-                    addr: proxy,
-                    request: &head,
-                    expect: &found,
-                }),
-            };
-            let m = cell.run();
-            let s = &mut sums[which];
+                request,
+                expect,
+                then,
+            }
+            .run();
+            let s = &mut sums[t];
             s.decisions += m.decisions;
             s.seconds += m.seconds;
             s.latencies.extend(m.latencies);
@@ -162,19 +299,23 @@ pub fn limit_rows(
             s.samples.extend(m.samples);
         }
     }
-    let mut rows = Vec::new();
-    for (mut row, mut m) in [
-        (paired, std::mem::take(&mut sums[1])),
-        (limit, std::mem::take(&mut sums[0])),
-    ] {
+    for (row, m) in turns.iter_mut().zip(sums.iter_mut()) {
         m.latencies.sort_unstable();
         m.samples.truncate(3);
-        let figures = Figures::from(&m);
+        let figures = Figures::from(&*m);
         bench.progress(&row.name, 1, &figures);
         row.cells[k] = Some(figures);
-        rows.push(row);
     }
-    rows
+    bench.cells_done += turns.len() - targets.len();
+    let mut rows = vec![direct];
+    rows.extend(turns);
+    (
+        rows,
+        Straight {
+            _app: Some(app),
+            _hello: hello,
+        },
+    )
 }
 
 /// The ratios issue 34 names, each within this run: decisions/s of `a` over `b` at level `c`.
@@ -187,13 +328,14 @@ pub fn print_issue_ratios(levels: &[usize], rows: &[Row]) {
         let k = levels.iter().position(|&l| l == c)?;
         row?.cells[k].as_ref().map(|f| f.rate).filter(|r| *r > 0.0)
     };
-    let throttled =
-        find("app: telemetry throttled, kv_cache=off").or_else(|| find("app: telemetry throttled"));
+    let direct = find(DIRECT);
     let paired = find(PAIRED);
+    let via_sdk = find(HELLO_SDK);
+    let via_wasi = find(HELLO_WASI);
     let cached = find("app: telemetry throttled, kv_cache=on");
     let floor = find("app: no storage");
-    let hello = find("hello world");
-    let limit = find("limit of the throttle");
+    let hello = find(HELLO);
+    let limit = find(LIMIT);
     let js = rows
         .iter()
         .find(|r| r.name.starts_with("JS SDK") && r.name.contains("409") && r.skipped.is_none());
@@ -211,7 +353,7 @@ pub fn print_issue_ratios(levels: &[usize], rows: &[Row]) {
                 _ => format!("c={c} –"),
             })
             .collect();
-        println!("  {label:<36} {:<34} [{target}]", parts.join("   "));
+        println!("  {label:<40} {:<34} [{target}]", parts.join("   "));
     };
     line(
         "throttled ÷ limit (in turns)",
@@ -220,10 +362,31 @@ pub fn print_issue_ratios(levels: &[usize], rows: &[Row]) {
         &[1],
         "≥ 0.90",
     );
-    line("throttled ÷ JS SDK (409)", throttled, js, &[1, 16], "≥ 1.2");
+    line(
+        "  hello + HEAD ÷ limit: Spin's share",
+        via_sdk,
+        limit,
+        &[1],
+        "–",
+    );
+    line(
+        "  throttled ÷ hello + HEAD: the app's",
+        paired,
+        via_sdk,
+        &[1],
+        "–",
+    );
+    line(
+        "wasi handler ÷ spin-sdk send (in turns)",
+        via_wasi,
+        via_sdk,
+        &[1],
+        "> 1: use wasi",
+    );
+    line("throttled ÷ JS SDK (409)", direct, js, &[1, 16], "≥ 1.2");
     line(
         "throttled ÷ Python SDK (409)",
-        throttled,
+        direct,
         python,
         &[1, 16],
         "–",
@@ -238,7 +401,7 @@ pub fn print_issue_ratios(levels: &[usize], rows: &[Row]) {
         })
         .collect();
     println!(
-        "  {:<36} {:<34} [2× today's]",
+        "  {:<40} {:<34} [2× today's]",
         "gate re-acquire by its holder",
         parts.join("   ")
     );
@@ -248,10 +411,25 @@ pub fn print_issue_ratios(levels: &[usize], rows: &[Row]) {
 /// work on the machine falls on all of them alike.
 const ROUNDS: usize = 8;
 
-/// `--only floor`: the below-threshold answer of device-alerts (no storage, no key-value store)
-/// from each `--components DIR`'s `device_alerts.wasm` (the release build by default), and
-/// the hello world, each under its own `spin up`, in turns of 0.5 s at every level. For
-/// comparing builds of the floor: one run, ratios within it.
+/// One target of the floor section.
+struct Target<'a> {
+    label: String,
+    /// The index of the target its ratio is to.
+    reference: usize,
+    addr: SocketAddr,
+    request: Box<dyn Fn(usize) -> Vec<u8> + Sync>,
+    expect: &'a Expect,
+}
+
+/// `--only floor`: two decisions of device-alerts from each `--components DIR`'s
+/// `device_alerts.wasm` (the release build by default), each build under its own `spin up`
+/// with its storage straight to the bench's Azurite (its own container, `kv_cache = off`):
+///
+/// * the below-threshold answer (no storage, no key-value store), against the hello world;
+/// * the throttle (one HEAD), against the hello world sending the same kind of signed HEAD
+///   through spin-sdk's `send` (tests/bench-hello's `/api/head/sdk`);
+///
+/// in turns of 0.5 s at every level. For comparing builds: one run, ratios within it.
 pub fn floor_section(bench: &mut Bench) {
     let release = root().join("target/wasm32-wasip2/release");
     let dirs = if bench.options.components.is_empty() {
@@ -259,9 +437,15 @@ pub fn floor_section(bench: &mut Bench) {
     } else {
         bench.options.components.clone()
     };
+    eprintln!("bench: starting Azurite and the webhook sink");
+    let azurite = Azurite::shared();
+    let origin = format!("http://{}", azurite.authority());
+    let sink = Sink::start();
     let token = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let auth = format!("Bearer {token}");
+    let connections = bench.max_connections();
     let manifest = std::fs::read_to_string(root().join("spin.toml")).expect("read spin.toml");
-    let mut spins: Vec<(String, Spin)> = Vec::new();
+    let mut builds: Vec<(String, Spin, ContainerName)> = Vec::new();
     for dir in &dirs {
         // The manifest lives elsewhere: its sources are absolute.
         let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| root().join(dir));
@@ -280,72 +464,157 @@ pub fn floor_section(bench: &mut Bench) {
             );
         let path = copy.join("spin.toml");
         std::fs::write(&path, text).expect("write the manifest");
+        let container = leasegate_tests::unique_container("floor");
         let spin = Spin::start(&SpinConfig {
             manifest: path,
-            variables: vec![("telemetry_token".into(), token.clone())],
+            variables: vec![
+                ("telemetry_token".into(), token.clone()),
+                ("storage_origin".into(), origin.clone()),
+                ("container".into(), container.as_str().to_string()),
+                ("kv_cache".into(), "off".into()),
+                ("alert_window_seconds".into(), super::ALERT_WINDOW.into()),
+                ("notify_origin".into(), sink.origin()),
+            ],
             http: true,
             clock_offset_ms: 0,
             runtime_config: None,
-            env: Vec::new(),
+            env: super::spin_env(),
         });
+        // Each connection's device alerts once: its gate is held for the rest of the run.
+        for i in 0..connections {
+            let answer = call(
+                "POST",
+                &format!("http://{}/api/telemetry", spin.addr()),
+                &[
+                    ("authorization", &auth),
+                    ("content-type", "application/json"),
+                ],
+                &reading(i, 35.0),
+            );
+            if answer.json["decisions"][0]["decision"] != "notified" {
+                eprintln!(
+                    "bench: warning: device {i} did not alert first: {}",
+                    answer.status
+                );
+            }
+        }
         let label = dir
             .strip_prefix(root())
             .unwrap_or(dir)
             .display()
             .to_string();
-        spins.push((format!("device-alerts below threshold: {label}"), spin));
+        builds.push((format!("device-alerts: {label}"), spin, container));
     }
-    spins.push((
-        HELLO.to_string(),
-        Spin::start(&SpinConfig {
-            manifest: root().join("tests/bench-hello/spin.toml"),
-            variables: Vec::new(),
-            http: true,
-            clock_offset_ms: 0,
-            runtime_config: None,
-            env: Vec::new(),
-        }),
-    ));
-    let auth = format!("Bearer {token}");
-    let requests: Vec<Box<dyn Fn(usize) -> Vec<u8> + Sync>> = spins
+    // The hello world's HEAD: the first build's device 0, signed once.
+    let account = Account::development(&format!(
+        "{origin}/{}",
+        leasegate::account::DEV_ACCOUNT_NAME
+    ))
+    .expect("Azurite's endpoint");
+    let signed = build(
+        &GetProperties {
+            container: builds[0].2.clone(),
+            blob: BlobName::try_new(&format!("{ALERT_PREFIX}bench-device-0")).expect("a blob name"),
+        },
+        &account,
+        SystemTime::now(),
+    )
+    .expect("a HEAD builds");
+    let header_lines: Vec<String> = signed
+        .headers()
         .iter()
-        .map(|(_, spin)| {
-            let host = spin.addr().to_string();
-            let auth = auth.clone();
-            Box::new(move |i: usize| {
-                http_request(
-                    "POST",
-                    "/api/telemetry",
-                    &host,
-                    &[
-                        ("authorization", &auth),
-                        ("content-type", "application/json"),
-                    ],
-                    &reading(i, 12.0),
-                )
-            }) as Box<dyn Fn(usize) -> Vec<u8> + Sync>
-        })
+        .map(|(name, value)| format!("{name}: {value}"))
         .collect();
-    let expect = Expect {
+    let hello = Spin::start(&SpinConfig {
+        manifest: root().join("tests/bench-hello/spin.toml"),
+        variables: vec![
+            ("head_origin".into(), origin.clone()),
+            ("head_path".into(), signed.path_and_query()),
+            ("head_headers".into(), header_lines.join("\n")),
+        ],
+        http: true,
+        clock_offset_ms: 0,
+        runtime_config: None,
+        env: super::spin_env(),
+    });
+    let request = |addr: SocketAddr, path: &'static str, temperature: f64| {
+        let host = addr.to_string();
+        let auth = auth.clone();
+        Box::new(move |i: usize| {
+            http_request(
+                "POST",
+                path,
+                &host,
+                &[
+                    ("authorization", &auth),
+                    ("content-type", "application/json"),
+                ],
+                &reading(i, temperature),
+            )
+        }) as Box<dyn Fn(usize) -> Vec<u8> + Sync>
+    };
+    let below = Expect {
         status: 200,
         body_contains: Some("\"below_threshold\""),
     };
+    let throttled = super::throttled_expect();
+    let head_answered = Expect {
+        status: 200,
+        body_contains: Some("\"storageStatus\":200"),
+    };
+    // The builds' floors, the hello world, the builds' throttles, the hello world's HEAD; each
+    // build's ratio is to the hello world of its decision.
+    let n = builds.len();
+    let mut targets: Vec<Target> = Vec::new();
+    for (label, spin, _) in &builds {
+        targets.push(Target {
+            label: format!("{label}, below threshold"),
+            reference: n,
+            addr: spin.addr(),
+            request: request(spin.addr(), "/api/telemetry", 12.0),
+            expect: &below,
+        });
+    }
+    targets.push(Target {
+        label: HELLO.to_string(),
+        reference: n,
+        addr: hello.addr(),
+        request: request(hello.addr(), "/api/telemetry", 12.0),
+        expect: &below,
+    });
+    for (label, spin, _) in &builds {
+        targets.push(Target {
+            label: format!("{label}, throttled (kv_cache=off)"),
+            reference: 2 * n + 1,
+            addr: spin.addr(),
+            request: request(spin.addr(), "/api/telemetry", 36.0),
+            expect: &throttled,
+        });
+    }
+    targets.push(Target {
+        label: "hello world + one signed HEAD (spin-sdk send)".to_string(),
+        reference: 2 * n + 1,
+        addr: hello.addr(),
+        request: request(hello.addr(), "/api/head/sdk", 12.0),
+        expect: &head_answered,
+    });
     let levels = bench.options.concurrency.clone();
     // Per target and level, its rounds together.
-    let mut sums: Vec<Vec<Measured>> = (0..spins.len())
+    let mut sums: Vec<Vec<Measured>> = (0..targets.len())
         .map(|_| (0..levels.len()).map(|_| Measured::default()).collect())
         .collect();
     for (k, &c) in levels.iter().enumerate() {
         for round in 0..ROUNDS {
-            for t in 0..spins.len() {
-                let t = (t + round) % spins.len();
+            for t in 0..targets.len() {
+                let t = (t + round) % targets.len();
+                let target = &targets[t];
                 let m = Cell {
-                    addr: spins[t].1.addr(),
+                    addr: target.addr,
                     connections: c,
                     warmup: std::time::Duration::from_millis(if round == 0 { 500 } else { 50 }),
                     measure: std::time::Duration::from_millis(500),
-                    request: &*requests[t],
-                    expect: &expect,
+                    request: &*target.request,
+                    expect: target.expect,
                     then: None,
                 }
                 .run();
@@ -354,13 +623,15 @@ pub fn floor_section(bench: &mut Bench) {
                 s.seconds += m.seconds;
                 s.latencies.extend(m.latencies);
                 s.errors += m.errors;
+                s.samples.extend(m.samples);
             }
         }
         eprintln!("bench: floor c={c} done");
     }
     println!(
-        "\nThe floor: device-alerts' below-threshold answer per build, and the hello world; {ROUNDS} \
-         turns of 0.5 s per level, one keep-alive connection per thread; load average {}\n",
+        "\nThe floor and the throttle: device-alerts per build (storage straight to Azurite), \
+         against the hello world and the hello world with one HEAD; {ROUNDS} turns of 0.5 s per \
+         level, one keep-alive connection per thread; load average {}\n",
         super::load_average()
     );
     let mut header = vec!["target".to_string()];
@@ -371,21 +642,26 @@ pub fn floor_section(bench: &mut Bench) {
     }
     header.push("errors".into());
     let mut lines = vec![header];
-    let hello = spins.len() - 1;
     for s in sums.iter_mut().flatten() {
         s.latencies.sort_unstable();
     }
-    for ((label, _), target) in spins.iter().zip(&sums) {
+    let mut samples = Vec::new();
+    for (target, measured) in targets.iter().zip(&sums) {
+        let label = &target.label;
         let mut line = vec![label.clone()];
         let mut errors = 0;
-        for (s, reference) in target.iter().zip(&sums[hello]) {
+        for (s, r) in measured.iter().zip(&sums[target.reference]) {
             line.push(format!("{:.0}", s.rate()));
             line.push(super::ms(s.percentile(500)));
-            line.push(format!("{:.2}×", s.rate() / reference.rate().max(1e-9)));
+            line.push(format!("{:.2}×", s.rate() / r.rate().max(1e-9)));
             errors += s.errors;
+            samples.extend(s.samples.iter().take(2).map(|x| format!("{label}: {x}")));
         }
         line.push(errors.to_string());
         lines.push(line);
     }
     super::print_lines(&lines);
+    for sample in samples.iter().take(6) {
+        println!("ERROR {sample}");
+    }
 }

@@ -13,10 +13,13 @@
 //!    request, the throttle from the key-value cache (`kv_cache=on`, no storage request) and
 //!    the throttle that asks storage (`kv_cache=off`) side by side, and the gate's rows; beside
 //!    them the **hello world** (`tests/bench-hello`: spin-sdk 5.2's `#[http_component]`, the
-//!    same reading parsed, a fixed answer), the floor's reference, served the same way, and the
-//!    **limit** of the throttled decision at c=1: the app's no-storage answer and then one raw
-//!    storage request (the throttle's HEAD, signed here, through the app's storage proxy),
-//!    back to back on two keep-alive connections. The
+//!    same reading parsed, a fixed answer), the floor's reference, served the same way;
+//! 4. the throttle again with nothing between Spin and storage (a second app, its
+//!    `storage_origin` the bench's Azurite, as the SDKs go), at every level; then at c=1, in
+//!    turns: the **limit** of the throttled decision (the app's no-storage answer and then one
+//!    raw storage request, the throttle's HEAD signed here, back to back on two keep-alive
+//!    connections), the throttle, and the hello world sending the same signed HEAD through
+//!    spin-sdk's `send` and through the `wasi` outgoing handler (`floor.rs`). The
 //!    p50/p90/p99 columns at c=1 are each answer kind's latency series on one keep-alive
 //!    connection: an answer that leaves in two writes stalls on the client's delayed ACK and
 //!    shows as a p90 near 40 ms.
@@ -32,7 +35,10 @@
 //! Then it prints what the components' size costs (compiling, starting, answering; see
 //! `coldstart.rs`), for the release build or for each `--components DIR` given (to compare two
 //! builds); `--components-only` (or `--only components`) skips the decisions table, `--only
-//! entra` runs the Entra ID section alone.
+//! entra` runs the Entra ID section alone, `--only floor` compares builds of device-alerts
+//! (each `--components DIR`) on the floor and the throttle against the hello world's two.
+//!
+//! Every `spin up` the bench starts runs without `RUST_BACKTRACE`, as deployed ([`spin_env`]).
 //!
 //! `leasegate-bench [--python PATH] [--node PATH] [--seconds 2.5] [--warmup 0.5] [--concurrency 1,4,16]
 //! [--components DIR]... [--components-only] [--only entra|components|floor]`
@@ -518,7 +524,22 @@ struct Tokens {
 
 fn start_app(tokens: &Tokens, kv_cache: Option<&str>) -> App {
     let kv: Vec<(&str, &str)> = kv_cache.map(|v| ("kv_cache", v)).into_iter().collect();
-    start_app_with("bench", tokens, &kv, Setup::default())
+    start_app_with("bench", tokens, &kv, setup())
+}
+
+/// The environment of every `spin up` the bench starts: Spin as deployed, without
+/// `RUST_BACKTRACE` (a development machine's environment may set it; Spin then captures a
+/// backtrace for an error it makes and drops on every request, a cost no deployment pays).
+fn spin_env() -> Vec<(String, String)> {
+    vec![("RUST_BACKTRACE".into(), "0".into())]
+}
+
+/// The app's setup in the bench: the defaults, with [`spin_env`].
+fn setup() -> Setup {
+    Setup {
+        spin_env: spin_env(),
+        ..Setup::default()
+    }
 }
 
 /// The app with the bench's tokens and alert window, then `extra` variables, from `setup`.
@@ -706,10 +727,7 @@ fn app_rows(bench: &mut Bench, tokens: &Tokens, kv_declared: bool) -> (Row, Vec<
             body_contains: Some("\"below_threshold\""),
         },
     );
-    let throttled_request = telemetry_request(&host, &tokens.telemetry, 36.0);
-    let limit = floor::limit_rows(bench, &app, &below, &throttled_request);
-    let mut others = vec![gate_get, gate_post, none];
-    others.extend(limit);
+    let others = vec![gate_get, gate_post, none];
     (throttled, others, app)
 }
 
@@ -952,10 +970,11 @@ fn main() {
     }
     let levels = options.concurrency.clone();
     let kv_declared = declares_kv_cache();
-    // The app's rows, the hello world's; the limit's and its paired throttle's one cell each.
-    let app_rows_n = if kv_declared { 5 } else { 4 } + 1;
+    // The app's rows, the hello world's, the throttle straight to Azurite; the four rows
+    // measured in turns with the limit, one cell each.
+    let app_rows_n = if kv_declared { 5 } else { 4 } + 2;
     let mut bench = Bench {
-        cells_total: levels.len() * (6 + app_rows_n) + 2 + entra::CELLS,
+        cells_total: levels.len() * (6 + app_rows_n) + 4 + entra::CELLS,
         cells_done: 0,
         options,
     };
@@ -1012,6 +1031,9 @@ fn main() {
     eprintln!("bench: the hello world (tests/bench-hello) under its own spin up");
     let (hello, hello_spin) = floor::hello_row(&mut bench);
     rows.push(hello);
+    eprintln!("bench: the throttle straight to Azurite, its limit and the hello world's HEAD");
+    let (straight, straight_kept) = floor::straight_rows(&mut bench, &tokens, azurite);
+    rows.extend(straight);
 
     println!(
         "\nleasegate bench: {} s per cell after a {} s warm-up; one keep-alive connection per \
@@ -1056,6 +1078,7 @@ fn main() {
     }
     drop(apps);
     drop(hello_spin);
+    drop(straight_kept);
     entra::section(&mut bench);
     components(&bench.options);
     // Azurite stops, and its data folder goes, when this process ends and closes its pipe
