@@ -534,19 +534,21 @@ pub async fn read_request(request: IncomingRequest, limit: usize) -> Result<Requ
     // A value that is not UTF-8 is left out, as if not sent: no handler reads such a value.
     // `spin-*` headers are left out too: Spin passes a client's own `spin-path-info` (and the
     // like) before the ones it adds, so no handler may trust them; handlers read the path.
+    // The headers cross from the host once (each `headers()` is a call and a copy).
+    let mut declared = None;
     for (name, value) in request.headers().entries() {
         if name.to_ascii_lowercase().starts_with("spin-") {
             continue;
         }
-        if let Ok(value) = String::from_utf8(value) {
-            parsed.headers_mut().append(&name, value);
+        let Ok(value) = String::from_utf8(value) else {
+            continue;
+        };
+        if declared.is_none() && name.eq_ignore_ascii_case("content-length") {
+            declared = Some(value.trim().parse::<u64>().ok());
         }
+        parsed.headers_mut().append(&name, value);
     }
-    let declared = request
-        .headers()
-        .get("content-length")
-        .first()
-        .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
+    let declared = declared.flatten();
     if declared.is_some_and(|n| n > DRAIN_LIMIT) {
         return Err(web::too_large(limit));
     }
