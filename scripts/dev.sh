@@ -217,7 +217,8 @@ bench() {
   setup
   build_components
   case " $* " in
-    *" --only "*) # one section (entra, components): no Python SDK
+    *" --only "*) # one section (entra, components, floor): no SDK
+      cargo build --locked --release --target wasm32-wasip2 -p bench-hello
       cargo build --locked -p leasegate-tests --bin leasegate-bench
       target/debug/leasegate-bench "$@"
       return

@@ -95,6 +95,7 @@ fn spin_up(copy: &Path, cache: bool) -> Result<(Child, String, Duration), String
         .arg(copy.join("state"))
         .arg("--log-dir")
         .arg(copy.join("logs"))
+        .envs(super::spin_env())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

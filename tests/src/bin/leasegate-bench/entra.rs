@@ -224,7 +224,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 fn start(tokens: &Tokens, extra: &[(&str, &str)]) -> App {
     let setup = Setup {
         entra: Some(Entra::ManagedIdentity),
-        ..Setup::default()
+        ..super::setup()
     };
     let mut vars = vec![("kv_cache", "off")];
     vars.extend_from_slice(extra);

@@ -161,6 +161,7 @@ pub fn straight_rows(
         for row in &mut turns {
             row.skipped = Some("c=1 is not among the levels".into());
         }
+        bench.cells_done += turns.len();
         let mut rows = vec![direct];
         rows.extend(turns);
         return (

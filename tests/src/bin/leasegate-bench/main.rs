@@ -531,7 +531,10 @@ fn start_app(tokens: &Tokens, kv_cache: Option<&str>) -> App {
 /// `RUST_BACKTRACE` (a development machine's environment may set it; Spin then captures a
 /// backtrace for an error it makes and drops on every request, a cost no deployment pays).
 fn spin_env() -> Vec<(String, String)> {
-    vec![("RUST_BACKTRACE".into(), "0".into())]
+    vec![
+        ("RUST_BACKTRACE".into(), "0".into()),
+        ("RUST_LIB_BACKTRACE".into(), "0".into()),
+    ]
 }
 
 /// The app's setup in the bench: the defaults, with [`spin_env`].
