@@ -9,12 +9,12 @@
 use std::time::{Duration, SystemTime};
 
 use leasegate::lease::{LockStatus, Locks};
-use leasegate::ops::CreateContainer;
+use leasegate::ops::{Condition, CreateContainer, Metadata, SetMetadata, WriteOutcome};
 use leasegate::{ContainerName, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
 use leasegate_tests::jobs::{early_in_a_period, occurrence_of, tick};
-use leasegate_tests::proxy::Seen;
+use leasegate_tests::proxy::{Fault, Seen};
 use leasegate_tests::sink::Behaviour;
 use leasegate_tests::{unique_container, unix_now, wait_for};
 use serde_json::json;
@@ -434,6 +434,11 @@ fn init_done() {
 /// A sweeper over one empty container (and the app's lock prefixes unless `locks` is false),
 /// both containers there.
 fn sweeper(tag: &str, locks: bool, interval: &str) -> App {
+    sweeper_with(tag, locks, interval, &[])
+}
+
+/// [`sweeper`] with `extra` variables.
+fn sweeper_with(tag: &str, locks: bool, interval: &str, extra: &[(&str, &str)]) -> App {
     let swept = unique_container(tag);
     create(&swept);
     let mut vars = vec![
@@ -444,6 +449,7 @@ fn sweeper(tag: &str, locks: bool, interval: &str) -> App {
     if !locks {
         vars.push(("ttl_lock_retention_seconds", "off"));
     }
+    vars.extend_from_slice(extra);
     let app = App::start(tag, &vars);
     create_container(&app);
     app
@@ -502,4 +508,92 @@ fn sweeper_tick_with_nothing_to_do() {
         a.text
     );
     says(&a, 1);
+}
+
+/// A tick whose state another worker wrote between the tick's read and its lease reads the
+/// state again under the lease rather than giving up: its write, conditional on the ETag of the
+/// read before the lease, is refused, and the claim starts again from a read of its own. The
+/// other writer is the test, changing the state's metadata (a new ETag) while the proxy holds
+/// the tick's first request on the lock blob.
+#[test]
+fn sweeper_tick_reads_the_state_again_when_it_changed_before_the_lease() {
+    // The held request may wait longer than the tests' usual storage timeout (3 s): the other
+    // writer's write must land while it waits, on a loaded machine too.
+    let app = sweeper_with(
+        "rt-sweep-reread",
+        false,
+        "0",
+        &[("storage_timeout_ms", "30000")],
+    );
+    let first = sweep(&app);
+    assert_eq!(first.json["passCompleted"], true, "{}", first.text);
+    let container = app.container.clone();
+    let lock = format!("/{}/sweeper/lock", container.as_str());
+    let state = format!("/{}/sweeper/state.json", container.as_str());
+    app.storage.fault_on(
+        &format!("HEAD /devstoreaccount1{lock}"),
+        Fault::Delay(Duration::from_secs(8)),
+    );
+    let before = app.storage.seen().len();
+    let (answer, seen) = app.counted(|| {
+        std::thread::scope(|s| {
+            let tick = s.spawn(|| sweep(&app));
+            wait_for(
+                "the tick's request on the lock blob",
+                Duration::from_secs(30),
+                || {
+                    app.storage.seen()[before..]
+                        .iter()
+                        .any(|r| r.method == "HEAD" && r.path().ends_with(&lock))
+                        .then_some(())
+                },
+            );
+            // Only that one request waits (it is already waiting).
+            app.storage.set_fault(None);
+            let mut metadata = Metadata::default();
+            metadata.insert("touched".into(), "by-another-writer".into());
+            let written = block_on(
+                Locks::new(
+                    NativeTransport::default(),
+                    leasegate_tests::Azurite::shared().account(),
+                    container.clone(),
+                )
+                .client()
+                .execute(
+                    &SetMetadata {
+                        container: container.clone(),
+                        blob: leasegate::BlobName::try_new("sweeper/state.json").unwrap(),
+                        metadata,
+                        lease_id: None,
+                        condition: Condition::None,
+                    },
+                    SystemTime::now(),
+                ),
+            )
+            .expect("the other writer's write");
+            assert!(matches!(written.0, WriteOutcome::Written(_)), "{written:?}");
+            tick.join().expect("the tick")
+        })
+    });
+    let listed: Vec<String> = seen.iter().map(describe).collect();
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(
+        answer.json["passCompleted"], true,
+        "{}\n{listed:#?}",
+        answer.text
+    );
+    assert!(answer.json["pages"].as_u64() >= Some(1), "{}", answer.text);
+    let reads = seen
+        .iter()
+        .filter(|r| r.method == "GET" && r.path().ends_with(&state))
+        .count();
+    let writes = seen
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path().ends_with(&state))
+        .count();
+    println!("{listed:#?}");
+    // The pass's 13 and the refused claim's 3: its write, then the state read again under the
+    // lease and the page listed again.
+    assert_eq!(seen.len(), 16, "{listed:#?}");
+    assert!(reads >= 2 && writes >= 2, "{listed:#?}");
 }
