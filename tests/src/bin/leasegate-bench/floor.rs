@@ -187,27 +187,8 @@ pub fn straight_rows(
     let head = |i: usize| {
         super::wire(&build(&heads[i], &account, SystemTime::now()).expect("a HEAD builds"))
     };
-    // The hello world's HEAD: device 0's, signed once (a SharedKey signature stays valid while
-    // its date is within Azurite's allowance; the turns take seconds).
-    let signed = build(&heads[0], &account, SystemTime::now()).expect("a HEAD builds");
-    let header_lines: Vec<String> = signed
-        .headers()
-        .iter()
-        .map(|(name, value)| format!("{name}: {value}"))
-        .collect();
     let hello = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        Spin::start(&SpinConfig {
-            manifest: root().join("tests/bench-hello/spin.toml"),
-            variables: vec![
-                ("head_origin".into(), origin.clone()),
-                ("head_path".into(), signed.path_and_query()),
-                ("head_headers".into(), header_lines.join("\n")),
-            ],
-            http: true,
-            clock_offset_ms: 0,
-            runtime_config: None,
-            env: super::spin_env(),
-        })
+        hello_with_head(&account, &origin, &heads[0])
     }))
     .ok();
     let hello_host = hello
@@ -412,6 +393,30 @@ pub fn print_issue_ratios(levels: &[usize], rows: &[Row]) {
 /// work on the machine falls on all of them alike.
 const ROUNDS: usize = 8;
 
+/// The hello world under its own `spin up`, sending `head` on its `/api/head` routes, signed
+/// here once (a SharedKey signature stays valid while its date is within Azurite's allowance;
+/// the bench's sections take seconds to minutes).
+fn hello_with_head(account: &Account, origin: &str, head: &GetProperties) -> Spin {
+    let signed = build(head, account, SystemTime::now()).expect("a HEAD builds");
+    let header_lines: Vec<String> = signed
+        .headers()
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}"))
+        .collect();
+    Spin::start(&SpinConfig {
+        manifest: root().join("tests/bench-hello/spin.toml"),
+        variables: vec![
+            ("head_origin".into(), origin.to_string()),
+            ("head_path".into(), signed.path_and_query()),
+            ("head_headers".into(), header_lines.join("\n")),
+        ],
+        http: true,
+        clock_offset_ms: 0,
+        runtime_config: None,
+        env: super::spin_env(),
+    })
+}
+
 /// One target of the floor section.
 struct Target<'a> {
     label: String,
@@ -512,32 +517,14 @@ pub fn floor_section(bench: &mut Bench) {
         leasegate::account::DEV_ACCOUNT_NAME
     ))
     .expect("Azurite's endpoint");
-    let signed = build(
+    let hello = hello_with_head(
+        &account,
+        &origin,
         &GetProperties {
             container: builds[0].2.clone(),
             blob: BlobName::try_new(&format!("{ALERT_PREFIX}bench-device-0")).expect("a blob name"),
         },
-        &account,
-        SystemTime::now(),
-    )
-    .expect("a HEAD builds");
-    let header_lines: Vec<String> = signed
-        .headers()
-        .iter()
-        .map(|(name, value)| format!("{name}: {value}"))
-        .collect();
-    let hello = Spin::start(&SpinConfig {
-        manifest: root().join("tests/bench-hello/spin.toml"),
-        variables: vec![
-            ("head_origin".into(), origin.clone()),
-            ("head_path".into(), signed.path_and_query()),
-            ("head_headers".into(), header_lines.join("\n")),
-        ],
-        http: true,
-        clock_offset_ms: 0,
-        runtime_config: None,
-        env: super::spin_env(),
-    });
+    );
     let request = |addr: SocketAddr, path: &'static str, temperature: f64| {
         let host = addr.to_string();
         let auth = auth.clone();
