@@ -86,6 +86,8 @@ mod component {
         })
     }
 
+    /// The HEAD through spin-sdk's `send`. It and [`head_through_wasi`] build the same request
+    /// alike on purpose, each with its own crate's types: the two paths are what is compared.
     async fn head_through_spin_sdk() -> Option<(u16, usize)> {
         use spin_sdk::http::{Fields, IncomingResponse, Method, OutgoingRequest, Scheme};
         let Head {
@@ -104,6 +106,7 @@ mod component {
         Some((response.status(), response.headers().entries().len()))
     }
 
+    /// The HEAD straight through the `wasi` crate's outgoing handler, waiting on its pollable.
     fn head_through_wasi() -> Option<(u16, usize)> {
         use wasi::http::outgoing_handler;
         use wasi::http::types::{Fields, Method, OutgoingBody, OutgoingRequest, Scheme};
