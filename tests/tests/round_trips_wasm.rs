@@ -517,13 +517,17 @@ fn sweeper_tick_with_nothing_to_do() {
 /// the tick's first request on the lock blob.
 #[test]
 fn sweeper_tick_reads_the_state_again_when_it_changed_before_the_lease() {
-    // The held request may wait longer than the tests' usual storage timeout (3 s): the other
-    // writer's write must land while it waits, on a loaded machine too.
+    // The held request may wait longer than the tests' usual storage timeout (3 s), and the
+    // tick's budget is far beyond the wait: the other writer's write must land while it waits,
+    // on a loaded machine too, and the tick still claim its page.
     let app = sweeper_with(
         "rt-sweep-reread",
         false,
         "0",
-        &[("storage_timeout_ms", "30000")],
+        &[
+            ("storage_timeout_ms", "30000"),
+            ("ttl_time_budget_ms", "60000"),
+        ],
     );
     let first = sweep(&app);
     assert_eq!(first.json["passCompleted"], true, "{}", first.text);
