@@ -29,15 +29,18 @@ mod component {
     }
 
     const ANSWER: &str = r#"{"decisions":[{"decision":"below_threshold"}]}"#;
+    const NOT_A_READING: &str = r#"{"error":"invalid_reading","message":"the body is not a {\"deviceId\", \"temperature\"} reading"}"#;
+    const NO_SUCH_ROUTE: &str = r#"{"error":"not_found","message":"the routes are /api/telemetry, /api/head/sdk and /api/head/wasi"}"#;
 
     #[spin_sdk::http_component]
     async fn handle(request: Request) -> Response {
         let parsed = serde_json::from_slice::<Reading>(request.body()).is_ok();
         let (status, body) = match (parsed, request.path()) {
-            (false, _) => (400, ANSWER.to_string()),
+            (false, _) => (400, NOT_A_READING.to_string()),
             (true, "/api/head/sdk") => head_answer(head_through_spin_sdk().await),
             (true, "/api/head/wasi") => head_answer(head_through_wasi()),
-            (true, _) => (200, ANSWER.to_string()),
+            (true, "/api/telemetry") => (200, ANSWER.to_string()),
+            (true, _) => (404, NO_SUCH_ROUTE.to_string()),
         };
         Response::builder()
             .status(status)

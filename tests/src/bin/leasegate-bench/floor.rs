@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use leasegate::ops::{build, GetProperties};
 use leasegate::ContainerName;
 use leasegate::{Account, BlobName};
-use leasegate_tests::app::{call, root, App};
+use leasegate_tests::app::{root, App};
 use leasegate_tests::load::{http_request, Cell, Expect, Measured, Then};
 use leasegate_tests::sink::Sink;
 use leasegate_tests::spin::{Spin, SpinConfig};
@@ -487,23 +487,11 @@ pub fn floor_section(bench: &mut Bench) {
             env: super::spin_env(),
         });
         // Each connection's device alerts once: its gate is held for the rest of the run.
-        for i in 0..connections {
-            let answer = call(
-                "POST",
-                &format!("http://{}/api/telemetry", spin.addr()),
-                &[
-                    ("authorization", &auth),
-                    ("content-type", "application/json"),
-                ],
-                &reading(i, 35.0),
-            );
-            if answer.json["decisions"][0]["decision"] != "notified" {
-                eprintln!(
-                    "bench: warning: device {i} did not alert first: {}",
-                    answer.status
-                );
-            }
-        }
+        super::hold_devices_at(
+            &format!("http://{}/api/telemetry", spin.addr()),
+            &token,
+            connections,
+        );
         let label = dir
             .strip_prefix(root())
             .unwrap_or(dir)

@@ -566,11 +566,16 @@ fn reading(i: usize, temperature: f64) -> Vec<u8> {
 
 /// Each device alerts once, so that its gate is held for the rest of the bench.
 fn hold_devices(app: &App, tokens: &Tokens, n: usize) {
-    let auth = format!("Bearer {}", tokens.telemetry);
+    hold_devices_at(&app.url("/api/telemetry"), &tokens.telemetry, n);
+}
+
+/// Devices 0 to `n` alert once each at `url` (device-alerts' route), with the bearer `token`.
+fn hold_devices_at(url: &str, token: &str, n: usize) {
+    let auth = format!("Bearer {token}");
     for i in 0..n {
         let a = call(
             "POST",
-            &app.url("/api/telemetry"),
+            url,
             &[
                 ("authorization", &auth),
                 ("content-type", "application/json"),
