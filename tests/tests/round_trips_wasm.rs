@@ -13,7 +13,7 @@ use leasegate::ops::{Condition, CreateContainer, Metadata, SetMetadata, WriteOut
 use leasegate::{ContainerName, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
-use leasegate_tests::jobs::{early_in_a_period, occurrence_of, tick};
+use leasegate_tests::jobs::{early_in_a_period, occurrence_of, tick, JOB};
 use leasegate_tests::proxy::{Fault, Seen};
 use leasegate_tests::sink::Behaviour;
 use leasegate_tests::{unique_container, unix_now, wait_for};
@@ -326,9 +326,9 @@ fn job(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
 }
 
 /// A job tick that runs (its job's log already there, the previous occurrence in it):
-/// **12** (reserve; the lease's HEAD, acquire and claim; the outcome on the reservation; the
-/// log read and written before and after the run; the release, at the ETag the claim left;
-/// the clean-up listing), was 13. Target 8 or fewer.
+/// **11** (reserve; the lease's HEAD, acquire and claim; the outcome on the reservation; the
+/// log read and written before the run, and written after it at the ETag its own write left;
+/// the release, at the ETag the claim left; the clean-up listing), was 13. Target 8 or fewer.
 #[test]
 fn job_tick_that_runs() {
     let app = job("rt-job-run", "node-a", None);
@@ -342,12 +342,77 @@ fn job_tick_that_runs() {
         Duration::from_secs(PERIOD + 5),
         || (unix_now() >= o + PERIOD).then_some(()),
     );
-    let a = expect_requests(&app, "job tick that runs", 12, || {
+    let a = expect_requests(&app, "job tick that runs", 11, || {
         tick(&app, TIMER_AUTH, None)
     });
     assert_eq!(a.json["decision"], "ran", "{}", a.text);
     assert_eq!(occurrence_of(&a), o + PERIOD, "{}", a.text);
-    says(&a, 12);
+    says(&a, 11);
+}
+
+/// The end of a run writes the log at the ETag its start left, without reading it: a log
+/// written by anyone during the run (here an operator's pause) makes storage refuse that write,
+/// and the end reads the log and writes it again, keeping both: **13** (the 11 above, the
+/// refused write and the read).
+#[test]
+fn a_log_written_during_a_run_is_read_again_and_kept() {
+    let app = job("rt-job-during", "node-a", None);
+    early_in_a_period(PERIOD, 3000);
+    let first = tick(&app, TIMER_AUTH, None);
+    assert_eq!(first.json["decision"], "ran", "{}", first.text);
+    let o = occurrence_of(&first);
+    wait_for(
+        "the next occurrence",
+        Duration::from_secs(PERIOD + 5),
+        || (unix_now() >= o + PERIOD).then_some(()),
+    );
+    // The job answers after 2 s: the pause lands while it runs.
+    app.sink
+        .behave(Behaviour::Late(Duration::from_secs(2), 204));
+    let received = app.sink.received().len();
+    let (ran, seen) = app.counted(|| {
+        std::thread::scope(|s| {
+            let run = s.spawn(|| tick(&app, TIMER_AUTH, None));
+            wait_for("the run to call the job", Duration::from_secs(20), || {
+                (app.sink.received().len() > received).then_some(())
+            });
+            let paused = call(
+                "POST",
+                &app.url(&format!("/api/jobs/{JOB}/pause")),
+                &[ADMIN_AUTH, ("content-type", "application/json")],
+                br#"{"note": "during the run"}"#,
+            );
+            assert_eq!(paused.status, 200, "{}", paused.text);
+            run.join().unwrap()
+        })
+    });
+    assert_eq!(ran.json["decision"], "ran", "{}", ran.text);
+    let listed: Vec<String> = seen.iter().map(describe).collect();
+    // The pause's own requests (the log's read and write) are counted at the proxy too.
+    assert_eq!(seen.len(), 13 + 2, "{listed:#?}\n{}", ran.text);
+    says(&ran, 13);
+    let status = call(
+        "GET",
+        &app.url(&format!("/api/jobs/{JOB}")),
+        &[TIMER_AUTH],
+        b"",
+    );
+    assert_eq!(status.json["paused"], true, "{}", status.text);
+    assert_eq!(
+        status.json["pauseNote"], "during the run",
+        "{}",
+        status.text
+    );
+    let entry = status.json["reservations"]
+        .as_array()
+        .and_then(|e| {
+            e.iter()
+                .find(|e| e["occurrenceUnix"].as_u64() == Some(o + PERIOD))
+                .cloned()
+        })
+        .unwrap_or_default();
+    assert_eq!(entry["status"], "succeeded", "{}", status.text);
+    assert!(entry["finishedAt"].is_string(), "{}", status.text);
 }
 
 /// A job tick repeated by its runner (the occurrence it ran): **2** (the refused reservation,

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::{Instant, SystemTime};
 
-use crate::log::{change_log, read_log, Log, Paused};
+use crate::log::{change_log, read_log, Log, LogWrite, Paused};
 use crate::run::{
     backfill, run_now, tick, Decision, TickOutcome, BACKFILL_LOOK, CATCH_UP_RUNS, RUN_NOW_TAKEN,
 };
@@ -439,7 +439,7 @@ async fn pause<T: Transport>(
     })
     .await;
     match changed {
-        Ok(Ok((_, log))) => {
+        Ok(Ok(LogWrite { log, .. })) => {
             let v = json!({
                 "job": settings.job,
                 "paused": log.paused.is_some(),

@@ -8,12 +8,13 @@ use leasegate_spin::storage::execute_creating_container;
 use leasegate_spin::timer::Source;
 use leasegate_spin::web::rfc3339;
 use serde::{Deserialize, Serialize};
-use std::time::SystemTime;
+use std::convert::Infallible;
+use std::time::{Instant, SystemTime};
 
 use crate::error::JobError;
 use crate::reservation::RunStatus;
 use crate::settings::Settings;
-use crate::{unix, LOG_ENTRIES};
+use crate::{at, unix, LOG_ENTRIES};
 
 /// How many times a compare-and-swap of the log is tried before giving up.
 pub(crate) const LOG_ATTEMPTS: usize = 8;
@@ -179,17 +180,60 @@ pub async fn read_log<T: Transport>(
     }
 }
 
+/// The log as a write of this call left it: the server's `Date` of the write, the log as
+/// written, its new ETag, and when the answer came (this instance's monotonic clock). A later
+/// change in the same call starts from it instead of reading the log again
+/// ([`change_log_from`]).
+#[derive(Debug, Clone)]
+pub(crate) struct LogWrite {
+    /// The storage server's `Date` of the write.
+    pub date: SystemTime,
+    /// The log as written.
+    pub log: Log,
+    etag: Option<leasegate::ETag>,
+    answered: Instant,
+}
+
+impl LogWrite {
+    /// The log as this write left it, its ETag, and the storage server's time now as far as
+    /// this instance can tell without a request: the write's `Date` plus the time since its
+    /// answer, in whole seconds (rounded down, as a `Date` is). `None` without an ETag.
+    fn start(self) -> Option<(Log, Option<leasegate::ETag>, SystemTime)> {
+        let since = self.answered.elapsed();
+        let etag = self.etag?;
+        Some((self.log, Some(etag), at(unix(self.date + since))))
+    }
+}
+
 /// Changes the log with `change` (given the server's time of the read) by compare-and-swap,
-/// retrying lost races. `change` may refuse (`Err`): nothing is written. Returns the server's
-/// `Date` of the write and the log as written.
+/// retrying lost races. `change` may refuse (`Err`): nothing is written. Returns the log as
+/// written.
 pub(crate) async fn change_log<T: Transport, R>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     now: SystemTime,
     change: impl Fn(&mut Log, SystemTime) -> Result<(), R>,
-) -> Result<Result<(SystemTime, Log), R>, JobError> {
+) -> Result<Result<LogWrite, R>, JobError> {
+    change_log_from(blobs, settings, now, None, change).await
+}
+
+/// [`change_log`], starting from `known`, the log as this call's own last write left it,
+/// instead of reading it: no request whose answer the call already knows. The
+/// compare-and-swap is on that write's ETag, so storage refuses it if anyone wrote the log
+/// since; then the log is read and the change made again, as [`change_log`] does.
+pub(crate) async fn change_log_from<T: Transport, R>(
+    blobs: &BlobClient<T>,
+    settings: &Settings,
+    now: SystemTime,
+    known: Option<LogWrite>,
+    change: impl Fn(&mut Log, SystemTime) -> Result<(), R>,
+) -> Result<Result<LogWrite, R>, JobError> {
+    let mut known = known.and_then(LogWrite::start);
     for _ in 0..LOG_ATTEMPTS {
-        let (mut log, etag, read_at) = read_log(blobs, settings, now).await?;
+        let (mut log, etag, read_at) = match known.take() {
+            Some(start) => start,
+            None => read_log(blobs, settings, now).await?,
+        };
         if let Err(refusal) = change(&mut log, read_at) {
             return Ok(Err(refusal));
         }
@@ -209,7 +253,12 @@ pub(crate) async fn change_log<T: Transport, R>(
         let container = blobs.container().clone();
         match execute_creating_container(blobs, &container, &put, now).await? {
             (WriteOutcome::Written(w), date) => {
-                return Ok(Ok((w.server_date.or(date).unwrap_or(now), log)))
+                return Ok(Ok(LogWrite {
+                    date: w.server_date.or(date).unwrap_or(now),
+                    log,
+                    etag: w.etag,
+                    answered: Instant::now(),
+                }))
             }
             (WriteOutcome::Refused(_), _) => continue,
         }
@@ -255,14 +304,15 @@ pub(crate) enum LogRefusal {
 }
 
 /// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
-/// before the clean-up watermark, or was settled without an entry (recorded missed).
+/// before the clean-up watermark, or was settled without an entry (recorded missed). Returns
+/// the log as written.
 pub(crate) async fn append<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &LogEntry,
     now: SystemTime,
-) -> Result<Result<(), LogRefusal>, JobError> {
-    let changed = change_log(blobs, settings, now, |log, read_at| {
+) -> Result<Result<LogWrite, LogRefusal>, JobError> {
+    change_log(blobs, settings, now, |log, read_at| {
         if entry.occurrence_unix < log.cleaned_before {
             return Err(LogRefusal::TooOld);
         }
@@ -303,8 +353,7 @@ pub(crate) async fn append<T: Transport>(
         advance_settled(log, settings, entry.occurrence_unix, 0, read_at);
         Ok(())
     })
-    .await?;
-    Ok(changed.map(|_| ()))
+    .await
 }
 
 /// Moves the log's `settled_through` watermark up: over the occurrences that have an entry,
@@ -423,14 +472,17 @@ fn unlogged_between(log: &Log, settings: &Settings, after: u64, through: u64) ->
 pub(crate) const COUNT_MAX: u64 = 10_000;
 
 /// Records the run's result, its end stamped with the server's clock, and moves the clean-up
-/// watermark up to the retention. Returns the end and the log as written.
+/// watermark up to the retention. `before`: the log as the run's start wrote it ([`append`]),
+/// so that the end reads the log only if something else wrote it during the run. Returns the
+/// log as written.
 pub(crate) async fn update<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &LogEntry,
+    before: Option<LogWrite>,
     now: SystemTime,
-) -> Result<(SystemTime, Log), JobError> {
-    let written = change_log(blobs, settings, now, |log, read_at| {
+) -> Result<LogWrite, JobError> {
+    let written = change_log_from(blobs, settings, now, before, |log, read_at| {
         // The run's own entry (added again if the log lost it: the reservation holds the
         // outcome, the log shows it).
         log.entries
@@ -445,19 +497,52 @@ pub(crate) async fn update<T: Transport>(
         let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
         log.cleaned_before = log.cleaned_before.max(cutoff);
         advance_settled(log, settings, entry.occurrence_unix, 0, read_at);
-        Ok::<(), ()>(())
+        Ok::<(), Infallible>(())
     })
     .await?;
-    Ok(written.unwrap_or_else(|()| (now, Log::default())))
+    let Ok(written) = written;
+    Ok(written)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::at;
+
     use crate::reservation::occurrence_token;
     use crate::settings::tests::{settings, settings_with};
     use leasegate_spin::web::rfc3339;
+
+    /// The end of a run starts from its own first write: the log and ETag as written, and the
+    /// server's time as that write's `Date` plus the time since its answer, in whole seconds
+    /// (never ahead of storage's clock by more than this instance's timing of it). Without an
+    /// ETag there is nothing to write at: the log is read.
+    #[test]
+    fn a_log_write_starts_the_next_change_at_its_etag_and_date() {
+        let date = at(1_795_359_300);
+        let answered = Instant::now() - std::time::Duration::from_millis(2_500);
+        let log = Log {
+            job: "nightly".into(),
+            cleaned_before: 7,
+            ..Log::default()
+        };
+        let written = LogWrite {
+            date,
+            log: log.clone(),
+            etag: Some(leasegate::ETag::new("\"0x8D\"")),
+            answered,
+        };
+        let (start, etag, read_at) = written.clone().start().expect("an ETag");
+        assert_eq!(start, log);
+        assert_eq!(etag, Some(leasegate::ETag::new("0x8D")));
+        let secs = unix(read_at);
+        assert!((1_795_359_302..=1_795_359_303).contains(&secs), "{secs}");
+        assert_eq!(read_at, at(secs), "whole seconds");
+        let no_etag = LogWrite {
+            etag: None,
+            ..written
+        };
+        assert!(no_etag.start().is_none());
+    }
 
     /// A log as the versions before serde wrote it (their own JSON writer): a run, a failure,
     /// an overlap skip (no fencing token, no end).

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::JobError;
 use crate::log::{
-    advance_settled, append, change_log, open, update, Log, LogEntry, LogRefusal, Paused,
+    advance_settled, append, change_log, change_log_from, open, update, LogEntry, LogRefusal,
+    LogWrite, Paused,
 };
 use crate::reservation::{
     attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, take_back,
@@ -229,12 +230,12 @@ async fn run_occurrence<T: Transport>(
     {
         // An operator's run (run now, an admin naming an occurrence) does not catch up: the
         // walk's runs are the scheduler's (paused, they wait), the next scheduled winner's.
-        Ok((decision, Some(log))) if manual => {
+        Ok((decision, Some(written))) if manual => {
             let blobs = settings.storage.blobs(&counting);
-            let _ = clean_up(&blobs, settings, log.cleaned_before, ctx.now).await;
+            let _ = clean_up(&blobs, settings, written.log.cleaned_before, ctx.now).await;
             Ok(decision)
         }
-        Ok((decision, Some(log))) => {
+        Ok((decision, Some(written))) => {
             let blobs = settings.storage.blobs(&counting);
             catch_up = settle_earlier(
                 ctx,
@@ -243,11 +244,11 @@ async fn run_occurrence<T: Transport>(
                 settings,
                 &this,
                 occurrence,
-                &log,
+                &written,
                 started,
             )
             .await;
-            let _ = clean_up(&blobs, settings, log.cleaned_before, ctx.now).await;
+            let _ = clean_up(&blobs, settings, written.log.cleaned_before, ctx.now).await;
             Ok(decision)
         }
         Ok((decision, None)) => Ok(decision),
@@ -269,7 +270,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     tick: &Tick,
     occurrence: u64,
     (skip_late, fresh_only): (bool, bool),
-) -> Result<(Decision, Option<Log>), JobError> {
+) -> Result<(Decision, Option<LogWrite>), JobError> {
     let s = &settings.storage;
     let blobs = BlobClient::new(storage, s.account.clone(), s.container.clone());
     let blob = settings.reservation(occurrence)?;
@@ -445,7 +446,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     reservation: Reservation,
     skip_late: bool,
     attempt: u32,
-) -> Result<(Decision, Option<Log>), JobError> {
+) -> Result<(Decision, Option<LogWrite>), JobError> {
     let reserved_by = reservation.metadata.get(META_RESERVED_BY).cloned();
     let settled = |run: &RunStatus| Decision::Skipped {
         reserved_by: reserved_by.clone(),
@@ -651,8 +652,8 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     // 5. Log the run before it starts, so a run that never ends still shows; the log refuses an
     // occurrence below its clean-up watermark. Either refusal, or a storage failure, undoes
     // the outcome: the job was not called, and a later tick decides afresh.
-    match append(blobs, settings, &entry, ctx.now).await {
-        Ok(Ok(())) => {}
+    let started_log = match append(blobs, settings, &entry, ctx.now).await {
+        Ok(Ok(written)) => written,
         // Paused: not run; the outcome becomes `skipped_paused` (over this tick's `running`).
         // A retry is not an occurrence of its own: the previous attempt's `failed` is put back
         // and the retry waits for the resume.
@@ -679,11 +680,11 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             release().await;
             return match refused {
                 Err(e) => Err(e),
-                Ok(Ok(())) => unreachable!("matched above"),
+                Ok(Ok(_)) => unreachable!("matched above"),
                 Ok(Err(refusal)) => Ok((refused_by_log(settings, refusal), None)),
             };
         }
-    }
+    };
     // 6. Call the job, then record the result on the reservation and in the log (raising the
     // clean-up watermark), release, settle earlier occurrences and clean up below the watermark.
     let result = call_job(job, settings, &entry).await;
@@ -694,13 +695,13 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     entry.status = status.clone();
     entry.reason = reason;
     // The log first (a takeover reads it before acting), then the reservation.
-    let finished = update(blobs, settings, &entry, ctx.now).await;
+    let finished = update(blobs, settings, &entry, Some(started_log), ctx.now).await;
     record_result(blobs, &written, &status, &nonce, ctx.now).await;
     release().await;
     let log = match finished {
-        Ok((end, log)) => {
-            entry.finished_at = Some(rfc3339(end));
-            Some(log)
+        Ok(written) => {
+            entry.finished_at = Some(rfc3339(written.date));
+            Some(written)
         }
         Err(_) => None,
     };
@@ -725,7 +726,7 @@ async fn buffer<T, S: Transport>(
     nonce: &str,
     token: u64,
     holder: &str,
-) -> Result<(Decision, Option<Log>), JobError> {
+) -> Result<(Decision, Option<LogWrite>), JobError> {
     let running = label_occurrence(holder)
         .map(|o| rfc3339(at(o)))
         .unwrap_or_default();
@@ -757,7 +758,7 @@ async fn buffer<T, S: Transport>(
         Commit::Written(w) => w,
     };
     match append(blobs, settings, &entry, ctx.now).await {
-        Ok(Ok(())) => Ok((Decision::Buffered { entry }, None)),
+        Ok(Ok(_)) => Ok((Decision::Buffered { entry }, None)),
         // The log must know what is buffered (one at most): undone, a later tick decides.
         Err(e) => {
             uncommit(blobs, reservation, &written, ctx.now).await;
@@ -820,7 +821,7 @@ async fn record_not_run<S: Transport>(
             uncommit(blobs, reservation, &written, now).await;
             Ok(Err(NotRecorded::Refused(refusal)))
         }
-        Ok(Ok(())) | Err(_) => Ok(Ok(())),
+        Ok(Ok(_)) | Err(_) => Ok(Ok(())),
     }
 }
 
@@ -833,7 +834,7 @@ async fn skip_paused<T, S: Transport>(
     mut entry: LogEntry,
     written: &Reservation,
     paused: &Paused,
-) -> Result<(Decision, Option<Log>), JobError> {
+) -> Result<(Decision, Option<LogWrite>), JobError> {
     overwrite_outcome(blobs, written, &RunStatus::SkippedPaused, ctx.now).await?;
     entry.status = RunStatus::SkippedPaused;
     entry.fencing_token = None;
@@ -1068,10 +1069,14 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-    log: &Log,
+    written: &LogWrite,
     started: Instant,
 ) -> CatchUpReport {
     let mut report = CatchUpReport::default();
+    let log = &written.log;
+    // Whether anything below may have written the log since `written` (a run, a settled
+    // reservation brought in line): then the missed ones are recorded after a read.
+    let mut wrote = false;
     // A buffered occurrence (`job_overlap = buffer_one`) waited for a run: this one, or one
     // before it. Run now, `pastDue`.
     let buffered = log
@@ -1080,6 +1085,7 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
         .filter(|e| e.status == RunStatus::Pending && e.occurrence_unix != occurrence)
         .map(|e| e.occurrence_unix);
     for o in buffered.collect::<Vec<_>>() {
+        wrote = true;
         match run_existing(ctx, blobs, job, settings, tick, o).await {
             Existing::Ran(entry) => report.ran.push(entry),
             Existing::NotNow => {}
@@ -1149,6 +1155,7 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
                     report.more = true;
                     break;
                 }
+                wrote = true;
                 match catch_up_one(ctx, blobs, job, settings, tick, o).await {
                     Some(entry) => report.ran.push(entry),
                     None => break,
@@ -1194,6 +1201,7 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
         };
         let decided = takeover(&props, server_now, settings, true);
         if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_)) {
+            wrote = true;
             match finished_in_log(ctx, blobs, settings, o, &reservation, &props).await {
                 // Its run finished (a result write was lost): brought in line, settled.
                 Ok(true) => {
@@ -1276,7 +1284,8 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
     if through == 0 {
         return report;
     }
-    let changed = change_log(blobs, settings, ctx.now, |log, read_at| {
+    let known = (!wrote).then(|| written.clone());
+    let changed = change_log_from(blobs, settings, ctx.now, known, |log, read_at| {
         for entry in &missed {
             // A tick of it logged it meanwhile (its clock behind): it ran, not missed.
             if !log
