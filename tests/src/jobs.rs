@@ -100,6 +100,26 @@ pub fn early_in_a_period(period: u64, within_ms: u128) -> u64 {
     )
 }
 
+/// Waits until the next `span` seconds hold no multiple of `stride` (by this machine's clock):
+/// scheduled-job deletes old reservations when a run moves its clean-up watermark (the storage
+/// server's clock minus the retention) across a multiple of half the retention, so a test that
+/// counts a run's requests exactly starts where none of its runs can cross one (with a
+/// retention that is a whole number of `stride`s, `stride` being half of it).
+pub fn clear_of_a_clean_up(stride: u64, span: u64) {
+    assert!(
+        span + 5 < stride,
+        "a span of {span} s always crosses a stride of {stride} s"
+    );
+    crate::wait_for(
+        "a time clear of a clean-up",
+        std::time::Duration::from_secs(span + 10),
+        || {
+            let into = crate::unix_now() % stride;
+            (into >= 2 && into + span < stride).then_some(())
+        },
+    );
+}
+
 /// The reservation log's entry for `occurrence` (`GET /api/jobs/{JOB}`), `Null` when it has
 /// none.
 pub fn log_entry(app: &App, occurrence: u64) -> Value {

@@ -13,7 +13,7 @@ use leasegate::ops::{Condition, CreateContainer, Metadata, SetMetadata, WriteOut
 use leasegate::{ContainerName, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
-use leasegate_tests::jobs::{early_in_a_period, occurrence_of, tick, JOB};
+use leasegate_tests::jobs::{clear_of_a_clean_up, early_in_a_period, occurrence_of, tick, JOB};
 use leasegate_tests::proxy::{Fault, Seen};
 use leasegate_tests::sink::Behaviour;
 use leasegate_tests::{unique_container, unix_now, wait_for};
@@ -310,6 +310,9 @@ fn leader_follower() {
 /// The job period of the job rows: short, so that the next occurrence comes soon.
 const PERIOD: u64 = 10;
 
+/// Half the job rows' retention (3600 s): the clean-up watermark's stride.
+const STRIDE: u64 = 1800;
+
 fn job(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
     App::start_with(
         tag,
@@ -326,12 +329,15 @@ fn job(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
 }
 
 /// A job tick that runs (its job's log already there, the previous occurrence in it):
-/// **11** (reserve; the lease's HEAD, acquire and claim; the outcome on the reservation; the
+/// **10** (reserve; the lease's HEAD, acquire and claim; the outcome on the reservation; the
 /// log read and written before the run, and written after it at the ETag its own write left;
-/// the release, at the ETag the claim left; the clean-up listing), was 13. Target 8 or fewer.
+/// the release, at the ETag the claim left), was 13. Target 8 or fewer. A run whose end moves
+/// the clean-up watermark across a multiple of half the retention lists the reservations below
+/// it too (+1, and a delete each): the test runs clear of that.
 #[test]
 fn job_tick_that_runs() {
     let app = job("rt-job-run", "node-a", None);
+    clear_of_a_clean_up(STRIDE, 40);
     early_in_a_period(PERIOD, 3000);
     // The first tick creates the container and the log: not counted.
     let first = tick(&app, TIMER_AUTH, None);
@@ -342,21 +348,69 @@ fn job_tick_that_runs() {
         Duration::from_secs(PERIOD + 5),
         || (unix_now() >= o + PERIOD).then_some(()),
     );
-    let a = expect_requests(&app, "job tick that runs", 11, || {
+    let a = expect_requests(&app, "job tick that runs", 10, || {
         tick(&app, TIMER_AUTH, None)
     });
     assert_eq!(a.json["decision"], "ran", "{}", a.text);
     assert_eq!(occurrence_of(&a), o + PERIOD, "{}", a.text);
-    says(&a, 11);
+    says(&a, 10);
+}
+
+/// A tick between two occurrences (the trigger more frequent than the schedule: an hourly job
+/// ticked every minute), on the deployment that ran the occurrence and on another one: **1**
+/// each (the reservation's read; a tick later than the tick tolerance reads before it creates),
+/// was 2 (the refused create and the read).
+#[test]
+fn job_tick_between_occurrences() {
+    let container = unique_container("rt-job-between");
+    let start = |instance: &str| {
+        App::start_with(
+            "rt-job-between",
+            &[("instance_id", instance), ("job_period_seconds", "3600")],
+            Setup {
+                container: Some(container.clone()),
+                ..Setup::default()
+            },
+        )
+    };
+    let (a, b) = (start("node-a"), start("node-b"));
+    // Well inside the hour: the hour's occurrence is late by more than the tolerance (10 s),
+    // and the next one is not near.
+    wait_for(
+        "a time well inside the hour",
+        Duration::from_secs(40),
+        || (15..3570).contains(&(unix_now() % 3600)).then_some(()),
+    );
+    let first = tick(&a, TIMER_AUTH, None);
+    assert_eq!(first.json["decision"], "ran", "{}", first.text);
+    let o = occurrence_of(&first);
+    assert_eq!(o % 3600, 0, "{}", first.text);
+    let again = expect_requests(&a, "job tick between occurrences (its runner)", 1, || {
+        tick(&a, TIMER_AUTH, None)
+    });
+    assert_eq!(again.json["decision"], "skipped", "{}", again.text);
+    assert_eq!(occurrence_of(&again), o, "{}", again.text);
+    says(&again, 1);
+    let other = expect_requests(
+        &b,
+        "job tick between occurrences (another deployment)",
+        1,
+        || tick(&b, TIMER_AUTH, None),
+    );
+    assert_eq!(other.json["decision"], "skipped", "{}", other.text);
+    assert_eq!(other.json["reservedBy"], "node-a", "{}", other.text);
+    says(&other, 1);
+    assert_eq!(a.sink.received().len() + b.sink.received().len(), 1);
 }
 
 /// The end of a run writes the log at the ETag its start left, without reading it: a log
 /// written by anyone during the run (here an operator's pause) makes storage refuse that write,
-/// and the end reads the log and writes it again, keeping both: **13** (the 11 above, the
+/// and the end reads the log and writes it again, keeping both: **12** (the 10 above, the
 /// refused write and the read).
 #[test]
 fn a_log_written_during_a_run_is_read_again_and_kept() {
     let app = job("rt-job-during", "node-a", None);
+    clear_of_a_clean_up(STRIDE, 40);
     early_in_a_period(PERIOD, 3000);
     let first = tick(&app, TIMER_AUTH, None);
     assert_eq!(first.json["decision"], "ran", "{}", first.text);
@@ -389,8 +443,8 @@ fn a_log_written_during_a_run_is_read_again_and_kept() {
     assert_eq!(ran.json["decision"], "ran", "{}", ran.text);
     let listed: Vec<String> = seen.iter().map(describe).collect();
     // The pause's own requests (the log's read and write) are counted at the proxy too.
-    assert_eq!(seen.len(), 13 + 2, "{listed:#?}\n{}", ran.text);
-    says(&ran, 13);
+    assert_eq!(seen.len(), 12 + 2, "{listed:#?}\n{}", ran.text);
+    says(&ran, 12);
     let status = call(
         "GET",
         &app.url(&format!("/api/jobs/{JOB}")),

@@ -190,6 +190,10 @@ pub(crate) struct LogWrite {
     pub date: SystemTime,
     /// The log as written.
     pub log: Log,
+    /// Whether this write moved the clean-up watermark across a multiple of
+    /// [`Settings::clean_up_stride`]: the reservations below it are deleted now (set by
+    /// [`update`], the end of a run).
+    pub clean_up: bool,
     etag: Option<leasegate::ETag>,
     answered: Instant,
 }
@@ -256,6 +260,7 @@ pub(crate) async fn change_log_from<T: Transport, R>(
                 return Ok(Ok(LogWrite {
                     date: w.server_date.or(date).unwrap_or(now),
                     log,
+                    clean_up: false,
                     etag: w.etag,
                     answered: Instant::now(),
                 }))
@@ -474,7 +479,9 @@ pub(crate) const COUNT_MAX: u64 = 10_000;
 /// Records the run's result, its end stamped with the server's clock, and moves the clean-up
 /// watermark up to the retention. `before`: the log as the run's start wrote it ([`append`]),
 /// so that the end reads the log only if something else wrote it during the run. Returns the
-/// log as written.
+/// log as written, and whether the watermark crossed a multiple of the clean-up stride
+/// ([`Settings::clean_up_stride`]): then the reservations below it are deleted, in one batch,
+/// instead of a listing after every run.
 pub(crate) async fn update<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
@@ -482,6 +489,8 @@ pub(crate) async fn update<T: Transport>(
     before: Option<LogWrite>,
     now: SystemTime,
 ) -> Result<LogWrite, JobError> {
+    let crossed = std::cell::Cell::new(false);
+    let stride = settings.clean_up_stride().as_secs().max(1);
     let written = change_log_from(blobs, settings, now, before, |log, read_at| {
         // The run's own entry (added again if the log lost it: the reservation holds the
         // outcome, the log shows it).
@@ -495,13 +504,17 @@ pub(crate) async fn update<T: Transport>(
         }
         log.entries.push(done);
         let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
+        crossed.set(cutoff / stride > log.cleaned_before / stride);
         log.cleaned_before = log.cleaned_before.max(cutoff);
         advance_settled(log, settings, entry.occurrence_unix, 0, read_at);
         Ok::<(), Infallible>(())
     })
     .await?;
     let Ok(written) = written;
-    Ok(written)
+    Ok(LogWrite {
+        clean_up: crossed.get(),
+        ..written
+    })
 }
 
 #[cfg(test)]
@@ -528,6 +541,7 @@ mod tests {
         let written = LogWrite {
             date,
             log: log.clone(),
+            clean_up: false,
             etag: Some(leasegate::ETag::new("\"0x8D\"")),
             answered,
         };

@@ -422,23 +422,53 @@ pub(crate) async fn uncommit<T: Transport>(
     let _ = blobs.execute(&write, now).await;
 }
 
-/// Deletes reservations before the log's clean-up watermark (oldest first, a page at a time):
-/// the watermark was raised first, so a tick for such an occurrence is refused, whatever
-/// retention its deployment has, and none can run twice.
+/// Reservations listed per page of a clean-up.
+const CLEAN_UP_PAGE: u32 = 16;
+
+/// Pages one clean-up lists at most: a batch (half the retention's reservations, see
+/// [`Settings::clean_up_stride`]) and what runs now and backfills added, within one tick.
+const CLEAN_UP_PAGES: usize = 8;
+
+/// Deletes reservations before the log's clean-up watermark (oldest first, a page at a time,
+/// the next page while a whole page was below it): the watermark was raised first, so a tick
+/// for such an occurrence is refused, whatever retention its deployment has, and none can run
+/// twice.
 pub(crate) async fn clean_up<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     cutoff: u64,
     now: SystemTime,
 ) -> Result<usize, leasegate::Error> {
-    let list = ListBlobs {
-        prefix: Some(settings.occurrences_prefix()),
-        max_results: Some(16),
-        ..ListBlobs::new(blobs.container().clone())
-    };
-    let (page, _) = blobs.execute(&list, now).await?;
     let mut deleted = 0;
-    for item in page.blobs {
+    let mut marker = None;
+    for _ in 0..CLEAN_UP_PAGES {
+        let list = ListBlobs {
+            prefix: Some(settings.occurrences_prefix()),
+            max_results: Some(CLEAN_UP_PAGE),
+            marker: marker.take(),
+            ..ListBlobs::new(blobs.container().clone())
+        };
+        let (page, _) = blobs.execute(&list, now).await?;
+        let (more, below) = delete_below(blobs, page.blobs, cutoff, now, &mut deleted).await;
+        marker = page.next_marker.filter(|_| more && below);
+        if marker.is_none() {
+            break;
+        }
+    }
+    Ok(deleted)
+}
+
+/// Deletes the listed reservations before `cutoff` (counted in `deleted`). Returns whether
+/// the page was full and all of it was before `cutoff` (the next page may hold more).
+async fn delete_below<T: Transport>(
+    blobs: &BlobClient<T>,
+    items: Vec<leasegate::ops::BlobItem>,
+    cutoff: u64,
+    now: SystemTime,
+    deleted: &mut usize,
+) -> (bool, bool) {
+    let full = items.len() >= CLEAN_UP_PAGE as usize;
+    for item in items {
         let occurrence: u64 = item
             .name
             .rsplit('/')
@@ -446,7 +476,7 @@ pub(crate) async fn clean_up<T: Transport>(
             .and_then(|n| n.parse().ok())
             .unwrap_or(u64::MAX);
         if occurrence >= cutoff {
-            break;
+            return (full, false);
         }
         let Ok(blob) = BlobName::try_new(&item.name) else {
             continue;
@@ -462,10 +492,10 @@ pub(crate) async fn clean_up<T: Transport>(
                 .unwrap_or_default(),
         };
         if blobs.execute(&delete, now).await.is_ok() {
-            deleted += 1;
+            *deleted += 1;
         }
     }
-    Ok(deleted)
+    (full, true)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! settle earlier occurrences left without an outcome and clean up.
 
 use leasegate::lease::{Acquire, IdOrigin, Locks};
-use leasegate::ops::{Condition, Metadata, PutBlob, SetMetadata, WriteOutcome};
+use leasegate::ops::{BlobProperties, Condition, Metadata, PutBlob, SetMetadata, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
 use leasegate_spin::storage::execute_creating_container;
@@ -232,7 +232,9 @@ async fn run_occurrence<T: Transport>(
         // walk's runs are the scheduler's (paused, they wait), the next scheduled winner's.
         Ok((decision, Some(written))) if manual => {
             let blobs = settings.storage.blobs(&counting);
-            let _ = clean_up(&blobs, settings, written.log.cleaned_before, ctx.now).await;
+            if written.clean_up {
+                let _ = clean_up(&blobs, settings, written.log.cleaned_before, ctx.now).await;
+            }
             Ok(decision)
         }
         Ok((decision, Some(written))) => {
@@ -248,7 +250,9 @@ async fn run_occurrence<T: Transport>(
                 started,
             )
             .await;
-            let _ = clean_up(&blobs, settings, written.log.cleaned_before, ctx.now).await;
+            if written.clean_up {
+                let _ = clean_up(&blobs, settings, written.log.cleaned_before, ctx.now).await;
+            }
             Ok(decision)
         }
         Ok((decision, None)) => Ok(decision),
@@ -289,10 +293,43 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         .with_content_type("application/json")
         .with_condition(Condition::IfNotExists)
         .with_metadata(metadata.clone());
-    let (reserved, date) = execute_creating_container(&blobs, &s.container, &put, ctx.now).await?;
+    // A tick later than the tick tolerance names an occurrence that is most likely reserved
+    // already (every tick between two occurrences, when the trigger is more frequent than the
+    // schedule): its reservation is read first, one request where a refused create and the
+    // read are two. A reservation the read does not find is created as on time (one request
+    // more, for an occurrence no deployment ticked on time).
+    let late = ctx.now > at(occurrence) + settings.tick_tolerance(at(occurrence));
+    let found = if late && !fresh_only {
+        match head(&blobs, &blob, ctx.now).await? {
+            (Some(props), date) => Some((Some(props), date)),
+            (None, _) => None,
+        }
+    } else {
+        None
+    };
+    let reserved = match found {
+        Some(found) => Reserve::Found(Box::new(found)),
+        None => match execute_creating_container(&blobs, &s.container, &put, ctx.now).await? {
+            (WriteOutcome::Written(w), date) => Reserve::Created(w, date),
+            // A run now is an occurrence of its own: one that exists (a scheduled one at this
+            // second, another run now) is not touched.
+            (WriteOutcome::Refused(_), _) if fresh_only => {
+                return Ok((
+                    Decision::Skipped {
+                        reserved_by: None,
+                        reason: RUN_NOW_TAKEN.into(),
+                    },
+                    None,
+                ))
+            }
+            (WriteOutcome::Refused(_), _) => {
+                Reserve::Found(Box::new(head(&blobs, &blob, ctx.now).await?))
+            }
+        },
+    };
     let mut attempt = 1;
     let (reserved_at, server_now, reservation) = match reserved {
-        WriteOutcome::Written(w) => {
+        Reserve::Created(w, date) => {
             let t = w.server_date.or(date).unwrap_or(ctx.now);
             let r = Reservation {
                 blob,
@@ -302,19 +339,8 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             };
             (t, t, r)
         }
-        // A run now is an occurrence of its own: one that exists (a scheduled one at this
-        // second, another run now) is not touched.
-        WriteOutcome::Refused(_) if fresh_only => {
-            return Ok((
-                Decision::Skipped {
-                    reserved_by: None,
-                    reason: RUN_NOW_TAKEN.into(),
-                },
-                None,
-            ))
-        }
-        WriteOutcome::Refused(_) => {
-            let (props, date) = head(&blobs, &blob, ctx.now).await?;
+        Reserve::Found(found) => {
+            let (props, date) = *found;
             let props = props.unwrap_or_default();
             let server_now = date.unwrap_or(ctx.now);
             let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
@@ -429,6 +455,15 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         attempt,
     )
     .await
+}
+
+/// How [`run_tick`] found the occurrence's reservation.
+enum Reserve {
+    /// This tick created it: the write, and the answer's `Date`.
+    Created(leasegate::ops::Written, Option<SystemTime>),
+    /// It exists (its properties as read, `None` if it vanished since the create was refused),
+    /// and the read's `Date`.
+    Found(Box<(Option<BlobProperties>, Option<SystemTime>)>),
 }
 
 /// Steps 3 to 6 of [`run_tick`], once the occurrence is reserved and in range. With the

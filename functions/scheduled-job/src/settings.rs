@@ -234,6 +234,14 @@ impl Settings {
         term_length(self.lease_term) + Duration::from_secs(2)
     }
 
+    /// How far the clean-up watermark moves between two clean-ups: half the retention. A run
+    /// whose end moves it across a multiple of this deletes the reservations below it (a
+    /// listing and a delete each); the others list nothing. So reservations are kept for the
+    /// retention and at most this much longer.
+    pub fn clean_up_stride(&self) -> Duration {
+        self.retention / 2
+    }
+
     /// How early a trigger may fire for an occurrence, and how far the trigger time of a tick
     /// with the tick token may be from this instance's clock: `job_early_seconds`, but at most
     /// 10 s and half the shortest gap between occurrences near `at`, so that a time names one
