@@ -579,38 +579,38 @@ fn sweep(app: &App) -> Answer {
 }
 
 /// The sweeper's fixed cost per pass (an empty swept container and the app's two lock-blob
-/// prefixes, `alerts/` and `gates/`, no lock blobs in them; a pass after the first, whose tick
-/// also creates the state's lock blob: one more): **27** (three pages, each claimed with 7:
-/// the state lease's HEAD, acquire and claim, the state's read and write, the release at the
-/// ETag the claim left, the listing; then 6 marking the pass done), was 31. Target 8 or fewer,
-/// the lock-blob pages included.
+/// prefixes, `alerts/` and `gates/`, no lock blobs in them): **8** (the state's read; three
+/// pages, each its listing and the state's compare-and-swap that claims it, the next starting
+/// from the state as the last write left it; the compare-and-swap marking the pass done), was
+/// 31 (27 before this change: a lease cycle on `sweeper/lock` around each claim). Target 8 or
+/// fewer, the lock-blob pages included.
 #[test]
 fn sweeper_fixed_cost_per_pass() {
     let app = sweeper("rt-sweep-pass", true, "0");
     let first = sweep(&app);
     assert_eq!(first.json["passCompleted"], true, "{}", first.text);
-    let a = expect_requests(&app, "sweeper pass", 27, || sweep(&app));
+    let a = expect_requests(&app, "sweeper pass", 8, || sweep(&app));
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["passCompleted"], true, "{}", a.text);
-    says(&a, 27);
+    says(&a, 8);
 }
 
-/// The same without the lock-blob pages (`ttl_lock_retention_seconds = off`): **13** (one
-/// page's 7, then 6), was 15.
+/// The same without the lock-blob pages (`ttl_lock_retention_seconds = off`): **4** (the
+/// state's read, one page's 2, the pass done), was 15.
 #[test]
 fn sweeper_fixed_cost_per_pass_without_lock_pages() {
     let app = sweeper("rt-sweep-nolocks", false, "0");
     let first = sweep(&app);
     assert_eq!(first.json["passCompleted"], true, "{}", first.text);
-    let a = expect_requests(&app, "sweeper pass without lock pages", 13, || sweep(&app));
+    let a = expect_requests(&app, "sweeper pass without lock pages", 4, || sweep(&app));
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["passCompleted"], true, "{}", a.text);
-    says(&a, 13);
+    says(&a, 4);
 }
 
 /// A sweeper tick with nothing to do (the pass done, the next not due): **1** (the state's
-/// read; by that read's `Date` the next pass is not due, so the tick answers without the
-/// state's lease and writes nothing). It was 7: a full lock cycle on the state and a state
+/// read; by that read's `Date` the next pass is not due, so the tick answers from it and writes
+/// nothing). It was 7: a full lock cycle on the state and a state
 /// write.
 #[test]
 fn sweeper_tick_with_nothing_to_do() {
@@ -629,13 +629,13 @@ fn sweeper_tick_with_nothing_to_do() {
     says(&a, 1);
 }
 
-/// A tick whose state another worker wrote between the tick's read and its lease reads the
-/// state again under the lease rather than giving up: its write, conditional on the ETag of the
-/// read before the lease, is refused, and the claim starts again from a read of its own. The
-/// other writer is the test, changing the state's metadata (a new ETag) while the proxy holds
-/// the tick's first request on the lock blob.
+/// A claim whose state another worker wrote between the tick's read and the claim's write reads
+/// the state again rather than giving up: its write, conditional on the ETag it read, is
+/// refused (nothing claimed), and the claim starts again from a read of its own. The other
+/// writer is the test, changing the state's metadata (a new ETag) while the proxy holds the
+/// claim's listing.
 #[test]
-fn sweeper_tick_reads_the_state_again_when_it_changed_before_the_lease() {
+fn sweeper_claim_reads_the_state_again_when_another_worker_wrote_it() {
     // The held request may wait longer than the tests' usual storage timeout (3 s), and the
     // tick's budget is far beyond the wait: the other writer's write must land while it waits,
     // on a loaded machine too, and the tick still claim its page.
@@ -651,26 +651,20 @@ fn sweeper_tick_reads_the_state_again_when_it_changed_before_the_lease() {
     let first = sweep(&app);
     assert_eq!(first.json["passCompleted"], true, "{}", first.text);
     let container = app.container.clone();
-    let lock = format!("/{}/sweeper/lock", container.as_str());
     let state = format!("/{}/sweeper/state.json", container.as_str());
-    app.storage.fault_on(
-        &format!("HEAD /devstoreaccount1{lock}"),
-        Fault::Delay(Duration::from_secs(8)),
-    );
+    // The pass's only listing (no lock-blob pages): the swept container's.
+    app.storage
+        .fault_on("comp=list", Fault::Delay(Duration::from_secs(8)));
     let before = app.storage.seen().len();
     let (answer, seen) = app.counted(|| {
         std::thread::scope(|s| {
             let tick = s.spawn(|| sweep(&app));
-            wait_for(
-                "the tick's request on the lock blob",
-                Duration::from_secs(30),
-                || {
-                    app.storage.seen()[before..]
-                        .iter()
-                        .any(|r| r.method == "HEAD" && r.path().ends_with(&lock))
-                        .then_some(())
-                },
-            );
+            wait_for("the claim's listing", Duration::from_secs(30), || {
+                app.storage.seen()[before..]
+                    .iter()
+                    .any(|r| r.method == "GET" && r.target.contains("comp=list"))
+                    .then_some(())
+            });
             // Only that one request waits (it is already waiting).
             app.storage.set_fault(None);
             let mut metadata = Metadata::default();
@@ -715,8 +709,8 @@ fn sweeper_tick_reads_the_state_again_when_it_changed_before_the_lease() {
         .filter(|r| r.method == "PUT" && r.path().ends_with(&state))
         .count();
     println!("{listed:#?}");
-    // The pass's 13 and the refused claim's 3: its write, then the state read again under the
-    // lease and the page listed again.
-    assert_eq!(seen.len(), 16, "{listed:#?}");
-    assert!(reads >= 2 && writes >= 2, "{listed:#?}");
+    // The pass's 4 and the refused claim's 3: its write, then the state read again and the
+    // page listed again.
+    assert_eq!(seen.len(), 7, "{listed:#?}");
+    assert_eq!((reads, writes), (2, 3), "{listed:#?}");
 }

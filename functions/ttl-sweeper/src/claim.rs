@@ -1,17 +1,18 @@
-//! Claiming a page: under the state's lease (`sweeper/lock`) a tick settles its counters,
-//! lists the next page of the pass from the stored marker, writes the new marker back and
-//! releases the lease at once (or records that the pass is complete, or that the tick is done).
+//! Claiming a page: a tick reads the state, settles its counters, lists the next page of the
+//! pass from the stored marker and writes the new marker back **by compare-and-swap on the
+//! state's ETag** (or records that the pass is complete, or that the tick is done). A write that
+//! storage refuses (another worker wrote the state since it was read) claims nothing: the tick
+//! reads the state again and claims the next page. No lease: the compare-and-swap alone gives
+//! each page to one worker.
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
 use leasegate::ops::{tag_at_most, FindBlobsByTags, FoundBlobs, ListBlobs, ListBlobsPage};
 use leasegate::BlobClient;
-use leasegate::{BlobName, ContainerName, LockName, StatusCode, Transport};
+use leasegate::{BlobName, ContainerName, StatusCode, Transport};
 
 use leasegate_spin::timer;
 use leasegate_spin::web::rfc3339;
-use leasegate_spin::Context;
 
 use crate::answer::{SkippedContainer, UnusableName};
 use crate::error::SweepError;
@@ -23,10 +24,9 @@ use crate::state::{
 };
 use crate::{EXPIRES_TAG, TIME_TO_LIVE};
 
-/// How long a worker waits for a busy state lease before ending its tick.
-const CLAIM_PATIENCE: Duration = Duration::from_secs(5);
-/// The pause between two tries of a busy state lease.
-const CLAIM_PAUSE: Duration = Duration::from_millis(40);
+/// How many claims a worker tries at most while other workers keep writing the state first
+/// (each refusal is another worker's claim that landed), within its time budget.
+const CLAIM_TRIES: usize = 32;
 
 /// A claimed page.
 pub(crate) struct Claimed {
@@ -75,72 +75,73 @@ pub(crate) enum Claim {
     Done,
 }
 
-/// Takes the state lease, settles the tick's counters, claims the next page (or, when
-/// `started` is `None`, only records the tick as done), writes the state and releases the lease.
+/// The state as this tick's own last claim wrote it, and when that write was answered: the
+/// tick's next claim starts from it instead of reading the state (no request whose answer the
+/// tick already knows), while no other tick was active in it. Another active tick claims pages
+/// meanwhile, and a claim from a state it moved would list a page for nothing: then the next
+/// claim reads.
+pub(crate) struct Known {
+    read: StateRead,
+    answered: Instant,
+}
+
+impl Known {
+    /// The state as written, with the storage server's time now as far as this tick can tell
+    /// without a request: the write's `Date` plus the time since its answer, in whole seconds.
+    pub(crate) fn now(self) -> StateRead {
+        let since = self.answered.elapsed();
+        StateRead {
+            date: self
+                .read
+                .date
+                .map(|d| d + since)
+                .and_then(|d| d.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map(|d| SystemTime::UNIX_EPOCH + Duration::from_secs(d.as_secs())),
+            ..self.read
+        }
+    }
+}
+
+/// Settles the tick's counters, claims the next page (or, when `started` is `None`, only
+/// records the tick as done) and writes the state, by compare-and-swap.
 ///
-/// `read` is the state as the tick read it just before (see `sweep`): when the lease is had at
-/// the first try it stands for the read under the lease, since the write is conditional on its
-/// ETag anyway; if the state was written in between, that write is refused and the state is
-/// read again under the lease. After a wait for the lease it is not used.
-pub(crate) async fn claim<T, S: Transport>(
-    ctx: &Context<'_, T>,
-    locks: &Locks<S>,
+/// `read` is the state as the tick read it just before (see `sweep`), or as its last claim
+/// wrote it ([`Known::now`]): the write is conditional on its ETag, so if the state was written
+/// in between, that write is refused, nothing is claimed, and the state is read again. Also
+/// returns the state as this claim wrote it, for the tick's next claim.
+pub(crate) async fn claim<S: Transport>(
+    blobs: &BlobClient<S>,
     settings: &Settings,
     tick: &mut Bookkeeping,
     started: Option<Instant>,
     mut read: Option<StateRead>,
-) -> Result<Claim, SweepError> {
-    let lock = LockName::try_new("lock")?;
-    let id = (ctx.new_lease_id)();
-    let term = Term::for_window(Duration::from_secs(30))?;
-    let waited = Instant::now();
-    let held = loop {
-        match locks
-            .acquire_with(
-                &lock,
-                term,
-                id,
-                IdOrigin::Fresh,
-                &settings.instance_id,
-                ctx.now,
-            )
-            .await?
+    now: SystemTime,
+) -> Result<(Claim, Option<Known>), SweepError> {
+    for _ in 0..CLAIM_TRIES {
+        if let Some(claimed) =
+            claim_from(blobs, settings, tick, started.is_some(), read.take(), now).await?
         {
-            Acquire::Acquired(held) => break held,
-            Acquire::Busy { .. }
-                if waited.elapsed() < CLAIM_PATIENCE
-                    && started.is_none_or(|s| s.elapsed() < settings.budget) =>
-            {
-                // The holder may write the state before this tick gets the lease.
-                read = None;
-                (ctx.sleep)(CLAIM_PAUSE).await;
-            }
-            Acquire::Busy { .. } => return Ok(Claim::Busy),
+            return Ok(claimed);
         }
-    };
-    let blobs = locks.client();
-    let read_before = read.is_some();
-    let mut claimed = claim_held(blobs, settings, tick, started.is_some(), read, ctx.now).await;
-    if read_before && matches!(claimed, Ok(Claim::Busy)) {
-        // Written since the read before the lease (nothing was written, nothing claimed): read
-        // it again, under the lease.
-        claimed = claim_held(blobs, settings, tick, started.is_some(), None, ctx.now).await;
+        // Another worker wrote the state first: read it again, unless this tick's budget is
+        // spent.
+        if started.is_some_and(|s| s.elapsed() >= settings.budget) {
+            break;
+        }
     }
-    // At the ETag the claim left on the lock blob: no read first.
-    let _ = locks.release_held(&lock, &held, ctx.now).await;
-    claimed
+    Ok((Claim::Busy, None))
 }
 
-/// The claim under the lease, from `read` (the state read just before the lease) or a read of
-/// its own; `Busy` when the write is refused (the state changed since it was read).
-async fn claim_held<S: Transport>(
+/// One claim, from `read` or a read of its own; `None` when the write is refused (the state
+/// changed since it was read: nothing was written, nothing is claimed).
+async fn claim_from<S: Transport>(
     blobs: &BlobClient<S>,
     settings: &Settings,
     tick: &mut Bookkeeping,
     page_wanted: bool,
     read: Option<StateRead>,
     now: SystemTime,
-) -> Result<Claim, SweepError> {
+) -> Result<Option<(Claim, Option<Known>)>, SweepError> {
     let StateRead {
         mut state,
         etag,
@@ -182,8 +183,8 @@ async fn claim_held<S: Transport>(
     let outcome = if !page_wanted {
         Claim::Done
     } else if resting(&state, settings, server_now) {
-        // (A tick reaches this only when its read before the lease did not show it resting:
-        // a pass completed since, or an answer without a `Date`; see `sweep`.)
+        // (A tick reaches this only when its first read did not show it resting: a pass
+        // completed since, or an answer without a `Date`; see `sweep`.)
         Claim::Resting
     } else {
         let mut found = None;
@@ -266,18 +267,26 @@ async fn claim_held<S: Transport>(
     state.ticks.push(entry);
     // If this write's answer is lost, the next claim's read settles the counters.
     tick.maybe_active |= active;
-    if !write_state(blobs, settings, &state, etag, now).await? {
-        // The state moved since it was read (before the lease was had, or by someone writing
-        // it without the lease): nothing was written, nothing is claimed.
-        return Ok(Claim::Busy);
-    }
+    let Some((etag, date)) = write_state(blobs, settings, &state, etag, now).await? else {
+        // The state moved since it was read: nothing was written, nothing is claimed.
+        return Ok(None);
+    };
     tick.credited = credited;
     tick.pending = Counters::default();
     tick.maybe_active = active;
     tick.containers_skipped.extend(skipped);
     tick.unusable_names.extend(unusable_new);
     tick.unusable_overflow += unusable_overflow;
-    Ok(page.map_or(outcome, Claim::Page))
+    let alone = !state.ticks.iter().any(|t| t.active && t.id != tick.id);
+    let known = (alone && etag.is_some()).then(|| Known {
+        read: StateRead {
+            state,
+            etag,
+            date: date.or(Some(server_now)),
+        },
+        answered: Instant::now(),
+    });
+    Ok(Some((page.map_or(outcome, Claim::Page), known)))
 }
 
 /// Whether a listing error will not go away by asking again this pass: storage refused the

@@ -253,14 +253,16 @@ pub(crate) async fn read_state<S: Transport>(
     }
 }
 
+/// Writes the state by compare-and-swap (see [`put_json_if`]). Returns the new ETag and the
+/// answer's `Date`, or `None` when another caller wrote it first.
 pub(crate) async fn write_state<S: Transport>(
     blobs: &BlobClient<S>,
     settings: &Settings,
     state: &State,
     etag: Option<leasegate::ETag>,
     now: SystemTime,
-) -> Result<bool, leasegate::Error> {
-    put_json_if(blobs, settings.state_blob()?, state, etag, now).await
+) -> Result<Option<(Option<leasegate::ETag>, Option<SystemTime>)>, leasegate::Error> {
+    put_json_at(blobs, settings.state_blob()?, state, etag, now).await
 }
 
 /// Writes `value` as pretty JSON to `blob` in the app's container by compare-and-swap: at
@@ -274,17 +276,29 @@ pub(crate) async fn put_json_if<S: Transport>(
     etag: Option<leasegate::ETag>,
     now: SystemTime,
 ) -> Result<bool, leasegate::Error> {
+    Ok(put_json_at(blobs, blob, value, etag, now).await?.is_some())
+}
+
+/// [`put_json_if`], returning the new ETag and the answer's `Date` when it wrote (`None`:
+/// another caller wrote first).
+async fn put_json_at<S: Transport>(
+    blobs: &BlobClient<S>,
+    blob: BlobName,
+    value: &impl serde::Serialize,
+    etag: Option<leasegate::ETag>,
+    now: SystemTime,
+) -> Result<Option<(Option<leasegate::ETag>, Option<SystemTime>)>, leasegate::Error> {
     // Both are plain structs (string keys, integers): serializing cannot fail.
     let body = serde_json::to_vec_pretty(value).expect("the record serializes");
     let put = PutBlob::block(blobs.container().clone(), blob, body)
         .with_content_type("application/json")
         .with_condition(etag.map_or(Condition::IfNotExists, Condition::IfMatch));
-    Ok(matches!(
-        execute_creating_container(blobs, blobs.container(), &put, now)
-            .await?
-            .0,
-        WriteOutcome::Written(_)
-    ))
+    Ok(
+        match execute_creating_container(blobs, blobs.container(), &put, now).await? {
+            (WriteOutcome::Written(w), date) => Some((w.etag, w.server_date.or(date))),
+            (WriteOutcome::Refused(_), _) => None,
+        },
+    )
 }
 
 /// The configured targets, with the state's progress where it has some. A target no longer

@@ -18,7 +18,7 @@ use leasegate_spin::timer;
 use leasegate_spin::Context;
 
 use crate::answer::Report;
-use crate::claim::{claim, resting, Bookkeeping, Claim, Claimed};
+use crate::claim::{claim, resting, Bookkeeping, Claim, Claimed, Known};
 use crate::error::SweepError;
 use crate::settings::{parse_location, Kind, Settings, COPY_POLL, COPY_WAIT};
 use crate::state::{read_state, reconcile, Counters};
@@ -30,11 +30,12 @@ const RESTING: &str = "resting until ttl_pass_interval_seconds has passed";
 /// One tick: claim and process pages until the budget is spent or the pass completes. The
 /// report stands even when the tick ends on a storage failure.
 ///
-/// It begins with one read of the state, without its lease: when that read shows the last pass
+/// It begins with one read of the state: when that read shows the last pass
 /// complete and the next not due **by the storage server's clock** (the read's `Date`; an
 /// answer without one is not judged), the tick answers from it (one request, nothing written:
 /// it does not appear among the state's recent ticks). Otherwise its first claim uses that read
-/// (see `claim`).
+/// (see `claim`), and each later claim starts from the state as the tick's last claim wrote it
+/// (while no other tick was active).
 pub(crate) async fn sweep<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
@@ -42,7 +43,7 @@ pub(crate) async fn sweep<T: Transport>(
 ) -> (Report, Option<SweepError>, u32) {
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
-    let locks = settings.storage.locks(&counting, "sweeper/");
+    let blobs = settings.storage.blobs(&counting);
     let mut tick = Bookkeeping {
         id: (ctx.new_lease_id)().to_string(),
         credited: Counters::default(),
@@ -55,8 +56,9 @@ pub(crate) async fn sweep<T: Transport>(
     let mut report = Report::default();
     let mut failure = None;
     let mut read = None;
+    let mut known = None;
     if started.elapsed() < settings.budget {
-        match read_state(locks.client(), settings, ctx.now).await {
+        match read_state(&blobs, settings, ctx.now).await {
             Ok(mut r) => {
                 reconcile(&mut r.state, settings);
                 if r.date.is_some_and(|date| resting(&r.state, settings, date)) {
@@ -73,26 +75,29 @@ pub(crate) async fn sweep<T: Transport>(
             report.stopped = "budget".into();
             break;
         }
-        let first_read = read.take();
-        let claimed = match claim(ctx, &locks, settings, &mut tick, Some(started), first_read).await
-        {
-            Ok(Claim::Page(p)) => p,
-            Ok(Claim::PassComplete) => {
+        // The tick's first read, then the state as its own last claim wrote it.
+        let from = read.take().or_else(|| known.take().map(Known::now));
+        let claimed = match claim(&blobs, settings, &mut tick, Some(started), from, ctx.now).await {
+            Ok((Claim::Page(p), next)) => {
+                known = next;
+                p
+            }
+            Ok((Claim::PassComplete, _)) => {
                 report.pass_completed = true;
                 report.stopped = "pass complete".into();
                 break;
             }
-            Ok(Claim::Finishing) => {
+            Ok((Claim::Finishing, _)) => {
                 report.stopped =
                     "no pages left: the pass ends when the other workers finish theirs".into();
                 break;
             }
-            Ok(Claim::Resting) => {
+            Ok((Claim::Resting, _)) => {
                 report.stopped = RESTING.into();
                 break;
             }
             // (`Done` answers only the last write.)
-            Ok(Claim::Busy | Claim::Done) => {
+            Ok((Claim::Busy | Claim::Done, _)) => {
                 report.stopped = "state busy".into();
                 break;
             }
@@ -101,15 +106,16 @@ pub(crate) async fn sweep<T: Transport>(
                 break;
             }
         };
-        let page_report = process(ctx, locks.client(), settings, &claimed, started).await;
+        let page_report = process(ctx, &blobs, settings, &claimed, started).await;
         tick.pending = tick.pending.plus(Counters::of(&page_report));
         report = merge(report, &page_report);
         report.pages += 1;
     }
     // The last write: the counters not yet written, and this tick no longer active.
     if tick.maybe_active || !tick.pending.is_zero() {
-        match claim(ctx, &locks, settings, &mut tick, None, None).await {
-            Ok(Claim::Done) => {}
+        let from = known.take().map(Known::now);
+        match claim(&blobs, settings, &mut tick, None, from, ctx.now).await {
+            Ok((Claim::Done, _)) => {}
             Ok(_) => report
                 .stopped
                 .push_str("; the state could not be updated (busy)"),
