@@ -100,21 +100,21 @@ pub fn early_in_a_period(period: u64, within_ms: u128) -> u64 {
     )
 }
 
-/// Waits until the next `span` seconds hold no multiple of `stride` (by this machine's clock):
-/// scheduled-job deletes old reservations when a run moves its clean-up watermark (the storage
-/// server's clock minus the retention) across a multiple of half the retention, so a test that
-/// counts a run's requests exactly starts where none of its runs can cross one (with a
-/// retention that is a whole number of `stride`s, `stride` being half of it).
-pub fn clear_of_a_clean_up(stride: u64, span: u64) {
+/// Waits until, for the next `span` seconds, the clean-up watermark of a job whose retention
+/// is `retention` (this machine's clock minus it) crosses no multiple of `stride` (the job's
+/// clean-up stride: 16 occurrences' worth, at most half the retention): scheduled-job deletes
+/// old reservations (a listing) only on a run whose end crosses one, so a test that counts a
+/// run's requests exactly runs where none of its runs can.
+pub fn clear_of_a_clean_up(retention: u64, stride: u64, span: u64) {
     assert!(
         span + 5 < stride,
-        "a span of {span} s always crosses a stride of {stride} s"
+        "a span of {span} s may always cross a stride of {stride} s"
     );
     crate::wait_for(
         "a time clear of a clean-up",
-        std::time::Duration::from_secs(span + 10),
+        std::time::Duration::from_secs(stride + 10),
         || {
-            let into = crate::unix_now() % stride;
+            let into = crate::unix_now().saturating_sub(retention) % stride;
             (into >= 2 && into + span < stride).then_some(())
         },
     );

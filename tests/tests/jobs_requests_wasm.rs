@@ -31,9 +31,10 @@ fn storage_requests_per_kind_of_tick() {
         )
     };
     let (a, b) = (start("node-a", &[]), start("node-b", &[]));
-    // The runs below move the clean-up watermark across no multiple of half the retention (1 h
-    // by default): none lists the reservations (the first one does, in a new log).
-    clear_of_a_clean_up(1800, 200);
+    // The runs below move the clean-up watermark (the clock minus the retention, 1 h by
+    // default) across no multiple of the clean-up stride (16 periods): none lists the
+    // reservations (the first one does, in a new log).
+    clear_of_a_clean_up(3600, 320, 130);
     early_in_a_period(20, 5000);
     // The first tick creates the container and the log: not counted.
     let (first, _) = a.storage_requests(|| tick(&a, TIMER_AUTH, None));

@@ -578,8 +578,10 @@ fn storage_faults_fail_the_tick_and_the_next_occurrence_runs() {
     let other = deployment("node-g", Some(app.container.clone()));
     let tick = |occ: u64| tick_http(&app, occ, 0);
     let occ = base + 3600;
-    // Half the retention (1 h by default): the counted run lists no reservations.
-    leasegate_tests::jobs::clear_of_a_clean_up(1800, 30);
+    // The counted run moves the clean-up watermark (the clock minus the retention, 1 h by
+    // default) across no multiple of the clean-up stride (16 periods of 60 s): it lists no
+    // reservations.
+    leasegate_tests::jobs::clear_of_a_clean_up(3600, 960, 30);
     assert_eq!(tick(occ - 60).json["decision"], "ran");
     let started = Instant::now();
     let (won, won_trips) = app.storage_requests(|| tick(occ));

@@ -310,8 +310,9 @@ fn leader_follower() {
 /// The job period of the job rows: short, so that the next occurrence comes soon.
 const PERIOD: u64 = 10;
 
-/// Half the job rows' retention (3600 s): the clean-up watermark's stride.
-const STRIDE: u64 = 1800;
+/// The job rows' retention, and their clean-up stride (16 periods).
+const RETENTION: u64 = 3600;
+const STRIDE: u64 = 160;
 
 fn job(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
     App::start_with(
@@ -332,12 +333,13 @@ fn job(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
 /// **10** (reserve; the lease's HEAD, acquire and claim; the outcome on the reservation; the
 /// log read and written before the run, and written after it at the ETag its own write left;
 /// the release, at the ETag the claim left), was 13. Target 8 or fewer. A run whose end moves
-/// the clean-up watermark across a multiple of half the retention lists the reservations below
-/// it too (+1, and a delete each): the test runs clear of that.
+/// the clean-up watermark across a multiple of the clean-up stride (16 periods, at most half
+/// the retention) lists the reservations below it too (+1 a page, and a delete each): the test
+/// runs clear of that.
 #[test]
 fn job_tick_that_runs() {
     let app = job("rt-job-run", "node-a", None);
-    clear_of_a_clean_up(STRIDE, 40);
+    clear_of_a_clean_up(RETENTION, STRIDE, 40);
     early_in_a_period(PERIOD, 3000);
     // The first tick creates the container and the log: not counted.
     let first = tick(&app, TIMER_AUTH, None);
@@ -378,7 +380,7 @@ fn job_tick_between_occurrences() {
     // and the next one is not near.
     wait_for(
         "a time well inside the hour",
-        Duration::from_secs(40),
+        Duration::from_secs(50),
         || (15..3570).contains(&(unix_now() % 3600)).then_some(()),
     );
     let first = tick(&a, TIMER_AUTH, None);
@@ -410,7 +412,7 @@ fn job_tick_between_occurrences() {
 #[test]
 fn a_log_written_during_a_run_is_read_again_and_kept() {
     let app = job("rt-job-during", "node-a", None);
-    clear_of_a_clean_up(STRIDE, 40);
+    clear_of_a_clean_up(RETENTION, STRIDE, 40);
     early_in_a_period(PERIOD, 3000);
     let first = tick(&app, TIMER_AUTH, None);
     assert_eq!(first.json["decision"], "ran", "{}", first.text);
@@ -420,9 +422,9 @@ fn a_log_written_during_a_run_is_read_again_and_kept() {
         Duration::from_secs(PERIOD + 5),
         || (unix_now() >= o + PERIOD).then_some(()),
     );
-    // The job answers after 2 s: the pause lands while it runs.
+    // The job answers after 4 s: the pause lands while it runs.
     app.sink
-        .behave(Behaviour::Late(Duration::from_secs(2), 204));
+        .behave(Behaviour::Late(Duration::from_secs(4), 204));
     let received = app.sink.received().len();
     let (ran, seen) = app.counted(|| {
         std::thread::scope(|s| {

@@ -490,7 +490,6 @@ pub(crate) async fn update<T: Transport>(
     now: SystemTime,
 ) -> Result<LogWrite, JobError> {
     let crossed = std::cell::Cell::new(false);
-    let stride = settings.clean_up_stride().as_secs().max(1);
     let written = change_log_from(blobs, settings, now, before, |log, read_at| {
         // The run's own entry (added again if the log lost it: the reservation holds the
         // outcome, the log shows it).
@@ -504,6 +503,7 @@ pub(crate) async fn update<T: Transport>(
         }
         log.entries.push(done);
         let cutoff = unix(read_at).saturating_sub(settings.retention.as_secs());
+        let stride = settings.clean_up_stride(read_at).as_secs().max(1);
         crossed.set(cutoff / stride > log.cleaned_before / stride);
         log.cleaned_before = log.cleaned_before.max(cutoff);
         advance_settled(log, settings, entry.occurrence_unix, 0, read_at);

@@ -425,14 +425,15 @@ pub(crate) async fn uncommit<T: Transport>(
 /// Reservations listed per page of a clean-up.
 const CLEAN_UP_PAGE: u32 = 16;
 
-/// Pages one clean-up lists at most: a batch (half the retention's reservations, see
-/// [`Settings::clean_up_stride`]) and what runs now and backfills added, within one tick.
-const CLEAN_UP_PAGES: usize = 8;
+/// Pages one clean-up lists at most: 128 reservations, eight batches of 16 occurrences (see
+/// [`Settings::clean_up_stride`]), so that what runs now and backfills added, or a batch a
+/// failed listing left, is caught up within one tick.
+pub(crate) const CLEAN_UP_PAGES: usize = 8;
 
 /// Deletes reservations before the log's clean-up watermark (oldest first, a page at a time,
-/// the next page while a whole page was below it): the watermark was raised first, so a tick
-/// for such an occurrence is refused, whatever retention its deployment has, and none can run
-/// twice.
+/// the next page while everything listed so far was below it): the watermark was raised first,
+/// so a tick for such an occurrence is refused, whatever retention its deployment has, and
+/// none can run twice.
 pub(crate) async fn clean_up<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
@@ -449,8 +450,9 @@ pub(crate) async fn clean_up<T: Transport>(
             ..ListBlobs::new(blobs.container().clone())
         };
         let (page, _) = blobs.execute(&list, now).await?;
-        let (more, below) = delete_below(blobs, page.blobs, cutoff, now, &mut deleted).await;
-        marker = page.next_marker.filter(|_| more && below);
+        let below = delete_below(blobs, page.blobs, cutoff, now, &mut deleted).await;
+        // (Storage may answer a page shorter than asked, with a marker: go on while it has one.)
+        marker = page.next_marker.filter(|_| below);
         if marker.is_none() {
             break;
         }
@@ -459,15 +461,14 @@ pub(crate) async fn clean_up<T: Transport>(
 }
 
 /// Deletes the listed reservations before `cutoff` (counted in `deleted`). Returns whether
-/// the page was full and all of it was before `cutoff` (the next page may hold more).
+/// all of them were before `cutoff` (the next page may hold more).
 async fn delete_below<T: Transport>(
     blobs: &BlobClient<T>,
     items: Vec<leasegate::ops::BlobItem>,
     cutoff: u64,
     now: SystemTime,
     deleted: &mut usize,
-) -> (bool, bool) {
-    let full = items.len() >= CLEAN_UP_PAGE as usize;
+) -> bool {
     for item in items {
         let occurrence: u64 = item
             .name
@@ -476,7 +477,7 @@ async fn delete_below<T: Transport>(
             .and_then(|n| n.parse().ok())
             .unwrap_or(u64::MAX);
         if occurrence >= cutoff {
-            return (full, false);
+            return false;
         }
         let Ok(blob) = BlobName::try_new(&item.name) else {
             continue;
@@ -495,7 +496,7 @@ async fn delete_below<T: Transport>(
             *deleted += 1;
         }
     }
-    (full, true)
+    true
 }
 
 #[cfg(test)]

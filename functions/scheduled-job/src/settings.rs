@@ -234,12 +234,16 @@ impl Settings {
         term_length(self.lease_term) + Duration::from_secs(2)
     }
 
-    /// How far the clean-up watermark moves between two clean-ups: half the retention. A run
-    /// whose end moves it across a multiple of this deletes the reservations below it (a
-    /// listing and a delete each); the others list nothing. So reservations are kept for the
-    /// retention and at most this much longer.
-    pub fn clean_up_stride(&self) -> Duration {
-        self.retention / 2
+    /// How far the clean-up watermark moves between two clean-ups, near `at`: 16 occurrences'
+    /// worth (the shortest gap between occurrences there), at most half the retention, at least
+    /// a second. A run whose end moves the watermark across a multiple of this deletes the
+    /// reservations below it (a listing and a delete each, 16 a page, up to 8 pages: many times
+    /// a stride's reservations, so a batch missed, or one grown by runs now and backfills, is
+    /// caught up by the next); the other runs list nothing.
+    pub fn clean_up_stride(&self, at: SystemTime) -> Duration {
+        (self.schedule.shortest_gap_near(at) * 16)
+            .min(self.retention / 2)
+            .max(Duration::from_secs(1))
     }
 
     /// How early a trigger may fire for an occurrence, and how far the trigger time of a tick
@@ -468,6 +472,26 @@ pub(crate) mod tests {
 
     pub(crate) fn settings(period: u64, offset: u64, early: u64) -> Settings {
         Settings::load(&vars(period, offset, early)).unwrap()
+    }
+
+    #[test]
+    fn the_clean_up_stride_is_sixteen_occurrences_at_most_half_the_retention() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_359_300);
+        let every = |period: &str, retention: &str| {
+            settings_with(&[
+                ("job_period_seconds", period),
+                ("job_retention_seconds", retention),
+            ])
+            .clean_up_stride(at)
+        };
+        assert_eq!(every("10", "3600"), Duration::from_secs(160));
+        assert_eq!(every("60", "86400"), Duration::from_secs(960));
+        assert_eq!(every("600", "7200"), Duration::from_secs(3600));
+        let cron = settings_with(&[
+            ("job_schedule", "*/5 * * * * *"),
+            ("job_retention_seconds", "3600"),
+        ]);
+        assert_eq!(cron.clean_up_stride(at), Duration::from_secs(80));
     }
 
     #[test]
