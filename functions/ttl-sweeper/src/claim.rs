@@ -7,12 +7,13 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::ops::{tag_at_most, FindBlobsByTags, FoundBlobs, ListBlobs, ListBlobsPage};
+use leasegate::ops::{tag_at_most, FindBlobsByTags, FoundBlobs, ListBlobs, ListBlobsPage, Refusal};
 use leasegate::BlobClient;
 use leasegate::{BlobName, ContainerName, StatusCode, Transport};
 
 use leasegate_spin::timer;
 use leasegate_spin::web::rfc3339;
+use leasegate_spin::Context;
 
 use crate::answer::{SkippedContainer, UnusableName};
 use crate::error::SweepError;
@@ -26,7 +27,14 @@ use crate::{EXPIRES_TAG, TIME_TO_LIVE};
 
 /// How many claims a worker tries at most while other workers keep writing the state first
 /// (each refusal is another worker's claim that landed), within its time budget.
-const CLAIM_TRIES: usize = 32;
+const CLAIM_TRIES: u32 = 32;
+
+/// The pause after a claim another worker's write refused grows by this with each refusal (up
+/// to [`CLAIM_PAUSE_MAX`]), plus up to [`CLAIM_JITTER_MS`] chosen at random: workers that lost
+/// the same race fall out of step instead of listing the same page again together.
+const CLAIM_PAUSE_STEP: Duration = Duration::from_millis(10);
+const CLAIM_PAUSE_MAX: Duration = Duration::from_millis(100);
+const CLAIM_JITTER_MS: u64 = 20;
 
 /// A claimed page.
 pub(crate) struct Claimed {
@@ -109,25 +117,38 @@ impl Known {
 /// wrote it ([`Known::now`]): the write is conditional on its ETag, so if the state was written
 /// in between, that write is refused, nothing is claimed, and the state is read again. Also
 /// returns the state as this claim wrote it, for the tick's next claim.
-pub(crate) async fn claim<S: Transport>(
+pub(crate) async fn claim<T, S: Transport>(
+    ctx: &Context<'_, T>,
     blobs: &BlobClient<S>,
     settings: &Settings,
     tick: &mut Bookkeeping,
     started: Option<Instant>,
     mut read: Option<StateRead>,
-    now: SystemTime,
 ) -> Result<(Claim, Option<Known>), SweepError> {
-    for _ in 0..CLAIM_TRIES {
-        if let Some(claimed) =
-            claim_from(blobs, settings, tick, started.is_some(), read.take(), now).await?
+    for refused in 1..=CLAIM_TRIES {
+        if let Some(claimed) = claim_from(
+            blobs,
+            settings,
+            tick,
+            started.is_some(),
+            read.take(),
+            ctx.now,
+        )
+        .await?
         {
             return Ok(claimed);
         }
-        // Another worker wrote the state first: read it again, unless this tick's budget is
-        // spent.
+        // Another worker wrote the state first: read it again after a pause, unless this
+        // tick's budget is spent.
         if started.is_some_and(|s| s.elapsed() >= settings.budget) {
             break;
         }
+        // A fresh lease id is random: its first two hex digits choose the jitter.
+        let random = (ctx.new_lease_id)().to_string();
+        let jitter = u64::from_str_radix(random.get(..2).unwrap_or("0"), 16).unwrap_or(0)
+            % (CLAIM_JITTER_MS + 1);
+        let pause = (CLAIM_PAUSE_STEP * refused).min(CLAIM_PAUSE_MAX);
+        (ctx.sleep)(pause + Duration::from_millis(jitter)).await;
     }
     Ok((Claim::Busy, None))
 }
@@ -267,9 +288,13 @@ async fn claim_from<S: Transport>(
     state.ticks.push(entry);
     // If this write's answer is lost, the next claim's read settles the counters.
     tick.maybe_active |= active;
-    let Some((etag, date)) = write_state(blobs, settings, &state, etag, now).await? else {
-        // The state moved since it was read: nothing was written, nothing is claimed.
-        return Ok(None);
+    let (etag, date) = match write_state(blobs, settings, &state, etag, now).await? {
+        Ok(written) => written,
+        // The state moved since it was read: nothing was written, nothing is claimed (read
+        // it again).
+        Err(Refusal::ConditionFailed | Refusal::AlreadyExists) => return Ok(None),
+        // Leased by someone (an operator, a script): no claim lands until they let it go.
+        Err(Refusal::LeaseHeld | Refusal::LeaseLost) => return Ok(Some((Claim::Busy, None))),
     };
     tick.credited = credited;
     tick.pending = Counters::default();

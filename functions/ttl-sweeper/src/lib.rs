@@ -2,15 +2,16 @@
 //! `DeadBlobContainer`) are deleted, or moved to a dead-blob container first, exactly once, by
 //! several workers sweeping at the same time; the app's own lock blobs free for longer than
 //! `ttl_lock_retention_seconds` are deleted too. A tick claims a page of the listing by a
-//! compare-and-swap of the sweep state and processes the page, until its time budget is spent (a tick with nothing to do, the pass complete and the next not due, only
-//! reads the state); `PUT /api/ttl/{container}/{blob}` marks a blob. What it does, guarantees
-//! and costs: `docs/ttl-sweeper.md`.
+//! compare-and-swap of the sweep state and processes the page, until its time budget is spent
+//! (a tick with nothing to do, the pass complete and the next not due, only reads the state);
+//! `PUT /api/ttl/{container}/{blob}` marks a blob. What it does, guarantees and costs:
+//! `docs/ttl-sweeper.md`.
 //!
 //! The modules: `settings` (the variables), `state` (the state blob's schema), `claim`
-//! (claiming a page by a compare-and-swap of the state: listed, or found by the expiry tag), `sweep` (a
-//! tick, and what becomes of each listed or found blob), `mark` (the marking API: metadata and
-//! the expiry tag), `migrate` (tagging blobs marked the old way), `answer` (what a tick answers
-//! and logs).
+//! (claiming a page by a compare-and-swap of the state: listed, or found by the expiry tag),
+//! `sweep` (a tick, and what becomes of each listed or found blob), `mark` (the marking API:
+//! metadata and the expiry tag), `migrate` (tagging blobs marked the old way), `answer` (what a
+//! tick answers and logs).
 #![deny(missing_docs)]
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]

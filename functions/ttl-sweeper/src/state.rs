@@ -1,5 +1,5 @@
-//! The sweep state blob (`sweeper/state.json`): its schema, its reading and writing (under
-//! the state's lease, see `claim`), and its containers reconciled with the settings.
+//! The sweep state blob (`sweeper/state.json`): its schema, its reading and writing (by
+//! compare-and-swap, see `claim`), and its containers reconciled with the settings.
 //!
 //! The state blob is JSON with camelCase keys, written pretty; absent options, an empty
 //! `unusable` and `off: false` are left out. It stays readable both ways during a rolling
@@ -253,15 +253,19 @@ pub(crate) async fn read_state<S: Transport>(
     }
 }
 
-/// Writes the state by compare-and-swap (see [`put_json_if`]). Returns the new ETag and the
-/// answer's `Date`, or `None` when another caller wrote it first.
+/// What [`write_state`] wrote: the new ETag and the answer's `Date`; or why storage refused it
+/// (another caller wrote first: `ConditionFailed`, `AlreadyExists`; or someone leased the blob).
+pub(crate) type StateWrite =
+    Result<(Option<leasegate::ETag>, Option<SystemTime>), leasegate::ops::Refusal>;
+
+/// Writes the state by compare-and-swap (see [`put_json_if`]).
 pub(crate) async fn write_state<S: Transport>(
     blobs: &BlobClient<S>,
     settings: &Settings,
     state: &State,
     etag: Option<leasegate::ETag>,
     now: SystemTime,
-) -> Result<Option<(Option<leasegate::ETag>, Option<SystemTime>)>, leasegate::Error> {
+) -> Result<StateWrite, leasegate::Error> {
     put_json_at(blobs, settings.state_blob()?, state, etag, now).await
 }
 
@@ -276,18 +280,18 @@ pub(crate) async fn put_json_if<S: Transport>(
     etag: Option<leasegate::ETag>,
     now: SystemTime,
 ) -> Result<bool, leasegate::Error> {
-    Ok(put_json_at(blobs, blob, value, etag, now).await?.is_some())
+    Ok(put_json_at(blobs, blob, value, etag, now).await?.is_ok())
 }
 
-/// [`put_json_if`], returning the new ETag and the answer's `Date` when it wrote (`None`:
-/// another caller wrote first).
+/// [`put_json_if`], returning the new ETag and the answer's `Date` when it wrote, else why
+/// storage refused.
 async fn put_json_at<S: Transport>(
     blobs: &BlobClient<S>,
     blob: BlobName,
     value: &impl serde::Serialize,
     etag: Option<leasegate::ETag>,
     now: SystemTime,
-) -> Result<Option<(Option<leasegate::ETag>, Option<SystemTime>)>, leasegate::Error> {
+) -> Result<StateWrite, leasegate::Error> {
     // Both are plain structs (string keys, integers): serializing cannot fail.
     let body = serde_json::to_vec_pretty(value).expect("the record serializes");
     let put = PutBlob::block(blobs.container().clone(), blob, body)
@@ -295,8 +299,8 @@ async fn put_json_at<S: Transport>(
         .with_condition(etag.map_or(Condition::IfNotExists, Condition::IfMatch));
     Ok(
         match execute_creating_container(blobs, blobs.container(), &put, now).await? {
-            (WriteOutcome::Written(w), date) => Some((w.etag, w.server_date.or(date))),
-            (WriteOutcome::Refused(_), _) => None,
+            (WriteOutcome::Written(w), date) => Ok((w.etag, w.server_date.or(date))),
+            (WriteOutcome::Refused(refusal), _) => Err(refusal),
         },
     )
 }

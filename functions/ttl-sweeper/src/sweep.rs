@@ -77,7 +77,7 @@ pub(crate) async fn sweep<T: Transport>(
         }
         // The tick's first read, then the state as its own last claim wrote it.
         let from = read.take().or_else(|| known.take().map(Known::now));
-        let claimed = match claim(&blobs, settings, &mut tick, Some(started), from, ctx.now).await {
+        let claimed = match claim(ctx, &blobs, settings, &mut tick, Some(started), from).await {
             Ok((Claim::Page(p), next)) => {
                 known = next;
                 p
@@ -114,7 +114,7 @@ pub(crate) async fn sweep<T: Transport>(
     // The last write: the counters not yet written, and this tick no longer active.
     if tick.maybe_active || !tick.pending.is_zero() {
         let from = known.take().map(Known::now);
-        match claim(&blobs, settings, &mut tick, None, from, ctx.now).await {
+        match claim(ctx, &blobs, settings, &mut tick, None, from).await {
             Ok((Claim::Done, _)) => {}
             Ok(_) => report
                 .stopped

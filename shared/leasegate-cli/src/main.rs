@@ -82,7 +82,7 @@ LOCK is the lock's path in the container, as the functions name it:
   leader/GROUP               the leader election of GROUP
   jobs/JOB/lock              scheduled-job's lease of JOB (jobs/JOB/occurrences/N with overlap)
   init/NAME                  init-once's lock of NAME
-  sweeper/...                the TTL sweeper's own locks
+  sweeper/...                the TTL sweeper's state (and the lock older versions took)
 
 options:
   --container NAME   container of the lock blobs (default: leasegate)
