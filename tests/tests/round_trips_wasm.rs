@@ -329,6 +329,23 @@ fn job(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
     )
 }
 
+/// Runs the job's occurrence due now (its first tick creates the container and the log: not
+/// counted), clear of a clean-up for the next 40 s, and waits for the next occurrence. Returns
+/// the occurrence that ran.
+fn ran_once_then_next_due(app: &App) -> u64 {
+    clear_of_a_clean_up(RETENTION, STRIDE, 40);
+    early_in_a_period(PERIOD, 3000);
+    let first = tick(app, TIMER_AUTH, None);
+    assert_eq!(first.json["decision"], "ran", "{}", first.text);
+    let o = occurrence_of(&first);
+    wait_for(
+        "the next occurrence",
+        Duration::from_secs(PERIOD + 5),
+        || (unix_now() >= o + PERIOD).then_some(()),
+    );
+    o
+}
+
 /// A job tick that runs (its job's log already there, the previous occurrence in it):
 /// **10** (reserve; the lease's HEAD, acquire and claim; the outcome on the reservation; the
 /// log read and written before the run, and written after it at the ETag its own write left;
@@ -339,17 +356,7 @@ fn job(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
 #[test]
 fn job_tick_that_runs() {
     let app = job("rt-job-run", "node-a", None);
-    clear_of_a_clean_up(RETENTION, STRIDE, 40);
-    early_in_a_period(PERIOD, 3000);
-    // The first tick creates the container and the log: not counted.
-    let first = tick(&app, TIMER_AUTH, None);
-    assert_eq!(first.json["decision"], "ran", "{}", first.text);
-    let o = occurrence_of(&first);
-    wait_for(
-        "the next occurrence",
-        Duration::from_secs(PERIOD + 5),
-        || (unix_now() >= o + PERIOD).then_some(()),
-    );
+    let o = ran_once_then_next_due(&app);
     let a = expect_requests(&app, "job tick that runs", 10, || {
         tick(&app, TIMER_AUTH, None)
     });
@@ -412,16 +419,7 @@ fn job_tick_between_occurrences() {
 #[test]
 fn a_log_written_during_a_run_is_read_again_and_kept() {
     let app = job("rt-job-during", "node-a", None);
-    clear_of_a_clean_up(RETENTION, STRIDE, 40);
-    early_in_a_period(PERIOD, 3000);
-    let first = tick(&app, TIMER_AUTH, None);
-    assert_eq!(first.json["decision"], "ran", "{}", first.text);
-    let o = occurrence_of(&first);
-    wait_for(
-        "the next occurrence",
-        Duration::from_secs(PERIOD + 5),
-        || (unix_now() >= o + PERIOD).then_some(()),
-    );
+    let o = ran_once_then_next_due(&app);
     // The job answers after 4 s: the pause lands while it runs.
     app.sink
         .behave(Behaviour::Late(Duration::from_secs(4), 204));
