@@ -357,6 +357,14 @@ fn each_occurrence_runs_once_across_eight_deployments() {
     }
 }
 
+/// The decisions of a tick that neither runs the job nor skips it naming the runner.
+const RUNS_NOTHING: [&str; 4] = [
+    "in_progress",
+    "not_due",
+    "overlapped",
+    "storage_unavailable",
+];
+
 /// Two deployments on Spin's cron trigger (the real plugin, a job every 2 s), with distinct
 /// instance ids, one container, and clocks 0.7 s apart (so their triggers fire 0.7 s apart),
 /// run for 12 s or more: every occurrence that ran ran exactly once across both (counted at
@@ -409,6 +417,12 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
         let (da, db) = (cron_decisions(&apps[0]), cron_decisions(&apps[1]));
         da.keys().filter(|o| db.contains_key(o)).copied().collect()
     };
+    // No component trapped while the instances ran. (Checked before they are stopped: Spin
+    // stopped in the middle of a tick cancels the host's tasks, and wasmtime-wasi may log a
+    // panic of its own, `child task panicked: JoinError::Cancelled`, that is not a trap.)
+    for app in &apps {
+        app.assert_no_trap();
+    }
     for app in &apps {
         app.spin.stop();
     }
@@ -433,8 +447,13 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
         "occurrences run more than once: {twice:?}"
     );
     assert!(runs.len() >= 4, "{runs:?}");
-    // Every tick came to `ran` or `skipped`, and every `ran` has its job POST, from that
-    // instance.
+    // Every tick came to `ran` or `skipped`, or to an answer that runs nothing (the plugin
+    // fires a moment early or twice for one occurrence, and a run of the occurrence before
+    // may still hold the job's lease; docs/timer-functions.md step 3: `in_progress`, the
+    // lease held by this occurrence's run or just taken, its claim not written yet;
+    // `not_due`, a tick ahead of its occurrence while an earlier run holds the lease;
+    // `overlapped`, recorded `skipped_overlap`; `storage_unavailable`, a storage request
+    // failed), and every `ran` has its job POST, from that instance.
     let decisions = [cron_decisions(&apps[0]), cron_decisions(&apps[1])];
     for (d, id) in decisions.iter().zip(["cron-a", "cron-b"]) {
         for (occ, ticks) in d {
@@ -444,7 +463,8 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
             assert!(ran <= 1, "{id} ran {occ} {ran} times: {ticks:?}");
             for (decision, _) in ticks {
                 assert!(
-                    decision == "ran" || decision == "skipped",
+                    ["ran", "skipped"].contains(&decision.as_str())
+                        || RUNS_NOTHING.contains(&decision.as_str()),
                     "{id}, occurrence {occ}: {ticks:?}"
                 );
                 if decision == "ran" {
@@ -454,13 +474,18 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
         }
     }
     // Where both instances ticked an occurrence, one ran it and the other skipped it, naming
-    // the runner.
+    // the runner; or its reserver's tick failed closed and nobody ran it.
     for occ in &settled {
         let all: Vec<&(String, Option<String>)> = decisions[0][occ]
             .iter()
             .chain(decisions[1][occ].iter())
             .collect();
         let ran: Vec<_> = all.iter().filter(|(d, _)| d == "ran").collect();
+        let failed_closed = all.iter().any(|(d, _)| RUNS_NOTHING.contains(&d.as_str()));
+        if ran.is_empty() && failed_closed {
+            assert!(!runs.contains_key(occ), "occurrence {occ}: {all:?}");
+            continue;
+        }
         assert_eq!(ran.len(), 1, "occurrence {occ}: {all:?}");
         let runner = runs.get(occ).map(|by| by[0].clone());
         assert!(
@@ -497,9 +522,6 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
         "runs not in the log: {missing:?}\n{log}"
     );
     let both = settled.len();
-    for app in &apps {
-        app.assert_no_trap();
-    }
     println!(
         "cron: {} occurrences run once each, {both} ticked by both",
         runs.len()
