@@ -5,7 +5,7 @@ use leasegate::ops::{Condition, GetBlob, PutBlob, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::Transport;
 use leasegate_spin::storage::execute_creating_container;
-use leasegate_spin::timer::Source;
+use leasegate_spin::timer::{self, Source};
 use leasegate_spin::web::rfc3339;
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime};
 use crate::error::JobError;
 use crate::reservation::RunStatus;
 use crate::settings::Settings;
-use crate::{at, unix, LOG_ENTRIES};
+use crate::{unix, LOG_ENTRIES};
 
 /// How many times a compare-and-swap of the log is tried before giving up.
 pub(crate) const LOG_ATTEMPTS: usize = 8;
@@ -203,9 +203,9 @@ impl LogWrite {
     /// this instance can tell without a request: the write's `Date` plus the time since its
     /// answer, in whole seconds (rounded down, as a `Date` is). `None` without an ETag.
     fn start(self) -> Option<(Log, Option<leasegate::ETag>, SystemTime)> {
-        let since = self.answered.elapsed();
         let etag = self.etag?;
-        Some((self.log, Some(etag), at(unix(self.date + since))))
+        let now = timer::server_time_since(self.date, self.answered);
+        Some((self.log, Some(etag), now))
     }
 }
 
@@ -520,6 +520,7 @@ pub(crate) async fn update<T: Transport>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::at;
 
     use crate::reservation::occurrence_token;
     use crate::settings::tests::{settings, settings_with};

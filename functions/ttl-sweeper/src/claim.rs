@@ -97,14 +97,8 @@ impl Known {
     /// The state as written, with the storage server's time now as far as this tick can tell
     /// without a request: the write's `Date` plus the time since its answer, in whole seconds.
     pub(crate) fn now(self) -> StateRead {
-        let since = self.answered.elapsed();
         StateRead {
-            date: self
-                .read
-                .date
-                .map(|d| d + since)
-                .and_then(|d| d.duration_since(SystemTime::UNIX_EPOCH).ok())
-                .map(|d| SystemTime::UNIX_EPOCH + Duration::from_secs(d.as_secs())),
+            date: (self.read.date).map(|d| timer::server_time_since(d, self.answered)),
             ..self.read
         }
     }

@@ -249,6 +249,18 @@ pub fn occurrence(at: SystemTime, period: Duration, offset: Duration) -> SystemT
     SystemTime::UNIX_EPOCH + Duration::from_secs(n.saturating_mul(p).saturating_add(o))
 }
 
+/// The storage server's time now, as far as an instance can tell without a request: `date`
+/// (a `Date` storage answered) plus the time since that answer came (`answered`, this
+/// instance's monotonic clock), in whole seconds, rounded down as a `Date` is. It never runs
+/// ahead of storage's clock; it lags it by the answer's latency and the rounding.
+pub fn server_time_since(date: SystemTime, answered: Instant) -> SystemTime {
+    let now = date + answered.elapsed();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
 /// Reads a time as Azure Functions writes them, leniently: RFC 3339 with any fraction and `Z`,
 /// `+00:00`, another offset or none (UTC), `T` or a space between date and time.
 pub fn parse_time(s: &str) -> Option<SystemTime> {
