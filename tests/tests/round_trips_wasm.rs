@@ -212,22 +212,101 @@ fn reacquire(tag: &str, window: &str, expected: usize) {
     assert_eq!(a.json["fencingToken"], first.json["fencingToken"]);
 }
 
-/// Gate re-acquire by its holder, native lease (window 60): **3** (HEAD, acquire, the claim's
-/// new expiry; 2 within the server second of the last claim write). Target 1 while the
-/// claim's recorded expiry covers the call, else 2.
+/// Gate re-acquire by its holder, native lease (window 60): **2** (the renew and the claim's
+/// new expiry, both from what the deployment kept of the holder's last call; 1 within the
+/// server second of the last claim write), was 3 (a HEAD first). Target 1 while the claim's
+/// recorded expiry covers the call, else 2.
 #[test]
 fn gate_reacquire_by_its_holder_native() {
-    reacquire("rt-reacq-native", "60", 3);
+    reacquire("rt-reacq-native", "60", 2);
 }
 
-/// Gate re-acquire by its holder, lease record (window 120): **2** (HEAD, compare-and-swap; 1
-/// within the server second of the last write). Target 1.
+/// Gate re-acquire by its holder, lease record (window 120): **1** (the compare-and-swap at the
+/// ETag the deployment kept of the holder's last call, its expiry reckoned from the instance's
+/// clock and checked against the write's `Date`), was 2 (a HEAD first). Target 1.
 #[test]
 fn gate_reacquire_by_its_holder_record() {
-    reacquire("rt-reacq-record", "120", 2);
+    reacquire("rt-reacq-record", "120", 1);
 }
 
-/// Gate release by its holder: **2** (HEAD, release), though the call holds the id. Target 1.
+/// A deployment whose clock is behind storage's (5 s): the record's expiry reckoned from it is
+/// off what a read first would write, so the write's `Date` has it written again, at the ETag
+/// the first write left: 2 requests, and the expiry a read first would give.
+#[test]
+fn a_record_extended_by_a_clock_behind_storage_is_written_as_a_read_would() {
+    let app = App::start_with(
+        "rt-rec-behind",
+        &[],
+        Setup {
+            clock_offset_ms: -5_000,
+            ..Setup::default()
+        },
+    );
+    create_container(&app);
+    let path = "/api/gate/k?window=120&holder=node-a";
+    let first = call("POST", &app.url(path), &[GATE_AUTH], b"");
+    assert_eq!(first.status, 200, "{}", first.text);
+    let id = first.json["leaseId"].as_str().unwrap().to_string();
+    let before = unix_now();
+    wait_for("three seconds", Duration::from_secs(10), || {
+        (unix_now() >= before + 3).then_some(())
+    });
+    let called = unix_now();
+    let a = expect_requests(&app, "record from a clock behind", 2, || {
+        call("POST", &app.url(path), &[GATE_AUTH, ("lease-id", &id)], b"")
+    });
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["extended"], true, "{}", a.text);
+    assert_eq!(a.json["fencingToken"], first.json["fencingToken"]);
+    let expires = humantime::parse_rfc3339(a.json["expiresAt"].as_str().unwrap()).unwrap();
+    let expires = expires
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        (called + 119..=unix_now() + 120).contains(&expires),
+        "{} (called at {called})",
+        a.text
+    );
+}
+
+/// A record that ran out at storage while the deployment's clock (5 s behind) says it has time
+/// left: the write from what was kept lands after the old expiry, so a new tenure is due, and
+/// the record is written again as one, with a higher token, as a read first would.
+#[test]
+fn a_record_that_ran_out_is_a_new_tenure_though_the_clock_says_otherwise() {
+    let app = App::start_with(
+        "rt-rec-lapsed",
+        &[],
+        Setup {
+            clock_offset_ms: -5_000,
+            ..Setup::default()
+        },
+    );
+    create_container(&app);
+    let path = "/api/gate/k?window=4&holder=node-a";
+    let first = call("POST", &app.url(path), &[GATE_AUTH], b"");
+    assert_eq!(first.status, 200, "{}", first.text);
+    let id = first.json["leaseId"].as_str().unwrap().to_string();
+    let expires = humantime::parse_rfc3339(first.json["expiresAt"].as_str().unwrap()).unwrap();
+    wait_for("the record to run out", Duration::from_secs(10), || {
+        (SystemTime::now() >= expires + Duration::from_millis(200)).then_some(())
+    });
+    let a = expect_requests(&app, "lapsed record from a kept state", 2, || {
+        call("POST", &app.url(path), &[GATE_AUTH, ("lease-id", &id)], b"")
+    });
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["extended"], false, "{}", a.text);
+    assert!(
+        a.json["fencingToken"].as_u64() > first.json["fencingToken"].as_u64(),
+        "{} after {}",
+        a.text,
+        first.text
+    );
+}
+
+/// Gate release by its holder: **1** (the release, `If-Match` the ETag the deployment kept of
+/// the holder's last call), was 2 (a HEAD first). Target 1.
 #[test]
 fn gate_release() {
     let app = App::start("rt-release", &[]);
@@ -235,7 +314,7 @@ fn gate_release() {
     let first = call("POST", &app.url("/api/gate/k?window=60"), &[GATE_AUTH], b"");
     assert_eq!(first.status, 200, "{}", first.text);
     let id = first.json["leaseId"].as_str().unwrap().to_string();
-    let a = expect_requests(&app, "gate release", 2, || {
+    let a = expect_requests(&app, "gate release", 1, || {
         call(
             "DELETE",
             &app.url("/api/gate/k"),
@@ -246,6 +325,86 @@ fn gate_release() {
     assert_eq!(a.status, 204, "{}", a.text);
     let state = call("GET", &app.url("/api/gate/k"), &[GATE_AUTH], b"");
     assert_eq!(state.json["state"], "available", "{}", state.text);
+}
+
+/// Two deployments of the gate on one container, each with its own key-value store: what one
+/// keeps of a holder's gate goes stale when the holder calls the other. A stale state costs
+/// the one refused request, then the call reads and answers as it would have without it.
+#[test]
+fn a_gate_kept_by_another_deployment_is_read_again() {
+    let a = App::start("rt-kept-a", &[]);
+    let b = App::start_with(
+        "rt-kept-b",
+        &[],
+        Setup {
+            container: Some(a.container.clone()),
+            ..Setup::default()
+        },
+    );
+    create_container(&a);
+    let path = "/api/gate/k?window=60&holder=node-a";
+    let first = call("POST", &a.url(path), &[GATE_AUTH], b"");
+    assert_eq!(first.status, 200, "{}", first.text);
+    let id = first.json["leaseId"].as_str().unwrap().to_string();
+    let again = |app: &App| call("POST", &app.url(path), &[GATE_AUTH, ("lease-id", &id)], b"");
+    next_second();
+    // B keeps nothing of it: a read first, 3.
+    let on_b = expect_requests(&b, "re-acquire on the other deployment", 3, || again(&b));
+    assert_eq!(on_b.json["extended"], true, "{}", on_b.text);
+    next_second();
+    // A's state names the ETag before B's claim: the renew is refused, then 3 as without it.
+    let on_a = expect_requests(&a, "re-acquire from a stale state", 4, || again(&a));
+    assert_eq!(on_a.json["extended"], true, "{}", on_a.text);
+    assert_eq!(on_a.json["fencingToken"], first.json["fencingToken"]);
+    // And B's release from its own stale state: refused, then the read and the release.
+    let released = expect_requests(&b, "release from a stale state", 3, || {
+        call(
+            "DELETE",
+            &b.url("/api/gate/k"),
+            &[GATE_AUTH, ("lease-id", &id)],
+            b"",
+        )
+    });
+    assert_eq!(released.status, 204, "{}", released.text);
+    let state = call("GET", &a.url("/api/gate/k"), &[GATE_AUTH], b"");
+    assert_eq!(state.json["state"], "available", "{}", state.text);
+}
+
+/// A gate released on another deployment leaves the lease's ETag where it was, so what the
+/// first deployment kept still matches it: its holder's next call must not tell an extension
+/// of the gate it gave back. The renew from the kept state is refused (storage renews no
+/// released lease), and the acquire after a read tells a new tenure with a higher token.
+#[test]
+fn a_gate_released_elsewhere_is_not_extended_from_a_kept_state() {
+    let a = App::start("rt-kept-rel-a", &[]);
+    let b = App::start_with(
+        "rt-kept-rel-b",
+        &[],
+        Setup {
+            container: Some(a.container.clone()),
+            ..Setup::default()
+        },
+    );
+    create_container(&a);
+    let path = "/api/gate/k?window=60&holder=node-a";
+    let first = call("POST", &a.url(path), &[GATE_AUTH], b"");
+    assert_eq!(first.status, 200, "{}", first.text);
+    let id = first.json["leaseId"].as_str().unwrap().to_string();
+    let released = call(
+        "DELETE",
+        &b.url("/api/gate/k"),
+        &[GATE_AUTH, ("lease-id", &id)],
+        b"",
+    );
+    assert_eq!(released.status, 204, "{}", released.text);
+    let again = call("POST", &a.url(path), &[GATE_AUTH, ("lease-id", &id)], b"");
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json["extended"], false, "{}", again.text);
+    assert!(
+        again.json["fencingToken"].as_u64() > first.json["fencingToken"].as_u64(),
+        "{}",
+        again.text
+    );
 }
 
 fn leader(tag: &str, instance: &str, container: Option<ContainerName>) -> App {
@@ -279,8 +438,9 @@ fn leader_release() {
     assert_eq!(a.json["steppedDown"], true, "{}", a.text);
 }
 
-/// Leader renew (its tick in a later second): **3** (HEAD, acquire, the claim's new expiry).
-/// Target 2 (1 while the claim covers it).
+/// Leader renew (its tick in a later second): **2** (the renew and the claim's new expiry, from
+/// what the instance kept of its last tick), was 3 (a HEAD first). Target 2 (1 while the claim
+/// covers it).
 #[test]
 fn leader_renew() {
     let app = leader("rt-leader-renew", "node-a", None);
@@ -288,10 +448,64 @@ fn leader_renew() {
     let led = leader_tick(&app);
     assert_eq!(led.json["role"], "leader", "{}", led.text);
     next_second();
-    let a = expect_requests(&app, "leader renew", 3, || leader_tick(&app));
+    let a = expect_requests(&app, "leader renew", 2, || leader_tick(&app));
     assert_eq!(a.json["role"], "leader", "{}", a.text);
     assert_eq!(a.json["term"], led.json["term"], "{}", a.text);
-    says(&a, 3);
+    says(&a, 2);
+}
+
+/// An operator breaks the leader's lease: a break leaves the ETag where it was, so what the
+/// instance kept of its last tick still matches. Its next tick must not extend the term it
+/// lost: the renew from the kept state is refused (storage renews no broken lease), and the
+/// acquire after a read begins a new term.
+#[test]
+fn a_broken_leader_lease_is_not_renewed_from_a_kept_state() {
+    let app = leader("rt-leader-broken", "node-a", None);
+    create_container(&app);
+    let led = leader_tick(&app);
+    assert_eq!(led.json["role"], "leader", "{}", led.text);
+    let locks = Locks::new(
+        NativeTransport::default(),
+        leasegate_tests::Azurite::shared().account(),
+        app.container.clone(),
+    )
+    .with_prefix("leader/");
+    let group = LockName::try_new("example-group").unwrap();
+    block_on(locks.break_lock(&group, 0, SystemTime::now())).unwrap();
+    let a = leader_tick(&app);
+    assert_eq!(a.json["role"], "leader", "{}", a.text);
+    assert_eq!(a.json["tookOver"], true, "{}", a.text);
+    assert!(
+        a.json["term"].as_u64() > led.json["term"].as_u64(),
+        "{} after {}",
+        a.text,
+        led.text
+    );
+}
+
+/// A leader that stopped ticking for longer than its lease: storage still renews a lease that
+/// ran out untouched, so the renew from what the instance kept succeeds. The claim's expiry,
+/// which the renew landed after, tells it: the tick begins a new term, as a read would.
+#[test]
+fn a_lapsed_leader_lease_renewed_from_a_kept_state_begins_a_new_term() {
+    let app = leader("rt-leader-lapsed", "node-a", None);
+    create_container(&app);
+    let led = leader_tick(&app);
+    assert_eq!(led.json["role"], "leader", "{}", led.text);
+    let expires = led.json["expiresAt"].as_str().unwrap().to_string();
+    let expires = humantime::parse_rfc3339(&expires).unwrap();
+    wait_for("the lease to run out", Duration::from_secs(30), || {
+        (SystemTime::now() > expires + Duration::from_secs(1)).then_some(())
+    });
+    let a = leader_tick(&app);
+    assert_eq!(a.json["role"], "leader", "{}", a.text);
+    assert_eq!(a.json["tookOver"], true, "{}", a.text);
+    assert!(
+        a.json["term"].as_u64() > led.json["term"].as_u64(),
+        "{} after {}",
+        a.text,
+        led.text
+    );
 }
 
 /// A follower's leader tick: **1** (HEAD). Target 1.

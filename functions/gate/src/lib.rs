@@ -16,10 +16,15 @@
 //! Every call needs `Authorization: Bearer <gate_token>`, checked before any other setting is
 //! read.
 //!
-//! The gate API does not use the gate cache (`kv_cache`): its holders extend, shorten and give
-//! back their gates whenever they like, and Spin's key-value store has no compare-and-swap, so a
-//! `DELETE` racing its holder's `POST` could leave a "held" entry behind a free gate. Every call
-//! asks storage (1 request for a busy gate).
+//! The gate API keeps no "held until" entries (device-alerts' gate cache): its holders extend,
+//! shorten and give back their gates whenever they like, and Spin's key-value store has no
+//! compare-and-swap, so a `DELETE` racing its holder's `POST` could leave a "held" entry behind
+//! a free gate. Every call asks storage (1 request for a busy gate). With `kv_cache = on` (the
+//! default) the deployment keeps, per holder's lease id, the gate as the holder's last call left
+//! it ([`leasegate_spin::held`]): the holder's next `POST` extends and its `DELETE` releases
+//! without reading first (a native gate 2 requests, a record 1, a release 1), each request
+//! conditional on the kept ETag, so a kept state that is stale (the holder called another
+//! deployment, a race) costs one refused request and then the read.
 #![deny(missing_docs)]
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
@@ -33,9 +38,10 @@ use percent_encoding::percent_decode_str;
 use serde::Serialize;
 use serde_json::json;
 
+use leasegate_spin::cache::{self, Cache};
 use leasegate_spin::config::{self, ConfigError, Storage, Variables};
 use leasegate_spin::web::{self, rfc3339};
-use leasegate_spin::{auth, elapsed_ms, log_line, Context};
+use leasegate_spin::{auth, elapsed_ms, held, log_line, Context};
 
 /// Blob name prefix of the gates.
 pub const GATE_PREFIX: &str = "gates/";
@@ -51,6 +57,8 @@ pub const MAX_HOLDER_BYTES: usize = 128;
 pub(crate) struct Settings {
     /// Storage.
     pub storage: Storage,
+    /// `kv_cache`: whether holders' gates are kept in the key-value store ([`held`]).
+    pub cache: cache::Mode,
 }
 
 impl Settings {
@@ -58,6 +66,7 @@ impl Settings {
     pub fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
         Ok(Settings {
             storage: config::storage(vars)?,
+            cache: cache::Mode::load(vars)?,
         })
     }
 }
@@ -201,6 +210,13 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
     let locks = settings.storage.locks(&counting, GATE_PREFIX);
+    // What holders keep of their gates between calls (`kv_cache = off`: nothing).
+    let cache: &dyn Cache = match settings.cache {
+        cache::Mode::On => ctx.cache,
+        cache::Mode::Off => &cache::NoCache,
+    };
+    let held_key =
+        |id: &LeaseId| (settings.cache == cache::Mode::On).then(|| held::key(&locks, &key, *id));
     let log = |decision: &str| {
         log_line(json!({
             "fn": "gate",
@@ -242,10 +258,30 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             Err(r) => return r,
         };
         let label = query.holder.as_deref().unwrap_or("");
-        match locks
-            .acquire_with(&key, term, lease_id, origin, label, ctx.now)
-            .await
-        {
+        let held_key = held_key(&lease_id);
+        // A holder's own id: extend from what it kept of its last call, if anything.
+        let kept = match origin {
+            IdOrigin::Known => held_key.as_deref().and_then(|k| held::recall(cache, k)),
+            IdOrigin::Fresh => None,
+        };
+        let acquired = match &kept {
+            Some(kept) => {
+                locks
+                    .extend_held(&key, term, lease_id, label, kept, ctx.now)
+                    .await
+            }
+            None => {
+                locks
+                    .acquire_with(&key, term, lease_id, origin, label, ctx.now)
+                    .await
+            }
+        };
+        match (&acquired, held_key.as_deref()) {
+            (Ok(Acquire::Acquired(a)), Some(k)) => held::keep(cache, k, a),
+            (Ok(Acquire::Busy { .. }), Some(k)) if kept.is_some() => held::forget(cache, k),
+            _ => {}
+        }
+        match acquired {
             Ok(Acquire::Acquired(a)) => {
                 log(if a.extended { "extended" } else { "acquired" });
                 web::json(
@@ -294,7 +330,15 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             }
             Err(r) => return r,
         };
-        match locks.release(&key, lease_id, ctx.now).await {
+        let held_key = held_key(&lease_id);
+        let released = match held_key.as_deref().and_then(|k| held::recall(cache, k)) {
+            Some(kept) => locks.release_from(&key, lease_id, &kept, ctx.now).await,
+            None => locks.release(&key, lease_id, ctx.now).await,
+        };
+        if let (Ok(_), Some(k)) = (&released, held_key.as_deref()) {
+            held::forget(cache, k);
+        }
+        match released {
             Ok(r) => {
                 log(if r == Release::Released {
                     "released"

@@ -11,8 +11,9 @@
 //!   ([`settled_after`]) that its holder has finished notifying and, had it failed, giving
 //!   the gate back: its gate is kept.
 //!
-//! The gate API's gates are not cached: their holders give them back at will, and the store
-//! has no compare-and-swap to keep an entry from landing after a release.
+//! The gate API's gates are not cached here: their holders give them back at will, and the
+//! store has no compare-and-swap to keep an entry from landing after a release. (What the gate
+//! keeps for its holders, [`crate::held`], decides nothing on its own.)
 //!
 //! Entries are read once per invocation, before any device is gated, at the invocation's
 //! time. A miss, an expired entry, an unreadable store or an unreadable entry falls back to

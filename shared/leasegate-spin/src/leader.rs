@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 use leasegate::lease::{Acquire, Locks, Term};
 use leasegate::{Error, HolderKey, LeaseDuration, LeaseId, LockName, Transport};
 
-use crate::{log_verb, web, Context};
+use crate::{held, log_verb, web, Context};
 
 /// The answer to "am I the leader?".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,8 +76,9 @@ pub enum Leadership {
 /// Asks whether `instance` leads `group` among every caller of `locks`, taking or extending the
 /// group's native lease of `lease` (15 to 60 s) with `instance`'s derived lease id. Every
 /// instance needs its own name: two that share one share the lease id, and both would lead.
-/// Round trips: 1 for a follower, 2 or 3 for the leader. `Err` is a storage failure: the
-/// instance does not know, so it must not act as leader.
+/// Round trips: 1 for a follower; for the leader 2 (the renew and the claim's new expiry) from
+/// what it kept of its last call in `ctx.cache` ([`crate::held`]), else 3 (a read first).
+/// `Err` is a storage failure: the instance does not know, so it must not act as leader.
 pub async fn lead<C, L: Transport>(
     ctx: &Context<'_, C>,
     locks: &Locks<L>,
@@ -103,7 +104,23 @@ pub async fn lead<C, L: Transport>(
     let counted = locks.counting();
     let id = LeaseId::for_holder(key, "leader", instance, group);
     let term = Term::Native(lease);
-    let outcome = counted.acquire_as(group, term, id, instance, ctx.now).await;
+    // The leader extends from what it kept of its last tick (a renew and the claim's new
+    // expiry), where there is something kept; the key-value store is only a hint (`held`).
+    let held_key = held::key(locks, group, id);
+    let kept = held::recall(ctx.cache, &held_key);
+    let outcome = match &kept {
+        Some(kept) => {
+            counted
+                .extend_held(group, term, id, instance, kept, ctx.now)
+                .await
+        }
+        None => counted.acquire_as(group, term, id, instance, ctx.now).await,
+    };
+    match &outcome {
+        Ok(Acquire::Acquired(held)) => held::keep(ctx.cache, &held_key, held),
+        Ok(Acquire::Busy { .. }) if kept.is_some() => held::forget(ctx.cache, &held_key),
+        _ => {}
+    }
     let (decision, term) = match &outcome {
         Ok(Acquire::Acquired(held)) => ("leader", held.fencing_token),
         Ok(Acquire::Busy { holder, .. }) => ("follower", holder.as_ref().map(|h| h.token)),

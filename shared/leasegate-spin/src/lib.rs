@@ -138,6 +138,7 @@ struct RecipesDoctests;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod held;
 pub mod leader;
 pub mod occurrence;
 pub mod once;

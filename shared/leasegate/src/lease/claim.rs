@@ -73,6 +73,15 @@ pub(crate) fn write_stepped_down(bars: &[(LeaseId, u64)], metadata: &mut Metadat
 /// The longest holder label, in bytes.
 pub const MAX_LABEL_BYTES: usize = 128;
 
+/// A lock blob's own marks: its metadata other than the claim.
+pub(crate) fn marks_of(metadata: &Metadata) -> Metadata {
+    metadata
+        .iter()
+        .filter(|(k, _)| !is_claim_field(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// Whether a metadata name is one of the claim's (leasegate's own): marks must not use them.
 pub(crate) fn is_claim_field(name: &str) -> bool {
     name.to_ascii_lowercase().starts_with("leasegate_")

@@ -121,6 +121,62 @@ pub(crate) struct Grant {
     pub(crate) leased: bool,
 }
 
+/// What a holder keeps of its lock between calls: the lock blob as its own last write left it
+/// (the ETag storage answered, the claim and marks written, whether it is leased). A call with
+/// no memory of the last (a Wasm component's) keeps it somewhere (Spin's key-value store) and
+/// starts from it instead of a read: [`Locks::extend_held`], [`Locks::release_from`]. Every
+/// request they make is conditional on its ETag, so one that is stale (anyone wrote the lock
+/// since) costs that one refused request, then the call reads and decides as usual. It holds
+/// the claim as the blob's metadata does, the holder's lease id included: keep it where only
+/// the holder's deployment reads (never in an answer or a log line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldState {
+    grant: Grant,
+}
+
+impl HeldState {
+    /// As JSON, to keep: `{"etag","leased","metadata":{..}}`.
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "etag": self.grant.etag.as_ref().map(ETag::as_str),
+            "leased": self.grant.leased,
+            "metadata": self.grant.metadata,
+        })
+        .to_string()
+    }
+
+    /// From [`HeldState::to_json`]'s form; `None` for anything else (a kept state that cannot be
+    /// read is only a read more).
+    pub fn from_json(text: &str) -> Option<HeldState> {
+        let value: serde_json::Value = serde_json::from_str(text).ok()?;
+        let etag = ETag::new(value.get("etag")?.as_str()?);
+        let leased = value.get("leased")?.as_bool()?;
+        let metadata = value
+            .get("metadata")?
+            .as_object()?
+            .iter()
+            .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect::<Option<Metadata>>()?;
+        Some(HeldState {
+            grant: Grant {
+                etag: Some(etag),
+                metadata,
+                leased,
+            },
+        })
+    }
+}
+
+impl Acquired {
+    /// What to keep of this lock for the holder's next call, when its ETag is known.
+    pub fn held_state(&self) -> Option<HeldState> {
+        self.grant.etag.as_ref()?;
+        Some(HeldState {
+            grant: self.grant.clone(),
+        })
+    }
+}
+
 /// Who holds a lock, as its claim says (never the holder's lease id: that would let its
 /// reader release or extend the lock).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -620,6 +676,63 @@ impl<T: Transport> Locks<T> {
             .map_err(|e| self.name_lock(lock, e))
     }
 
+    /// [`Locks::acquire_as`] by a holder extending its native lease, starting from `held` (what
+    /// it kept of its last call, [`Acquired::held_state`]) instead of a read: the renew and the
+    /// claim's new expiry, 2 requests (1 within the server second of its last write), each
+    /// conditional on `held`'s ETag. Where that cannot tell the extension exactly (`held` is
+    /// stale, the lease was released, broken or ran out, a record term), it acquires as
+    /// [`Locks::acquire_as`] does, after the one refused request. The answer is the one
+    /// [`Locks::acquire_as`] would give.
+    pub async fn extend_held(
+        &self,
+        lock: &LockName,
+        term: Term,
+        lease_id: LeaseId,
+        label: &str,
+        held: &HeldState,
+        now: SystemTime,
+    ) -> Result<Acquire, Error> {
+        let blob = self.blob_name(lock)?;
+        let extended = match term {
+            Term::Native(duration) => {
+                native::extend_at(self, &blob, duration, lease_id, label, &held.grant, now).await
+            }
+            Term::Record(length) => {
+                record::extend_at(self, &blob, length, lease_id, label, &held.grant, now).await
+            }
+        };
+        match extended.map_err(|e| self.name_lock(lock, e))? {
+            Some(acquired) => Ok(Acquire::Acquired(acquired)),
+            None => self.acquire_as(lock, term, lease_id, label, now).await,
+        }
+    }
+
+    /// [`Locks::release`] by a holder starting from `held` (what it kept of its last call,
+    /// [`Acquired::held_state`]) instead of a read: one request, as
+    /// [`Locks::release_held`] makes, conditional on `held`'s ETag; when storage refuses it, a
+    /// read and the release as [`Locks::release`] makes them.
+    pub async fn release_from(
+        &self,
+        lock: &LockName,
+        lease_id: LeaseId,
+        held: &HeldState,
+        now: SystemTime,
+    ) -> Result<Release, Error> {
+        let blob = self.blob_name(lock)?;
+        let own = Claim::read(&held.grant.metadata).is_ok_and(|c| c.holder == Some(lease_id));
+        if !own {
+            return self.release(lock, lease_id, now).await;
+        }
+        match self
+            .release_at(&blob, lease_id, &held.grant, now)
+            .await
+            .map_err(|e| self.name_lock(lock, e))?
+        {
+            Some(released) => Ok(released),
+            None => self.release(lock, lease_id, now).await,
+        }
+    }
+
     /// [`Locks::release`] by the holder that took `held` in this call (and maybe marked it with
     /// [`Locks::set_marks_held`]): one request, the release of the lease or the record's
     /// clearing conditional on the ETag its own last write left, instead of a HEAD first. If the
@@ -1006,4 +1119,34 @@ fn gave_up(what: &str) -> Error {
         StatusCode::CONFLICT,
         format!("could not {what}: the lock blob kept changing under us"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_state_is_kept_as_json_and_read_back() {
+        let state = HeldState {
+            grant: Grant {
+                etag: Some(ETag::new("\"0x8DC1\"")),
+                metadata: [("leasegate_token", "7"), ("owner", "a \"b\"")]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                leased: true,
+            },
+        };
+        assert_eq!(HeldState::from_json(&state.to_json()), Some(state));
+        for bad in [
+            "",
+            "{}",
+            "[1]",
+            r#"{"etag":null,"leased":true,"metadata":{}}"#,
+            r#"{"etag":"x","leased":"yes","metadata":{}}"#,
+            r#"{"etag":"x","leased":true,"metadata":{"a":1}}"#,
+        ] {
+            assert_eq!(HeldState::from_json(bad), None, "{bad}");
+        }
+    }
 }

@@ -114,6 +114,103 @@ pub(super) async fn acquire<T: Transport>(
     Err(super::gave_up("acquire"))
 }
 
+/// Extends `id`'s native lease of `duration` from `grant`, the blob as the holder's own last
+/// write left it, without a read: a renew and the claim's new expiry, each `If-Match` that
+/// write's ETag. `None` when that cannot tell the extension exactly, and the caller acquires as
+/// usual (a read first):
+/// * the grant is not of a lease of `id`'s for `duration` and `label`, or its ETag is unknown;
+/// * storage refuses the renew: the blob changed since (another holder's claim, a bar, a
+///   concurrent call of the same holder's), or the lease was released or broken (a renew takes
+///   back neither, unlike an acquire) or taken by another id;
+/// * the renew landed after the claim's expiry (in the second it names or later): storage
+///   kept the lease that ran out, but a read would tell a new tenure, and the acquire that
+///   follows tells it;
+/// * the claim's write is refused (a concurrent call of the holder wrote first).
+///
+/// The extension's answer is the one an acquire with a read first gives: same token and start,
+/// the new expiry.
+pub(super) async fn extend_at<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    duration: LeaseDuration,
+    id: LeaseId,
+    label: &str,
+    grant: &Grant,
+    now: SystemTime,
+) -> Result<Option<Acquired>, Error> {
+    let Some(etag) = grant.etag.as_ref().filter(|_| grant.leased) else {
+        return Ok(None);
+    };
+    let Ok(claim) = Claim::read(&grant.metadata) else {
+        return Ok(None);
+    };
+    if claim.holder != Some(id)
+        || claim.kind != Kind::Native(duration)
+        || claim.label != label
+        || duration.as_duration().is_none()
+    {
+        return Ok(None);
+    }
+    let renew = locks
+        .lease_op(blob, LeaseAction::Renew(id))
+        .with_condition(Condition::IfMatch(etag.clone()));
+    let granted = match locks.client.execute(&renew, now).await {
+        Ok((
+            LeaseOutcome::Held {
+                lease_id,
+                server_date,
+                ..
+            },
+            date,
+        )) if lease_id == id => server_date
+            .or(date)
+            .ok_or_else(no_date)
+            .and_then(checked_date)?,
+        Ok(_) => return Ok(None),
+        Err(e) if super::refused(&e) => return Ok(None),
+        // A renew that may have landed only extended the holder's own lease.
+        Err(e) => return Err(e),
+    };
+    if unix_secs(granted) >= claim.expires {
+        return Ok(None);
+    }
+    let mut extended = claim.clone();
+    extended.expires = expiry(granted, duration);
+    let grant = if extended.expires > claim.expires {
+        let mut metadata = grant.metadata.clone();
+        extended.write(&mut metadata);
+        let write = SetMetadata {
+            container: locks.container().clone(),
+            blob: blob.clone(),
+            metadata: metadata.clone(),
+            lease_id: Some(id),
+            condition: Condition::IfMatch(etag.clone()),
+        };
+        match locks.client.execute(&write, now).await {
+            Ok((WriteOutcome::Written(w), _)) => Grant {
+                etag: w.etag,
+                metadata,
+                leased: true,
+            },
+            Ok((WriteOutcome::Refused(_), _)) => return Ok(None),
+            Err(e) if super::refused(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    } else {
+        grant.clone()
+    };
+    Ok(Some(Acquired {
+        lease_id: id,
+        fencing_token: Some(claim.token),
+        expires_at: duration.as_duration().map(|d| granted + d),
+        server_date: granted,
+        since: at(claim.since),
+        extended: true,
+        marks: super::claim::marks_of(&grant.metadata),
+        grant,
+    }))
+}
+
 /// How [`take`] went.
 enum Take {
     /// Held, granted at this server time, with this tenure (a concurrent call of the same

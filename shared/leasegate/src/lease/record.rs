@@ -13,14 +13,15 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::claim;
 use super::snapshot::{at, checked_date, Read, Snapshot, Tenure};
 use super::{
     is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Grant, IdOrigin, Kind, Locks,
     MAX_ATTEMPTS, MAX_WINDOW_SECS,
 };
 use crate::names::BlobName;
-use crate::ops::{Condition, Refusal, SetMetadata, WriteOutcome};
-use crate::types::{unix_secs, LeaseId};
+use crate::ops::{Condition, Metadata, Refusal, SetMetadata, WriteOutcome};
+use crate::types::{unix_secs, ETag, LeaseId};
 use crate::{Error, Transport};
 
 /// Takes or extends a record of `length` on `blob` for `id`, starting from `seen` (a read the
@@ -146,6 +147,132 @@ pub(super) async fn acquire<T: Transport>(
         }
     }
     Err(super::gave_up("acquire"))
+}
+
+/// Extends `id`'s record of `length` from `grant`, the blob as the holder's own last write left
+/// it, without a read: one compare-and-swap at that write's ETag, its expiry reckoned from the
+/// caller's clock (`now`). Storage's `Date` on the write then checks what a read first would
+/// have decided: when the old record had run out by then (a new tenure is due) or the expiry
+/// reckoned is off storage's (clocks that disagree), the record is written again as a read
+/// first would have written it, at the ETag the first write left: 2 requests. `None` when this
+/// cannot be told so, and the caller acquires as usual (a read first):
+/// * the grant is not of a record of `id`'s with `label`, or its ETag is unknown;
+/// * by the caller's clock the record has less than [`MARGIN_SECS`] left (likely run out:
+///   nothing is written);
+/// * storage refuses a write (the blob changed or was leased since).
+pub(super) async fn extend_at<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    length: Duration,
+    id: LeaseId,
+    label: &str,
+    grant: &Grant,
+    now: SystemTime,
+) -> Result<Option<Acquired>, Error> {
+    let secs = length.as_secs();
+    let Some(etag) = grant.etag.as_ref().filter(|_| !grant.leased) else {
+        return Ok(None);
+    };
+    let Ok(kept) = Claim::read(&grant.metadata) else {
+        return Ok(None);
+    };
+    if kept.holder != Some(id)
+        || kept.kind != Kind::Record
+        || kept.label != label
+        || length.subsec_nanos() != 0
+        || !(1..=MAX_WINDOW_SECS).contains(&secs)
+        || unix_secs(now) + MARGIN_SECS >= kept.expires
+    {
+        return Ok(None);
+    }
+    // Never shorter than the kept record: a clock behind storage's must not make the record
+    // look run out to others between this write and its correction.
+    let guess = Claim {
+        expires: (unix_secs(now) + secs).max(kept.expires),
+        ..kept.clone()
+    };
+    let Some((etag, metadata, written)) =
+        write_at(locks, blob, &grant.metadata, &guess, etag, now).await?
+    else {
+        return Ok(None);
+    };
+    // What a read first would have written: the read's `Date` at most a second before the
+    // write's.
+    let landed = unix_secs(written);
+    let lapsed = landed >= kept.expires;
+    let exact = (landed + secs - 1..=landed + secs).contains(&guess.expires);
+    let (claim, etag, metadata, written) = if !lapsed && exact {
+        (guess, etag, metadata, written)
+    } else {
+        let claim = Claim {
+            token: if lapsed {
+                claim::next_token(kept.token, written)?
+            } else {
+                kept.token
+            },
+            since: if lapsed { landed } else { kept.since },
+            expires: landed + secs,
+            ..kept.clone()
+        };
+        match write_at(locks, blob, &metadata, &claim, &etag, now).await? {
+            Some((etag, metadata, written)) => (claim, etag, metadata, written),
+            None => return Ok(None),
+        }
+    };
+    if unix_secs(written) >= claim.expires {
+        return Ok(None);
+    }
+    Ok(Some(Acquired {
+        lease_id: id,
+        fencing_token: Some(claim.token),
+        expires_at: Some(at(claim.expires)),
+        server_date: written,
+        since: at(claim.since),
+        extended: claim.since == kept.since && claim.token == kept.token,
+        marks: claim::marks_of(&metadata),
+        grant: Grant {
+            etag: etag.into(),
+            metadata,
+            leased: false,
+        },
+    }))
+}
+
+/// By the caller's clock, a kept record with less than this left is not extended from what was
+/// kept: it may have run out at storage.
+pub const MARGIN_SECS: u64 = 2;
+
+/// Writes `claim` into `metadata` with a compare-and-swap at `etag`, no lease: the new ETag,
+/// the metadata written and storage's `Date`; `None` when storage refuses it.
+async fn write_at<T: Transport>(
+    locks: &Locks<T>,
+    blob: &BlobName,
+    metadata: &Metadata,
+    claim: &Claim,
+    etag: &ETag,
+    now: SystemTime,
+) -> Result<Option<(ETag, Metadata, SystemTime)>, Error> {
+    let mut metadata = metadata.clone();
+    claim.write(&mut metadata);
+    let write = SetMetadata {
+        container: locks.container().clone(),
+        blob: blob.clone(),
+        metadata: metadata.clone(),
+        lease_id: None,
+        condition: Condition::IfMatch(etag.clone()),
+    };
+    match locks.client.execute(&write, now).await {
+        Ok((WriteOutcome::Written(w), date)) => {
+            let Some(etag) = w.etag else {
+                return Ok(None);
+            };
+            let written = checked_date(w.server_date.or(date).ok_or_else(no_date)?)?;
+            Ok(Some((etag, metadata, written)))
+        }
+        Ok((WriteOutcome::Refused(_), _)) => Ok(None),
+        Err(e) if is_missing(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The answer for a record written at `written` (the write's server `Date`) over `snap`, the

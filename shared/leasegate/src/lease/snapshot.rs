@@ -146,11 +146,7 @@ impl Snapshot {
 
     /// The blob's own marks: its metadata other than the claim.
     pub(super) fn marks(&self) -> Metadata {
-        self.metadata
-            .iter()
-            .filter(|(k, _)| !claim::is_claim_field(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        claim::marks_of(&self.metadata)
     }
 
     /// The live record of `id`, whether or not the blob is leased too (a holder that switched

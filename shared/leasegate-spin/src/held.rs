@@ -1,0 +1,105 @@
+//! What a holder keeps of its lock between calls, in Spin's key-value store: the lock blob as
+//! its own last write left it ([`leasegate::lease::HeldState`]). The gate's holders and the
+//! leader extend and release from it without reading the lock first
+//! ([`leasegate::lease::Locks::extend_held`], [`leasegate::lease::Locks::release_from`]).
+//!
+//! **It never decides anything on its own.** Every request made from a kept state is
+//! conditional on its ETag, so a state that is stale (another deployment with its own store
+//! wrote the lock since, an entry left behind by a race, a store that lost a write) costs one
+//! refused request; the call then reads the lock and decides as it would have without it. The
+//! store has no compare-and-swap, and needs none: an entry is a hint.
+//!
+//! The entry's key is a digest of the blob service's origin, the account, the container, the
+//! lock blob's path and the lease id. Its value names the lease id (as the lock blob's own
+//! metadata does): the store is the deployment's own; nothing in it reaches an answer or a log.
+
+use leasegate::lease::{Acquired, HeldState, Locks};
+use leasegate::{LeaseId, LockName, Transport};
+use sha2::{Digest, Sha256};
+
+use crate::cache::Cache;
+
+/// The entry's key for `lease_id`'s hold on `lock`.
+pub fn key<T: Transport>(locks: &Locks<T>, lock: &LockName, lease_id: LeaseId) -> String {
+    let digest = Sha256::new()
+        .chain_update(locks.account().endpoint().origin().as_bytes())
+        .chain_update([0])
+        .chain_update(locks.account().name().as_bytes())
+        .chain_update([0])
+        .chain_update(locks.container().as_str().as_bytes())
+        .chain_update([0])
+        .chain_update(locks.lock_path(lock).as_bytes())
+        .chain_update([0])
+        .chain_update(lease_id.to_string().as_bytes())
+        .finalize();
+    format!("leasegate:holder:{}", crate::web::hex(&digest[..16]))
+}
+
+/// The state kept under `key`, if there is one that can be read (a store that fails, or an
+/// entry that cannot be read, is no state: a read more).
+pub fn recall(cache: &dyn Cache, key: &str) -> Option<HeldState> {
+    let raw = cache.get(key).ok()??;
+    HeldState::from_json(std::str::from_utf8(&raw).ok()?)
+}
+
+/// Keeps what `acquired` left for the holder's next call (best effort: a store that fails
+/// costs that call a read).
+pub fn keep(cache: &dyn Cache, key: &str, acquired: &Acquired) {
+    match acquired.held_state() {
+        Some(state) => {
+            let _ = cache.set(key, state.to_json().as_bytes());
+        }
+        None => forget(cache, key),
+    }
+}
+
+/// Drops the state under `key`: the lock was released, or another holds it.
+pub fn forget(cache: &dyn Cache, key: &str) {
+    let _ = cache.delete(key);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct Unused;
+
+    impl Transport for Unused {
+        async fn send(
+            &self,
+            _request: leasegate::Request,
+        ) -> Result<leasegate::Response, leasegate::TransportError> {
+            unreachable!("keys send nothing")
+        }
+    }
+
+    fn storage(container: &str) -> crate::config::Storage {
+        let vars: HashMap<String, String> = [
+            ("storage_account", "devstoreaccount1"),
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_key", "a2V5"),
+            ("container", container),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        crate::config::storage(&vars).unwrap()
+    }
+
+    #[test]
+    fn keys_differ_by_lock_container_and_lease_id_and_show_none() {
+        let (one, two) = (storage("leases"), storage("other"));
+        let (locks, other) = (one.locks(&Unused, "gates/"), two.locks(&Unused, "gates/"));
+        let x = LockName::try_new("x").unwrap();
+        let y = LockName::try_new("y").unwrap();
+        let a = LeaseId::try_new("11111111-1111-4111-8111-111111111111").unwrap();
+        let b = LeaseId::try_new("22222222-2222-4222-8222-222222222222").unwrap();
+        let k = key(&locks, &x, a);
+        assert_eq!(k, key(&locks, &x, a));
+        assert_ne!(k, key(&locks, &x, b));
+        assert_ne!(k, key(&locks, &y, a));
+        assert_ne!(k, key(&other, &x, a));
+        assert!(!k.contains("1111") && !k.contains("gates"), "{k}");
+    }
+}
