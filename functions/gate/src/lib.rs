@@ -215,8 +215,7 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         cache::Mode::On => ctx.cache,
         cache::Mode::Off => &cache::NoCache,
     };
-    let held_key =
-        |id: &LeaseId| (settings.cache == cache::Mode::On).then(|| held::key(&locks, &key, *id));
+    let held_key = (settings.cache == cache::Mode::On).then(|| held::key(&locks, &key));
     let log = |decision: &str| {
         log_line(json!({
             "fn": "gate",
@@ -258,10 +257,11 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             Err(r) => return r,
         };
         let label = query.holder.as_deref().unwrap_or("");
-        let held_key = held_key(&lease_id);
         // A holder's own id: extend from what it kept of its last call, if anything.
         let kept = match origin {
-            IdOrigin::Known => held_key.as_deref().and_then(|k| held::recall(cache, k)),
+            IdOrigin::Known => held_key
+                .as_deref()
+                .and_then(|k| held::recall(cache, k, lease_id)),
             IdOrigin::Fresh => None,
         };
         let acquired = match &kept {
@@ -278,7 +278,8 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         };
         match (&acquired, held_key.as_deref()) {
             (Ok(Acquire::Acquired(a)), Some(k)) => held::keep(cache, k, a),
-            (Ok(Acquire::Busy { .. }), Some(k)) if kept.is_some() => held::forget(cache, k),
+            // Another holder's now, or a failure: what was kept is of no more use.
+            (_, Some(k)) if kept.is_some() => held::forget(cache, k),
             _ => {}
         }
         match acquired {
@@ -330,12 +331,14 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             }
             Err(r) => return r,
         };
-        let held_key = held_key(&lease_id);
-        let released = match held_key.as_deref().and_then(|k| held::recall(cache, k)) {
-            Some(kept) => locks.release_from(&key, lease_id, &kept, ctx.now).await,
+        let kept = held_key
+            .as_deref()
+            .and_then(|k| held::recall(cache, k, lease_id));
+        let released = match &kept {
+            Some(kept) => locks.release_from(&key, lease_id, kept, ctx.now).await,
             None => locks.release(&key, lease_id, ctx.now).await,
         };
-        if let (Ok(_), Some(k)) = (&released, held_key.as_deref()) {
+        if let (Some(_), Some(k)) = (&kept, held_key.as_deref()) {
             held::forget(cache, k);
         }
         match released {

@@ -444,7 +444,7 @@ async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> R
                 .unwrap_or(std::time::Duration::from_secs(60));
             let stepped = locks.step_down(&lock, id, bar, ctx.now).await;
             // What the tick kept is stale now (the bar moved the ETag): one request saved.
-            leasegate_spin::held::forget(ctx.cache, &leasegate_spin::held::key(&locks, &lock, id));
+            leasegate_spin::held::forget(ctx.cache, &leasegate_spin::held::key(&locks, &lock));
             stepped
         }
         Err(e) => Err(e),

@@ -9,9 +9,10 @@
 //! refused request; the call then reads the lock and decides as it would have without it. The
 //! store has no compare-and-swap, and needs none: an entry is a hint.
 //!
-//! The entry's key is a digest of the blob service's origin, the account, the container, the
-//! lock blob's path and the lease id. Its value names the lease id (as the lock blob's own
-//! metadata does): the store is the deployment's own; nothing in it reaches an answer or a log.
+//! The entry's key is a digest of the blob service's origin, the account, the container and the
+//! lock blob's path: one entry a lock, the latest holder's that acquired through the
+//! deployment. Its value names that holder's lease id (as the lock blob's own metadata does):
+//! the store is the deployment's own; nothing in it reaches an answer or a log.
 
 use leasegate::lease::{Acquired, HeldState, Locks};
 use leasegate::{LeaseId, LockName, Transport};
@@ -19,8 +20,10 @@ use sha2::{Digest, Sha256};
 
 use crate::cache::Cache;
 
-/// The entry's key for `lease_id`'s hold on `lock`.
-pub fn key<T: Transport>(locks: &Locks<T>, lock: &LockName, lease_id: LeaseId) -> String {
+/// The entry's key for a hold on `lock`: one entry a lock (the latest holder that acquired
+/// through this deployment), so that the entries are as many as the locks the deployment
+/// served, however many holders came and went.
+pub fn key<T: Transport>(locks: &Locks<T>, lock: &LockName) -> String {
     let digest = Sha256::new()
         .chain_update(locks.account().endpoint().origin().as_bytes())
         .chain_update([0])
@@ -29,17 +32,15 @@ pub fn key<T: Transport>(locks: &Locks<T>, lock: &LockName, lease_id: LeaseId) -
         .chain_update(locks.container().as_str().as_bytes())
         .chain_update([0])
         .chain_update(locks.lock_path(lock).as_bytes())
-        .chain_update([0])
-        .chain_update(lease_id.to_string().as_bytes())
         .finalize();
     format!("leasegate:holder:{}", crate::web::hex(&digest[..16]))
 }
 
-/// The state kept under `key`, if there is one that can be read (a store that fails, or an
-/// entry that cannot be read, is no state: a read more).
-pub fn recall(cache: &dyn Cache, key: &str) -> Option<HeldState> {
+/// `lease_id`'s state kept under `key`, if there is one that can be used (a store that fails,
+/// an entry that cannot be read, another holder's entry: no state, a read more).
+pub fn recall(cache: &dyn Cache, key: &str, lease_id: LeaseId) -> Option<HeldState> {
     let raw = cache.get(key).ok()??;
-    HeldState::from_json(std::str::from_utf8(&raw).ok()?)
+    HeldState::from_json(std::str::from_utf8(&raw).ok()?).filter(|s| s.is_held_by(lease_id))
 }
 
 /// Keeps what `acquired` left for the holder's next call (best effort: a store that fails
@@ -88,18 +89,15 @@ mod tests {
     }
 
     #[test]
-    fn keys_differ_by_lock_container_and_lease_id_and_show_none() {
+    fn keys_differ_by_lock_and_container_and_show_neither() {
         let (one, two) = (storage("leases"), storage("other"));
         let (locks, other) = (one.locks(&Unused, "gates/"), two.locks(&Unused, "gates/"));
         let x = LockName::try_new("x").unwrap();
         let y = LockName::try_new("y").unwrap();
-        let a = LeaseId::try_new("11111111-1111-4111-8111-111111111111").unwrap();
-        let b = LeaseId::try_new("22222222-2222-4222-8222-222222222222").unwrap();
-        let k = key(&locks, &x, a);
-        assert_eq!(k, key(&locks, &x, a));
-        assert_ne!(k, key(&locks, &x, b));
-        assert_ne!(k, key(&locks, &y, a));
-        assert_ne!(k, key(&other, &x, a));
-        assert!(!k.contains("1111") && !k.contains("gates"), "{k}");
+        let k = key(&locks, &x);
+        assert_eq!(k, key(&locks, &x));
+        assert_ne!(k, key(&locks, &y));
+        assert_ne!(k, key(&other, &x));
+        assert!(!k.contains("gates") && !k.contains("leases"), "{k}");
     }
 }

@@ -106,8 +106,8 @@ pub async fn lead<C, L: Transport>(
     let term = Term::Native(lease);
     // The leader extends from what it kept of its last tick (a renew and the claim's new
     // expiry), where there is something kept; the key-value store is only a hint (`held`).
-    let held_key = held::key(locks, group, id);
-    let kept = held::recall(ctx.cache, &held_key);
+    let held_key = held::key(locks, group);
+    let kept = held::recall(ctx.cache, &held_key, id);
     let outcome = match &kept {
         Some(kept) => {
             counted
@@ -118,7 +118,8 @@ pub async fn lead<C, L: Transport>(
     };
     match &outcome {
         Ok(Acquire::Acquired(held)) => held::keep(ctx.cache, &held_key, held),
-        Ok(Acquire::Busy { .. }) if kept.is_some() => held::forget(ctx.cache, &held_key),
+        // Another instance's now, or a failure: what was kept is of no more use.
+        _ if kept.is_some() => held::forget(ctx.cache, &held_key),
         _ => {}
     }
     let (decision, term) = match &outcome {

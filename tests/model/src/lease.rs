@@ -44,6 +44,9 @@ impl Window {
 pub enum Step {
     /// Acquire (or extend) the lock.
     Acquire,
+    /// Acquire again, from what it kept of its last grant ([`Locks::extend_held`]): as
+    /// [`Step::Acquire`] when it kept nothing.
+    Extend,
     /// Release what it holds.
     Release,
 }
@@ -192,6 +195,30 @@ impl LeaseProtocol {
         }
     }
 
+    /// The bound CI checks for a holder's calls from what it kept of its last
+    /// ([`Locks::extend_held`], [`leasegate::lease::HeldState`]): a native lease of 15 s with a
+    /// known id that acquires, extends from what it kept and releases; a record of 20 s with a
+    /// known id and a clock 5 s behind that acquires and extends so; the prober. One fault, or
+    /// (`advances`) one clock advance.
+    pub fn bounded_kept(faults: u8, advances: u8) -> Self {
+        let mut p = LeaseProtocol::bounded();
+        p.callers[0].steps = vec![Step::Acquire, Step::Extend, Step::Release];
+        p.callers[2] = Caller {
+            name: "c",
+            window: Window::Record(20),
+            origin: IdOrigin::Known,
+            skew: -5,
+            steps: vec![Step::Acquire, Step::Extend],
+            prober: false,
+        };
+        p.callers.remove(1);
+        LeaseProtocol {
+            faults,
+            advances,
+            ..p
+        }
+    }
+
     /// The other bound CI checks: the same callers with no fault and one clock advance (1 s or
     /// 15 s, at any step: a record or a lease running out between two requests of a call).
     pub fn bounded_clock() -> Self {
@@ -253,25 +280,33 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
     let tries = if caller.prober { 4 } else { 1 };
     for (k, step) in caller.steps.iter().enumerate() {
         match step {
-            Step::Acquire => {
+            Step::Acquire | Step::Extend => {
                 for attempt in 0..tries {
-                    let id = match caller.origin {
-                        IdOrigin::Fresh => LeaseProtocol::fresh_id(i, k, attempt),
-                        IdOrigin::Known => held
+                    let kept = match step {
+                        Step::Extend => held.as_ref().and_then(|h| Some((h, h.held_state()?))),
+                        _ => None,
+                    };
+                    let id = match (caller.origin, &kept) {
+                        (_, Some((h, _))) => h.lease_id,
+                        (IdOrigin::Fresh, None) => LeaseProtocol::fresh_id(i, k, attempt),
+                        (IdOrigin::Known, None) => held
                             .as_ref()
                             .map_or(LeaseProtocol::known_id(i), |h| h.lease_id),
                     };
                     let faults = io.faults_seen();
-                    let answer = locks
-                        .acquire_with(
-                            &lock,
-                            caller.window.term(),
-                            id,
-                            caller.origin,
-                            caller.name,
-                            now,
-                        )
-                        .await;
+                    let term = caller.window.term();
+                    let answer = match &kept {
+                        Some((_, state)) => {
+                            locks
+                                .extend_held(&lock, term, id, caller.name, state, now)
+                                .await
+                        }
+                        None => {
+                            locks
+                                .acquire_with(&lock, term, id, caller.origin, caller.name, now)
+                                .await
+                        }
+                    };
                     match answer {
                         Ok(Acquire::Acquired(a)) => {
                             io.note(Note::Granted {

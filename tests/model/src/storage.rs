@@ -24,6 +24,8 @@ pub enum NativeLease {
         id: String,
         /// When it runs out.
         until: Option<u64>,
+        /// Its duration in seconds (`None`: infinite): a renew runs it again from the renew.
+        duration: Option<u64>,
     },
     /// Being broken: held by `id` until `until`, then broken.
     Breaking {
@@ -70,7 +72,7 @@ impl Blob {
     fn effective(&self, clock: u64) -> Effective {
         match &self.lease {
             NativeLease::Available => Effective::Available,
-            NativeLease::Leased { id, until } => match until {
+            NativeLease::Leased { id, until, .. } => match until {
                 Some(u) if *u <= clock => Effective::Expired(id.clone()),
                 _ => Effective::Leased(id.clone()),
             },
@@ -402,16 +404,16 @@ impl Storage {
         let action = r.header("x-ms-lease-action").unwrap_or("");
         let (lease, answer) = match action {
             "acquire" => {
-                let until = match r
+                let duration = match r
                     .header("x-ms-lease-duration")
                     .and_then(|d| d.parse::<i64>().ok())
                 {
                     Some(-1) => None,
-                    Some(d @ 15..=60) => {
-                        Some(clock + d as u64 + u64::from(self.leases_last_through_their_second))
-                    }
+                    Some(d @ 15..=60) => Some(d as u64),
                     _ => return error(400, "InvalidHeaderValue"),
                 };
+                let until =
+                    duration.map(|d| clock + d + u64::from(self.leases_last_through_their_second));
                 let Some(id) = proposed else {
                     return error(400, "UnsupportedByTheModel");
                 };
@@ -426,11 +428,37 @@ impl Storage {
                         NativeLease::Leased {
                             id: id.clone(),
                             until,
+                            duration,
                         },
                         WireResponse::new(201).with("x-ms-lease-id", id),
                     ),
                 }
             }
+            // Renew (A): Leased(A) runs again from now; Expired(A) too (the model clears an
+            // expired lease at the blob's next write, so an expired one is unmodified since);
+            // Available, Breaking, Broken or another id: 409.
+            "renew" => match (state, given, &blob.lease) {
+                (
+                    Effective::Leased(held) | Effective::Expired(held),
+                    Some(g),
+                    NativeLease::Leased { duration, .. },
+                ) if held == g => (
+                    NativeLease::Leased {
+                        id: g.clone(),
+                        until: duration
+                            .map(|d| clock + d + u64::from(self.leases_last_through_their_second)),
+                        duration: *duration,
+                    },
+                    WireResponse::new(200).with("x-ms-lease-id", g),
+                ),
+                (Effective::Available, _, _) => {
+                    return error(409, "LeaseNotPresentWithLeaseOperation")
+                }
+                (Effective::Broken(held) | Effective::Breaking(held), Some(g), _) if held == g => {
+                    return error(409, "LeaseIsBrokenAndCannotBeRenewed")
+                }
+                _ => return error(409, "LeaseIdMismatchWithLeaseOperation"),
+            },
             "release" => match (state, given) {
                 (Effective::Available, _) => {
                     return error(409, "LeaseNotPresentWithLeaseOperation")

@@ -1,6 +1,7 @@
 //! The claim protocol, model-checked: every interleaving of three callers with mixed windows
 //! (native and record), a fault or a clock advance at any step, and a prober after them,
-//! against the core's own `Locks` (`LeaseProtocol::bounded`, `bounded_clock`).
+//! against the core's own `Locks` (`LeaseProtocol::bounded`, `bounded_clock`); and holders
+//! that extend from what they kept of their last call (`LeaseProtocol::bounded_kept`).
 
 use leasegate_model::lease::LeaseProtocol;
 use leasegate_model::run::{self, assert_holds, TEST_LIMIT};
@@ -20,6 +21,26 @@ fn a_clock_advance_anywhere_breaks_no_property() {
     assert_holds(run::exhaustive(
         "claim protocol, clock advances",
         LeaseProtocol::bounded_clock(),
+        2,
+        TEST_LIMIT,
+    ));
+}
+
+#[test]
+fn calls_from_a_kept_state_with_one_fault_break_no_property() {
+    assert_holds(run::exhaustive(
+        "claim protocol from kept states, one fault",
+        LeaseProtocol::bounded_kept(1, 0),
+        2,
+        TEST_LIMIT,
+    ));
+}
+
+#[test]
+fn calls_from_a_kept_state_with_a_clock_advance_break_no_property() {
+    assert_holds(run::exhaustive(
+        "claim protocol from kept states, clock advances",
+        LeaseProtocol::bounded_kept(0, 1),
         2,
         TEST_LIMIT,
     ));

@@ -145,11 +145,12 @@ impl HeldState {
         .to_string()
     }
 
-    /// From [`HeldState::to_json`]'s form; `None` for anything else (a kept state that cannot be
-    /// read is only a read more).
+    /// From [`HeldState::to_json`]'s form; `None` for anything else, or for a state no write of
+    /// the holder's could have left (an ETag or metadata storage would not take back, a claim
+    /// that cannot be read): a kept state that cannot be used is only a read more.
     pub fn from_json(text: &str) -> Option<HeldState> {
         let value: serde_json::Value = serde_json::from_str(text).ok()?;
-        let etag = ETag::new(value.get("etag")?.as_str()?);
+        let etag = value.get("etag")?.as_str()?;
         let leased = value.get("leased")?.as_bool()?;
         let metadata = value
             .get("metadata")?
@@ -157,13 +158,28 @@ impl HeldState {
             .iter()
             .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
             .collect::<Option<Metadata>>()?;
-        Some(HeldState {
+        let visible = |s: &str| s.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'"');
+        let name = |k: &str| {
+            k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && k.bytes().next().is_some_and(|b| !b.is_ascii_digit())
+        };
+        let printable = |v: &str| v.bytes().all(|b| (0x20..0x7f).contains(&b));
+        let usable = !etag.is_empty()
+            && visible(etag)
+            && metadata.iter().all(|(k, v)| name(k) && printable(v))
+            && Claim::read(&metadata).is_ok_and(|c| c.holder.is_some());
+        usable.then(|| HeldState {
             grant: Grant {
-                etag: Some(etag),
+                etag: Some(ETag::new(etag)),
                 metadata,
                 leased,
             },
         })
+    }
+
+    /// Whether this is `lease_id`'s state: its claim names that holder.
+    pub fn is_held_by(&self, lease_id: LeaseId) -> bool {
+        Claim::read(&self.grant.metadata).is_ok_and(|c| c.holder == Some(lease_id))
     }
 }
 
@@ -719,8 +735,7 @@ impl<T: Transport> Locks<T> {
         now: SystemTime,
     ) -> Result<Release, Error> {
         let blob = self.blob_name(lock)?;
-        let own = Claim::read(&held.grant.metadata).is_ok_and(|c| c.holder == Some(lease_id));
-        if !own {
+        if !held.is_held_by(lease_id) {
             return self.release(lock, lease_id, now).await;
         }
         match self
@@ -1137,16 +1152,50 @@ mod tests {
                 leased: true,
             },
         };
-        assert_eq!(HeldState::from_json(&state.to_json()), Some(state));
-        for bad in [
-            "",
-            "{}",
-            "[1]",
-            r#"{"etag":null,"leased":true,"metadata":{}}"#,
-            r#"{"etag":"x","leased":"yes","metadata":{}}"#,
-            r#"{"etag":"x","leased":true,"metadata":{"a":1}}"#,
-        ] {
-            assert_eq!(HeldState::from_json(bad), None, "{bad}");
+        assert_eq!(HeldState::from_json(&state.to_json()), None, "no holder");
+        let id = LeaseId::from_random_bytes([7; 16]);
+        let mut metadata = state.grant.metadata.clone();
+        Claim {
+            holder: Some(id),
+            kind: Kind::Record,
+            since: 1,
+            expires: 2,
+            token: 7,
+            label: "node-a".into(),
         }
+        .write(&mut metadata);
+        let state = HeldState {
+            grant: Grant {
+                metadata,
+                ..state.grant
+            },
+        };
+        let kept = HeldState::from_json(&state.to_json()).unwrap();
+        assert_eq!(kept, state);
+        assert!(kept.is_held_by(id));
+        assert!(!kept.is_held_by(LeaseId::from_random_bytes([8; 16])));
+        let good = serde_json::from_str::<serde_json::Value>(&state.to_json()).unwrap();
+        let with = |path: &str, v: serde_json::Value| {
+            let mut bad = good.clone();
+            *bad.pointer_mut(path).unwrap() = v;
+            bad.to_string()
+        };
+        for bad in [
+            "".to_string(),
+            "{}".into(),
+            "[1]".into(),
+            with("/etag", serde_json::Value::Null),
+            with("/etag", "a\"b".into()),
+            with("/etag", "".into()),
+            with("/leased", "yes".into()),
+            with("/metadata/owner", 1.into()),
+            with("/metadata/owner", "line\nbreak".into()),
+            with("/metadata/leasegate_token", "seven".into()),
+        ] {
+            assert_eq!(HeldState::from_json(&bad), None, "{bad}");
+        }
+        let mut bad = good.clone();
+        bad["metadata"]["bad name"] = "x".into();
+        assert_eq!(HeldState::from_json(&bad.to_string()), None);
     }
 }

@@ -84,6 +84,14 @@ fn bounded_checks() -> Vec<Report> {
             "claim protocol, clock advances",
             LeaseProtocol::bounded_clock(),
         ),
+        (
+            "claim protocol from kept states, one fault",
+            LeaseProtocol::bounded_kept(1, 0),
+        ),
+        (
+            "claim protocol from kept states, clock advances",
+            LeaseProtocol::bounded_kept(0, 1),
+        ),
     ] {
         announce(name);
         reports.push(done(run::exhaustive(name, protocol, 2, limit)));
