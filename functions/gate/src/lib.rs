@@ -277,7 +277,7 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             }
         };
         match (&acquired, held_key.as_deref()) {
-            (Ok(Acquire::Acquired(a)), Some(k)) => held::keep(cache, k, a),
+            (Ok(Acquire::Acquired(a)), Some(k)) => held::keep(cache, k, a, kept.as_ref()),
             // Another holder's now, or a failure: what was kept is of no more use.
             (_, Some(k)) if kept.is_some() => held::forget(cache, k),
             _ => {}

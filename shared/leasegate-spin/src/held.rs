@@ -43,10 +43,12 @@ pub fn recall(cache: &dyn Cache, key: &str, lease_id: LeaseId) -> Option<HeldSta
     HeldState::from_json(std::str::from_utf8(&raw).ok()?).filter(|s| s.is_held_by(lease_id))
 }
 
-/// Keeps what `acquired` left for the holder's next call (best effort: a store that fails
-/// costs that call a read).
-pub fn keep(cache: &dyn Cache, key: &str, acquired: &Acquired) {
+/// Keeps what `acquired` left for the holder's next call, unless that is what was `kept`
+/// already (an extension that wrote nothing: no write to the store). Best effort: a store that
+/// fails costs that call a read.
+pub fn keep(cache: &dyn Cache, key: &str, acquired: &Acquired, kept: Option<&HeldState>) {
     match acquired.held_state() {
+        Some(state) if kept == Some(&state) => {}
         Some(state) => {
             let _ = cache.set(key, state.to_json().as_bytes());
         }

@@ -117,7 +117,7 @@ pub async fn lead<C, L: Transport>(
         None => counted.acquire_as(group, term, id, instance, ctx.now).await,
     };
     match &outcome {
-        Ok(Acquire::Acquired(held)) => held::keep(ctx.cache, &held_key, held),
+        Ok(Acquire::Acquired(held)) => held::keep(ctx.cache, &held_key, held, kept.as_ref()),
         // Another instance's now, or a failure: what was kept is of no more use.
         _ if kept.is_some() => held::forget(ctx.cache, &held_key),
         _ => {}

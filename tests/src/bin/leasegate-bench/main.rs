@@ -683,6 +683,7 @@ fn app_rows(bench: &mut Bench, tokens: &Tokens, kv_declared: bool) -> (Row, Vec<
         throttled_expect(),
     );
     throttled.reference = Some(409);
+    let lease_ids = hold_gates(&app, tokens, n);
     let auth = format!("Bearer {}", tokens.gate);
     let get = |i: usize| {
         http_request(
@@ -704,12 +705,8 @@ fn app_rows(bench: &mut Bench, tokens: &Tokens, kv_declared: bool) -> (Row, Vec<
         },
     );
     gate_get.reference = Some(201);
-    let gate_post = reacquire_row(
-        bench,
-        &app,
-        tokens,
-        if kv_declared { ", kv_cache=off" } else { "" },
-    );
+    let tag = if kv_declared { ", kv_cache=off" } else { "" };
+    let gate_post = reacquire_row(bench, &app, tokens, &lease_ids, tag);
     let below = telemetry_request(&host, &tokens.telemetry, 12.0);
     let none = app_row(
         bench,
@@ -725,10 +722,16 @@ fn app_rows(bench: &mut Bench, tokens: &Tokens, kv_declared: bool) -> (Row, Vec<
     (throttled, others, app)
 }
 
-/// The gate's re-acquire by its holder, every connection its own gate (taken first): `kv_cache`
-/// says whether the deployment keeps the holders' gates (a read first, or not), `tag` says so.
-fn reacquire_row(bench: &mut Bench, app: &App, tokens: &Tokens, tag: &str) -> Row {
-    let lease_ids = hold_gates(app, tokens, bench.max_connections());
+/// The gate's re-acquire by its holder, every connection its own gate (taken with
+/// `lease_ids`, [`hold_gates`]): `kv_cache` says whether the deployment keeps the holders' gates
+/// (a read first, or not), `tag` says so.
+fn reacquire_row(
+    bench: &mut Bench,
+    app: &App,
+    tokens: &Tokens,
+    lease_ids: &[String],
+    tag: &str,
+) -> Row {
     let auth = format!("Bearer {}", tokens.gate);
     let host = app.spin.addr().to_string();
     let post = |i: usize| {
@@ -775,7 +778,8 @@ fn kv_row(bench: &mut Bench, tokens: &Tokens) -> (Vec<Row>, Option<App>) {
     let request = telemetry_request(&app.spin.addr().to_string(), &tokens.telemetry, 36.0);
     let mut row = app_row(bench, &app, name, &request, throttled_expect());
     row.reference = Some(409);
-    let reacquire = reacquire_row(bench, &app, tokens, ", kv_cache=on");
+    let lease_ids = hold_gates(&app, tokens, bench.max_connections());
+    let reacquire = reacquire_row(bench, &app, tokens, &lease_ids, ", kv_cache=on");
     (vec![row, reacquire], Some(app))
 }
 
