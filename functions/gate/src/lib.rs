@@ -20,8 +20,8 @@
 //! shorten and give back their gates whenever they like, and Spin's key-value store has no
 //! compare-and-swap, so a `DELETE` racing its holder's `POST` could leave a "held" entry behind
 //! a free gate. Every call asks storage (1 request for a busy gate). With `kv_cache = on` (the
-//! default) the deployment keeps, per holder's lease id, the gate as the holder's last call left
-//! it ([`leasegate_spin::held`]): the holder's next `POST` extends and its `DELETE` releases
+//! default) the deployment keeps, one entry a gate, the gate as its latest holder's last call
+//! through it left it ([`leasegate_spin::held`]): the holder's next `POST` extends and its `DELETE` releases
 //! without reading first (a native gate 2 requests, a record 1, a release 1), each request
 //! conditional on the kept ETag, so a kept state that is stale (the holder called another
 //! deployment, a race) costs one refused request and then the read.

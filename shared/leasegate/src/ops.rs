@@ -91,6 +91,30 @@ pub type Metadata = std::collections::BTreeMap<String, String>;
 // ---------------------------------------------------------------------------------------------
 // Shared request and response helpers.
 
+/// Whether storage can be sent `metadata`: names are C# identifiers, values printable ASCII
+/// (tabs allowed), each sent as it is (a run of spaces inside included).
+pub(crate) fn check_metadata(metadata: &Metadata) -> Result<(), Error> {
+    for (name, value) in metadata {
+        if name.is_empty()
+            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            || name.as_bytes()[0].is_ascii_digit()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "metadata name '{name}' must be a C# identifier"
+            )));
+        }
+        if !value
+            .bytes()
+            .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "metadata value of '{name}' must be printable ASCII (tabs allowed)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn container_url(account: &Account, container: &ContainerName, query: &str) -> String {
     account
         .endpoint()
@@ -152,24 +176,8 @@ impl RequestParts {
     }
 
     fn metadata(mut self, metadata: &Metadata) -> Result<Self, Error> {
+        check_metadata(metadata)?;
         for (name, value) in metadata {
-            if name.is_empty()
-                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                || name.as_bytes()[0].is_ascii_digit()
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "metadata name '{name}' must be a C# identifier"
-                )));
-            }
-            // Sent as it is (a tab or a run of spaces inside included): what a header can carry.
-            if !value
-                .bytes()
-                .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "metadata value of '{name}' must be printable ASCII (tabs allowed)"
-                )));
-            }
             self = self.header(&format!("x-ms-meta-{name}"), value)?;
         }
         Ok(self)

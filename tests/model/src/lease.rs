@@ -49,6 +49,8 @@ pub enum Step {
     Extend,
     /// Release what it holds.
     Release,
+    /// Wait a second of the model's clock (so that an extension's claim moves).
+    Wait,
 }
 
 /// A caller: its window, where its lease id comes from, its clock, its steps.
@@ -197,17 +199,18 @@ impl LeaseProtocol {
 
     /// The bound CI checks for a holder's calls from what it kept of its last
     /// ([`Locks::extend_held`], [`leasegate::lease::HeldState`]): a native lease of 15 s with a
-    /// known id that acquires, extends from what it kept and releases; a record of 20 s with a
-    /// known id and a clock 5 s behind that acquires and extends so; the prober. One fault, or
-    /// (`advances`) one clock advance.
+    /// known id that acquires, waits a second, extends from what it kept (the renew and the
+    /// claim's new expiry) and releases; a record of 20 s with a known id and a clock 3 s ahead
+    /// that acquires and extends so (its reckoned expiry is off: always written again); the
+    /// prober. One fault, or (`advances`) one clock advance.
     pub fn bounded_kept(faults: u8, advances: u8) -> Self {
         let mut p = LeaseProtocol::bounded();
-        p.callers[0].steps = vec![Step::Acquire, Step::Extend, Step::Release];
+        p.callers[0].steps = vec![Step::Acquire, Step::Wait, Step::Extend, Step::Release];
         p.callers[2] = Caller {
             name: "c",
             window: Window::Record(20),
             origin: IdOrigin::Known,
-            skew: -5,
+            skew: 3,
             steps: vec![Step::Acquire, Step::Extend],
             prober: false,
         };
@@ -342,6 +345,7 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                     }
                 }
             }
+            Step::Wait => io.sleep(1).await,
             Step::Release => {
                 let Some(h) = held.take() else { continue };
                 io.note(Note::Releasing {

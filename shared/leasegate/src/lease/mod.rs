@@ -159,14 +159,9 @@ impl HeldState {
             .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
             .collect::<Option<Metadata>>()?;
         let visible = |s: &str| s.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'"');
-        let name = |k: &str| {
-            k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                && k.bytes().next().is_some_and(|b| !b.is_ascii_digit())
-        };
-        let printable = |v: &str| v.bytes().all(|b| (0x20..0x7f).contains(&b));
         let usable = !etag.is_empty()
             && visible(etag)
-            && metadata.iter().all(|(k, v)| name(k) && printable(v))
+            && crate::ops::check_metadata(&metadata).is_ok()
             && Claim::read(&metadata).is_ok_and(|c| c.holder.is_some());
         usable.then(|| HeldState {
             grant: Grant {
@@ -1145,7 +1140,7 @@ mod tests {
         let state = HeldState {
             grant: Grant {
                 etag: Some(ETag::new("\"0x8DC1\"")),
-                metadata: [("leasegate_token", "7"), ("owner", "a \"b\"")]
+                metadata: [("leasegate_token", "7"), ("owner", "a \"b\"\tc")]
                     .into_iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
