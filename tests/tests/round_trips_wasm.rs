@@ -327,14 +327,15 @@ fn gate_release() {
     assert_eq!(state.json["state"], "available", "{}", state.text);
 }
 
-/// Two deployments of the gate on one container, each with its own key-value store: what one
-/// keeps of a holder's gate goes stale when the holder calls the other. A stale state costs
-/// the one refused request, then the call reads and answers as it would have without it.
-#[test]
-fn a_gate_kept_by_another_deployment_is_read_again() {
-    let a = App::start("rt-kept-a", &[]);
+/// The gate path of the kept-state rows, its holder named.
+const KEPT_GATE: &str = "/api/gate/k?window=60&holder=node-a";
+
+/// Two deployments of the gate on one container, each with its own key-value store, and the
+/// gate taken on the first: the deployments, the first answer and its lease id.
+fn gate_on_two_deployments(tag: &str) -> (App, App, Answer, String) {
+    let a = App::start(&format!("{tag}-a"), &[]);
     let b = App::start_with(
-        "rt-kept-b",
+        &format!("{tag}-b"),
         &[],
         Setup {
             container: Some(a.container.clone()),
@@ -342,28 +343,44 @@ fn a_gate_kept_by_another_deployment_is_read_again() {
         },
     );
     create_container(&a);
-    let path = "/api/gate/k?window=60&holder=node-a";
-    let first = call("POST", &a.url(path), &[GATE_AUTH], b"");
+    let first = call("POST", &a.url(KEPT_GATE), &[GATE_AUTH], b"");
     assert_eq!(first.status, 200, "{}", first.text);
     let id = first.json["leaseId"].as_str().unwrap().to_string();
-    let again = |app: &App| call("POST", &app.url(path), &[GATE_AUTH, ("lease-id", &id)], b"");
+    (a, b, first, id)
+}
+
+/// The holder's `POST` and `DELETE` with its lease id.
+fn gate_call(app: &App, method: &str, id: &str) -> Answer {
+    let path = if method == "POST" {
+        KEPT_GATE
+    } else {
+        "/api/gate/k"
+    };
+    call(method, &app.url(path), &[GATE_AUTH, ("lease-id", id)], b"")
+}
+
+/// What one deployment keeps of a holder's gate goes stale when the holder calls the other. A
+/// stale state costs the one refused request, then the call reads and answers as it would have
+/// without it.
+#[test]
+fn a_gate_kept_by_another_deployment_is_read_again() {
+    let (a, b, first, id) = gate_on_two_deployments("rt-kept");
     next_second();
     // B keeps nothing of it: a read first, 3.
-    let on_b = expect_requests(&b, "re-acquire on the other deployment", 3, || again(&b));
+    let on_b = expect_requests(&b, "re-acquire on the other deployment", 3, || {
+        gate_call(&b, "POST", &id)
+    });
     assert_eq!(on_b.json["extended"], true, "{}", on_b.text);
     next_second();
     // A's state names the ETag before B's claim: the renew is refused, then 3 as without it.
-    let on_a = expect_requests(&a, "re-acquire from a stale state", 4, || again(&a));
+    let on_a = expect_requests(&a, "re-acquire from a stale state", 4, || {
+        gate_call(&a, "POST", &id)
+    });
     assert_eq!(on_a.json["extended"], true, "{}", on_a.text);
     assert_eq!(on_a.json["fencingToken"], first.json["fencingToken"]);
     // And B's release from its own stale state: refused, then the read and the release.
     let released = expect_requests(&b, "release from a stale state", 3, || {
-        call(
-            "DELETE",
-            &b.url("/api/gate/k"),
-            &[GATE_AUTH, ("lease-id", &id)],
-            b"",
-        )
+        gate_call(&b, "DELETE", &id)
     });
     assert_eq!(released.status, 204, "{}", released.text);
     let state = call("GET", &a.url("/api/gate/k"), &[GATE_AUTH], b"");
@@ -376,28 +393,10 @@ fn a_gate_kept_by_another_deployment_is_read_again() {
 /// released lease), and the acquire after a read tells a new tenure with a higher token.
 #[test]
 fn a_gate_released_elsewhere_is_not_extended_from_a_kept_state() {
-    let a = App::start("rt-kept-rel-a", &[]);
-    let b = App::start_with(
-        "rt-kept-rel-b",
-        &[],
-        Setup {
-            container: Some(a.container.clone()),
-            ..Setup::default()
-        },
-    );
-    create_container(&a);
-    let path = "/api/gate/k?window=60&holder=node-a";
-    let first = call("POST", &a.url(path), &[GATE_AUTH], b"");
-    assert_eq!(first.status, 200, "{}", first.text);
-    let id = first.json["leaseId"].as_str().unwrap().to_string();
-    let released = call(
-        "DELETE",
-        &b.url("/api/gate/k"),
-        &[GATE_AUTH, ("lease-id", &id)],
-        b"",
-    );
+    let (a, b, first, id) = gate_on_two_deployments("rt-kept-rel");
+    let released = gate_call(&b, "DELETE", &id);
     assert_eq!(released.status, 204, "{}", released.text);
-    let again = call("POST", &a.url(path), &[GATE_AUTH, ("lease-id", &id)], b"");
+    let again = gate_call(&a, "POST", &id);
     assert_eq!(again.status, 200, "{}", again.text);
     assert_eq!(again.json["extended"], false, "{}", again.text);
     assert!(
@@ -472,15 +471,7 @@ fn a_broken_leader_lease_is_not_renewed_from_a_kept_state() {
     .with_prefix("leader/");
     let group = LockName::try_new("example-group").unwrap();
     block_on(locks.break_lock(&group, 0, SystemTime::now())).unwrap();
-    let a = leader_tick(&app);
-    assert_eq!(a.json["role"], "leader", "{}", a.text);
-    assert_eq!(a.json["tookOver"], true, "{}", a.text);
-    assert!(
-        a.json["term"].as_u64() > led.json["term"].as_u64(),
-        "{} after {}",
-        a.text,
-        led.text
-    );
+    a_new_term_after(&app, &led);
 }
 
 /// A leader that stopped ticking for longer than its lease: storage still renews a lease that
@@ -497,7 +488,12 @@ fn a_lapsed_leader_lease_renewed_from_a_kept_state_begins_a_new_term() {
     wait_for("the lease to run out", Duration::from_secs(30), || {
         (SystemTime::now() > expires + Duration::from_secs(1)).then_some(())
     });
-    let a = leader_tick(&app);
+    a_new_term_after(&app, &led);
+}
+
+/// The app's next tick begins a new term, above `led`'s.
+fn a_new_term_after(app: &App, led: &Answer) {
+    let a = leader_tick(app);
     assert_eq!(a.json["role"], "leader", "{}", a.text);
     assert_eq!(a.json["tookOver"], true, "{}", a.text);
     assert!(
