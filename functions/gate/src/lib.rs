@@ -215,7 +215,6 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         cache::Mode::On => ctx.cache,
         cache::Mode::Off => &cache::NoCache,
     };
-    let held_key = (settings.cache == cache::Mode::On).then(|| held::key(&locks, &key));
     let log = |decision: &str| {
         log_line(json!({
             "fn": "gate",
@@ -257,31 +256,8 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             Err(r) => return r,
         };
         let label = query.holder.as_deref().unwrap_or("");
-        // A holder's own id: extend from what it kept of its last call, if anything.
-        let kept = match origin {
-            IdOrigin::Known => held_key
-                .as_deref()
-                .and_then(|k| held::recall(cache, k, lease_id)),
-            IdOrigin::Fresh => None,
-        };
-        let acquired = match &kept {
-            Some(kept) => {
-                locks
-                    .extend_held(&key, term, lease_id, label, kept, ctx.now)
-                    .await
-            }
-            None => {
-                locks
-                    .acquire_with(&key, term, lease_id, origin, label, ctx.now)
-                    .await
-            }
-        };
-        match (&acquired, held_key.as_deref()) {
-            (Ok(Acquire::Acquired(a)), Some(k)) => held::keep(cache, k, a, kept.as_ref()),
-            // Another holder's now, or a failure: what was kept is of no more use.
-            (_, Some(k)) if kept.is_some() => held::forget(cache, k),
-            _ => {}
-        }
+        let acquired =
+            held::acquire(cache, &locks, &key, term, lease_id, origin, label, ctx.now).await;
         match acquired {
             Ok(Acquire::Acquired(a)) => {
                 log(if a.extended { "extended" } else { "acquired" });
@@ -331,16 +307,7 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             }
             Err(r) => return r,
         };
-        let kept = held_key
-            .as_deref()
-            .and_then(|k| held::recall(cache, k, lease_id));
-        let released = match &kept {
-            Some(kept) => locks.release_from(&key, lease_id, kept, ctx.now).await,
-            None => locks.release(&key, lease_id, ctx.now).await,
-        };
-        if let (Some(_), Some(k)) = (&kept, held_key.as_deref()) {
-            held::forget(cache, k);
-        }
+        let released = held::release(cache, &locks, &key, lease_id, ctx.now).await;
         match released {
             Ok(r) => {
                 log(if r == Release::Released {

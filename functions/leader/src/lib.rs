@@ -445,10 +445,7 @@ async fn step_down<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> R
             let stepped = locks.step_down(&lock, id, bar, ctx.now).await;
             // What this instance's ticks kept is stale now (the bar moved the ETag): one
             // request saved. Another instance's entry (a shared store) is left alone.
-            let held_key = leasegate_spin::held::key(&locks, &lock);
-            if leasegate_spin::held::recall(ctx.cache, &held_key, id).is_some() {
-                leasegate_spin::held::forget(ctx.cache, &held_key);
-            }
+            leasegate_spin::held::forget_own(ctx.cache, &locks, &lock, id);
             stepped
         }
         Err(e) => Err(e),

@@ -14,11 +14,85 @@
 //! deployment. Its value names that holder's lease id (as the lock blob's own metadata does):
 //! the store is the deployment's own; nothing in it reaches an answer or a log.
 
-use leasegate::lease::{Acquired, HeldState, Locks};
-use leasegate::{LeaseId, LockName, Transport};
+use std::time::SystemTime;
+
+use leasegate::lease::{Acquire, Acquired, HeldState, IdOrigin, Locks, Release, Term};
+use leasegate::{Error, LeaseId, LockName, Transport};
 use sha2::{Digest, Sha256};
 
 use crate::cache::Cache;
+
+/// [`Locks::acquire_with`] through `cache`: a holder's own id ([`IdOrigin::Known`]) extends from
+/// the state kept of its last call, if there is one ([`Locks::extend_held`]); the grant is kept
+/// for the next call, and a kept state that proved of no more use (another holder's lock now,
+/// a failure) is forgotten.
+#[allow(clippy::too_many_arguments)]
+pub async fn acquire<T: Transport>(
+    cache: &dyn Cache,
+    locks: &Locks<T>,
+    lock: &LockName,
+    term: Term,
+    lease_id: LeaseId,
+    origin: IdOrigin,
+    label: &str,
+    now: SystemTime,
+) -> Result<Acquire, Error> {
+    let key = key(locks, lock);
+    let kept = match origin {
+        IdOrigin::Known => recall(cache, &key, lease_id),
+        IdOrigin::Fresh => None,
+    };
+    let acquired = match &kept {
+        Some(kept) => {
+            locks
+                .extend_held(lock, term, lease_id, label, kept, now)
+                .await
+        }
+        None => {
+            locks
+                .acquire_with(lock, term, lease_id, origin, label, now)
+                .await
+        }
+    };
+    match &acquired {
+        Ok(Acquire::Acquired(a)) => keep(cache, &key, a, kept.as_ref()),
+        _ if kept.is_some() => forget(cache, &key),
+        _ => {}
+    }
+    acquired
+}
+
+/// [`Locks::release`] through `cache`: from the state kept of the holder's last call, if there
+/// is one ([`Locks::release_from`]), which is then forgotten.
+pub async fn release<T: Transport>(
+    cache: &dyn Cache,
+    locks: &Locks<T>,
+    lock: &LockName,
+    lease_id: LeaseId,
+    now: SystemTime,
+) -> Result<Release, Error> {
+    let key = key(locks, lock);
+    let Some(kept) = recall(cache, &key, lease_id) else {
+        return locks.release(lock, lease_id, now).await;
+    };
+    let released = locks.release_from(lock, lease_id, &kept, now).await;
+    forget(cache, &key);
+    released
+}
+
+/// Forgets `lease_id`'s kept state of `lock` (another holder's is left alone): the holder wrote
+/// the lock some other way (a step-down's bar), so what was kept is stale.
+pub fn forget_own<T: Transport>(
+    cache: &dyn Cache,
+    locks: &Locks<T>,
+    lock: &LockName,
+    lease_id: LeaseId,
+) {
+    let key = key(locks, lock);
+    if recall(cache, &key, lease_id).is_some() {
+        forget(cache, &key);
+    }
+}
 
 /// The entry's key for a hold on `lock`: one entry a lock (the latest holder that acquired
 /// through this deployment), so that the entries are as many as the locks the deployment

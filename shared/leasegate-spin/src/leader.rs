@@ -30,7 +30,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
 use leasegate::{Error, HolderKey, LeaseDuration, LeaseId, LockName, Transport};
 
 use crate::{held, log_verb, web, Context};
@@ -106,22 +106,17 @@ pub async fn lead<C, L: Transport>(
     let term = Term::Native(lease);
     // The leader extends from what it kept of its last tick (a renew and the claim's new
     // expiry), where there is something kept; the key-value store is only a hint (`held`).
-    let held_key = held::key(locks, group);
-    let kept = held::recall(ctx.cache, &held_key, id);
-    let outcome = match &kept {
-        Some(kept) => {
-            counted
-                .extend_held(group, term, id, instance, kept, ctx.now)
-                .await
-        }
-        None => counted.acquire_as(group, term, id, instance, ctx.now).await,
-    };
-    match &outcome {
-        Ok(Acquire::Acquired(held)) => held::keep(ctx.cache, &held_key, held, kept.as_ref()),
-        // Another instance's now, or a failure: what was kept is of no more use.
-        _ if kept.is_some() => held::forget(ctx.cache, &held_key),
-        _ => {}
-    }
+    let outcome = held::acquire(
+        ctx.cache,
+        &counted,
+        group,
+        term,
+        id,
+        IdOrigin::Known,
+        instance,
+        ctx.now,
+    )
+    .await;
     let (decision, term) = match &outcome {
         Ok(Acquire::Acquired(held)) => ("leader", held.fencing_token),
         Ok(Acquire::Busy { holder, .. }) => ("follower", holder.as_ref().map(|h| h.token)),
