@@ -199,14 +199,7 @@ fn reacquire(tag: &str, window: &str, expected: usize) {
     // expiry and is not written again (one request fewer): counted in a later second.
     next_second();
     let label = format!("gate re-acquire by its holder, window {window}");
-    let a = expect_requests(&app, &label, expected, || {
-        call(
-            "POST",
-            &app.url(&path),
-            &[GATE_AUTH, ("lease-id", &id)],
-            b"",
-        )
-    });
+    let a = expect_requests(&app, &label, expected, || holder_post(&app, &path, &id));
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["extended"], true, "{}", a.text);
     assert_eq!(a.json["fencingToken"], first.json["fencingToken"]);
@@ -229,13 +222,11 @@ fn gate_reacquire_by_its_holder_record() {
     reacquire("rt-reacq-record", "120", 1);
 }
 
-/// A deployment whose clock is behind storage's (5 s): the record's expiry reckoned from it is
-/// off what a read first would write, so the write's `Date` has it written again, at the ETag
-/// the first write left: 2 requests, and the expiry a read first would give.
-#[test]
-fn a_record_extended_by_a_clock_behind_storage_is_written_as_a_read_would() {
+/// A deployment whose clock is 5 s behind storage's, and a record gate of `window` seconds
+/// taken there: the deployment, the gate's path, the first answer and its lease id.
+fn record_gate_behind(tag: &str, window: u64) -> (App, String, Answer, String) {
     let app = App::start_with(
-        "rt-rec-behind",
+        tag,
         &[],
         Setup {
             clock_offset_ms: -5_000,
@@ -243,17 +234,26 @@ fn a_record_extended_by_a_clock_behind_storage_is_written_as_a_read_would() {
         },
     );
     create_container(&app);
-    let path = "/api/gate/k?window=120&holder=node-a";
-    let first = call("POST", &app.url(path), &[GATE_AUTH], b"");
+    let path = format!("/api/gate/k?window={window}&holder=node-a");
+    let first = call("POST", &app.url(&path), &[GATE_AUTH], b"");
     assert_eq!(first.status, 200, "{}", first.text);
     let id = first.json["leaseId"].as_str().unwrap().to_string();
+    (app, path, first, id)
+}
+
+/// A deployment whose clock is behind storage's (5 s): the record's expiry reckoned from it is
+/// off what a read first would write, so the write's `Date` has it written again, at the ETag
+/// the first write left: 2 requests, and the expiry a read first would give.
+#[test]
+fn a_record_extended_by_a_clock_behind_storage_is_written_as_a_read_would() {
+    let (app, path, first, id) = record_gate_behind("rt-rec-behind", 120);
     let before = unix_now();
     wait_for("three seconds", Duration::from_secs(10), || {
         (unix_now() >= before + 3).then_some(())
     });
     let called = unix_now();
     let a = expect_requests(&app, "record from a clock behind", 2, || {
-        call("POST", &app.url(path), &[GATE_AUTH, ("lease-id", &id)], b"")
+        holder_post(&app, &path, &id)
     });
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["extended"], true, "{}", a.text);
@@ -275,25 +275,13 @@ fn a_record_extended_by_a_clock_behind_storage_is_written_as_a_read_would() {
 /// the record is written again as one, with a higher token, as a read first would.
 #[test]
 fn a_record_that_ran_out_is_a_new_tenure_though_the_clock_says_otherwise() {
-    let app = App::start_with(
-        "rt-rec-lapsed",
-        &[],
-        Setup {
-            clock_offset_ms: -5_000,
-            ..Setup::default()
-        },
-    );
-    create_container(&app);
-    let path = "/api/gate/k?window=4&holder=node-a";
-    let first = call("POST", &app.url(path), &[GATE_AUTH], b"");
-    assert_eq!(first.status, 200, "{}", first.text);
-    let id = first.json["leaseId"].as_str().unwrap().to_string();
+    let (app, path, first, id) = record_gate_behind("rt-rec-lapsed", 4);
     let expires = humantime::parse_rfc3339(first.json["expiresAt"].as_str().unwrap()).unwrap();
     wait_for("the record to run out", Duration::from_secs(10), || {
         (SystemTime::now() >= expires + Duration::from_millis(200)).then_some(())
     });
     let a = expect_requests(&app, "lapsed record from a kept state", 2, || {
-        call("POST", &app.url(path), &[GATE_AUTH, ("lease-id", &id)], b"")
+        holder_post(&app, &path, &id)
     });
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["extended"], false, "{}", a.text);
@@ -357,6 +345,11 @@ fn gate_call(app: &App, method: &str, id: &str) -> Answer {
         "/api/gate/k"
     };
     call(method, &app.url(path), &[GATE_AUTH, ("lease-id", id)], b"")
+}
+
+/// The holder's `POST` of `path` with its lease id.
+fn holder_post(app: &App, path: &str, id: &str) -> Answer {
+    call("POST", &app.url(path), &[GATE_AUTH, ("lease-id", id)], b"")
 }
 
 /// What one deployment keeps of a holder's gate goes stale when the holder calls the other. A
