@@ -25,6 +25,21 @@ pub fn tick(app: &App, auth: (&str, &str), at: Option<u64>) -> Answer {
     )
 }
 
+/// `tick` asking, when the occurrence is reserved already, who reserved it
+/// (`"nameReserver": true`: a read of the reservation).
+pub fn tick_naming_the_reserver(app: &App, auth: (&str, &str), at: Option<u64>) -> Answer {
+    let mut body = json!({ "nameReserver": true });
+    if let Some(at) = at {
+        body["at"] = json!(crate::rfc3339_secs(at));
+    }
+    call(
+        "POST",
+        &app.url(&format!("/api/jobs/{JOB}/tick")),
+        &[auth, ("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+}
+
 /// The occurrence (Unix seconds) a tick's answer names.
 pub fn occurrence_of(a: &Answer) -> u64 {
     let text = a.json["occurrence"]

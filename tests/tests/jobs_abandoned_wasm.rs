@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use leasegate_tests::app::{App, Setup, ADMIN_AUTH, TIMER_AUTH};
-use leasegate_tests::jobs::{calls_of, log_entry, occurrence_of, tick, JOB};
+use leasegate_tests::jobs::{
+    calls_of, log_entry, occurrence_of, tick, tick_naming_the_reserver, JOB,
+};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{unique_container, unix_now, wait_for};
 
@@ -58,11 +60,16 @@ fn pair(tag: &str, period: u64, offset: u64) -> (App, App) {
 }
 
 /// Every request node-a sends for the job's lease fails: it reserves the occurrence, then
-/// cannot write its outcome.
+/// cannot write its outcome. Its take-back of the reservation fails too (as when the instance
+/// stops before it), so the reservation stays without an outcome.
 fn break_the_lease(app: &App) {
     let c = app.container.as_str();
     app.storage.fault_on(
         &format!("/devstoreaccount1/{c}/jobs/{JOB}/lock"),
+        Fault::Status(503),
+    );
+    app.storage.fault_on(
+        &format!("DELETE /devstoreaccount1/{c}/jobs/{JOB}/occurrences/"),
         Fault::Status(503),
     );
 }
@@ -90,7 +97,9 @@ fn a_tick_after_the_reservers_deadline_runs_the_occurrence() {
     assert_eq!(occurrence_of(&failed), x, "{}", failed.text);
     a.storage.set_fault(None);
 
-    let early = tick(&b, TIMER_AUTH, None);
+    // node-b's tick, asking who reserved it (a read of the reservation: an on-time tick that
+    // does not ask reads nothing, and is skipped as well).
+    let early = tick_naming_the_reserver(&b, TIMER_AUTH, None);
     assert_eq!(early.status, 200, "{}", early.text);
     assert_eq!(early.json["decision"], "skipped", "{}", early.text);
     assert_eq!(early.json["reservedBy"], "node-a", "{}", early.text);
@@ -122,6 +131,50 @@ fn a_tick_after_the_reservers_deadline_runs_the_occurrence() {
     }
     assert_eq!(runs_of(&[&a, &b], x).len(), 1);
     assert_eq!(log_entry(&b, x)["status"], "succeeded");
+    a.assert_no_trap();
+    b.assert_no_trap();
+}
+
+/// node-a reserves an occurrence, then storage answers 503 to the job's lease (the first
+/// occurrence) or to the outcome `running` on the reservation (the second): node-a takes its
+/// reservation back (a delete `If-Match` its create's ETag) and answers 503, so the
+/// scheduler's retry of that 503, still on time, reserves the occurrence afresh and runs it
+/// (an on-time tick that finds its occurrence reserved reads nothing: it would be skipped).
+/// node-b's tick after it is skipped; each occurrence ran once.
+#[test]
+fn a_tick_that_fails_before_its_outcome_takes_back_its_reservation_for_its_retry() {
+    let x = unix_now() + 20;
+    let (a, b) = pair("abandon-retry", 20, x % 20);
+    let c = a.container.as_str().to_string();
+    for (o, part) in [
+        (x, format!("/devstoreaccount1/{c}/jobs/{JOB}/lock")),
+        (
+            x + 20,
+            format!("/jobs/{JOB}/occurrences/{:012}?comp=metadata", x + 20),
+        ),
+    ] {
+        wait_until(o);
+        a.storage.fault_on(&part, Fault::Status(503));
+        let failed = tick(&a, TIMER_AUTH, None);
+        a.storage.set_fault(None);
+        assert_eq!(failed.status, 503, "{part}: {}", failed.text);
+        assert_eq!(occurrence_of(&failed), o, "{}", failed.text);
+        assert!(runs_of(&[&a, &b], o).is_empty());
+
+        let retry = tick(&a, TIMER_AUTH, None);
+        assert!(
+            unix_now() < o + 10,
+            "the retry was late: it would read first"
+        );
+        assert_eq!(retry.status, 200, "{part}: {}", retry.text);
+        assert_eq!(retry.json["decision"], "ran", "{part}: {}", retry.text);
+        assert_eq!(occurrence_of(&retry), o, "{}", retry.text);
+        let other = tick(&b, TIMER_AUTH, None);
+        assert_eq!(other.json["decision"], "skipped", "{}", other.text);
+        let runs = runs_of(&[&a, &b], o);
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0].0, "node-a");
+    }
     a.assert_no_trap();
     b.assert_no_trap();
 }

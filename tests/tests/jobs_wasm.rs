@@ -276,11 +276,10 @@ fn each_occurrence_runs_once_across_eight_deployments() {
         for (d, t) in &ticks {
             if *d != ran[0] {
                 assert_eq!(t.decision, "skipped", "occurrence {k}, node-{d}: {t:?}");
-                assert_eq!(
-                    t.reserved_by.as_deref(),
-                    Some(runner.as_str()),
-                    "occurrence {k}"
-                );
+                // The manual ticks (the HTTP ones here) read the reservation and name its
+                // reserver; the Azure timers' find it reserved by the refused create alone.
+                let named = (d % 2 == 0).then_some(runner.as_str());
+                assert_eq!(t.reserved_by.as_deref(), named, "occurrence {k}, node-{d}");
             }
         }
         runners.insert(*occ, runner);
@@ -369,7 +368,7 @@ const RUNS_NOTHING: [&str; 4] = [
 /// instance ids, one container, and clocks 0.7 s apart (so their triggers fire 0.7 s apart),
 /// run for 12 s or more: every occurrence that ran ran exactly once across both (counted at
 /// each one's job webhook), at least 4 ran, both ticked most of them (one ran it, the other
-/// skipped it naming the runner), and the reservation log agrees.
+/// skipped it), and the reservation log agrees.
 #[test]
 fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
     let start = |id: &str, offset_ms: i64, container: Option<leasegate::ContainerName>| {
@@ -473,8 +472,9 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
             }
         }
     }
-    // Where both instances ticked an occurrence, one ran it and the other skipped it, naming
-    // the runner; or its reserver's tick failed closed and nobody ran it.
+    // Where both instances ticked an occurrence, one ran it and the other skipped it (on time:
+    // naming nobody, the refused create its one request; a late tick reads first and names the
+    // runner); or its reserver's tick failed closed and nobody ran it.
     for occ in &settled {
         let all: Vec<&(String, Option<String>)> = decisions[0][occ]
             .iter()
@@ -493,7 +493,7 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
             "occurrence {occ} ran, no job POST: {all:?}"
         );
         for (d, by) in &all {
-            if d == "skipped" {
+            if d == "skipped" && by.is_some() {
                 assert_eq!(by, &runner, "occurrence {occ}: {all:?}");
             }
         }

@@ -13,7 +13,9 @@ use leasegate::ops::{Condition, CreateContainer, Metadata, SetMetadata, WriteOut
 use leasegate::{ContainerName, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, Answer, App, Setup, ADMIN_AUTH, TIMER_AUTH};
-use leasegate_tests::jobs::{clear_of_a_clean_up, early_in_a_period, occurrence_of, tick, JOB};
+use leasegate_tests::jobs::{
+    clear_of_a_clean_up, early_in_a_period, occurrence_of, tick, tick_naming_the_reserver, JOB,
+};
 use leasegate_tests::proxy::{Fault, Seen};
 use leasegate_tests::sink::Behaviour;
 use leasegate_tests::{unique_container, unix_now, wait_for};
@@ -672,8 +674,9 @@ fn a_log_written_during_a_run_is_read_again_and_kept() {
     assert!(entry["finishedAt"].is_string(), "{}", status.text);
 }
 
-/// A job tick repeated by its runner (the occurrence it ran): **2** (the refused reservation,
-/// the read of its reserver). Target 1 (name the reserver only when asked).
+/// A job tick repeated by its runner (the occurrence it ran): **1** (the refused reservation),
+/// was 2 (and the read of its reserver). A tick that asks who reserved it
+/// (`"nameReserver": true`): 2.
 #[test]
 fn job_tick_repeated_by_its_runner() {
     let app = job("rt-job-repeat", "node-a", None);
@@ -681,15 +684,20 @@ fn job_tick_repeated_by_its_runner() {
     let first = tick(&app, TIMER_AUTH, None);
     assert_eq!(first.json["decision"], "ran", "{}", first.text);
     let o = occurrence_of(&first);
-    let a = expect_requests(&app, "job tick repeated by its runner", 2, || {
+    let a = expect_requests(&app, "job tick repeated by its runner", 1, || {
         tick(&app, TIMER_AUTH, Some(o))
     });
-    assert_eq!(a.json["decision"], "skipped", "{}", a.text);
+    skipped_naming(&a, None);
+    says(&a, 1);
+    let a = expect_requests(&app, "job tick repeated by its runner, naming", 2, || {
+        tick_naming_the_reserver(&app, TIMER_AUTH, Some(o))
+    });
+    skipped_naming(&a, Some("node-a"));
     says(&a, 2);
 }
 
-/// A follower's job tick (another deployment, the same occurrence): **2** (the refused
-/// reservation, the read of its reserver). Target 1.
+/// A follower's job tick (another deployment, the same occurrence): **1** (the refused
+/// reservation), was 2 (and the read of its reserver). Asking who reserved it: 2.
 #[test]
 fn job_tick_of_a_follower() {
     let container = unique_container("rt-job-follower");
@@ -699,11 +707,32 @@ fn job_tick_of_a_follower() {
     let first = tick(&a, TIMER_AUTH, None);
     assert_eq!(first.json["decision"], "ran", "{}", first.text);
     let o = occurrence_of(&first);
-    let f = expect_requests(&b, "job tick of a follower", 2, || {
+    let f = expect_requests(&b, "job tick of a follower", 1, || {
         tick(&b, TIMER_AUTH, Some(o))
     });
-    assert_eq!(f.json["decision"], "skipped", "{}", f.text);
+    skipped_naming(&f, None);
+    says(&f, 1);
+    let f = expect_requests(&b, "job tick of a follower, naming", 2, || {
+        tick_naming_the_reserver(&b, TIMER_AUTH, Some(o))
+    });
+    skipped_naming(&f, Some("node-a"));
     says(&f, 2);
+    assert_eq!(a.sink.received().len() + b.sink.received().len(), 1);
+}
+
+/// A tick's answer `skipped`, naming `reserver` (`None`: naming nobody, and saying how to ask).
+fn skipped_naming(a: &Answer, reserver: Option<&str>) {
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.json["decision"], "skipped", "{}", a.text);
+    assert_eq!(a.json["reservedBy"].as_str(), reserver, "{}", a.text);
+    if reserver.is_none() {
+        let reason = a.json["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("reserved already") && reason.contains("nameReserver"),
+            "{}",
+            a.text
+        );
+    }
 }
 
 fn init(app: &App) -> Answer {

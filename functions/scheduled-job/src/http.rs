@@ -11,7 +11,8 @@ use std::time::{Instant, SystemTime};
 
 use crate::log::{change_log, read_log, Log, LogWrite, Paused};
 use crate::run::{
-    backfill, run_now, tick, Decision, TickOutcome, BACKFILL_LOOK, CATCH_UP_RUNS, RUN_NOW_TAKEN,
+    backfill, run_now, tick, Ask, Decision, TickOutcome, BACKFILL_LOOK, CATCH_UP_RUNS,
+    RUN_NOW_TAKEN,
 };
 use crate::settings::{check_job_name, Settings};
 use crate::{at, ScheduledJob, MAX_BODY_BYTES};
@@ -270,10 +271,11 @@ pub(crate) async fn api<T: Transport>(
         }
         _ => {}
     }
-    let at_time = match tick_time(request) {
-        Ok(t) => t.unwrap_or(ctx.now),
+    let asked = match tick_ask(request) {
+        Ok(asked) => asked,
         Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_tick", m),
     };
+    let at_time = asked.at.unwrap_or(ctx.now);
     // The tick token names only the occurrence due now by this instance's clock (give or take
     // the tick tolerance, never one more than that ahead); any other, past or future, is a
     // manual run: the admin token's.
@@ -296,7 +298,11 @@ pub(crate) async fn api<T: Transport>(
         source: if manual { Source::Manual } else { Source::Http },
         past_due: false,
     };
-    let outcome = self::tick(ctx, &settings, &tick, manual, started).await;
+    let ask = Ask {
+        manual,
+        name_reserver: asked.name_reserver,
+    };
+    let outcome = self::tick(ctx, &settings, &tick, ask, started).await;
     answer(&settings, &tick, &outcome, started)
 }
 
@@ -492,13 +498,30 @@ pub(crate) fn status(settings: &Settings, log: &Log, server_now: SystemTime) -> 
     })
 }
 
-/// The body of an HTTP tick: `{"at": "2026-11-21T14:55:00Z"}`, `at` optional. Any other field
-/// is a caller's mistake (a misspelt `at` would tick now), so it is refused.
+/// The body of an HTTP tick: `{"at": "2026-11-21T14:55:00Z", "nameReserver": true}`, each
+/// optional. Any other field is a caller's mistake (a misspelt `at` would tick now), so it is
+/// refused.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TickBody {
     #[serde(default, deserialize_with = "tick_at")]
     at: Option<String>,
+    #[serde(default, rename = "nameReserver", deserialize_with = "name_reserver")]
+    name_reserver: Option<bool>,
+}
+
+/// `nameReserver`: `true`, `false` or `null`, refused in fixed words otherwise.
+fn name_reserver<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    Option::<bool>::deserialize(d)
+        .map_err(|_| <D::Error as serde::de::Error>::custom("nameReserver must be true or false"))
+}
+
+/// What an HTTP tick's body asks for: the trigger time (none: now) and whether a tick that
+/// finds the occurrence reserved names the reserver.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct TickAsk {
+    pub(crate) at: Option<SystemTime>,
+    pub(crate) name_reserver: bool,
 }
 
 /// `at`: a string or `null`; any other type is refused in fixed words naming the field
@@ -512,10 +535,11 @@ pub(crate) fn tick_at<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<S
 /// what they refuse, a field name as long as the body included).
 pub(crate) const MAX_ERROR_CHARS: usize = 200;
 
-/// The optional `{"at": "RFC 3339"}` of a tick body (none when the body is empty).
-pub(crate) fn tick_time(request: &Request) -> Result<Option<SystemTime>, String> {
+/// The optional `{"at": "RFC 3339", "nameReserver": true}` of a tick body (neither when the
+/// body is empty).
+pub(crate) fn tick_ask(request: &Request) -> Result<TickAsk, String> {
     if request.body().iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
+        return Ok(TickAsk::default());
     }
     if request.body().len() > MAX_BODY_BYTES {
         return Err(format!("the body may be at most {MAX_BODY_BYTES} bytes"));
@@ -536,12 +560,17 @@ pub(crate) fn tick_time(request: &Request) -> Result<Option<SystemTime>, String>
     }
     let body = TickBody::deserialize(&value)
         .map_err(|e| format!("the body is not a tick: {}", shown(e)))?;
-    match body.at {
-        None => Ok(None),
-        Some(s) => timer::parse_time(&s)
-            .map(Some)
-            .ok_or_else(|| "at must be an RFC 3339 time (2026-11-21T14:55:00Z)".to_string()),
-    }
+    let at = match body.at {
+        None => None,
+        Some(s) => Some(
+            timer::parse_time(&s)
+                .ok_or_else(|| "at must be an RFC 3339 time (2026-11-21T14:55:00Z)".to_string())?,
+        ),
+    };
+    Ok(TickAsk {
+        at,
+        name_reserver: body.name_reserver.unwrap_or(false),
+    })
 }
 
 #[cfg(test)]
@@ -549,9 +578,13 @@ mod tests {
     use super::*;
 
     fn tick_body(body: &str) -> Result<Option<SystemTime>, String> {
+        tick_asked(body).map(|ask| ask.at)
+    }
+
+    fn tick_asked(body: &str) -> Result<TickAsk, String> {
         let request = Request::new(leasegate::Method::POST, "/api/jobs/j/tick")
             .with_body(body.as_bytes().to_vec());
-        tick_time(&request)
+        tick_ask(&request)
     }
 
     #[test]
@@ -621,10 +654,37 @@ mod tests {
             (r#"["1970-01-01T00:01:00Z"]"#, r#"a JSON object {"at""#),
             ("at=60", "not valid JSON"),
             (r#"{"at": "1970-01-01T00:01:00Z"} x"#, "trailing characters"),
+            (
+                r#"{"nameReserver": "yes"}"#,
+                "nameReserver must be true or false",
+            ),
+            (
+                r#"{"nameReserver": 1}"#,
+                "nameReserver must be true or false",
+            ),
+            (
+                r#"{"name_reserver": true}"#,
+                "unknown field `name_reserver`",
+            ),
         ] {
             let e = tick_body(body).unwrap_err();
             assert!(e.contains(names), "{body}: {e}");
         }
+        assert_eq!(
+            tick_asked(r#"{"nameReserver": true}"#).map(|a| a.name_reserver),
+            Ok(true)
+        );
+        assert_eq!(
+            tick_asked(r#"{"at": "1970-01-01T00:01:00Z", "nameReserver": false}"#),
+            Ok(TickAsk {
+                at: Some(at(60)),
+                name_reserver: false
+            })
+        );
+        assert_eq!(
+            tick_asked(r#"{"nameReserver": null}"#),
+            Ok(TickAsk::default())
+        );
         // A long stray field is not repeated whole.
         let long = format!(r#"{{"{}": 1}}"#, "a".repeat(10_000));
         let e = tick_body(&long).unwrap_err();

@@ -39,7 +39,7 @@ pub use error::JobError;
 pub use http::describe;
 pub use log::{read_log, Counters, Log, LogEntry};
 pub use reservation::{occurrence_token, RunStatus};
-pub use run::{idempotency_key, tick, CatchUpReport, Decision, TickOutcome};
+pub use run::{idempotency_key, tick, Ask, CatchUpReport, Decision, TickOutcome};
 pub use settings::{check_job_name, lease_term, CatchUp, Overlap, Settings};
 
 /// Entries the reservation log keeps.
@@ -101,7 +101,7 @@ impl TimerFunction for ScheduledJob {
         tick: &Tick,
         started: Instant,
     ) -> (StatusCode, Value) {
-        let outcome = run::tick(ctx, settings, tick, false, started).await;
+        let outcome = run::tick(ctx, settings, tick, Ask::default(), started).await;
         describe(settings, tick, &outcome, started)
     }
 

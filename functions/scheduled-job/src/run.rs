@@ -159,20 +159,30 @@ pub struct CatchUpReport {
     pub more: bool,
 }
 
+/// What the caller of a tick asked for, beyond the tick itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ask {
+    /// An admin's tick naming an occurrence: run it whatever `job_catch_up` says.
+    pub manual: bool,
+    /// Name the instance that reserved an occurrence this tick finds reserved already (a read
+    /// of the reservation, one storage request more): an HTTP tick's `"nameReserver": true`.
+    pub name_reserver: bool,
+}
+
 /// Runs one tick: the occurrence due at the trigger time (reserve, lease, log, run, log,
 /// release), then the earlier ones no tick settled (catch up or record them missed), then the
-/// clean-up. `manual`: an admin's tick naming an occurrence (run whatever `job_catch_up` says).
+/// clean-up.
 pub async fn tick<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     tick: &Tick,
-    manual: bool,
+    ask: Ask,
     started: Instant,
 ) -> TickOutcome {
     // The one due at the trigger time (0 when the schedule has none before it: refused as too
     // old).
     let occurrence = settings.occurrence_at(tick.at).unwrap_or(0);
-    run_occurrence(ctx, settings, tick, occurrence, (manual, false), started).await
+    run_occurrence(ctx, settings, tick, occurrence, (ask, false), started).await
 }
 
 /// `POST /api/jobs/{job}/run`: one run now, under the overlap policy, its own occurrence (the
@@ -187,7 +197,11 @@ pub async fn run_now<T: Transport>(
         source: Source::Manual,
         past_due: false,
     };
-    run_occurrence(ctx, settings, &tick, unix(ctx.now), (true, true), started).await
+    let ask = Ask {
+        manual: true,
+        name_reserver: false,
+    };
+    run_occurrence(ctx, settings, &tick, unix(ctx.now), (ask, true), started).await
 }
 
 /// What a run now answers when its second is an occurrence already.
@@ -199,9 +213,10 @@ async fn run_occurrence<T: Transport>(
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-    (manual, fresh_only): (bool, bool),
+    (ask, fresh_only): (Ask, bool),
     started: Instant,
 ) -> TickOutcome {
+    let manual = ask.manual;
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
     let job_transport = (ctx.connect)(settings.timeout);
@@ -224,7 +239,7 @@ async fn run_occurrence<T: Transport>(
         settings,
         &this,
         occurrence,
-        (skip_late, fresh_only),
+        (skip_late, fresh_only, ask.name_reserver),
     )
     .await
     {
@@ -273,7 +288,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-    (skip_late, fresh_only): (bool, bool),
+    (skip_late, fresh_only, name_reserver): (bool, bool, bool),
 ) -> Result<(Decision, Option<LogWrite>), JobError> {
     let s = &settings.storage;
     let blobs = BlobClient::new(storage, s.account.clone(), s.container.clone());
@@ -318,6 +333,19 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
                     Decision::Skipped {
                         reserved_by: None,
                         reason: RUN_NOW_TAKEN.into(),
+                    },
+                    None,
+                ))
+            }
+            // Reserved already, on time: by another deployment's tick, or by an earlier tick
+            // of this one. Its reservation is read only when the read could change the answer
+            // (a takeover the tick tolerance leaves room for, an operator's tick) or the caller
+            // asked who reserved it; otherwise the refused create is the tick's one request.
+            (WriteOutcome::Refused(_), _) if !read_when_reserved(settings, tick, name_reserver) => {
+                return Ok((
+                    Decision::Skipped {
+                        reserved_by: None,
+                        reason: RESERVED_ALREADY.into(),
                     },
                     None,
                 ))
@@ -457,6 +485,25 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     .await
 }
 
+/// Why a tick that found its occurrence reserved already, and did not read the reservation,
+/// skipped it.
+pub(crate) const RESERVED_ALREADY: &str = "reserved already (by another deployment's tick, or \
+     an earlier tick of this one); a tick with {\"nameReserver\": true} names the reserver";
+
+/// Whether a tick whose create of the reservation was refused reads the reservation (one
+/// request more): when the caller asked who reserved it, when an operator ticked it (a manual
+/// tick acts on what it finds), and when a takeover could be due within the tick tolerance: a
+/// buffered occurrence waiting for the previous run to end (`job_overlap = buffer_one`) or a
+/// failed attempt waiting for its retry (`job_retries`). A tick later than the tolerance reads
+/// first anyway. An on-time tick otherwise leaves a reserver that vanished to the takeover rule
+/// of the later ticks (docs/timer-functions.md).
+fn read_when_reserved(settings: &Settings, tick: &Tick, name_reserver: bool) -> bool {
+    name_reserver
+        || matches!(tick.source, Source::Manual | Source::Backfill)
+        || settings.overlap == Overlap::BufferOne
+        || settings.retries > 0
+}
+
 /// How [`run_tick`] found the occurrence's reservation.
 enum Reserve {
     /// This tick created it: the write, and the answer's `Date`.
@@ -556,19 +603,38 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     let lock_name = LockName::try_new("lock")?;
     let label = format!("{} {occurrence}", settings.instance_id);
     let lease_id = (ctx.new_lease_id)();
-    let held = match settings.overlap {
+    // A storage failure before the outcome `running` is written takes back the reservation
+    // this tick created (at the ETag its create left: untouched since), so that a retry of
+    // the tick's 503 reserves the occurrence afresh and runs it (an on-time tick that finds it
+    // reserved reads nothing: `read_when_reserved`).
+    let failed = |e: JobError| {
+        let reservation = &reservation;
+        async move {
+            if reservation.created {
+                take_back(blobs, reservation, ctx.now).await;
+            }
+            e
+        }
+    };
+    let acquired = match settings.overlap {
         Overlap::Allow => None,
-        Overlap::Skip | Overlap::BufferOne => match job_locks
-            .acquire_with(
-                &lock_name,
-                settings.lease_term,
-                lease_id,
-                IdOrigin::Fresh,
-                &label,
-                ctx.now,
-            )
-            .await?
-        {
+        Overlap::Skip | Overlap::BufferOne => Some(
+            job_locks
+                .acquire_with(
+                    &lock_name,
+                    settings.lease_term,
+                    lease_id,
+                    IdOrigin::Fresh,
+                    &label,
+                    ctx.now,
+                )
+                .await,
+        ),
+    };
+    let held = match acquired {
+        None => None,
+        Some(Err(e)) => return Err(failed(e.into()).await),
+        Some(Ok(acquired)) => match acquired {
             Acquire::Acquired(held) => Some(held),
             // A later attempt that finds any run in the lease waits for it (a retry never records
             // a skip): not settled, a later tick retries.
@@ -681,7 +747,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         }
         Err(e) => {
             release().await;
-            return Err(e);
+            return Err(failed(e).await);
         }
     };
     // 5. Log the run before it starts, so a run that never ends still shows; the log refuses an

@@ -214,7 +214,14 @@ async fn run_tick(i: usize, protocol: JobProtocol, io: Io<Note>) {
         source: Source::Cron,
         past_due: false,
     };
-    let outcome = scheduled_job::tick(&ctx, &settings, &tick, false, Instant::now()).await;
+    let outcome = scheduled_job::tick(
+        &ctx,
+        &settings,
+        &tick,
+        scheduled_job::Ask::default(),
+        Instant::now(),
+    )
+    .await;
     io.note(Note::Decided(format!("{:?}", outcome.decision)));
 }
 
