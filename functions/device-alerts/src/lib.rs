@@ -55,8 +55,6 @@ pub(crate) struct Settings {
     pub fencing: bool,
     /// Where notifications are posted.
     pub notify_url: String,
-    /// The gate cache (`kv_cache`).
-    pub cache: cache::Mode,
     /// How long one invocation may go on starting devices (`alert_deadline_ms`): a device not
     /// started by then is answered `deadline_exceeded`, nothing done for it.
     pub deadline: Duration,
@@ -148,8 +146,8 @@ impl Basics {
 }
 
 impl Settings {
-    /// Reads the settings beyond `basics` from variables.
-    pub fn load_with(vars: &dyn Variables, basics: &Basics) -> Result<Settings, ConfigError> {
+    /// Reads the settings gating needs from variables (`threshold`: the basics').
+    pub fn load_with(vars: &dyn Variables, threshold: f64) -> Result<Settings, ConfigError> {
         let fencing = match config::var(vars, "alert_fencing").as_deref() {
             None | Some("on") | Some("true") => true,
             Some("off") | Some("false") => false,
@@ -163,10 +161,9 @@ impl Settings {
         let deadline = config::number(vars, "alert_deadline_ms", 20_000.0, 100..=600_000)?;
         Ok(Settings {
             storage: config::storage(vars)?,
-            threshold: basics.threshold,
+            threshold,
             fencing,
             notify_url,
-            cache: cache::Mode::load(vars)?,
             deadline: Duration::from_millis(deadline as u64),
         })
     }
@@ -290,20 +287,17 @@ pub(crate) struct Parsed {
     pub threshold: f64,
     /// At most one alert per device per this long.
     pub window: Duration,
-    /// The settings gating needs, read only when some reading is at or above the threshold
-    /// (`None`: none is, and nothing is gated).
-    pub settings: Option<Settings>,
     /// Each reading, or why it is unusable.
     pub readings: Vec<Result<Reading, String>>,
     /// The term of the device gates.
     pub term: Term,
 }
 
-/// Step 1: authenticates, checks the request, reads settings and readings. `Err` is the
-/// answer (401, 405, 415, 413, 400, or 503 `not_configured`). The settings gating needs
-/// (storage, the webhook, the cache, ...) are read only for a request with a reading at or
-/// above the threshold: one whose readings are all below it is answered from the threshold,
-/// the window and `device_ids` alone (a variable read is a call into Spin, a few µs each).
+/// Step 1: authenticates, checks the request, reads the basic settings and the readings. `Err`
+/// is the answer (401, 405, 415, 413, 400, or 503 `not_configured`). The settings gating
+/// needs are read only for a request with a reading at or above the threshold ([`gate`]): one
+/// whose readings are all below it is answered from the threshold, the window and
+/// `device_ids` alone (a variable read is a call into Spin, a few µs each).
 pub(crate) fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, Response> {
     auth::authenticate(vars, "telemetry_token", "telemetry_auth", request)?;
     if request.method() != leasegate::Method::POST {
@@ -334,18 +328,9 @@ pub(crate) fn parse(vars: &dyn Variables, request: &Request) -> Result<Parsed, R
         }
     }
     let (threshold, window) = (basics.threshold, basics.window);
-    let hot = readings
-        .iter()
-        .any(|r| r.as_ref().is_ok_and(|r| r.temperature >= threshold));
-    let settings = if hot {
-        Some(Settings::load_with(vars, &basics).map_err(|e| not_configured(&e))?)
-    } else {
-        None
-    };
     Ok(Parsed {
         threshold,
         window,
-        settings,
         readings,
         term,
     })
@@ -439,51 +424,74 @@ pub(crate) struct Gated<'r> {
     pub round_trips: u32,
 }
 
-/// Steps 2 and 3 for every hot device: devices concurrently, at most `max_in_flight` at once
-/// (each device has at most one request in flight at a time), in the order given.
+/// Steps 2 and 3 for every hot device: the gate cache first, then the devices it does not
+/// answer concurrently, at most `max_in_flight` at once (each device has at most one request
+/// in flight at a time), in the order given. The settings gating needs (storage, the webhook,
+/// ...) are read only when some device is not answered by the cache, which reads `kv_cache` and
+/// the few variables that name the storage ([`cache::Scope`]). `Err`: 503 `not_configured`.
 pub(crate) async fn gate<'r, T: Transport>(
     ctx: &Context<'_, T>,
-    transport: &T,
     parsed: &Parsed,
-    settings: &Settings,
     hot: &[HotDevice<'r>],
-    deadline: Instant,
-) -> Vec<Gated<'r>> {
+    started: Instant,
+) -> Result<Vec<Gated<'r>>, Response> {
+    let not_configured =
+        |e: ConfigError| web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e);
+    let scope = cache::Scope::load(ctx.variables).map_err(not_configured)?;
     // The cache is read for every device first, at the invocation's time (`ctx.now`): a device
     // gated late in a long batch is not judged by an entry read against a stale clock.
     let cached: Vec<(HotDevice<'r>, Option<Duration>)> = hot
         .iter()
         .map(|&device| {
             let left =
-                cache_key(settings, device).and_then(|k| cache::held(ctx.cache, &k, ctx.now));
+                cache_key(scope.as_ref(), device).and_then(|k| cache::held(ctx.cache, &k, ctx.now));
             (device, left)
         })
         .collect();
-    futures::stream::iter(cached)
+    if cached.iter().all(|(_, left)| left.is_some()) {
+        return Ok(cached
+            .into_iter()
+            .map(|(device, left)| Gated {
+                device,
+                outcome: Outcome::Throttled {
+                    retry_after: left,
+                    cached: true,
+                },
+                round_trips: 0,
+            })
+            .collect());
+    }
+    let settings = Settings::load_with(ctx.variables, parsed.threshold).map_err(not_configured)?;
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let deadline = started + settings.deadline;
+    let settings = &settings;
+    let (transport, scope) = (&transport, scope.as_ref());
+    Ok(futures::stream::iter(cached)
         .map(|(device, cached)| {
-            gate_one(ctx, transport, parsed, settings, device, cached, deadline)
+            gate_one(
+                ctx, transport, parsed, settings, scope, device, cached, deadline,
+            )
         })
         .buffered(settings.storage.max_in_flight)
         .collect()
-        .await
+        .await)
 }
 
 /// The device's key in the gate cache, when the cache is on.
-fn cache_key(settings: &Settings, device: HotDevice<'_>) -> Option<String> {
-    (settings.cache != cache::Mode::Off).then(|| {
-        let path = format!("{GATE_PREFIX}{}", device.reading.device.as_str());
-        cache::key_for(&settings.storage, &path)
-    })
+fn cache_key(scope: Option<&cache::Scope>, device: HotDevice<'_>) -> Option<String> {
+    scope.map(|scope| scope.key(&format!("{GATE_PREFIX}{}", device.reading.device.as_str())))
 }
 
 /// One device: take its gate, notify if taken, give the gate back only if the notification
 /// certainly did not arrive. A gate the cache said is held (`cached`, its time left) is
 /// throttled without storage.
+#[allow(clippy::too_many_arguments)]
 async fn gate_one<'r, T: Transport>(
     ctx: &Context<'_, T>,
     transport: &T,
     parsed: &Parsed,
     settings: &Settings,
+    scope: Option<&cache::Scope>,
     device: HotDevice<'r>,
     cached: Option<Duration>,
     deadline: Instant,
@@ -498,7 +506,7 @@ async fn gate_one<'r, T: Transport>(
         };
     }
     let lock = &device.reading.device;
-    let key = cache_key(settings, device);
+    let key = cache_key(scope, device);
     if let Some(left) = cached {
         return Gated {
             device,
@@ -856,15 +864,15 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         Ok(p) => p,
         Err(response) => return response,
     };
-    let gated = match &parsed.settings {
-        Some(settings) => {
-            let transport = (ctx.connect)(settings.storage.timeout);
-            let hot = hot_devices(&parsed.readings, parsed.threshold);
-            let deadline = started + settings.deadline;
-            gate(ctx, &transport, &parsed, settings, &hot, deadline).await
+    let hot = hot_devices(&parsed.readings, parsed.threshold);
+    // No reading at or above the threshold: nothing to gate, no other setting read.
+    let gated = if hot.is_empty() {
+        Vec::new()
+    } else {
+        match gate(ctx, &parsed, &hot, started).await {
+            Ok(gated) => gated,
+            Err(response) => return response,
         }
-        // No reading at or above the threshold: nothing to gate.
-        None => Vec::new(),
     };
     // The jitter of a 503's Retry-After, drawn (two calls into Spin) only for such an answer.
     answer(&parsed, &gated, started, || {

@@ -102,6 +102,61 @@ pub fn key(origin: &str, account: &str, container: &str, path: &str) -> String {
     format!("leasegate:held:{}", crate::web::hex(&digest[..16]))
 }
 
+/// The storage a device-gate cache's entries describe, named by the variables that name it
+/// rather than by the storage settings they make, so that a request the cache answers reads
+/// a few variables, not every storage setting (each read is a call into Spin): the origin
+/// (`storage_origin`), the account (`storage_connection_string`'s `AccountName` and
+/// `storage_account`, both: whichever the settings use), the container (`container`).
+///
+/// One scope, loaded once per request, gives every key of that request, the ones read and the
+/// ones written: nothing derives a key another way. A scope names no secret (a connection
+/// string's key is not part of it), and a mistake in the variables is reported where the
+/// storage settings are read, at a request the cache does not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    origin: String,
+    account: String,
+    container: String,
+}
+
+impl Scope {
+    /// Reads `kv_cache` and, when it is on, the variables the scope is made of. `None`: the
+    /// cache is off.
+    pub fn load(vars: &dyn Variables) -> Result<Option<Scope>, ConfigError> {
+        if Mode::load(vars)? == Mode::Off {
+            return Ok(None);
+        }
+        let origin = config::var(vars, "storage_origin").unwrap_or_default();
+        let from_connection_string = config::var(vars, "storage_connection_string")
+            .as_deref()
+            .and_then(connection_string_account)
+            .unwrap_or_default()
+            .to_string();
+        let named = config::var(vars, "storage_account").unwrap_or_default();
+        let container = config::var(vars, "container").unwrap_or_else(|| "leasegate".into());
+        Ok(Some(Scope {
+            origin: origin.trim_end_matches('/').to_string(),
+            account: format!("{from_connection_string}/{named}"),
+            container,
+        }))
+    }
+
+    /// [`key`] of the lock blob at `path`.
+    pub fn key(&self, path: &str) -> String {
+        key(&self.origin, &self.account, &self.container, path)
+    }
+}
+
+/// A connection string's `AccountName` (its key is not read).
+fn connection_string_account(cs: &str) -> Option<&str> {
+    cs.split(';').find_map(|part| {
+        let (name, value) = part.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("AccountName")
+            .then(|| value.trim())
+    })
+}
+
 /// [`key`] of the lock blob at `path` in `storage`'s container.
 pub fn key_for(storage: &config::Storage, path: &str) -> String {
     key(
@@ -184,6 +239,71 @@ mod tests {
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn scope(pairs: &[(&str, &str)]) -> Option<Scope> {
+        let vars: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Scope::load(&vars).unwrap()
+    }
+
+    #[test]
+    fn a_scope_is_named_by_origin_account_and_container() {
+        let base = [
+            ("storage_origin", "http://127.0.0.1:10000/"),
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", "c2VjcmV0"),
+        ];
+        let s = scope(&base).expect("on by default");
+        assert_eq!(s.origin, "http://127.0.0.1:10000");
+        assert_eq!(s.container, "leasegate");
+        assert!(scope(&[("kv_cache", "off")]).is_none());
+        let vars: HashMap<String, String> = [("kv_cache", "maybe")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert!(Scope::load(&vars).is_err());
+        // Another key, SAS or timeout: the same scope. Another origin, account or container:
+        // another.
+        let mut same = base.to_vec();
+        same[2] = ("storage_key", "b3RoZXI=");
+        same.push(("storage_timeout_ms", "900"));
+        assert_eq!(scope(&same), Some(s.clone()));
+        for (name, value) in [
+            ("storage_origin", "http://127.0.0.1:10001"),
+            ("storage_account", "other"),
+            ("container", "elsewhere"),
+        ] {
+            let mut other: Vec<(&str, &str)> =
+                base.iter().copied().filter(|(k, _)| *k != name).collect();
+            other.push((name, value));
+            let o = scope(&other).unwrap();
+            assert_ne!(o.key("alerts/d"), s.key("alerts/d"), "{name}");
+        }
+        // A connection string's account, not its key.
+        let cs = |key: &str| {
+            format!(
+                "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={key};\
+                 BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
+            )
+        };
+        let (one, two) = (cs("a2V5MQ=="), cs("a2V5Mg=="));
+        let a = scope(&[
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_connection_string", &one),
+        ])
+        .unwrap();
+        let b = scope(&[
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_connection_string", &two),
+        ])
+        .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.account, "devstoreaccount1/");
+        assert!(!format!("{a:?}").contains("a2V5MQ"));
+        assert_ne!(a.key("alerts/d"), s.key("alerts/d"));
     }
 
     #[test]

@@ -459,7 +459,9 @@ pub fn floor_section(bench: &mut Bench) {
     let auth = format!("Bearer {token}");
     let connections = bench.max_connections();
     let manifest = std::fs::read_to_string(root().join("spin.toml")).expect("read spin.toml");
-    let mut builds: Vec<(String, Spin, ContainerName)> = Vec::new();
+    // Per build: its label, its app with `kv_cache = off` and that app's container, and its app
+    // with `kv_cache = on` (its own container: each device's alert there writes its entry).
+    let mut builds: Vec<(String, Spin, ContainerName, Spin)> = Vec::new();
     for dir in &dirs {
         // The manifest lives elsewhere: its sources are absolute.
         let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| root().join(dir));
@@ -478,34 +480,40 @@ pub fn floor_section(bench: &mut Bench) {
             );
         let path = copy.join("spin.toml");
         std::fs::write(&path, text).expect("write the manifest");
+        let start = |kv_cache: &str, container: &ContainerName| {
+            let spin = Spin::start(&SpinConfig {
+                manifest: path.clone(),
+                variables: vec![
+                    ("telemetry_token".into(), token.clone()),
+                    ("storage_origin".into(), origin.clone()),
+                    ("container".into(), container.as_str().to_string()),
+                    ("kv_cache".into(), kv_cache.into()),
+                    ("alert_window_seconds".into(), super::ALERT_WINDOW.into()),
+                    ("notify_origin".into(), sink.origin()),
+                ],
+                http: true,
+                clock_offset_ms: 0,
+                runtime_config: None,
+                env: super::spin_env(),
+            });
+            // Each connection's device alerts once: its gate is held for the rest of the run
+            // (and, with the cache on, the alert's entry says so).
+            super::hold_devices_at(
+                &format!("http://{}/api/telemetry", spin.addr()),
+                &token,
+                connections,
+            );
+            spin
+        };
         let container = leasegate_tests::unique_container("floor");
-        let spin = Spin::start(&SpinConfig {
-            manifest: path,
-            variables: vec![
-                ("telemetry_token".into(), token.clone()),
-                ("storage_origin".into(), origin.clone()),
-                ("container".into(), container.as_str().to_string()),
-                ("kv_cache".into(), "off".into()),
-                ("alert_window_seconds".into(), super::ALERT_WINDOW.into()),
-                ("notify_origin".into(), sink.origin()),
-            ],
-            http: true,
-            clock_offset_ms: 0,
-            runtime_config: None,
-            env: super::spin_env(),
-        });
-        // Each connection's device alerts once: its gate is held for the rest of the run.
-        super::hold_devices_at(
-            &format!("http://{}/api/telemetry", spin.addr()),
-            &token,
-            connections,
-        );
+        let spin = start("off", &container);
+        let cached = start("on", &leasegate_tests::unique_container("floor-kv"));
         let label = dir
             .strip_prefix(root())
             .unwrap_or(dir)
             .display()
             .to_string();
-        builds.push((format!("device-alerts: {label}"), spin, container));
+        builds.push((format!("device-alerts: {label}"), spin, container, cached));
     }
     // The hello world's HEAD: the first build's device 0, signed once.
     let account = Account::development(&format!(
@@ -542,15 +550,20 @@ pub fn floor_section(bench: &mut Bench) {
         body_contains: Some("\"below_threshold\""),
     };
     let throttled = super::throttled_expect();
+    let throttled_from_cache = Expect {
+        status: 200,
+        body_contains: Some("\"cached\":true"),
+    };
     let head_answered = Expect {
         status: 200,
         body_contains: Some("\"storageStatus\":200"),
     };
-    // The builds' floors, the hello world, the builds' throttles, the hello world's HEAD; each
-    // build's ratio is to the hello world of its decision.
+    // The builds' floors, the hello world, the builds' throttles, the hello world's HEAD, the
+    // builds' throttles from the cache; each build's ratio is to the hello world of its
+    // decision, the cached throttle's to the build's own floor.
     let n = builds.len();
     let mut targets: Vec<Target> = Vec::new();
-    for (label, spin, _) in &builds {
+    for (label, spin, _, _) in &builds {
         targets.push(Target {
             label: format!("{label}, below threshold"),
             reference: n,
@@ -566,7 +579,7 @@ pub fn floor_section(bench: &mut Bench) {
         request: request(hello.addr(), "/api/telemetry", 12.0),
         expect: &below,
     });
-    for (label, spin, _) in &builds {
+    for (label, spin, _, _) in &builds {
         targets.push(Target {
             label: format!("{label}, throttled (kv_cache=off)"),
             reference: 2 * n + 1,
@@ -582,6 +595,15 @@ pub fn floor_section(bench: &mut Bench) {
         request: request(hello.addr(), "/api/head/sdk", 12.0),
         expect: &head_answered,
     });
+    for (i, (label, _, _, cached)) in builds.iter().enumerate() {
+        targets.push(Target {
+            label: format!("{label}, throttled from the cache (kv_cache=on) ÷ its floor"),
+            reference: i,
+            addr: cached.addr(),
+            request: request(cached.addr(), "/api/telemetry", 36.0),
+            expect: &throttled_from_cache,
+        });
+    }
     let levels = bench.options.concurrency.clone();
     // Per target and level, its rounds together.
     let mut sums: Vec<Vec<Measured>> = (0..targets.len())
@@ -614,15 +636,16 @@ pub fn floor_section(bench: &mut Bench) {
     }
     println!(
         "\nThe floor and the throttle: device-alerts per build (storage straight to Azurite), \
-         against the hello world and the hello world with one HEAD; {ROUNDS} turns of 0.5 s per \
-         level, one keep-alive connection per thread; load average {}\n",
+         against the hello world and the hello world with one HEAD, and the throttle from the \
+         cache against the build's floor; {ROUNDS} turns of 0.5 s per level, one keep-alive \
+         connection per thread; load average {}\n",
         super::load_average()
     );
     let mut header = vec!["target".to_string()];
     for c in &levels {
         header.push(format!("c={c} dec/s"));
         header.push("p50 ms".into());
-        header.push("÷ hello".into());
+        header.push("÷ ref".into());
     }
     header.push("errors".into());
     let mut lines = vec![header];
