@@ -800,3 +800,87 @@ fn a_mark_with_the_claims_prefix_is_refused_and_nothing_is_written() {
     let marks: leasegate::ops::Metadata = [("progress".to_string(), "done".to_string())].into();
     assert!(block_on(base.set_marks_held(&name, &mut h, &marks, SystemTime::now())).unwrap());
 }
+
+/// A new holder starting from what the last holder kept after its claim (`held_state`), once
+/// that holder has released: the acquire and the claim, 2 requests, its token the next one. A
+/// state that is stale (the lock taken and claimed since) costs the refused acquire, then
+/// reads: 2, and the answer a read first gives (busy while that holder holds it). A lease
+/// taken since with no write (the same ETag, 409): 1, busy as a read would say (the kept claim
+/// is the blob's). A record term reads first (2, as `acquire_with`).
+#[test]
+fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
+    use leasegate::lease::IdOrigin;
+    let c = unique_container("kept");
+    let base = locks(&c);
+    let name = lock("job");
+    let now = SystemTime::now;
+    let from_kept = |l: &CountedLocks, kept: &leasegate::lease::HeldState, term, id| {
+        block_on(l.acquire_from_kept(kept, now(), &name, term, id, IdOrigin::Fresh, "x", now()))
+            .unwrap()
+    };
+    let first = held(acquire(&base, &name, native(15), random_id()));
+    let kept = first.held_state().expect("an ETag");
+    assert_eq!(
+        block_on(base.release_held(&name, &first, now())).unwrap(),
+        Release::Released
+    );
+    let b = random_id();
+    let (second, n) = counted(&base, |l| from_kept(l, &kept, native(15), b));
+    let second = held(second);
+    assert_eq!(n, 2, "the acquire and the claim");
+    assert_eq!(second.lease_id, b);
+    assert_eq!(second.fencing_token, first.fencing_token.map(|t| t + 1));
+    let info = block_on(base.inspect(&name, now())).unwrap();
+    assert_eq!(info.fencing_token, second.fencing_token.unwrap());
+    assert!(matches!(info.status, LockStatus::Held { .. }), "{info:?}");
+
+    // Stale: `second` holds it now (and wrote its claim): refused, then read: busy.
+    let (busy, n) = counted(&base, |l| from_kept(l, &kept, native(15), random_id()));
+    assert!(
+        matches!(
+            busy,
+            Acquire::Busy {
+                holder: Some(_),
+                ..
+            }
+        ),
+        "{busy:?}"
+    );
+    assert_eq!(n, 2, "the refused acquire (412), then the HEAD");
+    let kept = second.held_state().expect("an ETag");
+    block_on(base.release_held(&name, &second, now())).unwrap();
+
+    // Leased since with no write: the ETag kept still matches, storage says 409; the read
+    // after it finds a lease with no live claim of its own.
+    let raw = random_id();
+    block_on(base.client().execute(
+        &leasegate::ops::Lease {
+            container: c.clone(),
+            blob: base.blob_name(&name).unwrap(),
+            action: leasegate::ops::LeaseAction::Acquire {
+                duration: leasegate::LeaseDuration::Seconds(15),
+                proposed: raw,
+            },
+            condition: leasegate::ops::Condition::None,
+        },
+        now(),
+    ))
+    .unwrap();
+    let (busy, n) = counted(&base, |l| from_kept(l, &kept, native(15), random_id()));
+    let read =
+        block_on(base.acquire_with(&name, native(15), random_id(), IdOrigin::Fresh, "x", now()))
+            .unwrap();
+    let holder = |a: &Acquire| match a {
+        Acquire::Busy { holder, .. } => holder.as_ref().map(|h| h.token),
+        other => panic!("expected busy, got {other:?}"),
+    };
+    assert_eq!(holder(&busy), holder(&read), "{busy:?} / {read:?}");
+    assert_eq!(holder(&busy), second.fencing_token);
+    assert_eq!(n, 1, "the refused acquire (409) alone");
+    block_on(base.break_lock(&name, 0, now())).unwrap();
+
+    // A record term reads first.
+    let (taken, n) = counted(&base, |l| from_kept(l, &kept, record(90), random_id()));
+    assert!(is_acquired(&taken), "{taken:?}");
+    assert_eq!(n, 2, "HEAD and the record's compare-and-swap");
+}

@@ -85,6 +85,12 @@ pub struct Log {
     /// recorded `skipped_paused`, not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<Paused>,
+    /// The job's lease as the latest run's claim left it ([`leasegate::lease::HeldState`]):
+    /// the next run, which reads the log first, acquires from it without a read of its own
+    /// ([`leasegate::lease::Locks::acquire_from_kept`]). It names that run's lease id, as the
+    /// lock blob's own metadata does; the status answer does not show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<serde_json::Value>,
 }
 
 /// A pause: since when (the storage server's clock) and the operator's note.
@@ -199,6 +205,23 @@ pub(crate) struct LogWrite {
 }
 
 impl LogWrite {
+    /// The log as this call read it (`read_log`): a change starts from it, at its ETag.
+    pub(crate) fn read(log: Log, etag: Option<leasegate::ETag>, date: SystemTime) -> LogWrite {
+        LogWrite {
+            date,
+            log,
+            clean_up: false,
+            etag,
+            answered: Instant::now(),
+        }
+    }
+
+    /// The job's lease as the log keeps it (`None`: not kept, or unusable).
+    pub(crate) fn kept_lock(&self) -> Option<leasegate::lease::HeldState> {
+        let lock = self.log.lock.as_ref()?;
+        leasegate::lease::HeldState::from_json(&lock.to_string())
+    }
+
     /// The log as this write left it, its ETag, and the storage server's time now as far as
     /// this instance can tell without a request: the write's `Date` plus the time since its
     /// answer, in whole seconds (rounded down, as a `Date` is). `None` without an ETag.
@@ -309,15 +332,20 @@ pub(crate) enum LogRefusal {
 }
 
 /// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
-/// before the clean-up watermark, or was settled without an entry (recorded missed). Returns
-/// the log as written.
+/// before the clean-up watermark, or was settled without an entry (recorded missed). Starts
+/// from `known` (the log as this call last read or wrote it) when given. `lock`: the job's
+/// lease as this run's claim left it, kept in the log for the next run. Returns the log as
+/// written.
 pub(crate) async fn append<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &LogEntry,
+    (known, lock): (Option<LogWrite>, Option<&leasegate::lease::HeldState>),
     now: SystemTime,
 ) -> Result<Result<LogWrite, LogRefusal>, JobError> {
-    change_log(blobs, settings, now, |log, read_at| {
+    let lock: Option<serde_json::Value> =
+        lock.and_then(|held| serde_json::from_str(&held.to_json()).ok());
+    change_log_from(blobs, settings, now, known, |log, read_at| {
         if entry.occurrence_unix < log.cleaned_before {
             return Err(LogRefusal::TooOld);
         }
@@ -356,6 +384,9 @@ pub(crate) async fn append<T: Transport>(
             .retain(|e| e.occurrence_unix != entry.occurrence_unix);
         log.entries.push(entry.clone());
         advance_settled(log, settings, entry.occurrence_unix, 0, read_at);
+        if lock.is_some() {
+            log.lock.clone_from(&lock);
+        }
         Ok(())
     })
     .await

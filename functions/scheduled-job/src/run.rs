@@ -3,7 +3,7 @@
 //! job's lease, 4 write the outcome, 5 log, 6 call the job, then record its result, release,
 //! settle earlier occurrences left without an outcome and clean up.
 
-use leasegate::lease::{Acquire, IdOrigin, Locks};
+use leasegate::lease::{Acquire, Acquired, IdOrigin, Locks};
 use leasegate::ops::{BlobProperties, Condition, Metadata, PutBlob, SetMetadata, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
@@ -17,8 +17,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::JobError;
 use crate::log::{
-    advance_settled, append, change_log, change_log_from, open, update, LogEntry, LogRefusal,
-    LogWrite, Paused,
+    advance_settled, append, change_log, change_log_from, open, read_log, update, LogEntry,
+    LogRefusal, LogWrite, Paused,
 };
 use crate::reservation::{
     attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, take_back,
@@ -589,7 +589,9 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             format!("ticked {late_by} s late and job_catch_up is none: not run")
         });
         return Ok(
-            match record_not_run(blobs, settings, &reservation, &entry, &nonce, ctx.now).await? {
+            match record_not_run(blobs, settings, &reservation, &entry, &nonce, None, ctx.now)
+                .await?
+            {
                 Err(NotRecorded::Settled(run)) => (settled(&run), None),
                 Err(NotRecorded::Refused(refusal)) => (refused_by_log(settings, refusal), None),
                 Ok(()) => (Decision::Missed { entry }, None),
@@ -603,6 +605,17 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     let lock_name = LockName::try_new("lock")?;
     let label = format!("{} {occurrence}", settings.instance_id);
     let lease_id = (ctx.new_lease_id)();
+    // The log first, when there is a lease to take: the job's lease as the latest run's claim
+    // left it is kept there, and the lease is acquired from it without a read of its own (a
+    // lease taken or written since costs the refused request; a 409 tells whose it is). The
+    // log's own write below starts from this read.
+    let prefetched = match settings.overlap {
+        Overlap::Allow => None,
+        Overlap::Skip | Overlap::BufferOne => {
+            let (log, etag, date) = read_log(blobs, settings, ctx.now).await?;
+            Some(LogWrite::read(log, etag, date))
+        }
+    };
     // A storage failure before the outcome `running` is written takes back the reservation
     // this tick created (at the ETag its create left: untouched since), so that a retry of
     // the tick's 503 reserves the occurrence afresh and runs it (an on-time tick that finds it
@@ -616,9 +629,26 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             e
         }
     };
-    let acquired = match settings.overlap {
-        Overlap::Allow => None,
-        Overlap::Skip | Overlap::BufferOne => Some(
+    let kept = prefetched
+        .as_ref()
+        .and_then(|p| Some((p.kept_lock()?, p.date)));
+    let acquired = match (settings.overlap, kept) {
+        (Overlap::Allow, _) => None,
+        (Overlap::Skip | Overlap::BufferOne, Some((kept, date))) => Some(
+            job_locks
+                .acquire_from_kept(
+                    &kept,
+                    date,
+                    &lock_name,
+                    settings.lease_term,
+                    lease_id,
+                    IdOrigin::Fresh,
+                    &label,
+                    ctx.now,
+                )
+                .await,
+        ),
+        (Overlap::Skip | Overlap::BufferOne, None) => Some(
             job_locks
                 .acquire_with(
                     &lock_name,
@@ -683,7 +713,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                         blobs,
                         settings,
                         entry,
-                        &reservation,
+                        (&reservation, prefetched),
                         &nonce,
                         token,
                         &h.label,
@@ -692,8 +722,16 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                 }
                 entry.status = RunStatus::SkippedOverlap;
                 entry.reason = Some("the previous run still holds the job's lease".into());
-                let recorded =
-                    record_not_run(blobs, settings, &reservation, &entry, &nonce, ctx.now).await?;
+                let recorded = record_not_run(
+                    blobs,
+                    settings,
+                    &reservation,
+                    &entry,
+                    &nonce,
+                    prefetched,
+                    ctx.now,
+                )
+                .await?;
                 return Ok(match recorded {
                     Err(NotRecorded::Settled(run)) => (settled(&run), None),
                     Err(NotRecorded::Refused(refusal)) => (refused_by_log(settings, refusal), None),
@@ -753,7 +791,16 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     // 5. Log the run before it starts, so a run that never ends still shows; the log refuses an
     // occurrence below its clean-up watermark. Either refusal, or a storage failure, undoes
     // the outcome: the job was not called, and a later tick decides afresh.
-    let started_log = match append(blobs, settings, &entry, ctx.now).await {
+    let kept_lock = held.as_ref().and_then(Acquired::held_state);
+    let started_log = match append(
+        blobs,
+        settings,
+        &entry,
+        (prefetched, kept_lock.as_ref()),
+        ctx.now,
+    )
+    .await
+    {
         Ok(Ok(written)) => written,
         // Paused: not run; the outcome becomes `skipped_paused` (over this tick's `running`).
         // A retry is not an occurrence of its own: the previous attempt's `failed` is put back
@@ -774,7 +821,15 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         }
         Ok(Err(LogRefusal::Paused(paused))) => {
             release().await;
-            return skip_paused(ctx, blobs, settings, entry, &written, &paused).await;
+            return skip_paused(
+                ctx,
+                blobs,
+                settings,
+                entry,
+                (&written, kept_lock.as_ref()),
+                &paused,
+            )
+            .await;
         }
         refused => {
             uncommit(blobs, &reservation, &written, ctx.now).await;
@@ -823,7 +878,7 @@ async fn buffer<T, S: Transport>(
     blobs: &BlobClient<&S>,
     settings: &Settings,
     mut entry: LogEntry,
-    reservation: &Reservation,
+    (reservation, known): (&Reservation, Option<LogWrite>),
     nonce: &str,
     token: u64,
     holder: &str,
@@ -858,7 +913,7 @@ async fn buffer<T, S: Transport>(
         }
         Commit::Written(w) => w,
     };
-    match append(blobs, settings, &entry, ctx.now).await {
+    match append(blobs, settings, &entry, (known, None), ctx.now).await {
         Ok(Ok(_)) => Ok((Decision::Buffered { entry }, None)),
         // The log must know what is buffered (one at most): undone, a later tick decides.
         Err(e) => {
@@ -874,7 +929,7 @@ async fn buffer<T, S: Transport>(
                  occurrence {} is buffered already (job_overlap = buffer_one keeps one)",
                 rfc3339(at(other))
             ));
-            let _ = append(blobs, settings, &entry, ctx.now).await;
+            let _ = append(blobs, settings, &entry, (None, None), ctx.now).await;
             Ok((Decision::Overlapped { entry }, None))
         }
         Ok(Err(refusal)) => {
@@ -901,6 +956,7 @@ async fn record_not_run<S: Transport>(
     reservation: &Reservation,
     entry: &LogEntry,
     nonce: &str,
+    known: Option<LogWrite>,
     now: SystemTime,
 ) -> Result<Result<(), NotRecorded>, JobError> {
     let written = match commit(
@@ -917,7 +973,7 @@ async fn record_not_run<S: Transport>(
         Commit::Settled(run) => return Ok(Err(NotRecorded::Settled(run))),
         Commit::Written(w) => w,
     };
-    match append(blobs, settings, entry, now).await {
+    match append(blobs, settings, entry, (known, None), now).await {
         Ok(Err(refusal)) => {
             uncommit(blobs, reservation, &written, now).await;
             Ok(Err(NotRecorded::Refused(refusal)))
@@ -927,13 +983,14 @@ async fn record_not_run<S: Transport>(
 }
 
 /// Records an occurrence of a paused job `skipped_paused`: on its reservation (over the outcome
-/// `running` this tick wrote, which called nothing) and in the log.
+/// `running` this tick wrote, which called nothing) and in the log, with the job's lease as
+/// this tick's claim left it (`lock`), for the next tick.
 async fn skip_paused<T, S: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<&S>,
     settings: &Settings,
     mut entry: LogEntry,
-    written: &Reservation,
+    (written, lock): (&Reservation, Option<&leasegate::lease::HeldState>),
     paused: &Paused,
 ) -> Result<(Decision, Option<LogWrite>), JobError> {
     overwrite_outcome(blobs, written, &RunStatus::SkippedPaused, ctx.now).await?;
@@ -949,7 +1006,7 @@ async fn skip_paused<T, S: Transport>(
             .map(|n| format!(": {n}"))
             .unwrap_or_default()
     ));
-    let _ = append(blobs, settings, &entry, ctx.now).await?;
+    let _ = append(blobs, settings, &entry, (None, lock), ctx.now).await?;
     Ok((Decision::Paused { entry }, None))
 }
 

@@ -172,6 +172,19 @@ impl HeldState {
         })
     }
 
+    /// The lock blob as this state says it was, not leased (its holder released it, or the
+    /// lease ran out), read at `date`. `None`: no ETag, or a claim that cannot be read.
+    fn snapshot(&self, date: SystemTime) -> Option<Read> {
+        let props = BlobProperties {
+            etag: self.grant.etag.clone(),
+            lease_state: Some(LeaseState::Available),
+            metadata: self.grant.metadata.clone(),
+            server_date: Some(date),
+            ..BlobProperties::default()
+        };
+        Snapshot::from_properties(props, date).ok().map(Read::Found)
+    }
+
     /// Whether this is `lease_id`'s state: its claim names that holder.
     pub fn is_held_by(&self, lease_id: LeaseId) -> bool {
         Claim::read(&self.grant.metadata).is_ok_and(|c| c.holder == Some(lease_id))
@@ -431,7 +444,7 @@ impl<T: Transport> Locks<T> {
         label: &str,
         now: SystemTime,
     ) -> Result<Acquire, Error> {
-        self.acquire_from(lock, term, (lease_id, origin), label, None, now)
+        self.acquire_from(lock, term, (lease_id, origin), label, (None, false), now)
             .await
     }
 
@@ -455,7 +468,54 @@ impl<T: Transport> Locks<T> {
             term,
             (lease_id, origin),
             label,
-            seen.seen.clone(),
+            (seen.seen.clone(), false),
+            now,
+        )
+        .await
+    }
+
+    /// [`Locks::acquire_with`] by a new holder of a native lease, starting from what an earlier
+    /// holder kept of `lock` after its own last write ([`Acquired::held_state`], kept where
+    /// every holder reads it, such as beside a job's log) instead of a read: the acquire and
+    /// the claim, each `If-Match` that state's ETag, one request fewer. `date` is a `Date` of
+    /// the storage server's the caller has (of the read that gave it `kept`): the tenure's
+    /// start, as a HEAD's would be.
+    ///
+    /// A lease action moves no ETag, so while nobody wrote the blob since, the acquire is
+    /// granted exactly when a read first would have found the lease free (released, run out or
+    /// broken): the claim kept is then the blob's, and the new tenure's token the next after
+    /// it. Refused as leased (409), the blob is still the kept state, leased: the answer is
+    /// the one a read would give (busy, whose claim, its time left by the refusal's `Date`),
+    /// with no read. The blob written since (412) costs that one refused request, then the
+    /// call reads and acquires as [`Locks::acquire_with`] does. A record term, or a kept state
+    /// whose claim is not a native lease's, reads first: a record is released by a write, so a
+    /// state kept before its release is stale.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn acquire_from_kept(
+        &self,
+        kept: &HeldState,
+        date: SystemTime,
+        lock: &LockName,
+        term: Term,
+        lease_id: LeaseId,
+        origin: IdOrigin,
+        label: &str,
+        now: SystemTime,
+    ) -> Result<Acquire, Error> {
+        let native = matches!(term, Term::Native(_))
+            && Claim::read(&kept.grant.metadata).is_ok_and(|c| matches!(c.kind, Kind::Native(_)));
+        let seen = native.then(|| kept.snapshot(date)).flatten();
+        let Some(seen) = seen else {
+            return self
+                .acquire_with(lock, term, lease_id, origin, label, now)
+                .await;
+        };
+        self.acquire_from(
+            lock,
+            term,
+            (lease_id, origin),
+            label,
+            (Some(seen), true),
             now,
         )
         .await
@@ -467,7 +527,7 @@ impl<T: Transport> Locks<T> {
         term: Term,
         (lease_id, origin): (LeaseId, IdOrigin),
         label: &str,
-        seen: Option<Read>,
+        (seen, kept): (Option<Read>, bool),
         now: SystemTime,
     ) -> Result<Acquire, Error> {
         if label.len() > MAX_LABEL_BYTES || !label.bytes().all(|b| (0x20..0x7f).contains(&b)) {
@@ -479,7 +539,17 @@ impl<T: Transport> Locks<T> {
         let blob = self.blob_name(lock)?;
         let outcome = match term {
             Term::Native(duration) => {
-                native::acquire(self, &blob, duration, lease_id, origin, label, seen, now).await
+                native::acquire(
+                    self,
+                    &blob,
+                    duration,
+                    lease_id,
+                    origin,
+                    label,
+                    (seen, kept),
+                    now,
+                )
+                .await
             }
             Term::Record(length) => {
                 record::acquire(self, &blob, length, lease_id, origin, label, seen, now).await

@@ -26,7 +26,8 @@ use crate::types::{unix_secs, LeaseDuration, LeaseId};
 use crate::{Error, Transport};
 
 /// Takes or extends the native lease on `blob` for `id`, starting from `seen` (a read the
-/// caller already made) or from a HEAD of its own.
+/// caller already made, or with `kept`, the blob as an earlier holder's last write left it,
+/// not leased) or from a HEAD of its own.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire<T: Transport>(
     locks: &Locks<T>,
@@ -35,10 +36,11 @@ pub(super) async fn acquire<T: Transport>(
     id: LeaseId,
     origin: IdOrigin,
     label: &str,
-    mut seen: Option<Read>,
+    (mut seen, kept): (Option<Read>, bool),
     now: SystemTime,
 ) -> Result<Acquire, Error> {
-    for _ in 0..MAX_ATTEMPTS {
+    for attempt in 0..MAX_ATTEMPTS {
+        let from_kept = kept && attempt == 0;
         let read = match seen.take() {
             Some(read) => read,
             None => locks.read(blob, now).await?,
@@ -91,7 +93,23 @@ pub(super) async fn acquire<T: Transport>(
         .await?
         {
             Take::Granted(time, tenure, grant) => (time, tenure, grant),
-            Take::TakenMeanwhile => {
+            // Leased, and not written since the kept state: the blob is that state, leased. A
+            // read would see as much (whose claim, how long it has left), by the refusal's
+            // `Date`.
+            Take::Leased(date) if from_kept => {
+                if let Some(busy) = date
+                    .and_then(|d| snap.leased_at(d))
+                    .and_then(|s| s.busy_for(id))
+                {
+                    return Ok(busy);
+                }
+                return Ok(Acquire::Busy {
+                    retry_after: None,
+                    holder: None,
+                    stepped_down_until: None,
+                });
+            }
+            Take::TakenMeanwhile | Take::Leased(_) => {
                 return Ok(Acquire::Busy {
                     retry_after: None,
                     holder: None,
@@ -219,6 +237,9 @@ enum Take {
     Granted(SystemTime, Tenure, Grant),
     /// Someone else took the lease since the blob was read (or broke ours before the claim).
     TakenMeanwhile,
+    /// The acquire was refused (409): the blob is leased, and unchanged since it was read. The
+    /// refusal's `Date`.
+    Leased(Option<SystemTime>),
     /// The blob changed or vanished since it was read: read it again.
     Moved,
 }
@@ -270,7 +291,7 @@ async fn take<T: Transport>(
             }
         }
         // Leased by someone in between (a lease does not move the ETag).
-        Ok(_) => return Ok(Take::TakenMeanwhile),
+        Ok((_, date)) => return Ok(Take::Leased(date)),
         Err(e) if e.class() == Some(ErrorClass::PreconditionFailed) || is_missing(&e) => {
             return Ok(Take::Moved)
         }

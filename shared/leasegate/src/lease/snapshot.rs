@@ -57,6 +57,15 @@ impl Snapshot {
         })
     }
 
+    /// This blob, leased, as storage said at `date` (a lease refused at its ETag).
+    pub(super) fn leased_at(&self, date: SystemTime) -> Option<Snapshot> {
+        Some(Snapshot {
+            leased: true,
+            server_date: checked_date(date).ok()?,
+            ..self.clone()
+        })
+    }
+
     pub(super) fn server_secs(&self) -> u64 {
         unix_secs(self.server_date)
     }
