@@ -3,8 +3,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Acquired, IdOrigin, Locks, Release, Term};
-use leasegate::{Account, ContainerName, LeaseDuration, LeaseId, LockName};
+use leasegate::lease::{Acquire, Acquired, HeldState, IdOrigin, Locks, Release, Term};
+use leasegate::ops::{GetBlob, PutBlob};
+use leasegate::{Account, BlobName, ContainerName, LeaseDuration, LeaseId, LockName};
 use stateright::Property;
 
 use crate::storage::Storage;
@@ -51,7 +52,18 @@ pub enum Step {
     Release,
     /// Wait a second of the model's clock (so that an extension's claim moves).
     Wait,
+    /// Write what it keeps of its last grant ([`Acquired::held_state`]) to the blob
+    /// [`KEPT_BLOB`], where every caller reads it (as a job's run keeps its lease in the job's
+    /// log).
+    Publish,
+    /// Read [`KEPT_BLOB`] and acquire from the state there, as a new holder
+    /// ([`Locks::acquire_from_kept`], dated by the read's `Date`); as [`Step::Acquire`] when
+    /// there is none.
+    AcquireKept,
 }
+
+/// Where [`Step::Publish`] keeps a holder's state for the others.
+pub const KEPT_BLOB: &str = "kept";
 
 /// A caller: its window, where its lease id comes from, its clock, its steps.
 #[derive(Debug, Clone)]
@@ -222,6 +234,34 @@ impl LeaseProtocol {
         }
     }
 
+    /// The bound CI checks for a new holder that acquires from what the last holder kept
+    /// ([`Locks::acquire_from_kept`]): a native lease of 15 s with a fresh id that acquires,
+    /// publishes its state and releases; another with a fresh id that reads the published
+    /// state and acquires from it (whenever it runs: before the publish, while the first holds
+    /// the lease, after its release); then the prober. One fault, or (`advances`) one clock
+    /// advance.
+    pub fn bounded_new_holder(faults: u8, advances: u8) -> Self {
+        let native = |name, steps| Caller {
+            name,
+            window: Window::Native(15),
+            origin: IdOrigin::Fresh,
+            skew: 0,
+            steps,
+            prober: false,
+        };
+        let mut p = LeaseProtocol::bounded();
+        p.callers = vec![
+            native("a", vec![Step::Acquire, Step::Publish, Step::Release]),
+            native("b", vec![Step::AcquireKept]),
+            p.callers[3].clone(),
+        ];
+        LeaseProtocol {
+            faults,
+            advances,
+            ..p
+        }
+    }
+
     /// The other bound CI checks: the same callers with no fault and one clock advance (1 s or
     /// 15 s, at any step: a record or a lease running out between two requests of a call).
     pub fn bounded_clock() -> Self {
@@ -283,10 +323,21 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
     let tries = if caller.prober { 4 } else { 1 };
     for (k, step) in caller.steps.iter().enumerate() {
         match step {
-            Step::Acquire | Step::Extend => {
+            Step::Acquire | Step::Extend | Step::AcquireKept => {
                 for attempt in 0..tries {
                     let kept = match step {
                         Step::Extend => held.as_ref().and_then(|h| Some((h, h.held_state()?))),
+                        _ => None,
+                    };
+                    // The state another holder published, and the read's `Date`.
+                    let published = match step {
+                        Step::AcquireKept => match read_kept(&locks, now).await {
+                            Ok(found) => found,
+                            Err(_) => {
+                                io.note(Note::Busy);
+                                continue;
+                            }
+                        },
                         _ => None,
                     };
                     let id = match (caller.origin, &kept) {
@@ -298,13 +349,27 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                     };
                     let faults = io.faults_seen();
                     let term = caller.window.term();
-                    let answer = match &kept {
-                        Some((_, state)) => {
+                    let answer = match (&kept, &published) {
+                        (Some((_, state)), _) => {
                             locks
                                 .extend_held(&lock, term, id, caller.name, state, now)
                                 .await
                         }
-                        None => {
+                        (None, Some((state, date))) => {
+                            locks
+                                .acquire_from_kept(
+                                    state,
+                                    *date,
+                                    &lock,
+                                    term,
+                                    id,
+                                    caller.origin,
+                                    caller.name,
+                                    now,
+                                )
+                                .await
+                        }
+                        (None, None) => {
                             locks
                                 .acquire_with(&lock, term, id, caller.origin, caller.name, now)
                                 .await
@@ -346,6 +411,17 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                 }
             }
             Step::Wait => io.sleep(1).await,
+            Step::Publish => {
+                let Some(state) = held.as_ref().and_then(Acquired::held_state) else {
+                    continue;
+                };
+                let put = PutBlob::block(
+                    locks.container().clone(),
+                    BlobName::try_new(KEPT_BLOB).expect("a valid name"),
+                    state.to_json().into_bytes(),
+                );
+                let _ = locks.client().execute(&put, now).await;
+            }
             Step::Release => {
                 let Some(h) = held.take() else { continue };
                 io.note(Note::Releasing {
@@ -359,6 +435,22 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
             }
         }
     }
+}
+
+/// The state [`Step::Publish`] wrote, if any, and the read's `Date`.
+async fn read_kept(
+    locks: &Locks<Io<Note>>,
+    now: SystemTime,
+) -> Result<Option<(HeldState, SystemTime)>, leasegate::Error> {
+    let get = GetBlob {
+        container: locks.container().clone(),
+        blob: BlobName::try_new(KEPT_BLOB).expect("a valid name"),
+    };
+    let (blob, date) = locks.client().execute(&get, now).await?;
+    Ok(blob.and_then(|b| {
+        let state = HeldState::from_json(std::str::from_utf8(&b.body).ok()?)?;
+        Some((state, date?))
+    }))
 }
 
 /// Who storage says holds the lock right now: the native lease's id, or an unexpired record's

@@ -1,7 +1,8 @@
 //! The claim protocol, model-checked: every interleaving of three callers with mixed windows
 //! (native and record), a fault or a clock advance at any step, and a prober after them,
 //! against the core's own `Locks` (`LeaseProtocol::bounded`, `bounded_clock`); and holders
-//! that extend from what they kept of their last call (`LeaseProtocol::bounded_kept`).
+//! that extend from what they kept of their last call (`LeaseProtocol::bounded_kept`), and a new
+//! holder that acquires from what the last one kept (`LeaseProtocol::bounded_new_holder`).
 
 use leasegate_model::lease::LeaseProtocol;
 use leasegate_model::run::{self, assert_holds, TEST_LIMIT};
@@ -41,6 +42,26 @@ fn calls_from_a_kept_state_with_a_clock_advance_break_no_property() {
     assert_holds(run::exhaustive(
         "claim protocol from kept states, clock advances",
         LeaseProtocol::bounded_kept(0, 1),
+        2,
+        TEST_LIMIT,
+    ));
+}
+
+#[test]
+fn a_new_holder_from_a_kept_state_with_one_fault_breaks_no_property() {
+    assert_holds(run::exhaustive(
+        "a new holder from a kept state, one fault",
+        LeaseProtocol::bounded_new_holder(1, 0),
+        2,
+        TEST_LIMIT,
+    ));
+}
+
+#[test]
+fn a_new_holder_from_a_kept_state_with_a_clock_advance_breaks_no_property() {
+    assert_holds(run::exhaustive(
+        "a new holder from a kept state, clock advances",
+        LeaseProtocol::bounded_new_holder(0, 1),
         2,
         TEST_LIMIT,
     ));

@@ -92,6 +92,14 @@ fn bounded_checks() -> Vec<Report> {
             "claim protocol from kept states, clock advances",
             LeaseProtocol::bounded_kept(0, 1),
         ),
+        (
+            "a new holder from a kept state, one fault",
+            LeaseProtocol::bounded_new_holder(1, 0),
+        ),
+        (
+            "a new holder from a kept state, clock advances",
+            LeaseProtocol::bounded_new_holder(0, 1),
+        ),
     ] {
         announce(name);
         reports.push(done(run::exhaustive(name, protocol, 2, limit)));
