@@ -135,45 +135,81 @@ fn a_tick_after_the_reservers_deadline_runs_the_occurrence() {
     b.assert_no_trap();
 }
 
-/// node-a reserves an occurrence, then storage answers 503 to the job's lease (the first
-/// occurrence) or to the outcome `running` on the reservation (the second): node-a takes its
-/// reservation back (a delete `If-Match` its create's ETag) and answers 503, so the
-/// scheduler's retry of that 503, still on time, reserves the occurrence afresh and runs it
-/// (an on-time tick that finds its occurrence reserved reads nothing: it would be skipped).
-/// node-b's tick after it is skipped; each occurrence ran once.
+/// node-a reserves an occurrence and its tick fails (503) before the job is called; the
+/// occurrence still runs once, on time:
+/// * a 503 on the job's lease, or on the outcome `running`: node-a takes its reservation back
+///   (a delete `If-Match` its create's ETag), so node-b's on-time tick, which would not read a
+///   reservation it finds (it names nobody), reserves the occurrence afresh and runs it;
+/// * the create's answer lost, or a 503 on the log's read with the take-back failing too: the
+///   reservation stays, and node-a's retry of its 503 (on time, the tick token) reads it, since
+///   node-a noted its failed tick in its key-value store, finds it its own and runs it.
+///
+/// Each time the other deployment's tick after it is skipped, and the occurrence ran once.
 #[test]
-fn a_tick_that_fails_before_its_outcome_takes_back_its_reservation_for_its_retry() {
+fn a_tick_that_fails_before_its_outcome_leaves_the_occurrence_to_run_on_time() {
     let x = unix_now() + 20;
     let (a, b) = pair("abandon-retry", 20, x % 20);
     let c = a.container.as_str().to_string();
-    for (o, part) in [
-        (x, format!("/devstoreaccount1/{c}/jobs/{JOB}/lock")),
+    let occurrence = |o: u64| format!("/devstoreaccount1/{c}/jobs/{JOB}/occurrences/{o:012}");
+    let cases: [(u64, Vec<(String, Fault)>, bool); 4] = [
+        (
+            x,
+            vec![(
+                format!("/devstoreaccount1/{c}/jobs/{JOB}/lock"),
+                Fault::Status(503),
+            )],
+            false,
+        ),
         (
             x + 20,
-            format!("/jobs/{JOB}/occurrences/{:012}?comp=metadata", x + 20),
+            vec![(
+                format!("{}?comp=metadata", occurrence(x + 20)),
+                Fault::Status(503),
+            )],
+            false,
         ),
-    ] {
+        (
+            x + 40,
+            vec![(format!("PUT {}", occurrence(x + 40)), Fault::LoseAnswer)],
+            true,
+        ),
+        (
+            x + 60,
+            vec![
+                (
+                    format!("GET /devstoreaccount1/{c}/jobs/{JOB}/log.json"),
+                    Fault::Status(503),
+                ),
+                (format!("DELETE {}", occurrence(x + 60)), Fault::Status(503)),
+            ],
+            true,
+        ),
+    ];
+    for (o, faults, retried) in cases {
         wait_until(o);
-        a.storage.fault_on(&part, Fault::Status(503));
+        for (part, fault) in &faults {
+            a.storage.fault_on(part, fault.clone());
+        }
         let failed = tick(&a, TIMER_AUTH, None);
         a.storage.set_fault(None);
-        assert_eq!(failed.status, 503, "{part}: {}", failed.text);
+        assert_eq!(failed.status, 503, "{faults:?}: {}", failed.text);
         assert_eq!(occurrence_of(&failed), o, "{}", failed.text);
         assert!(runs_of(&[&a, &b], o).is_empty());
 
-        let retry = tick(&a, TIMER_AUTH, None);
+        let (runner, other) = if retried { (&a, &b) } else { (&b, &a) };
+        let ran = tick(runner, TIMER_AUTH, None);
         assert!(
             unix_now() < o + 10,
-            "the retry was late: it would read first"
+            "the tick was late: it would read first"
         );
-        assert_eq!(retry.status, 200, "{part}: {}", retry.text);
-        assert_eq!(retry.json["decision"], "ran", "{part}: {}", retry.text);
-        assert_eq!(occurrence_of(&retry), o, "{}", retry.text);
-        let other = tick(&b, TIMER_AUTH, None);
-        assert_eq!(other.json["decision"], "skipped", "{}", other.text);
+        assert_eq!(ran.status, 200, "{faults:?}: {}", ran.text);
+        assert_eq!(ran.json["decision"], "ran", "{faults:?}: {}", ran.text);
+        assert_eq!(occurrence_of(&ran), o, "{}", ran.text);
+        let skipped = tick(other, TIMER_AUTH, None);
+        assert_eq!(skipped.json["decision"], "skipped", "{}", skipped.text);
         let runs = runs_of(&[&a, &b], o);
-        assert_eq!(runs.len(), 1, "{runs:?}");
-        assert_eq!(runs[0].0, "node-a");
+        assert_eq!(runs.len(), 1, "{faults:?}: {runs:?}");
+        assert_eq!(runs[0].0, if retried { "node-a" } else { "node-b" });
     }
     a.assert_no_trap();
     b.assert_no_trap();

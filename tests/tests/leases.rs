@@ -818,6 +818,19 @@ fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
         block_on(l.acquire_from_kept(kept, now(), &name, term, id, IdOrigin::Fresh, "x", now()))
             .unwrap()
     };
+    let from_kept_as = |l: &Locks<NativeTransport>, kept: &leasegate::lease::HeldState, id| {
+        block_on(l.acquire_from_kept(
+            kept,
+            now(),
+            &name,
+            native(15),
+            id,
+            IdOrigin::Known,
+            "x",
+            now(),
+        ))
+        .unwrap()
+    };
     let first = held(acquire(&base, &name, native(15), random_id()));
     let kept = first.held_state().expect("an ETag");
     assert_eq!(
@@ -848,7 +861,12 @@ fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
     );
     assert_eq!(n, 2, "the refused acquire (412), then the HEAD");
     let kept = second.held_state().expect("an ETag");
-    block_on(base.release_held(&name, &second, now())).unwrap();
+    // Its own holder's state with its own id: an extension (a read first), its token kept.
+    let again = held(from_kept_as(&base, &kept, second.lease_id));
+    assert!(again.extended, "{again:?}");
+    assert_eq!(again.fencing_token, second.fencing_token);
+    let kept = again.held_state().expect("an ETag");
+    block_on(base.release_held(&name, &again, now())).unwrap();
 
     // Leased since with no write: the ETag kept still matches, storage says 409; the read
     // after it finds a lease with no live claim of its own.

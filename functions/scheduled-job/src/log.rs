@@ -149,12 +149,23 @@ impl Counters {
     }
 }
 
-/// Reads the log: its content, its ETag (`None`: no log yet) and the server's `Date`.
+/// Reads the log: its content, its ETag (`None`: no log yet) and the server's `Date` (`now`
+/// when the answer carried none).
 pub async fn read_log<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     now: SystemTime,
 ) -> Result<(Log, Option<leasegate::ETag>, SystemTime), JobError> {
+    let (log, etag, date) = read_log_dated(blobs, settings, now).await?;
+    Ok((log, etag, date.unwrap_or(now)))
+}
+
+/// [`read_log`], with the server's `Date` as the answer carried it.
+pub(crate) async fn read_log_dated<T: Transport>(
+    blobs: &BlobClient<T>,
+    settings: &Settings,
+    now: SystemTime,
+) -> Result<(Log, Option<leasegate::ETag>, Option<SystemTime>), JobError> {
     let get = GetBlob {
         container: blobs.container().clone(),
         blob: settings.log_blob()?,
@@ -164,7 +175,6 @@ pub async fn read_log<T: Transport>(
         Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => (None, None),
         other => other?,
     };
-    let date = date.unwrap_or(now);
     match blob {
         None => Ok((
             Log {

@@ -7,6 +7,7 @@ use leasegate::lease::{Acquire, Acquired, IdOrigin, Locks};
 use leasegate::ops::{BlobProperties, Condition, Metadata, PutBlob, SetMetadata, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
+use leasegate_spin::cache::{self, Cache};
 use leasegate_spin::storage::execute_creating_container;
 use leasegate_spin::timer::{Source, Tick};
 use leasegate_spin::web::{self, rfc3339};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::JobError;
 use crate::log::{
-    advance_settled, append, change_log, change_log_from, open, read_log, update, LogEntry,
+    advance_settled, append, change_log, change_log_from, open, read_log_dated, update, LogEntry,
     LogRefusal, LogWrite, Paused,
 };
 use crate::reservation::{
@@ -271,7 +272,12 @@ async fn run_occurrence<T: Transport>(
             Ok(decision)
         }
         Ok((decision, None)) => Ok(decision),
-        Err(e) => Err(e),
+        Err(e) => {
+            if !manual {
+                note_failed(ctx.cache, settings, occurrence);
+            }
+            Err(e)
+        }
     };
     TickOutcome {
         occurrence,
@@ -341,7 +347,10 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             // of this one. Its reservation is read only when the read could change the answer
             // (a takeover the tick tolerance leaves room for, an operator's tick) or the caller
             // asked who reserved it; otherwise the refused create is the tick's one request.
-            (WriteOutcome::Refused(_), _) if !read_when_reserved(settings, tick, name_reserver) => {
+            (WriteOutcome::Refused(_), _)
+                if !read_when_reserved(settings, tick, name_reserver)
+                    && !failed_here(ctx.cache, settings, occurrence) =>
+            {
                 return Ok((
                     Decision::Skipped {
                         reserved_by: None,
@@ -504,6 +513,35 @@ fn read_when_reserved(settings: &Settings, tick: &Tick, name_reserver: bool) -> 
         || settings.retries > 0
 }
 
+/// The key-value entry (Spin's store `default`, this deployment's) where a tick that failed
+/// notes its occurrence: the reservation it may have left (its create's answer lost, its
+/// take-back failed too) is this deployment's, and the retry of its 503, on time, reads it to
+/// resume it ([`failed_here`]). One entry a job, the latest failure's.
+fn failed_tick_key(settings: &Settings) -> String {
+    cache::key_for(
+        &settings.storage,
+        &format!("{}failed-tick", settings.occurrences_prefix()),
+    )
+}
+
+/// Notes that a tick of `occurrence` failed here (best effort).
+pub(crate) fn note_failed(cache: &dyn Cache, settings: &Settings, occurrence: u64) {
+    let _ = cache.set(
+        &failed_tick_key(settings),
+        occurrence.to_string().as_bytes(),
+    );
+}
+
+/// Whether a tick of `occurrence` failed on this deployment (its latest failure), or the store
+/// cannot tell: then a refused create reads the reservation, which may be this deployment's.
+fn failed_here(cache: &dyn Cache, settings: &Settings, occurrence: u64) -> bool {
+    match cache.get(&failed_tick_key(settings)) {
+        Ok(Some(noted)) => noted == occurrence.to_string().as_bytes(),
+        Ok(None) => false,
+        Err(_) => true,
+    }
+}
+
 /// How [`run_tick`] found the occurrence's reservation.
 enum Reserve {
     /// This tick created it: the write, and the answer's `Date`.
@@ -605,21 +643,11 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     let lock_name = LockName::try_new("lock")?;
     let label = format!("{} {occurrence}", settings.instance_id);
     let lease_id = (ctx.new_lease_id)();
-    // The log first, when there is a lease to take: the job's lease as the latest run's claim
-    // left it is kept there, and the lease is acquired from it without a read of its own (a
-    // lease taken or written since costs the refused request; a 409 tells whose it is). The
-    // log's own write below starts from this read.
-    let prefetched = match settings.overlap {
-        Overlap::Allow => None,
-        Overlap::Skip | Overlap::BufferOne => {
-            let (log, etag, date) = read_log(blobs, settings, ctx.now).await?;
-            Some(LogWrite::read(log, etag, date))
-        }
-    };
     // A storage failure before the outcome `running` is written takes back the reservation
     // this tick created (at the ETag its create left: untouched since), so that a retry of
-    // the tick's 503 reserves the occurrence afresh and runs it (an on-time tick that finds it
-    // reserved reads nothing: `read_when_reserved`).
+    // the tick's 503 reserves the occurrence afresh and runs it. (Where the take-back fails
+    // too, the retry finds the reservation: `read_when_reserved` reads it after a failed tick
+    // of this deployment.)
     let failed = |e: JobError| {
         let reservation = &reservation;
         async move {
@@ -629,9 +657,26 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             e
         }
     };
+    // The log first, when there is a lease to take: the job's lease as the latest run's claim
+    // left it is kept there, and the lease is acquired from it without a read of its own (a
+    // lock blob written since costs the refused request and a read; a 409 tells whose it is).
+    // The log's own write below starts from this read. Its `Date` dates the kept state (none:
+    // the lease is acquired with a read first).
+    let (prefetched, dated) = match settings.overlap {
+        Overlap::Allow => (None, None),
+        Overlap::Skip | Overlap::BufferOne => {
+            match read_log_dated(blobs, settings, ctx.now).await {
+                Ok((log, etag, date)) => (
+                    Some(LogWrite::read(log, etag, date.unwrap_or(ctx.now))),
+                    date,
+                ),
+                Err(e) => return Err(failed(e).await),
+            }
+        }
+    };
     let kept = prefetched
         .as_ref()
-        .and_then(|p| Some((p.kept_lock()?, p.date)));
+        .and_then(|p| Some((p.kept_lock()?, dated?)));
     let acquired = match (settings.overlap, kept) {
         (Overlap::Allow, _) => None,
         (Overlap::Skip | Overlap::BufferOne, Some((kept, date))) => Some(

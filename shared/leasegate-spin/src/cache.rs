@@ -105,8 +105,9 @@ pub fn key(origin: &str, account: &str, container: &str, path: &str) -> String {
 /// The storage a device-gate cache's entries describe, named by the variables that name it
 /// rather than by the storage settings they make, so that a request the cache answers reads
 /// a few variables, not every storage setting (each read is a call into Spin): the origin
-/// (`storage_origin`), the account (`storage_connection_string`'s `AccountName` and
-/// `storage_account`, both: whichever the settings use), the container (`container`).
+/// (`storage_origin`), the account (`storage_auth`, `storage_connection_string`'s `AccountName`
+/// and `storage_account`: together they say which account the settings use), the container
+/// (`container`).
 ///
 /// One scope, loaded once per request, gives every key of that request, the ones read and the
 /// ones written: nothing derives a key another way. A scope names no secret (a connection
@@ -133,10 +134,11 @@ impl Scope {
             .unwrap_or_default()
             .to_string();
         let named = config::var(vars, "storage_account").unwrap_or_default();
+        let auth = config::var(vars, "storage_auth").unwrap_or_default();
         let container = config::var(vars, "container").unwrap_or_else(|| "leasegate".into());
         Ok(Some(Scope {
             origin: origin.trim_end_matches('/').to_string(),
-            account: format!("{from_connection_string}/{named}"),
+            account: format!("{auth}/{from_connection_string}/{named}"),
             container,
         }))
     }
@@ -301,7 +303,20 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(a, b);
-        assert_eq!(a.account, "devstoreaccount1/");
+        assert_eq!(a.account, "/devstoreaccount1/");
+        // A connection string beside storage_account: which one the settings use follows
+        // storage_auth (unset: the connection string's; key or sas: storage_account), and so
+        // does the scope.
+        let both = |auth: Option<&'static str>| {
+            let mut pairs = vec![
+                ("storage_origin", "http://127.0.0.1:10000"),
+                ("storage_connection_string", one.as_str()),
+                ("storage_account", "other"),
+            ];
+            pairs.extend(auth.map(|a| ("storage_auth", a)));
+            scope(&pairs).unwrap().key("alerts/d")
+        };
+        assert_ne!(both(None), both(Some("key")));
         assert!(!format!("{a:?}").contains("a2V5MQ"));
         assert_ne!(a.key("alerts/d"), s.key("alerts/d"));
     }

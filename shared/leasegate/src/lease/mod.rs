@@ -484,7 +484,9 @@ impl<T: Transport> Locks<T> {
     /// A lease action moves no ETag, so while nobody wrote the blob since, the acquire is
     /// granted exactly when a read first would have found the lease free (released, run out or
     /// broken): the claim kept is then the blob's, and the new tenure's token the next after
-    /// it. Refused as leased (409), the blob is still the kept state, leased: the answer is
+    /// it. A state of `lease_id`'s own holding reads first, as [`Locks::acquire_with`] does
+    /// (an extension keeps its token). Refused as leased (409), the blob is still the kept
+    /// state, leased: the answer is
     /// the one a read would give (busy, whose claim, its time left by the refusal's `Date`),
     /// with no read. The blob written since (412) costs that one refused request, then the
     /// call reads and acquires as [`Locks::acquire_with`] does. A record term, or a kept state
@@ -502,7 +504,10 @@ impl<T: Transport> Locks<T> {
         label: &str,
         now: SystemTime,
     ) -> Result<Acquire, Error> {
+        // The state kept of the caller's own holding: an extension, which keeps its token
+        // ([`Locks::extend_held`] is the one that starts from it).
         let native = matches!(term, Term::Native(_))
+            && !kept.is_held_by(lease_id)
             && Claim::read(&kept.grant.metadata).is_ok_and(|c| matches!(c.kind, Kind::Native(_)));
         let seen = native.then(|| kept.snapshot(date)).flatten();
         let Some(seen) = seen else {
