@@ -151,7 +151,9 @@ fn a_tick_that_fails_before_its_outcome_leaves_the_occurrence_to_run_on_time() {
     let (a, b) = pair("abandon-retry", 20, x % 20);
     let c = a.container.as_str().to_string();
     let occurrence = |o: u64| format!("/devstoreaccount1/{c}/jobs/{JOB}/occurrences/{o:012}");
-    let cases: [(u64, Vec<(String, Fault)>, bool); 4] = [
+    // (The occurrence, the faults on node-a's tick, whether node-a's retry runs it.)
+    type Case = (u64, Vec<(String, Fault)>, bool);
+    let cases: [Case; 4] = [
         (
             x,
             vec![(
