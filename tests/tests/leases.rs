@@ -815,13 +815,20 @@ fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
     let name = lock("job");
     let now = SystemTime::now;
     let from_kept = |l: &CountedLocks, kept: &leasegate::lease::HeldState, term, id| {
-        block_on(l.acquire_from_kept(kept, now(), &name, term, id, IdOrigin::Fresh, "x", now()))
-            .unwrap()
+        block_on(l.acquire_from_kept(
+            Some((kept, now())),
+            &name,
+            term,
+            id,
+            IdOrigin::Fresh,
+            "x",
+            now(),
+        ))
+        .unwrap()
     };
     let from_kept_as = |l: &Locks<NativeTransport>, kept: &leasegate::lease::HeldState, id| {
         block_on(l.acquire_from_kept(
-            kept,
-            now(),
+            Some((kept, now())),
             &name,
             native(15),
             id,

@@ -677,25 +677,12 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     let kept = prefetched
         .as_ref()
         .and_then(|p| Some((p.kept_lock()?, dated?)));
-    let acquired = match (settings.overlap, kept) {
-        (Overlap::Allow, _) => None,
-        (Overlap::Skip | Overlap::BufferOne, Some((kept, date))) => Some(
+    let acquired = match settings.overlap {
+        Overlap::Allow => None,
+        Overlap::Skip | Overlap::BufferOne => Some(
             job_locks
                 .acquire_from_kept(
-                    &kept,
-                    date,
-                    &lock_name,
-                    settings.lease_term,
-                    lease_id,
-                    IdOrigin::Fresh,
-                    &label,
-                    ctx.now,
-                )
-                .await,
-        ),
-        (Overlap::Skip | Overlap::BufferOne, None) => Some(
-            job_locks
-                .acquire_with(
+                    kept.as_ref().map(|(kept, date)| (kept, *date)),
                     &lock_name,
                     settings.lease_term,
                     lease_id,

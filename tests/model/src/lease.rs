@@ -355,11 +355,11 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                                 .extend_held(&lock, term, id, caller.name, state, now)
                                 .await
                         }
-                        (None, Some((state, date))) => {
+                        // (Nothing published: as `acquire_with`.)
+                        (None, published) => {
                             locks
                                 .acquire_from_kept(
-                                    state,
-                                    *date,
+                                    published.as_ref().map(|(state, date)| (state, *date)),
                                     &lock,
                                     term,
                                     id,
@@ -367,11 +367,6 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                                     caller.name,
                                     now,
                                 )
-                                .await
-                        }
-                        (None, None) => {
-                            locks
-                                .acquire_with(&lock, term, id, caller.origin, caller.name, now)
                                 .await
                         }
                     };

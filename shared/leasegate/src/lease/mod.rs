@@ -477,9 +477,9 @@ impl<T: Transport> Locks<T> {
     /// [`Locks::acquire_with`] by a new holder of a native lease, starting from what an earlier
     /// holder kept of `lock` after its own last write ([`Acquired::held_state`], kept where
     /// every holder reads it, such as beside a job's log) instead of a read: the acquire and
-    /// the claim, each `If-Match` that state's ETag, one request fewer. `date` is a `Date` of
-    /// the storage server's the caller has (of the read that gave it `kept`): the tenure's
-    /// start, as a HEAD's would be.
+    /// the claim, each `If-Match` that state's ETag, one request fewer. `kept` comes with a
+    /// `Date` of the storage server's the caller has (of the read that gave it the state): the
+    /// tenure's start, as a HEAD's would be. `None` (nothing kept): as [`Locks::acquire_with`].
     ///
     /// A lease action moves no ETag, so while nobody wrote the blob since, the acquire is
     /// granted exactly when a read first would have found the lease free (released, run out or
@@ -495,8 +495,7 @@ impl<T: Transport> Locks<T> {
     #[allow(clippy::too_many_arguments)]
     pub async fn acquire_from_kept(
         &self,
-        kept: &HeldState,
-        date: SystemTime,
+        kept: Option<(&HeldState, SystemTime)>,
         lock: &LockName,
         term: Term,
         lease_id: LeaseId,
@@ -506,10 +505,15 @@ impl<T: Transport> Locks<T> {
     ) -> Result<Acquire, Error> {
         // The state kept of the caller's own holding: an extension, which keeps its token
         // ([`Locks::extend_held`] is the one that starts from it).
-        let native = matches!(term, Term::Native(_))
-            && !kept.is_held_by(lease_id)
-            && Claim::read(&kept.grant.metadata).is_ok_and(|c| matches!(c.kind, Kind::Native(_)));
-        let seen = native.then(|| kept.snapshot(date)).flatten();
+        let usable = |kept: &HeldState| {
+            matches!(term, Term::Native(_))
+                && !kept.is_held_by(lease_id)
+                && Claim::read(&kept.grant.metadata)
+                    .is_ok_and(|c| matches!(c.kind, Kind::Native(_)))
+        };
+        let seen = kept
+            .filter(|(kept, _)| usable(kept))
+            .and_then(|(kept, date)| kept.snapshot(date));
         let Some(seen) = seen else {
             return self
                 .acquire_with(lock, term, lease_id, origin, label, now)
