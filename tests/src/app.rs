@@ -476,6 +476,14 @@ pub struct Setup {
     /// Environment variables for `spin up` (its runtime's knobs, e.g.
     /// `SPIN_WASMTIME_POOLING=0`).
     pub spin_env: Vec<(String, String)>,
+    /// Give Spin every application variable from memory: the runtime config (merged into
+    /// [`Setup::runtime_config`]) gains a `static` variables provider holding the app's
+    /// variables and the manifest's defaults ([`crate::spin::variables_in_memory`]), so no read
+    /// reaches Spin's environment provider. The bench serves the app this way.
+    pub variables_in_memory: bool,
+    /// `spin up --quiet` ([`SpinConfig::quiet`]): the components' output goes to their log
+    /// files only. Tests that read the components' output from Spin's leave it off.
+    pub spin_quiet: bool,
     /// Sign in to storage with Microsoft Entra ID: storage is the Azurite that checks bearer
     /// tokens (`--oauth basic`, HTTPS: [`Azurite::shared_oauth`]) behind a TLS proxy (as
     /// [`Setup::storage_tls`]), tokens come from the app's own [`TokenServer`] (`token_origin`)
@@ -708,13 +716,24 @@ impl App {
         };
         let mut sorted: Vec<(String, String)> = variables.clone().into_iter().collect();
         sorted.sort();
+        let runtime_config = if setup.variables_in_memory {
+            let in_memory = crate::spin::variables_in_memory(&manifest.0, &sorted);
+            Some(match runtime_config {
+                Some(text) => format!("{text}\n{in_memory}"),
+                None => in_memory,
+            })
+        } else {
+            runtime_config
+        };
         let spin = Spin::start(&SpinConfig {
             manifest: manifest.0,
             variables: sorted,
+            variable_files: Vec::new(),
             http,
             clock_offset_ms: setup.clock_offset_ms,
             runtime_config,
             env: setup.spin_env,
+            quiet: setup.spin_quiet,
         });
         App {
             spin,

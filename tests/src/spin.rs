@@ -65,6 +65,8 @@ pub struct SpinConfig {
     pub manifest: PathBuf,
     /// Application variables (`--variable k=v`).
     pub variables: Vec<(String, String)>,
+    /// Files of application variables (`--variable @FILE`), given before [`Self::variables`].
+    pub variable_files: Vec<PathBuf>,
     /// Serve HTTP (a manifest with HTTP triggers); `false` for a cron-only manifest.
     pub http: bool,
     /// The clock is this far ahead of real time (negative: behind), through `faketime`.
@@ -73,6 +75,9 @@ pub struct SpinConfig {
     pub runtime_config: Option<String>,
     /// Environment variables for Spin (its runtime's knobs, e.g. `SPIN_WASMTIME_POOLING=0`).
     pub env: Vec<(String, String)>,
+    /// `spin up --quiet`: the components' output goes to their log files only, not also to
+    /// Spin's own output (which tests read; the bench sets this).
+    pub quiet: bool,
 }
 
 /// A running `spin up`.
@@ -110,10 +115,16 @@ impl Spin {
             if let Some(addr) = addr {
                 args.extend(["--listen".into(), addr.to_string()]);
             }
+            if config.quiet {
+                args.push("--quiet".into());
+            }
             if let Some(rc) = &config.runtime_config {
                 let path = dir.join("runtime-config.toml");
                 std::fs::write(&path, rc).expect("write the runtime config");
                 args.extend(["--runtime-config-file".into(), path.display().to_string()]);
+            }
+            for file in &config.variable_files {
+                args.extend(["--variable".into(), format!("@{}", file.display())]);
             }
             for (k, v) in &config.variables {
                 args.extend(["--variable".into(), format!("{k}={v}")]);
@@ -372,4 +383,67 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create a scratch folder");
     dir
+}
+
+/// A runtime config (`spin up --runtime-config-file`) whose one `static` variables provider
+/// holds every application variable of `manifest`: its value in `given`, else its default (a
+/// variable with neither is left out, for Spin to report). Spin asks its providers in turn at
+/// each variable read (`--variable` first, then the runtime config's, then its environment
+/// provider); the environment provider hands its thread over at every read it gets, answered or
+/// not (about 30 µs a read, docs/benchmarks.md), where a static one answers from a map. The
+/// bench serves the app this way, as docs/configuration.md advises for deployments.
+pub fn variables_in_memory(manifest: &Path, given: &[(String, String)]) -> String {
+    let text = std::fs::read_to_string(manifest).expect("read the manifest");
+    let doc: toml::Table = text.parse().expect("the manifest parses");
+    let mut values = toml::Table::new();
+    if let Some(declared) = doc.get("variables").and_then(|v| v.as_table()) {
+        for (name, spec) in declared {
+            if let Some(default) = spec.get("default").and_then(|d| d.as_str()) {
+                values.insert(name.clone(), toml::Value::String(default.to_string()));
+            }
+        }
+    }
+    for (name, value) in given {
+        values.insert(name.clone(), toml::Value::String(value.clone()));
+    }
+    let mut provider = toml::Table::new();
+    provider.insert("type".into(), toml::Value::String("static".into()));
+    provider.insert("values".into(), toml::Value::Table(values));
+    let mut config = toml::Table::new();
+    config.insert(
+        "variables_provider".into(),
+        toml::Value::Array(vec![toml::Value::Table(provider)]),
+    );
+    toml::to_string(&config).expect("a runtime config serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_in_memory_holds_the_defaults_and_what_was_given() {
+        let dir = scratch_dir("manifest-vars");
+        let manifest = dir.join("spin.toml");
+        std::fs::write(
+            &manifest,
+            "spin_manifest_version = 2\n[variables]\na = { default = \"1\" }\n\
+             b = { default = \"x \\\"quoted\\\"\", secret = true }\nc = { required = true }\n\
+             d = { required = true }\n",
+        )
+        .unwrap();
+        let given = [("b".into(), "given".into()), ("c".into(), "3".into())];
+        let text = variables_in_memory(&manifest, &given);
+        let doc: toml::Table = text.parse().unwrap();
+        let providers = doc["variables_provider"].as_array().unwrap();
+        assert_eq!(providers.len(), 1);
+        assert_eq!(providers[0]["type"].as_str(), Some("static"));
+        let values = providers[0]["values"].as_table().unwrap();
+        let got: Vec<(&str, &str)> = values
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str().unwrap()))
+            .collect();
+        assert_eq!(got, [("a", "1"), ("b", "given"), ("c", "3")]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
