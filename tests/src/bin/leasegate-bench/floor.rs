@@ -39,10 +39,12 @@ pub fn hello_row(bench: &mut Bench) -> (Row, Option<Spin>) {
         Spin::start(&SpinConfig {
             manifest: root().join("tests/bench-hello/spin.toml"),
             variables: Vec::new(),
+            variable_files: Vec::new(),
             http: true,
             clock_offset_ms: 0,
             runtime_config: None,
             env: super::spin_env(),
+            quiet: true,
         })
     }));
     let Ok(spin) = started else {
@@ -418,10 +420,12 @@ fn hello_with_head(account: &Account, origin: &str, head: &GetProperties) -> Spi
             ("head_path".into(), signed.path_and_query()),
             ("head_headers".into(), header_lines.join("\n")),
         ],
+        variable_files: Vec::new(),
         http: true,
         clock_offset_ms: 0,
         runtime_config: None,
         env: super::spin_env(),
+        quiet: true,
     })
 }
 
@@ -437,12 +441,15 @@ struct Target<'a> {
 
 /// `--only floor`: two decisions of device-alerts from each `--components DIR`'s
 /// `device_alerts.wasm` (the release build by default), each build under its own `spin up`
-/// with its storage straight to the bench's Azurite (its own container, `kv_cache = off`):
+/// with its storage straight to the bench's Azurite (its own container, `kv_cache = off`) and
+/// every variable from a static provider ([`leasegate_tests::spin::variables_in_memory`]):
 ///
 /// * the below-threshold answer (no storage, no key-value store), against the hello world;
 /// * the throttle (one HEAD), against the hello world sending the same kind of signed HEAD
 ///   through spin-sdk's `send` (tests/bench-hello's `/api/head/sdk`);
 ///
+/// the throttle from the cache (`kv_cache = on`) against the build's own floor; and the first
+/// two again with the variables read through Spin's environment provider (`spin up`'s default),
 /// in turns of 0.5 s at every level. For comparing builds: one run, ratios within it.
 pub fn floor_section(bench: &mut Bench) {
     let release = root().join("target/wasm32-wasip2/release");
@@ -461,7 +468,7 @@ pub fn floor_section(bench: &mut Bench) {
     let manifest = std::fs::read_to_string(root().join("spin.toml")).expect("read spin.toml");
     // Per build: its label, its app with `kv_cache = off` and that app's container, and its app
     // with `kv_cache = on` (its own container: each device's alert there writes its entry).
-    let mut builds: Vec<(String, Spin, ContainerName, Spin)> = Vec::new();
+    let mut builds: Vec<(String, Spin, ContainerName, Spin, Spin)> = Vec::new();
     for dir in &dirs {
         // The manifest lives elsewhere: its sources are absolute.
         let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| root().join(dir));
@@ -480,21 +487,28 @@ pub fn floor_section(bench: &mut Bench) {
             );
         let path = copy.join("spin.toml");
         std::fs::write(&path, text).expect("write the manifest");
-        let start = |kv_cache: &str, container: &ContainerName| {
+        // `in_memory`: every variable from a static provider, as deployments are advised to
+        // give them (the bench's default); else Spin's environment provider answers the reads
+        // of the variables not given (`spin up`'s default).
+        let start = |kv_cache: &str, container: &ContainerName, in_memory: bool| {
+            let variables: Vec<(String, String)> = vec![
+                ("telemetry_token".into(), token.clone()),
+                ("storage_origin".into(), origin.clone()),
+                ("container".into(), container.as_str().to_string()),
+                ("kv_cache".into(), kv_cache.into()),
+                ("alert_window_seconds".into(), super::ALERT_WINDOW.into()),
+                ("notify_origin".into(), sink.origin()),
+            ];
             let spin = Spin::start(&SpinConfig {
                 manifest: path.clone(),
-                variables: vec![
-                    ("telemetry_token".into(), token.clone()),
-                    ("storage_origin".into(), origin.clone()),
-                    ("container".into(), container.as_str().to_string()),
-                    ("kv_cache".into(), kv_cache.into()),
-                    ("alert_window_seconds".into(), super::ALERT_WINDOW.into()),
-                    ("notify_origin".into(), sink.origin()),
-                ],
+                runtime_config: in_memory
+                    .then(|| leasegate_tests::spin::variables_in_memory(&path, &variables)),
+                variables,
+                variable_files: Vec::new(),
                 http: true,
                 clock_offset_ms: 0,
-                runtime_config: None,
                 env: super::spin_env(),
+                quiet: true,
             });
             // Each connection's device alerts once: its gate is held for the rest of the run
             // (and, with the cache on, the alert's entry says so).
@@ -506,14 +520,25 @@ pub fn floor_section(bench: &mut Bench) {
             spin
         };
         let container = leasegate_tests::unique_container("floor");
-        let spin = start("off", &container);
-        let cached = start("on", &leasegate_tests::unique_container("floor-kv"));
+        let spin = start("off", &container, true);
+        let cached = start("on", &leasegate_tests::unique_container("floor-kv"), true);
+        let from_env = start(
+            "off",
+            &leasegate_tests::unique_container("floor-env"),
+            false,
+        );
         let label = dir
             .strip_prefix(root())
             .unwrap_or(dir)
             .display()
             .to_string();
-        builds.push((format!("device-alerts: {label}"), spin, container, cached));
+        builds.push((
+            format!("device-alerts: {label}"),
+            spin,
+            container,
+            cached,
+            from_env,
+        ));
     }
     // The hello world's HEAD: the first build's device 0, signed once.
     let account = Account::development(&format!(
@@ -563,7 +588,7 @@ pub fn floor_section(bench: &mut Bench) {
     // decision, the cached throttle's to the build's own floor.
     let n = builds.len();
     let mut targets: Vec<Target> = Vec::new();
-    for (label, spin, _, _) in &builds {
+    for (label, spin, _, _, _) in &builds {
         targets.push(Target {
             label: format!("{label}, below threshold"),
             reference: n,
@@ -579,7 +604,7 @@ pub fn floor_section(bench: &mut Bench) {
         request: request(hello.addr(), "/api/telemetry", 12.0),
         expect: &below,
     });
-    for (label, spin, _, _) in &builds {
+    for (label, spin, _, _, _) in &builds {
         targets.push(Target {
             label: format!("{label}, throttled (kv_cache=off)"),
             reference: 2 * n + 1,
@@ -595,13 +620,30 @@ pub fn floor_section(bench: &mut Bench) {
         request: request(hello.addr(), "/api/head/sdk", 12.0),
         expect: &head_answered,
     });
-    for (i, (label, _, _, cached)) in builds.iter().enumerate() {
+    for (i, (label, _, _, cached, _)) in builds.iter().enumerate() {
         targets.push(Target {
             label: format!("{label}, throttled from the cache (kv_cache=on) ÷ its floor"),
             reference: i,
             addr: cached.addr(),
             request: request(cached.addr(), "/api/telemetry", 36.0),
             expect: &throttled_from_cache,
+        });
+    }
+    // The same two decisions with the variables read through Spin's environment provider.
+    for (label, _, _, _, from_env) in &builds {
+        targets.push(Target {
+            label: format!("{label}, below threshold, variables from the environment"),
+            reference: n,
+            addr: from_env.addr(),
+            request: request(from_env.addr(), "/api/telemetry", 12.0),
+            expect: &below,
+        });
+        targets.push(Target {
+            label: format!("{label}, throttled (kv_cache=off), variables from the environment"),
+            reference: 2 * n + 1,
+            addr: from_env.addr(),
+            request: request(from_env.addr(), "/api/telemetry", 36.0),
+            expect: &throttled,
         });
     }
     let levels = bench.options.concurrency.clone();

@@ -537,10 +537,15 @@ fn spin_env() -> Vec<(String, String)> {
     ]
 }
 
-/// The app's setup in the bench: the defaults, with [`spin_env`].
+/// The app's setup in the bench: the defaults, with [`spin_env`], every variable from memory (a
+/// static provider, as docs/configuration.md advises: no read reaches Spin's environment
+/// provider) and `spin up --quiet` (each log line written once, to the component's log file,
+/// not also to Spin's own output).
 fn setup() -> Setup {
     Setup {
         spin_env: spin_env(),
+        variables_in_memory: true,
+        spin_quiet: true,
         ..Setup::default()
     }
 }
