@@ -587,63 +587,72 @@ pub fn floor_section(bench: &mut Bench) {
     // builds' throttles from the cache; each build's ratio is to the hello world of its
     // decision, the cached throttle's to the build's own floor.
     let n = builds.len();
+    let target =
+        |label: String, reference: usize, spin: &Spin, path: &'static str, temperature| Target {
+            label,
+            reference,
+            addr: spin.addr(),
+            request: request(spin.addr(), path, temperature),
+            expect: &below,
+        };
     let mut targets: Vec<Target> = Vec::new();
     for (label, spin, _, _, _) in &builds {
-        targets.push(Target {
-            label: format!("{label}, below threshold"),
-            reference: n,
-            addr: spin.addr(),
-            request: request(spin.addr(), "/api/telemetry", 12.0),
-            expect: &below,
-        });
+        targets.push(target(
+            format!("{label}, below threshold"),
+            n,
+            spin,
+            "/api/telemetry",
+            12.0,
+        ));
     }
-    targets.push(Target {
-        label: HELLO.to_string(),
-        reference: n,
-        addr: hello.addr(),
-        request: request(hello.addr(), "/api/telemetry", 12.0),
-        expect: &below,
-    });
+    targets.push(target(HELLO.to_string(), n, &hello, "/api/telemetry", 12.0));
     for (label, spin, _, _, _) in &builds {
         targets.push(Target {
-            label: format!("{label}, throttled (kv_cache=off)"),
-            reference: 2 * n + 1,
-            addr: spin.addr(),
-            request: request(spin.addr(), "/api/telemetry", 36.0),
             expect: &throttled,
+            ..target(
+                format!("{label}, throttled (kv_cache=off)"),
+                2 * n + 1,
+                spin,
+                "/api/telemetry",
+                36.0,
+            )
         });
     }
     targets.push(Target {
-        label: "hello world + one signed HEAD (spin-sdk send)".to_string(),
-        reference: 2 * n + 1,
-        addr: hello.addr(),
-        request: request(hello.addr(), "/api/head/sdk", 12.0),
         expect: &head_answered,
+        ..target(
+            "hello world + one signed HEAD (spin-sdk send)".to_string(),
+            2 * n + 1,
+            &hello,
+            "/api/head/sdk",
+            12.0,
+        )
     });
     for (i, (label, _, _, cached, _)) in builds.iter().enumerate() {
         targets.push(Target {
-            label: format!("{label}, throttled from the cache (kv_cache=on) ÷ its floor"),
-            reference: i,
-            addr: cached.addr(),
-            request: request(cached.addr(), "/api/telemetry", 36.0),
             expect: &throttled_from_cache,
+            ..target(
+                format!("{label}, throttled from the cache (kv_cache=on) ÷ its floor"),
+                i,
+                cached,
+                "/api/telemetry",
+                36.0,
+            )
         });
     }
     // The same two decisions with the variables read through Spin's environment provider.
     for (label, _, _, _, from_env) in &builds {
+        let below_label = format!("{label}, below threshold, variables from the environment");
+        targets.push(target(below_label, n, from_env, "/api/telemetry", 12.0));
         targets.push(Target {
-            label: format!("{label}, below threshold, variables from the environment"),
-            reference: n,
-            addr: from_env.addr(),
-            request: request(from_env.addr(), "/api/telemetry", 12.0),
-            expect: &below,
-        });
-        targets.push(Target {
-            label: format!("{label}, throttled (kv_cache=off), variables from the environment"),
-            reference: 2 * n + 1,
-            addr: from_env.addr(),
-            request: request(from_env.addr(), "/api/telemetry", 36.0),
             expect: &throttled,
+            ..target(
+                format!("{label}, throttled (kv_cache=off), variables from the environment"),
+                2 * n + 1,
+                from_env,
+                "/api/telemetry",
+                36.0,
+            )
         });
     }
     let levels = bench.options.concurrency.clone();
