@@ -717,11 +717,11 @@ impl App {
         let mut sorted: Vec<(String, String)> = variables.clone().into_iter().collect();
         sorted.sort();
         let runtime_config = if setup.variables_in_memory {
-            let in_memory = crate::spin::variables_in_memory(&manifest.0, &sorted);
-            Some(match runtime_config {
-                Some(text) => format!("{text}\n{in_memory}"),
-                None => in_memory,
-            })
+            Some(crate::spin::variables_in_memory(
+                runtime_config.as_deref(),
+                &manifest.0,
+                &sorted,
+            ))
         } else {
             runtime_config
         };

@@ -385,14 +385,18 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     dir
 }
 
-/// A runtime config (`spin up --runtime-config-file`) whose one `static` variables provider
-/// holds every application variable of `manifest`: its value in `given`, else its default (a
-/// variable with neither is left out, for Spin to report). Spin asks its providers in turn at
+/// The runtime config `base` (`spin up --runtime-config-file`; none: an empty one) with one more
+/// variables provider, a `static` one holding every application variable of `manifest`: its
+/// value in `given`, else its default (a variable with neither is left out, for Spin to report). Spin asks its providers in turn at
 /// each variable read (`--variable` first, then the runtime config's, then its environment
 /// provider); the environment provider hands its thread over at every read it gets, answered or
 /// not (about 30 µs a read, docs/benchmarks.md), where a static one answers from a map. The
 /// bench serves the app this way, as docs/configuration.md advises for deployments.
-pub fn variables_in_memory(manifest: &Path, given: &[(String, String)]) -> String {
+pub fn variables_in_memory(
+    base: Option<&str>,
+    manifest: &Path,
+    given: &[(String, String)],
+) -> String {
     let text = std::fs::read_to_string(manifest).expect("read the manifest");
     let doc: toml::Table = text.parse().expect("the manifest parses");
     let mut values = toml::Table::new();
@@ -409,11 +413,16 @@ pub fn variables_in_memory(manifest: &Path, given: &[(String, String)]) -> Strin
     let mut provider = toml::Table::new();
     provider.insert("type".into(), toml::Value::String("static".into()));
     provider.insert("values".into(), toml::Value::Table(values));
-    let mut config = toml::Table::new();
-    config.insert(
-        "variables_provider".into(),
-        toml::Value::Array(vec![toml::Value::Table(provider)]),
-    );
+    let mut config: toml::Table = match base {
+        Some(text) => text.parse().expect("the runtime config parses as TOML"),
+        None => toml::Table::new(),
+    };
+    config
+        .entry("variables_provider")
+        .or_insert_with(|| toml::Value::Array(Vec::new()))
+        .as_array_mut()
+        .expect("variables_provider is an array of tables")
+        .push(toml::Value::Table(provider));
     toml::to_string(&config).expect("a runtime config serializes")
 }
 
@@ -433,12 +442,20 @@ mod tests {
         )
         .unwrap();
         let given = [("b".into(), "given".into()), ("c".into(), "3".into())];
-        let text = variables_in_memory(&manifest, &given);
+        // Added to a runtime config that has a provider (written inline) and more.
+        let base = "variables_provider = [{ type = \"env\", prefix = \"X\" }]\n\
+                    [key_value_store.default]\ntype = \"spin\"\n";
+        let text = variables_in_memory(Some(base), &manifest, &given);
         let doc: toml::Table = text.parse().unwrap();
+        assert_eq!(
+            doc["key_value_store"]["default"]["type"].as_str(),
+            Some("spin")
+        );
         let providers = doc["variables_provider"].as_array().unwrap();
-        assert_eq!(providers.len(), 1);
-        assert_eq!(providers[0]["type"].as_str(), Some("static"));
-        let values = providers[0]["values"].as_table().unwrap();
+        assert_eq!(providers.len(), 2);
+        assert_eq!(providers[0]["type"].as_str(), Some("env"));
+        assert_eq!(providers[1]["type"].as_str(), Some("static"));
+        let values = providers[1]["values"].as_table().unwrap();
         let got: Vec<(&str, &str)> = values
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str().unwrap()))

@@ -3,6 +3,8 @@
 //! real `spin up` with every variable from it, or from a runtime config's static provider,
 //! answering as it does with the variables read through Spin's environment provider.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,17 +20,30 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs `scripts/variables.py` with `args` and the environment `env`.
-fn variables_py(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+/// Runs `scripts/variables.py` in `dir` with `args` and, of Spin's variables, only `env` in its
+/// environment.
+fn variables_py_in(dir: &Path, args: &[&OsStr], env: &[(&str, &str)]) -> std::process::Output {
     let mut command = Command::new("python3");
     command
-        .current_dir(root())
-        .arg("scripts/variables.py")
+        .current_dir(dir)
+        .arg(root().join("scripts/variables.py"))
+        .arg("-f")
+        .arg(root().join("spin.toml"))
         .args(args);
+    for (k, _) in std::env::vars_os() {
+        if k.as_bytes().starts_with(b"SPIN_VARIABLE_") {
+            command.env_remove(k);
+        }
+    }
     for (k, v) in env {
         command.env(k, v);
     }
     command.output().expect("run python3 scripts/variables.py")
+}
+
+fn variables_py(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    variables_py_in(&root(), &args, env)
 }
 
 #[test]
@@ -90,6 +105,91 @@ fn the_variables_file_holds_every_variable_of_the_manifest() {
     assert!(!stderr.contains("secret-value"), "{stderr}");
     let out = variables_py(&["-o", "-", "telemetry_token"], &[]);
     assert_eq!(out.status.code(), Some(2));
+    // A secret typed as its own argument (`storage_key= KEY==`) is not repeated either.
+    let out = variables_py(&["-o", "-", "storage_key=", "s3cr3t/KEY=="], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("argument 2 is not NAME=VALUE"), "{stderr}");
+    assert!(!stderr.contains("s3cr3t"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_variables_file_replaces_what_was_there_and_refuses_what_it_would_change() {
+    let dir = scratch_dir("variables-replace");
+    // A file (readable by all) and a link already at the paths: each replaced by a new file
+    // of mode 0600, the link's target never written.
+    let file = dir.join("variables.toml");
+    std::fs::write(&file, "old").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let link = dir.join("linked.toml");
+    let target = dir.join("target.toml");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    for path in [&file, &link] {
+        let out = variables_py_in(
+            &dir,
+            &[
+                OsStr::new("-o"),
+                path.as_os_str(),
+                OsStr::new("timer_token=t"),
+            ],
+            &[],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let meta = std::fs::symlink_metadata(path).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(text.contains("\"timer_token\" = \"t\""), "{text}");
+    }
+    assert!(!target.exists());
+
+    // A value that is not UTF-8: refused, the file there kept.
+    let before = std::fs::read(&file).unwrap();
+    let out = variables_py_in(
+        &dir,
+        &[
+            OsStr::new("-o"),
+            file.as_os_str(),
+            OsStr::from_bytes(b"storage_key=a\xfeb"),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not valid UTF-8"));
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+
+    // A .env here that sets a variable not otherwise given: the file would replace its value
+    // (Spin reads .env only through its environment provider), so it is refused.
+    std::fs::write(
+        dir.join(".env"),
+        "export SPIN_VARIABLE_TIMER_TOKEN=from-dotenv\n",
+    )
+    .unwrap();
+    let out = variables_py_in(&dir, &[OsStr::new("-o"), OsStr::new("-")], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(".env sets SPIN_VARIABLE_TIMER_TOKEN"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("from-dotenv") && out.stdout.is_empty(),
+        "{stderr}"
+    );
+    // Given in the environment, it is taken from there.
+    let out = variables_py_in(
+        &dir,
+        &[OsStr::new("-o"), OsStr::new("-")],
+        &[("SPIN_VARIABLE_TIMER_TOKEN", "exported")],
+    );
+    assert!(out.status.success());
+    let written: toml::Table = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+    assert_eq!(written["timer_token"].as_str(), Some("exported"));
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -147,13 +247,14 @@ fn spin_serves_device_alerts_from_the_variables_file() {
     assert_eq!(body["threshold"], 44.0, "{body}");
     assert_eq!(body["windowSeconds"], 120, "{body}");
     assert_eq!(post("another-token").status, 401);
-    // The decision's log line goes to the component's log file under --quiet.
-    let logs = spin.log_lines();
+    // Under --quiet the decision's log line goes to the component's log file only.
+    let logs = spin.component_lines();
     assert!(
         logs.iter()
             .any(|l| l.contains("\"below_threshold\"") && l.contains("dev-file")),
         "{logs:?}"
     );
+    assert!(!spin.stdout().contains("dev-file"), "{}", spin.stdout());
     drop(spin);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -169,6 +270,9 @@ fn device_alerts_decides_the_same_with_every_variable_from_a_static_provider() {
         Setup {
             variables_in_memory: true,
             spin_quiet: true,
+            // The static provider is asked before the environment: its `bearer` (the default)
+            // wins over this `none`, so the bearer check below still refuses a wrong token.
+            spin_env: vec![("SPIN_VARIABLE_TELEMETRY_AUTH".into(), "none".into())],
             ..Setup::default()
         },
     );

@@ -502,7 +502,7 @@ pub fn floor_section(bench: &mut Bench) {
             let spin = Spin::start(&SpinConfig {
                 manifest: path.clone(),
                 runtime_config: in_memory
-                    .then(|| leasegate_tests::spin::variables_in_memory(&path, &variables)),
+                    .then(|| leasegate_tests::spin::variables_in_memory(None, &path, &variables)),
                 variables,
                 variable_files: Vec::new(),
                 http: true,
