@@ -897,12 +897,14 @@ fn unlisted_devices_cost_nothing() {
         .iter()
         .all(|s| !s.path().contains("pump-8") && !s.path().contains("invented")));
     assert_eq!(app.sink.received().len(), 2);
-    // What a new device costs (docs/functions.md): 4 storage requests, 1 blob, 1 webhook call.
+    // What a new device costs (docs/functions.md): 3 storage requests (4 when the grant lands
+    // in a later second than the HEAD; counted exactly in round_trips_wasm.rs), 1 blob, 1
+    // webhook call.
     let (a, requests) = app.storage_requests(|| {
         post_telemetry(&app, &json!({"deviceId": "sensor-new", "temperature": 99}))
     });
     assert_eq!(a.json["decisions"][0]["decision"], "notified", "{}", a.text);
-    assert_eq!(requests, 4);
+    assert!((3..=4).contains(&requests), "{requests}");
     assert_eq!(app.sink.received().len(), 3);
     // A bad pattern is not_configured.
     let bad = App::start("allowlistbad", &[("device_ids", "a*b")]);

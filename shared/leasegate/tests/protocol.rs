@@ -40,6 +40,8 @@ struct Sent {
     holder: Option<String>,
     /// `x-ms-meta-leasegate_token`.
     token: Option<String>,
+    /// `x-ms-meta-leasegate_expires`.
+    expires: Option<String>,
 }
 
 impl Sent {
@@ -89,6 +91,7 @@ impl Transport for Scripted {
             lease_action: h.get("x-ms-lease-action").map(str::to_string),
             holder: h.get("x-ms-meta-leasegate_holder").map(str::to_string),
             token: h.get("x-ms-meta-leasegate_token").map(str::to_string),
+            expires: h.get("x-ms-meta-leasegate_expires").map(str::to_string),
         });
         if let Some(t) = self.clock.get() {
             self.clock.set(Some(t + self.step));
@@ -145,6 +148,29 @@ fn granted() -> Answer {
             .with_header("x-ms-lease-id", id)
             .with_header("etag", "\"same\""))
     })
+}
+
+/// A granted lease, dated `later` seconds after the scripted server clock.
+fn granted_later(later: u64) -> Answer {
+    Box::new(move |request| {
+        let id = request
+            .headers()
+            .get("x-ms-proposed-lease-id")
+            .expect("an acquire proposes its id")
+            .to_string();
+        Ok(Response::new(StatusCode::CREATED)
+            .with_header(
+                "date",
+                httpdate::fmt_http_date(server_now() + Duration::from_secs(later)),
+            )
+            .with_header("x-ms-lease-id", id)
+            .with_header("etag", "\"same\""))
+    })
+}
+
+/// A lease refused: another holder's lease is there.
+fn lease_present() -> Answer {
+    reply(answer(409).with_header("x-ms-error-code", "LeaseAlreadyPresent"))
 }
 
 fn written(etag: &str) -> Answer {
@@ -586,4 +612,115 @@ fn a_step_down_whose_release_answer_was_lost_is_not_told_not_held() {
         !matches!(r, Ok(leasegate::lease::Release::NotHeld)),
         "a holder that just stepped down is told it did not hold the lock: {r:?}"
     );
+}
+
+/// Issue 34: a native lock's first holder, with an id the call generated and no label, has
+/// its claim written by the create (by the read's `Date`): a grant in the same second finds it
+/// there, and the first use is 3 requests (HEAD, create, acquire at the create's ETag).
+#[test]
+fn a_fresh_unlabelled_first_holder_claims_in_its_create() {
+    let me = id(21);
+    let t = Scripted::new(vec![missing(), created("c"), granted()]);
+    let outcome = pollster::block_on(locks(&t).acquire_with(
+        &name(),
+        native30(),
+        me,
+        IdOrigin::Fresh,
+        "",
+        server_now(),
+    ));
+    let first = (SERVER_SECS + 1) << 16;
+    match outcome {
+        Ok(Acquire::Acquired(a)) => {
+            assert_eq!(a.lease_id, me);
+            assert_eq!(a.fencing_token, Some(first));
+            assert_eq!(a.expires_at, Some(server_now() + Duration::from_secs(30)));
+        }
+        other => panic!("acquired: {other:?}"),
+    }
+    let sent = t.sent();
+    assert_eq!(sent.len(), 3, "HEAD, create, acquire: {sent:#?}");
+    let create = &sent[1];
+    assert_eq!(create.holder.as_deref(), Some(me.to_string().as_str()));
+    assert_eq!(create.token.as_deref(), Some(first.to_string().as_str()));
+    assert_eq!(
+        create.expires.as_deref(),
+        Some((SERVER_SECS + 30).to_string().as_str())
+    );
+    assert_eq!(sent[2].lease_action.as_deref(), Some("acquire"));
+    assert!(sent[2].uri.contains("comp=lease"), "{:?}", sent[2]);
+}
+
+/// The same, granted in a later second than the read: the claim's expiry (from the grant's
+/// `Date`) is written under the lease, as for any other first holder.
+#[test]
+fn a_first_holder_granted_in_a_later_second_writes_its_claim() {
+    let me = id(22);
+    let t = Scripted::new(vec![
+        missing(),
+        created("c"),
+        granted_later(1),
+        written("d"),
+    ]);
+    let outcome = pollster::block_on(locks(&t).acquire_with(
+        &name(),
+        native30(),
+        me,
+        IdOrigin::Fresh,
+        "",
+        server_now(),
+    ));
+    assert!(matches!(outcome, Ok(Acquire::Acquired(_))), "{outcome:?}");
+    let sent = t.sent();
+    assert_eq!(sent.len(), 4, "{sent:#?}");
+    assert!(sent[3].is_metadata_write(), "{:?}", sent[3]);
+    assert_eq!(
+        sent[3].expires.as_deref(),
+        Some((SERVER_SECS + 31).to_string().as_str())
+    );
+}
+
+/// A create whose lease another caller took first (at the new blob's ETag): busy, nothing
+/// given back (this call was granted nothing), no further request.
+#[test]
+fn a_creator_whose_lease_was_taken_first_is_busy() {
+    let t = Scripted::new(vec![missing(), created("c"), lease_present()]);
+    let outcome = pollster::block_on(locks(&t).acquire_with(
+        &name(),
+        native30(),
+        id(23),
+        IdOrigin::Fresh,
+        "",
+        server_now(),
+    ));
+    assert!(matches!(outcome, Ok(Acquire::Busy { .. })), "{outcome:?}");
+    assert_eq!(t.sent().len(), 3, "{:#?}", t.sent());
+}
+
+/// A label, or an id the caller chose (which other calls may hold too), is never named by a
+/// create: another caller can take the lease at the new blob first, and a reader must not see
+/// the creator named on it. The claim is written under the lease.
+#[test]
+fn a_labelled_or_chosen_first_holder_is_named_only_under_its_lease() {
+    for (origin, label) in [(IdOrigin::Fresh, "node-a"), (IdOrigin::Known, "")] {
+        let me = id(24);
+        let t = Scripted::new(vec![missing(), created("c"), granted(), written("d")]);
+        let outcome = pollster::block_on(locks(&t).acquire_with(
+            &name(),
+            native30(),
+            me,
+            origin,
+            label,
+            server_now(),
+        ));
+        assert!(matches!(outcome, Ok(Acquire::Acquired(_))), "{outcome:?}");
+        let sent = t.sent();
+        assert_eq!(sent.len(), 4, "{origin:?} {label:?}: {sent:#?}");
+        assert!(
+            sent[1].holder.as_deref().unwrap_or("").is_empty(),
+            "the create names nobody: {:?}",
+            sent[1]
+        );
+        assert_eq!(sent[3].holder.as_deref(), Some(me.to_string().as_str()));
+    }
 }

@@ -81,6 +81,9 @@ pub struct Caller {
     /// A prober: starts when every other caller has finished, and asks until it is granted
     /// (at most 4 times, waiting what a refusal says): the liveness check.
     pub prober: bool,
+    /// Whether it gives its name as its holder label (without one, and with a fresh id, a
+    /// native lock's first create carries its claim).
+    pub labelled: bool,
 }
 
 /// What a caller saw.
@@ -175,6 +178,7 @@ impl LeaseProtocol {
                     skew: 0,
                     steps: vec![Step::Acquire, Step::Release],
                     prober: false,
+                    labelled: true,
                 },
                 Caller {
                     name: "b",
@@ -183,6 +187,7 @@ impl LeaseProtocol {
                     skew: -30,
                     steps: vec![Step::Acquire],
                     prober: false,
+                    labelled: true,
                 },
                 Caller {
                     name: "c",
@@ -191,6 +196,7 @@ impl LeaseProtocol {
                     skew: 20,
                     steps: vec![Step::Acquire],
                     prober: false,
+                    labelled: true,
                 },
                 Caller {
                     name: "p",
@@ -199,6 +205,7 @@ impl LeaseProtocol {
                     skew: 0,
                     steps: vec![Step::Acquire],
                     prober: true,
+                    labelled: true,
                 },
             ],
             faults: 1,
@@ -225,6 +232,7 @@ impl LeaseProtocol {
             skew: 3,
             steps: vec![Step::Acquire, Step::Extend],
             prober: false,
+            labelled: true,
         };
         p.callers.remove(1);
         LeaseProtocol {
@@ -248,11 +256,40 @@ impl LeaseProtocol {
             skew: 0,
             steps,
             prober: false,
+            labelled: true,
         };
         let mut p = LeaseProtocol::bounded();
         p.callers = vec![
             native("a", vec![Step::Acquire, Step::Publish, Step::Release]),
             native("b", vec![Step::AcquireKept]),
+            p.callers[3].clone(),
+        ];
+        LeaseProtocol {
+            faults,
+            advances,
+            ..p
+        }
+    }
+
+    /// The bound CI checks for a native lock's first holder that claims it in the lock blob's
+    /// create (a fresh id, no label): two such callers of a native lease of 15 s race to a
+    /// lock blob nobody has created (one acquires and releases, one acquires), then the
+    /// prober. One fault, or (`advances`) one clock advance (a grant in a later second than
+    /// the create's read writes the claim under the lease).
+    pub fn bounded_first_create(faults: u8, advances: u8) -> Self {
+        let unlabelled = |name, steps| Caller {
+            name,
+            window: Window::Native(15),
+            origin: IdOrigin::Fresh,
+            skew: 0,
+            steps,
+            prober: false,
+            labelled: false,
+        };
+        let mut p = LeaseProtocol::bounded();
+        p.callers = vec![
+            unlabelled("a", vec![Step::Acquire, Step::Release]),
+            unlabelled("b", vec![Step::Acquire]),
             p.callers[3].clone(),
         ];
         LeaseProtocol {
@@ -321,6 +358,7 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
     // The holder's last grant: its release goes at the ETag that grant left (`release_held`).
     let mut held: Option<Acquired> = None;
     let tries = if caller.prober { 4 } else { 1 };
+    let label = if caller.labelled { caller.name } else { "" };
     for (k, step) in caller.steps.iter().enumerate() {
         match step {
             Step::Acquire | Step::Extend | Step::AcquireKept => {
@@ -351,9 +389,7 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                     let term = caller.window.term();
                     let answer = match (&kept, &published) {
                         (Some((_, state)), _) => {
-                            locks
-                                .extend_held(&lock, term, id, caller.name, state, now)
-                                .await
+                            locks.extend_held(&lock, term, id, label, state, now).await
                         }
                         // (Nothing published: as `acquire_with`.)
                         (None, published) => {
@@ -364,7 +400,7 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                                     term,
                                     id,
                                     caller.origin,
-                                    caller.name,
+                                    label,
                                     now,
                                 )
                                 .await

@@ -2,7 +2,9 @@
 //! (native and record), a fault or a clock advance at any step, and a prober after them,
 //! against the core's own `Locks` (`LeaseProtocol::bounded`, `bounded_clock`); and holders
 //! that extend from what they kept of their last call (`LeaseProtocol::bounded_kept`), and a new
-//! holder that acquires from what the last one kept (`LeaseProtocol::bounded_new_holder`).
+//! holder that acquires from what the last one kept (`LeaseProtocol::bounded_new_holder`); and
+//! first holders that claim a native lock in its blob's create
+//! (`LeaseProtocol::bounded_first_create`).
 
 use leasegate_model::lease::LeaseProtocol;
 use leasegate_model::run::{self, assert_holds, TEST_LIMIT};
@@ -62,6 +64,26 @@ fn a_new_holder_from_a_kept_state_with_a_clock_advance_breaks_no_property() {
     assert_holds(run::exhaustive(
         "a new holder from a kept state, clock advances",
         LeaseProtocol::bounded_new_holder(0, 1),
+        2,
+        TEST_LIMIT,
+    ));
+}
+
+#[test]
+fn first_holders_claiming_in_the_create_with_one_fault_break_no_property() {
+    assert_holds(run::exhaustive(
+        "claim protocol, the claim in the first create, one fault",
+        LeaseProtocol::bounded_first_create(1, 0),
+        2,
+        TEST_LIMIT,
+    ));
+}
+
+#[test]
+fn first_holders_claiming_in_the_create_with_a_clock_advance_break_no_property() {
+    assert_holds(run::exhaustive(
+        "claim protocol, the claim in the first create, clock advances",
+        LeaseProtocol::bounded_first_create(0, 1),
         2,
         TEST_LIMIT,
     ));

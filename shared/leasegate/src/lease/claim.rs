@@ -1,7 +1,8 @@
 //! The claim: what a lock blob's metadata says about its holder, and the fencing rule.
 //!
 //! Every holder writes its claim into the lock blob's metadata (a native holder right after its
-//! lease is granted, under that lease; a record holder *as* its compare-and-swap):
+//! lease is granted, under that lease, or, the first holder of a lock with an id it generated
+//! and no label, in the create before it; a record holder *as* its compare-and-swap):
 //!
 //! | metadata | meaning |
 //! |---|---|

@@ -1020,24 +1020,29 @@ impl<T: Transport> Locks<T> {
         }
     }
 
-    /// First use of a lock: creates its blob with the first token in it but no holder (so that
-    /// tokens never go back, whoever takes it, and a create whose answer is lost grants
-    /// nothing however late it lands). Returns the new blob and the tenure its first holder
-    /// starts from, or `None` when a concurrent caller created it first (read it again).
-    /// `container_missing`: the read said the container is missing too.
+    /// First use of a lock: creates its blob with the first token in it (so that tokens never
+    /// go back, whoever takes it) and, by default, no holder. Returns the new blob and the
+    /// tenure its first holder starts from, or `None` when a concurrent caller created it first
+    /// (read it again). `container_missing`: the read said the container is missing too.
+    ///
+    /// `creator`: a native lease's claim as its creator will write it once granted (an id it
+    /// generated, no label, the expiry and token from the read's `Date`), written by the
+    /// create instead, so that a grant in the same second needs no claim write of its own
+    /// (see [`native::acquire`]). A native claim counts only while the blob is leased, so the
+    /// create still grants nothing, whatever becomes of its answer.
     async fn create_first(
         &self,
         blob: &BlobName,
         kind: Kind,
-        date: SystemTime,
-        container_missing: bool,
+        (date, container_missing): (SystemTime, bool),
+        creator: Option<(LeaseId, u64)>,
         now: SystemTime,
     ) -> Result<Option<(Snapshot, Tenure)>, Error> {
         let pending = Claim {
-            holder: None,
+            holder: creator.map(|(id, _)| id),
             kind,
             since: unix_secs(date),
-            expires: 0,
+            expires: creator.map_or(0, |(_, expires)| expires),
             token: claim::first_token(date)?,
             label: String::new(),
         };

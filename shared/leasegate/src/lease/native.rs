@@ -4,7 +4,9 @@
 //! claim, no live record of another), acquire the lease **with `If-Match` on the ETag read**,
 //! so that a record written in between makes storage refuse (412) and the caller reads again;
 //! then write the holder's claim under the new lease. A holder that acquires again with its
-//! own id extends its lease, keeps its token, and moves its claim's expiry.
+//! own id extends its lease, keeps its token, and moves its claim's expiry. (A lock blob's
+//! first holder with an id it generated and no label has its claim written by the blob's
+//! create instead: see [`acquire`].)
 //!
 //! Storage enforces the lease itself; the claim says who holds it, since when, until when and
 //! with which token, and it counts only while the lease is held. A leased blob without a live
@@ -61,9 +63,23 @@ pub(super) async fn acquire<T: Transport>(
                 // go back, whoever wins) but no holder, then acquire at the new blob's ETag and
                 // write the claim under the lease. Another caller can take the lease at the new
                 // blob first: until the winner's claim is there, a reader must not see the
-                // creator named on a leased blob.
+                // creator named on a leased blob, when a name can tell anyone anything (a label,
+                // or an id the caller chose, which other calls may hold too).
+                //
+                // An id this call generated, with no label, names nothing anybody knows: the
+                // create carries the claim as the grant would write it (by the read's `Date`),
+                // and a grant in the same second as the read finds it written already (the
+                // claim's write below sends nothing): HEAD, create, acquire.
+                let creator = (origin == IdOrigin::Fresh && label.is_empty())
+                    .then(|| (id, expiry(date, duration)));
                 match locks
-                    .create_first(blob, Kind::Native(duration), date, container_missing, now)
+                    .create_first(
+                        blob,
+                        Kind::Native(duration),
+                        (date, container_missing),
+                        creator,
+                        now,
+                    )
                     .await?
                 {
                     Some((created, tenure)) => (created, tenure, true),

@@ -65,7 +65,7 @@ pub(super) async fn acquire<T: Transport>(
                 // the new blob's ETag. A create whose answer is lost so grants nothing, however
                 // late it lands: there is nothing to clear.
                 match locks
-                    .create_first(blob, Kind::Record, date, container_missing, now)
+                    .create_first(blob, Kind::Record, (date, container_missing), None, now)
                     .await?
                 {
                     Some(created) => created,

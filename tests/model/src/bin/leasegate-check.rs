@@ -100,6 +100,14 @@ fn bounded_checks() -> Vec<Report> {
             "a new holder from a kept state, clock advances",
             LeaseProtocol::bounded_new_holder(0, 1),
         ),
+        (
+            "claim protocol, the claim in the first create, one fault",
+            LeaseProtocol::bounded_first_create(1, 0),
+        ),
+        (
+            "claim protocol, the claim in the first create, clock advances",
+            LeaseProtocol::bounded_first_create(0, 1),
+        ),
     ] {
         announce(name);
         reports.push(done(run::exhaustive(name, protocol, 2, limit)));
