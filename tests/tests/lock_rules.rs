@@ -865,3 +865,70 @@ fn only_the_holder_sets_marks_and_they_outlive_it() {
         assert!(block_on(l.set_marks(&name, b, &own, SystemTime::now())).is_err());
     }
 }
+
+/// Issue 34: a native lock's first holder with a generated id and no label has its claim
+/// written by the lock blob's create, marked as the create's (`leasegate_unconfirmed`: another
+/// caller may have raced it to the lease), so a reader is not told the holder while that claim
+/// stands; the holder's next claim write (an extension with its id, in a later second) removes
+/// the mark, and from then on the holder is named.
+#[test]
+fn a_claim_written_by_the_create_is_named_once_its_holder_writes_it() {
+    let c = unique_container("createclaim");
+    let l = locks(&c);
+    let name = lock("new");
+    let id = random_id();
+    let first = held(
+        block_on(l.acquire_with(&name, term(30), id, IdOrigin::Fresh, "", SystemTime::now()))
+            .unwrap(),
+    );
+    let blob = l.blob_name(&name).unwrap();
+    let props = |l: &Locks<NativeTransport>| {
+        block_on(l.client().execute(
+            &GetProperties {
+                container: c.clone(),
+                blob: blob.clone(),
+            },
+            SystemTime::now(),
+        ))
+        .unwrap()
+        .0
+        .expect("the lock blob")
+    };
+    let before = props(&l);
+    assert_eq!(
+        before.metadata.get("leasegate_holder").map(String::as_str),
+        Some(id.to_string().as_str())
+    );
+    assert_eq!(
+        before
+            .metadata
+            .get("leasegate_unconfirmed")
+            .map(String::as_str),
+        Some("1")
+    );
+    let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+    assert!(
+        matches!(info.status, LockStatus::Held { holder: None, .. }),
+        "{info:?}"
+    );
+    assert_eq!(info.fencing_token, token(&first));
+    // The holder extends with its id in a later second: its claim's expiry moves, written.
+    let last = leasegate_tests::unix_now();
+    wait_for("a later second", Duration::from_secs(5), || {
+        (leasegate_tests::unix_now() > last).then_some(())
+    });
+    let again = held(acquire(&l, &name, 30, id));
+    assert!(again.extended);
+    assert_eq!(token(&again), token(&first));
+    let after = props(&l);
+    assert!(
+        !after.metadata.contains_key("leasegate_unconfirmed"),
+        "{:?}",
+        after.metadata
+    );
+    let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
+    assert!(
+        matches!(info.status, LockStatus::Held { holder: Some(h), .. } if h == id),
+        "{info:?}"
+    );
+}

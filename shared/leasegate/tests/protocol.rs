@@ -42,6 +42,8 @@ struct Sent {
     token: Option<String>,
     /// `x-ms-meta-leasegate_expires`.
     expires: Option<String>,
+    /// The claim's metadata as sent (`leasegate_*`), for a scripted read of the blob it made.
+    claim: Vec<(&'static str, String)>,
 }
 
 impl Sent {
@@ -92,6 +94,18 @@ impl Transport for Scripted {
             holder: h.get("x-ms-meta-leasegate_holder").map(str::to_string),
             token: h.get("x-ms-meta-leasegate_token").map(str::to_string),
             expires: h.get("x-ms-meta-leasegate_expires").map(str::to_string),
+            claim: [
+                "leasegate_holder",
+                "leasegate_term",
+                "leasegate_since",
+                "leasegate_expires",
+                "leasegate_token",
+                "leasegate_label",
+                "leasegate_unconfirmed",
+            ]
+            .into_iter()
+            .filter_map(|k| Some((k, h.get(&format!("x-ms-meta-{k}"))?.to_string())))
+            .collect(),
         });
         if let Some(t) = self.clock.get() {
             self.clock.set(Some(t + self.step));
@@ -647,6 +661,12 @@ fn a_fresh_unlabelled_first_holder_claims_in_its_create() {
         create.expires.as_deref(),
         Some((SERVER_SECS + 30).to_string().as_str())
     );
+    assert!(
+        create
+            .claim
+            .contains(&("leasegate_unconfirmed", "1".to_string())),
+        "marked as the create's claim: {create:?}"
+    );
     assert_eq!(sent[2].lease_action.as_deref(), Some("acquire"));
     assert!(sent[2].uri.contains("comp=lease"), "{:?}", sent[2]);
 }
@@ -717,10 +737,63 @@ fn a_labelled_or_chosen_first_holder_is_named_only_under_its_lease() {
         let sent = t.sent();
         assert_eq!(sent.len(), 4, "{origin:?} {label:?}: {sent:#?}");
         assert!(
-            sent[1].holder.as_deref().unwrap_or("").is_empty(),
+            sent[1].holder.as_deref().unwrap_or("").is_empty()
+                && !sent[1]
+                    .claim
+                    .iter()
+                    .any(|(k, _)| *k == "leasegate_unconfirmed"),
             "the create names nobody: {:?}",
             sent[1]
         );
         assert_eq!(sent[3].holder.as_deref(), Some(me.to_string().as_str()));
+    }
+}
+
+/// Review (issue 34): a caller with a chosen id takes the lease at the new blob's ETag before
+/// its creator (a fresh id with no label, whose create carries its claim), and the chosen id's
+/// claim write is lost: the blob is leased by it, with the creator's claim. Acquiring again
+/// with its id must settle it (storage grants its own lease), not answer busy until the
+/// creator's claim runs out (never, for an infinite lease).
+#[test]
+fn a_chosen_id_racing_a_claiming_create_settles_its_lease_by_acquiring_again() {
+    for term in [Term::Native(LeaseDuration::Infinite), native30()] {
+        let (creator, chosen) = (id(31), id(32));
+        let ta = Scripted::new(vec![missing(), created("c"), lease_present()]);
+        let busy = pollster::block_on(locks(&ta).acquire_with(
+            &name(),
+            term,
+            creator,
+            IdOrigin::Fresh,
+            "",
+            server_now(),
+        ));
+        assert!(matches!(busy, Ok(Acquire::Busy { .. })), "{busy:?}");
+        let created_with = ta.sent()[1].claim.clone();
+        assert!(!created_with.is_empty(), "{:?}", ta.sent()[1]);
+        let t = Scripted::new(vec![
+            // The chosen id's first call: the blob as created, free; granted; the claim lost.
+            head("available", "c", &created_with),
+            granted(),
+            lost_answer(),
+            // Its retry: the blob leased (by it), the creator's claim on it.
+            head("leased", "c", &created_with),
+            granted(),
+            written("d"),
+        ]);
+        let l = locks(&t);
+        let first = pollster::block_on(l.acquire(&name(), term, chosen, server_now()));
+        assert!(first.is_err(), "{first:?}");
+        let again = pollster::block_on(l.acquire(&name(), term, chosen, server_now()));
+        match again {
+            Ok(Acquire::Acquired(a)) => {
+                assert_eq!(a.lease_id, chosen);
+                let sent = t.sent();
+                let claim = sent.last().unwrap();
+                assert!(claim.is_metadata_write(), "{sent:#?}");
+                assert_eq!(claim.holder.as_deref(), Some(chosen.to_string().as_str()));
+                assert_eq!(a.fencing_token.map(|t| t.to_string()), claim.token);
+            }
+            other => panic!("{term:?}: the chosen id holds the lease: {other:?}"),
+        }
     }
 }

@@ -299,6 +299,28 @@ impl LeaseProtocol {
         }
     }
 
+    /// The bound CI checks for a caller of its own id racing such a creator: the creator (a
+    /// fresh id, no label) acquires; a caller with an id it keeps (labelled) acquires twice (a
+    /// second acquire settles a first whose claim write failed, though the create's claim names
+    /// the creator); then the prober. One fault.
+    pub fn bounded_first_create_chosen() -> Self {
+        let mut p = LeaseProtocol::bounded_first_create(1, 0);
+        let known = Caller {
+            name: "k",
+            steps: vec![Step::Acquire, Step::Acquire],
+            ..LeaseProtocol::bounded().callers[0].clone()
+        };
+        p.callers = vec![
+            Caller {
+                steps: vec![Step::Acquire],
+                ..p.callers[0].clone()
+            },
+            known,
+            p.callers[2].clone(),
+        ];
+        p
+    }
+
     /// The other bound CI checks: the same callers with no fault and one clock advance (1 s or
     /// 15 s, at any step: a record or a lease running out between two requests of a call).
     pub fn bounded_clock() -> Self {

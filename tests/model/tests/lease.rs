@@ -4,7 +4,8 @@
 //! that extend from what they kept of their last call (`LeaseProtocol::bounded_kept`), and a new
 //! holder that acquires from what the last one kept (`LeaseProtocol::bounded_new_holder`); and
 //! first holders that claim a native lock in its blob's create
-//! (`LeaseProtocol::bounded_first_create`).
+//! (`LeaseProtocol::bounded_first_create`, and a caller of its own id racing one:
+//! `bounded_first_create_chosen`).
 
 use leasegate_model::lease::LeaseProtocol;
 use leasegate_model::run::{self, assert_holds, TEST_LIMIT};
@@ -84,6 +85,16 @@ fn first_holders_claiming_in_the_create_with_a_clock_advance_break_no_property()
     assert_holds(run::exhaustive(
         "claim protocol, the claim in the first create, clock advances",
         LeaseProtocol::bounded_first_create(0, 1),
+        2,
+        TEST_LIMIT,
+    ));
+}
+
+#[test]
+fn a_chosen_id_racing_a_claiming_create_with_one_fault_breaks_no_property() {
+    assert_holds(run::exhaustive(
+        "claim protocol, a chosen id racing the claim in the first create, one fault",
+        LeaseProtocol::bounded_first_create_chosen(),
         2,
         TEST_LIMIT,
     ));

@@ -12,6 +12,7 @@
 //! | `leasegate_expires` | when the claim runs out, server Unix seconds (`0`: never, infinite lease) |
 //! | `leasegate_token` | the holder's fencing token |
 //! | `leasegate_label` | the holder's name for people (an instance id), optional |
+//! | `leasegate_unconfirmed` | `1` on a claim the lock blob's create wrote, before the grant (see [`META_UNCONFIRMED`]) |
 //!
 //! A native claim counts only while the blob's lease is held (the lease, not the claim, is what
 //! storage enforces); a record claim counts while its expiry is after the server's `Date`.
@@ -34,6 +35,24 @@ pub(crate) const META_TOKEN: &str = "leasegate_token";
 pub(crate) const META_LABEL: &str = "leasegate_label";
 
 pub(crate) const META_STEPPED_DOWN: &str = "leasegate_stepped_down";
+
+/// Set (`1`) on a claim the lock blob's create wrote, before its holder's grant (a native lock's
+/// first holder with an id it generated and no label): another caller may have taken the lease
+/// at the new blob first, so the claim may name one that does not hold it. Any claim written
+/// since removes it.
+pub(crate) const META_UNCONFIRMED: &str = "leasegate_unconfirmed";
+
+/// Marks the claim in `metadata` as written by the lock blob's create ([`META_UNCONFIRMED`]).
+pub(crate) fn mark_unconfirmed(metadata: &mut Metadata) {
+    metadata.insert(META_UNCONFIRMED.to_string(), "1".to_string());
+}
+
+/// Whether the claim in `metadata` is one the lock blob's create wrote ([`META_UNCONFIRMED`]).
+pub(crate) fn is_unconfirmed(metadata: &Metadata) -> bool {
+    metadata
+        .get(META_UNCONFIRMED)
+        .is_some_and(|v| !v.trim().is_empty())
+}
 
 /// The ids barred after stepping down and until when (Unix seconds): `ID UNTIL` entries
 /// separated by `,`. Missing or empty: none.
@@ -193,6 +212,7 @@ impl Claim {
         ] {
             metadata.insert(name.to_string(), value);
         }
+        metadata.remove(META_UNCONFIRMED);
     }
 
     /// The same claim with no holder: a released record (the token stays, for the next holder

@@ -264,7 +264,8 @@ pub enum LockStatus {
         /// since they were taken).
         expires_at: Option<SystemTime>,
         /// The holder, as its claim names it (`None` for a moment after a native grant, before
-        /// the claim is written).
+        /// the claim is written, and while the claim is the one the lock blob's create wrote:
+        /// its creator's, which another caller may have raced to the lease).
         holder: Option<LeaseId>,
         /// When the holder's tenure began.
         since: Option<SystemTime>,
@@ -308,7 +309,9 @@ impl LockInfo {
         let status = match snap.holder_claim() {
             Some(c) => LockStatus::Held {
                 expires_at: c.expires_at(),
-                holder: c.holder,
+                // A claim the blob's create wrote may name a caller that lost the race to its
+                // lease: not told as the holder.
+                holder: c.holder.filter(|_| !snap.unconfirmed),
                 since: c.since_at(),
                 label: c.label.clone(),
             },
@@ -1047,7 +1050,13 @@ impl<T: Transport> Locks<T> {
             label: String::new(),
         };
         let Some(created) = self
-            .create(blob, pending.clone(), container_missing, now)
+            .create(
+                blob,
+                pending.clone(),
+                creator.is_some(),
+                container_missing,
+                now,
+            )
             .await?
         else {
             return Ok(None);
@@ -1071,11 +1080,15 @@ impl<T: Transport> Locks<T> {
         &self,
         blob: &BlobName,
         claim: Claim,
+        unconfirmed: bool,
         mut container_missing: bool,
         now: SystemTime,
     ) -> Result<Option<Snapshot>, Error> {
         let mut metadata = Metadata::new();
         claim.write(&mut metadata);
+        if unconfirmed {
+            claim::mark_unconfirmed(&mut metadata);
+        }
         let op = PutBlob {
             kind: BlobKind::Page(0),
             condition: Condition::IfNotExists,
@@ -1107,6 +1120,7 @@ impl<T: Transport> Locks<T> {
                         claim,
                         server_date: checked_date(w.server_date.or(date).ok_or_else(no_date)?)?,
                         stepped_down: Vec::new(),
+                        unconfirmed,
                     }));
                 }
                 Ok((WriteOutcome::Refused(_), _)) => return Ok(None),

@@ -50,7 +50,9 @@ pub(super) async fn acquire<T: Transport>(
         let (snap, tenure, write_claim) = match read {
             Read::Found(snap) => {
                 if let Some(busy) = snap.busy_for(id) {
-                    return Ok(busy);
+                    if !(origin == IdOrigin::Known && snap.may_be_held_by(id)) {
+                        return Ok(busy);
+                    }
                 }
                 let tenure = snap.tenure_for(id)?;
                 (snap, tenure, true)

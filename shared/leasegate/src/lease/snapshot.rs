@@ -26,6 +26,9 @@ pub(super) struct Snapshot {
     pub(super) server_date: SystemTime,
     /// Ids that stepped down, each barred until a time (Unix seconds, the server's clock).
     pub(super) stepped_down: Vec<(LeaseId, u64)>,
+    /// The claim is the one the blob's create wrote, before its holder's grant
+    /// ([`claim::META_UNCONFIRMED`]).
+    pub(super) unconfirmed: bool,
 }
 
 impl Snapshot {
@@ -45,6 +48,7 @@ impl Snapshot {
             )));
         }
         let stepped_down = claim::read_stepped_down(&props.metadata)?;
+        let unconfirmed = claim::is_unconfirmed(&props.metadata);
         Ok(Snapshot {
             etag,
             leased: props.lease_state.is_some_and(LeaseState::is_held),
@@ -54,6 +58,7 @@ impl Snapshot {
             highest_token,
             server_date: checked_date(server_date)?,
             stepped_down,
+            unconfirmed,
         })
     }
 
@@ -126,6 +131,18 @@ impl Snapshot {
                 })
             }
         }
+    }
+
+    /// Whether the lease may be `id`'s own though the claim names another: the claim is the
+    /// one the blob's create wrote for its creator, and another caller may have taken the lease
+    /// at the new blob first, then lost its claim's write. Only an id a caller chose can be
+    /// that caller (a generated one is new to storage); its acquire asks storage, which grants
+    /// that lease to its own id only.
+    pub(super) fn may_be_held_by(&self, id: LeaseId) -> bool {
+        self.leased
+            && self.unconfirmed
+            && !self.breaking
+            && self.holder_claim().is_some_and(|c| c.holder != Some(id))
     }
 
     /// "Busy", with the time the holder has left where its claim tells it (every holder moves

@@ -108,6 +108,10 @@ fn bounded_checks() -> Vec<Report> {
             "claim protocol, the claim in the first create, clock advances",
             LeaseProtocol::bounded_first_create(0, 1),
         ),
+        (
+            "claim protocol, a chosen id racing the claim in the first create, one fault",
+            LeaseProtocol::bounded_first_create_chosen(),
+        ),
     ] {
         announce(name);
         reports.push(done(run::exhaustive(name, protocol, 2, limit)));
