@@ -797,3 +797,90 @@ fn a_chosen_id_racing_a_claiming_create_settles_its_lease_by_acquiring_again() {
         }
     }
 }
+
+/// A native claim of another's (`term`: the lease's seconds, `-1` infinite), token 7, expiring
+/// at `expires`, as the blob's create wrote it (`marked`) or as a holder's own write.
+fn claim_of(
+    holder: LeaseId,
+    term: &str,
+    expires: u64,
+    marked: bool,
+) -> Vec<(&'static str, String)> {
+    let mut claim = native_claim(holder, expires);
+    claim[1].1 = term.to_string();
+    if marked {
+        claim.push(("leasegate_unconfirmed", "1".into()));
+    }
+    claim
+}
+
+/// Review (issue 34): a chosen id that finds the blob leased under a claim the create wrote
+/// asks storage; refused, it is told what the claim says (the time left, the token), as a
+/// caller told busy by the claim alone.
+#[test]
+fn a_chosen_id_refused_under_a_marked_claim_is_told_the_claims_time_left() {
+    let claim = claim_of(id(51), "30", SERVER_SECS + 20, true);
+    let t = Scripted::new(vec![head("leased", "c", &claim), lease_present()]);
+    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), id(52), server_now()));
+    match outcome {
+        Ok(Acquire::Busy {
+            retry_after,
+            holder: Some(holder),
+            ..
+        }) => {
+            assert_eq!(retry_after, Some(Duration::from_secs(20)));
+            assert_eq!(holder.token, 7);
+        }
+        other => panic!("busy, with the claim's time left: {other:?}"),
+    }
+    assert_eq!(t.sent().len(), 2, "{:#?}", t.sent());
+}
+
+/// Review (issue 34): an infinite lease's claim never moves, so its first holder's create
+/// names nobody (a claim the create wrote would stay the create's for the whole lease).
+#[test]
+fn an_infinite_first_holder_is_named_only_under_its_lease() {
+    let me = id(53);
+    let t = Scripted::new(vec![missing(), created("c"), granted(), written("d")]);
+    let outcome = pollster::block_on(locks(&t).acquire_with(
+        &name(),
+        Term::Native(LeaseDuration::Infinite),
+        me,
+        IdOrigin::Fresh,
+        "",
+        server_now(),
+    ));
+    assert!(matches!(outcome, Ok(Acquire::Acquired(_))), "{outcome:?}");
+    let sent = t.sent();
+    assert_eq!(sent.len(), 4, "{sent:#?}");
+    assert!(sent[1]
+        .claim
+        .iter()
+        .all(|(k, v)| *k != "leasegate_holder" || v.is_empty()));
+    assert_eq!(sent[3].holder.as_deref(), Some(me.to_string().as_str()));
+}
+
+/// Review (issue 34; older than it): an infinite holder released, its claim stays; a chosen id
+/// took the lease and lost its claim's write. Acquiring again with its id settles it (storage
+/// grants its own lease), where the claim in place, which never runs out, made it busy for
+/// good.
+#[test]
+fn a_chosen_id_settles_an_infinite_lease_under_a_released_holders_claim() {
+    let claim = claim_of(id(54), "-1", 0, false);
+    let me = id(55);
+    let t = Scripted::new(vec![head("leased", "c", &claim), granted(), written("d")]);
+    let outcome = pollster::block_on(locks(&t).acquire(
+        &name(),
+        Term::Native(LeaseDuration::Infinite),
+        me,
+        server_now(),
+    ));
+    match outcome {
+        Ok(Acquire::Acquired(a)) => {
+            assert_eq!(a.lease_id, me);
+            assert!(a.fencing_token > Some(7), "{a:?}");
+        }
+        other => panic!("the chosen id holds its lease: {other:?}"),
+    }
+    assert_eq!(t.sent()[2].holder.as_deref(), Some(me.to_string().as_str()));
+}

@@ -47,12 +47,16 @@ pub(super) async fn acquire<T: Transport>(
             Some(read) => read,
             None => locks.read(blob, now).await?,
         };
+        // Busy by the claim, unless the lease may be the caller's own all the same: then the
+        // acquire asks storage, and a refusal answers what the claim says.
+        let mut busy_by_claim = None;
         let (snap, tenure, write_claim) = match read {
             Read::Found(snap) => {
                 if let Some(busy) = snap.busy_for(id) {
                     if !(origin == IdOrigin::Known && snap.may_be_held_by(id)) {
                         return Ok(busy);
                     }
+                    busy_by_claim = Some(busy);
                 }
                 let tenure = snap.tenure_for(id)?;
                 (snap, tenure, true)
@@ -72,8 +76,12 @@ pub(super) async fn acquire<T: Transport>(
                 // create carries the claim as the grant would write it (by the read's `Date`),
                 // and a grant in the same second as the read finds it written already (the
                 // claim's write below sends nothing): HEAD, create, acquire.
-                let creator = (origin == IdOrigin::Fresh && label.is_empty())
-                    .then(|| (id, expiry(date, duration)));
+                // (Not for an infinite lease: its claim never moves, so a claim the create
+                // wrote would stay the create's for the whole lease.)
+                let creator = (origin == IdOrigin::Fresh
+                    && label.is_empty()
+                    && duration.as_duration().is_some())
+                .then(|| (id, expiry(date, duration)));
                 match locks
                     .create_first(
                         blob,
@@ -126,6 +134,9 @@ pub(super) async fn acquire<T: Transport>(
                     holder: None,
                     stepped_down_until: None,
                 });
+            }
+            Take::Leased(_) if busy_by_claim.is_some() => {
+                return Ok(busy_by_claim.expect("checked"));
             }
             Take::TakenMeanwhile | Take::Leased(_) => {
                 return Ok(Acquire::Busy {

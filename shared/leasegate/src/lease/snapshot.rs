@@ -133,16 +133,23 @@ impl Snapshot {
         }
     }
 
-    /// Whether the lease may be `id`'s own though the claim names another: the claim is the
-    /// one the blob's create wrote for its creator, and another caller may have taken the lease
-    /// at the new blob first, then lost its claim's write. Only an id a caller chose can be
-    /// that caller (a generated one is new to storage); its acquire asks storage, which grants
-    /// that lease to its own id only.
+    /// Whether the lease may be `id`'s own though the claim names another, until storage says:
+    /// a caller took the lease and lost its claim's write, and the claim in place counts for
+    /// as long as a lease holds without telling whose it is:
+    /// * the claim the blob's create wrote for its creator (another caller may have taken the
+    ///   lease at the new blob first);
+    /// * an infinite lease's claim, which its holder's release leaves in place and which never
+    ///   runs out (a 15 to 60 s claim runs out within its lease's term).
+    ///
+    /// Only an id a caller chose can be that caller (a generated one is new to storage); its
+    /// acquire asks storage, which grants that lease to its own id only.
     pub(super) fn may_be_held_by(&self, id: LeaseId) -> bool {
         self.leased
-            && self.unconfirmed
             && !self.breaking
-            && self.holder_claim().is_some_and(|c| c.holder != Some(id))
+            && self.holder_claim().is_some_and(|c| {
+                c.holder != Some(id)
+                    && (self.unconfirmed || c.kind == Kind::Native(LeaseDuration::Infinite))
+            })
     }
 
     /// "Busy", with the time the holder has left where its claim tells it (every holder moves
