@@ -335,14 +335,7 @@ fn a_lost_first_create_of_a_record_leaves_nothing_to_clear() {
 fn a_first_create_answered_503_names_nobody() {
     let t = Scripted::new(vec![missing(), busy_503()]);
     let term = Term::Record(Duration::from_secs(120));
-    let outcome = pollster::block_on(locks(&t).acquire_with(
-        &name(),
-        term,
-        id(4),
-        IdOrigin::Fresh,
-        "",
-        server_now(),
-    ));
+    let outcome = first_use(&t, term, id(4));
     assert!(matches!(outcome, Err(Error::Storage(_))), "{outcome:?}");
     assert_eq!(t.sent().len(), 2, "{:#?}", t.sent());
 }
@@ -359,14 +352,7 @@ fn a_fresh_id_clears_a_record_whose_answer_was_lost() {
         written("d"),
     ]);
     let term = Term::Record(Duration::from_secs(120));
-    let outcome = pollster::block_on(locks(&t).acquire_with(
-        &name(),
-        term,
-        me,
-        IdOrigin::Fresh,
-        "",
-        server_now(),
-    ));
+    let outcome = first_use(&t, term, me);
     assert!(matches!(outcome, Err(Error::Transport(_))), "{outcome:?}");
     let sent = t.sent();
     assert!(sent.iter().any(released_record), "{sent:#?}");
@@ -440,14 +426,7 @@ fn a_new_holder_still_gives_back_what_a_503_may_have_granted() {
         busy_503(),
         reply(answer(200)),
     ]);
-    let outcome = pollster::block_on(locks(&t).acquire_with(
-        &name(),
-        native30(),
-        id(8),
-        IdOrigin::Fresh,
-        "",
-        server_now(),
-    ));
+    let outcome = first_use(&t, native30(), id(8));
     assert!(outcome.is_err(), "{outcome:?}");
     assert!(
         t.sent()
@@ -628,6 +607,11 @@ fn a_step_down_whose_release_answer_was_lost_is_not_told_not_held() {
     );
 }
 
+/// An acquire with an id the call generated and no label (as device-alerts' gates).
+fn first_use(t: &Scripted, term: Term, id: LeaseId) -> Result<Acquire, Error> {
+    pollster::block_on(locks(t).acquire_with(&name(), term, id, IdOrigin::Fresh, "", server_now()))
+}
+
 /// Issue 34: a native lock's first holder, with an id the call generated and no label, has
 /// its claim written by the create (by the read's `Date`): a grant in the same second finds it
 /// there, and the first use is 3 requests (HEAD, create, acquire at the create's ETag).
@@ -635,14 +619,7 @@ fn a_step_down_whose_release_answer_was_lost_is_not_told_not_held() {
 fn a_fresh_unlabelled_first_holder_claims_in_its_create() {
     let me = id(21);
     let t = Scripted::new(vec![missing(), created("c"), granted()]);
-    let outcome = pollster::block_on(locks(&t).acquire_with(
-        &name(),
-        native30(),
-        me,
-        IdOrigin::Fresh,
-        "",
-        server_now(),
-    ));
+    let outcome = first_use(&t, native30(), me);
     let first = (SERVER_SECS + 1) << 16;
     match outcome {
         Ok(Acquire::Acquired(a)) => {
@@ -682,14 +659,7 @@ fn a_first_holder_granted_in_a_later_second_writes_its_claim() {
         granted_later(1),
         written("d"),
     ]);
-    let outcome = pollster::block_on(locks(&t).acquire_with(
-        &name(),
-        native30(),
-        me,
-        IdOrigin::Fresh,
-        "",
-        server_now(),
-    ));
+    let outcome = first_use(&t, native30(), me);
     assert!(matches!(outcome, Ok(Acquire::Acquired(_))), "{outcome:?}");
     let sent = t.sent();
     assert_eq!(sent.len(), 4, "{sent:#?}");
@@ -705,14 +675,7 @@ fn a_first_holder_granted_in_a_later_second_writes_its_claim() {
 #[test]
 fn a_creator_whose_lease_was_taken_first_is_busy() {
     let t = Scripted::new(vec![missing(), created("c"), lease_present()]);
-    let outcome = pollster::block_on(locks(&t).acquire_with(
-        &name(),
-        native30(),
-        id(23),
-        IdOrigin::Fresh,
-        "",
-        server_now(),
-    ));
+    let outcome = first_use(&t, native30(), id(23));
     assert!(matches!(outcome, Ok(Acquire::Busy { .. })), "{outcome:?}");
     assert_eq!(t.sent().len(), 3, "{:#?}", t.sent());
 }
@@ -759,14 +722,7 @@ fn a_chosen_id_racing_a_claiming_create_settles_its_lease_by_acquiring_again() {
     for term in [Term::Native(LeaseDuration::Infinite), native30()] {
         let (creator, chosen) = (id(31), id(32));
         let ta = Scripted::new(vec![missing(), created("c"), lease_present()]);
-        let busy = pollster::block_on(locks(&ta).acquire_with(
-            &name(),
-            term,
-            creator,
-            IdOrigin::Fresh,
-            "",
-            server_now(),
-        ));
+        let busy = first_use(&ta, term, creator);
         assert!(matches!(busy, Ok(Acquire::Busy { .. })), "{busy:?}");
         let created_with = ta.sent()[1].claim.clone();
         assert!(!created_with.is_empty(), "{:?}", ta.sent()[1]);
@@ -842,14 +798,7 @@ fn a_chosen_id_refused_under_a_marked_claim_is_told_the_claims_time_left() {
 fn an_infinite_first_holder_is_named_only_under_its_lease() {
     let me = id(53);
     let t = Scripted::new(vec![missing(), created("c"), granted(), written("d")]);
-    let outcome = pollster::block_on(locks(&t).acquire_with(
-        &name(),
-        Term::Native(LeaseDuration::Infinite),
-        me,
-        IdOrigin::Fresh,
-        "",
-        server_now(),
-    ));
+    let outcome = first_use(&t, Term::Native(LeaseDuration::Infinite), me);
     assert!(matches!(outcome, Ok(Acquire::Acquired(_))), "{outcome:?}");
     let sent = t.sent();
     assert_eq!(sent.len(), 4, "{sent:#?}");

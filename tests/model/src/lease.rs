@@ -86,6 +86,21 @@ pub struct Caller {
     pub labelled: bool,
 }
 
+impl Caller {
+    /// A caller of a native lease of 15 s with a fresh id per acquire, on storage's clock.
+    fn fresh_native(name: &'static str, steps: Vec<Step>, labelled: bool) -> Caller {
+        Caller {
+            name,
+            window: Window::Native(15),
+            origin: IdOrigin::Fresh,
+            skew: 0,
+            steps,
+            prober: false,
+            labelled,
+        }
+    }
+}
+
 /// What a caller saw.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Note {
@@ -249,15 +264,7 @@ impl LeaseProtocol {
     /// the lease, after its release); then the prober. One fault, or (`advances`) one clock
     /// advance.
     pub fn bounded_new_holder(faults: u8, advances: u8) -> Self {
-        let native = |name, steps| Caller {
-            name,
-            window: Window::Native(15),
-            origin: IdOrigin::Fresh,
-            skew: 0,
-            steps,
-            prober: false,
-            labelled: true,
-        };
+        let native = |name, steps| Caller::fresh_native(name, steps, true);
         let mut p = LeaseProtocol::bounded();
         p.callers = vec![
             native("a", vec![Step::Acquire, Step::Publish, Step::Release]),
@@ -277,15 +284,7 @@ impl LeaseProtocol {
     /// prober. One fault, or (`advances`) one clock advance (a grant in a later second than
     /// the create's read writes the claim under the lease).
     pub fn bounded_first_create(faults: u8, advances: u8) -> Self {
-        let unlabelled = |name, steps| Caller {
-            name,
-            window: Window::Native(15),
-            origin: IdOrigin::Fresh,
-            skew: 0,
-            steps,
-            prober: false,
-            labelled: false,
-        };
+        let unlabelled = |name, steps| Caller::fresh_native(name, steps, false);
         let mut p = LeaseProtocol::bounded();
         p.callers = vec![
             unlabelled("a", vec![Step::Acquire, Step::Release]),
