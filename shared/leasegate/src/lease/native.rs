@@ -6,7 +6,7 @@
 //! then write the holder's claim under the new lease. A holder that acquires again with its
 //! own id extends its lease, keeps its token, and moves its claim's expiry. (A lock blob's
 //! first holder with an id it generated and no label has its claim written by the blob's
-//! create instead: see [`acquire`].)
+//! create instead: see `acquire`.)
 //!
 //! Storage enforces the lease itself; the claim says who holds it, since when, until when and
 //! with which token, and it counts only while the lease is held. A leased blob without a live
