@@ -480,6 +480,25 @@ pub fn unix_now() -> u64 {
         .as_secs()
 }
 
+/// `t` in whole seconds since the epoch (0 before it).
+pub fn unix_secs(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Sleeps until the local clock starts its next second (Azurite runs on this machine, so its
+/// `Date` does too), and returns that second: an operation started then has the rest of the
+/// second before storage's `Date` moves (a claim written within one second names the same
+/// expiry as one written earlier in it, and is not written again).
+pub fn next_second() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .expect("the clock is after 1970");
+    let rest = Duration::from_secs(1) - Duration::from_nanos(u64::from(now.subsec_nanos()));
+    std::thread::sleep(rest + Duration::from_millis(1));
+    unix_now()
+}
+
 /// `secs` since the epoch as RFC 3339 in whole seconds (`2026-11-25T04:00:00Z`).
 pub fn rfc3339_secs(secs: u64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()

@@ -4,7 +4,7 @@
 //! faults, bad input, and the leader on the real cron plugin.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use leasegate_tests::app::{
     bad, call, expect_clear_errors, Answer, App, Manifest, Setup, ADMIN_AUTH, ADMIN_TOKEN,
@@ -231,20 +231,13 @@ fn status_and_step_down() {
     // tick), follower 1. The claim is rewritten
     // only when it says more (a later expiry, in whole seconds): the counted tick comes in a
     // later second than the leader's last one.
-    let last = unix_secs(SystemTime::now());
-    wait_for("a later second", Duration::from_secs(5), || {
-        (unix_secs(SystemTime::now()) > last).then_some(())
-    });
+    leasegate_tests::next_second();
     let (l, leader_trips) = b.storage_requests(|| tick(&b));
     let (f, follower_trips) = a.storage_requests(|| tick(&a));
     assert_eq!(l.json["role"], "leader", "{}", l.text);
     assert_eq!(f.json["role"], "follower", "{}", f.text);
     assert_eq!(leader_trips, 2, "{}", l.text);
     assert_eq!(follower_trips, 1, "{}", f.text);
-}
-
-fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()
 }
 
 /// While storage fails, nobody claims leadership and no heartbeat goes out; a failing

@@ -913,10 +913,7 @@ fn a_claim_written_by_the_create_is_named_once_its_holder_writes_it() {
     );
     assert_eq!(info.fencing_token, token(&first));
     // The holder extends with its id in a later second: its claim's expiry moves, written.
-    let last = leasegate_tests::unix_now();
-    wait_for("a later second", Duration::from_secs(5), || {
-        (leasegate_tests::unix_now() > last).then_some(())
-    });
+    leasegate_tests::next_second();
     let again = held(acquire(&l, &name, 30, id));
     assert!(again.extended);
     assert_eq!(token(&again), token(&first));

@@ -18,7 +18,7 @@ use leasegate_tests::jobs::{
 };
 use leasegate_tests::proxy::{Fault, Seen};
 use leasegate_tests::sink::Behaviour;
-use leasegate_tests::{unique_container, unix_now, wait_for};
+use leasegate_tests::{next_second, unique_container, unix_now, unix_secs, wait_for};
 use serde_json::json;
 
 const GATE_AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
@@ -90,11 +90,6 @@ fn expect_requests_in_a_second(
     answer
 }
 
-fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// The app's container, created before the counted operation (so that it costs nothing there).
 fn create_container(app: &App) {
     create(&app.container);
@@ -113,15 +108,6 @@ fn create(container: &ContainerName) {
         SystemTime::now(),
     ))
     .expect("create the container");
-}
-
-/// Waits until the local clock (the storage server's: the same machine) is in a later second
-/// than now: a claim written now names another expiry than one written then.
-fn next_second() {
-    let last = unix_now();
-    wait_for("a later second", Duration::from_secs(5), || {
-        (unix_now() > last).then_some(())
-    });
 }
 
 fn reading(device: &str, temperature: f64) -> serde_json::Value {

@@ -123,28 +123,14 @@ pub(super) async fn acquire<T: Transport>(
             // read would see as much (whose claim, how long it has left), by the refusal's
             // `Date`.
             Take::Leased(date) if from_kept => {
-                if let Some(busy) = date
+                let busy = date
                     .and_then(|d| snap.leased_at(d))
-                    .and_then(|s| s.busy_for(id))
-                {
-                    return Ok(busy);
-                }
-                return Ok(Acquire::Busy {
-                    retry_after: None,
-                    holder: None,
-                    stepped_down_until: None,
-                });
+                    .and_then(|s| s.busy_for(id));
+                return Ok(busy.unwrap_or_else(busy_unknown));
             }
-            Take::Leased(_) if busy_by_claim.is_some() => {
-                return Ok(busy_by_claim.expect("checked"));
-            }
-            Take::TakenMeanwhile | Take::Leased(_) => {
-                return Ok(Acquire::Busy {
-                    retry_after: None,
-                    holder: None,
-                    stepped_down_until: None,
-                })
-            }
+            // Refused where the claim said busy: what it said.
+            Take::Leased(_) => return Ok(busy_by_claim.unwrap_or_else(busy_unknown)),
+            Take::TakenMeanwhile => return Ok(busy_unknown()),
             Take::Moved => continue,
         };
         return Ok(Acquire::Acquired(Acquired {
@@ -465,6 +451,15 @@ pub(super) async fn give_back<T: Transport>(
     now: SystemTime,
 ) {
     let _ = release(locks, blob, id, now).await;
+}
+
+/// Busy, with nothing to tell of the holder (its claim is not there, or not its own).
+fn busy_unknown() -> Acquire {
+    Acquire::Busy {
+        retry_after: None,
+        holder: None,
+        stepped_down_until: None,
+    }
 }
 
 /// A native claim's expiry: the grant's time plus the duration (0 for infinite leases).
