@@ -909,3 +909,65 @@ fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
     assert!(is_acquired(&taken), "{taken:?}");
     assert_eq!(n, 2, "HEAD and the record's compare-and-swap");
 }
+
+/// Issue 34: a record released by its holder's one conditional write (`release_keeping`) is
+/// kept as that write left it, and the next holder takes it from there in one request: the
+/// record and its claim, `If-Match` the release's ETag, the next token. Taken since by another
+/// holder: the refused write, then the read (busy, as a read first says). A record kept live
+/// (not released) is read first: its release may have landed unanswered.
+#[test]
+fn a_new_holder_takes_a_released_record_from_the_kept_state_in_one_write() {
+    use leasegate::lease::IdOrigin;
+    let c = unique_container("keptrec");
+    let base = locks(&c);
+    let name = lock("job");
+    let now = SystemTime::now;
+    let from_kept = |l: &CountedLocks, kept: &leasegate::lease::HeldState, id| {
+        block_on(l.acquire_from_kept(
+            Some((kept, now())),
+            &name,
+            record(90),
+            id,
+            IdOrigin::Fresh,
+            "x",
+            now(),
+        ))
+        .unwrap()
+    };
+    let first = held(acquire(&base, &name, record(90), random_id()));
+    let live = first.held_state().expect("an ETag");
+    let (released, left) = block_on(base.release_keeping(&name, &first, now())).unwrap();
+    assert_eq!(released, Release::Released);
+    let left = left.expect("the state the release left");
+    let kept = leasegate::lease::HeldState::from_json(&left.to_json()).expect("kept as JSON");
+
+    let (second, n) = counted(&base, |l| from_kept(l, &kept, random_id()));
+    let second = held(second);
+    assert_eq!(n, 1, "the record and its claim, one write");
+    assert_eq!(second.fencing_token, first.fencing_token.map(|t| t + 1));
+    let info = block_on(base.inspect(&name, now())).unwrap();
+    assert_eq!(info.fencing_token, second.fencing_token.unwrap());
+    assert!(matches!(info.status, LockStatus::Held { .. }), "{info:?}");
+
+    // Stale: `second` holds it now: refused (412), then read: busy.
+    let (busy, n) = counted(&base, |l| from_kept(l, &kept, random_id()));
+    assert!(
+        matches!(
+            busy,
+            Acquire::Busy {
+                holder: Some(_),
+                ..
+            }
+        ),
+        "{busy:?}"
+    );
+    assert_eq!(n, 2, "the refused write (412), then the HEAD");
+
+    // Kept live (the first holder's state before its release): read first, then taken once
+    // `second` has released.
+    block_on(base.release_held(&name, &second, now())).unwrap();
+    let (third, n) = counted(&base, |l| from_kept(l, &live, random_id()));
+    let third = held(third);
+    assert_eq!(n, 2, "HEAD and the record's compare-and-swap");
+    assert!(third.fencing_token > second.fencing_token, "{third:?}");
+}

@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
+use leasegate::lease::{Acquire, HeldState, IdOrigin, Locks, Release, Term};
 use leasegate::ops::{CopyBlob, CopyOutcome, CopyStatus};
 use leasegate::{
     Account, BlobName, ContainerName, Error, LeaseDuration, LeaseId, LockName, Method, Request,
@@ -44,6 +44,8 @@ struct Sent {
     expires: Option<String>,
     /// The claim's metadata as sent (`leasegate_*`), for a scripted read of the blob it made.
     claim: Vec<(&'static str, String)>,
+    /// `If-Match`.
+    if_match: Option<String>,
 }
 
 impl Sent {
@@ -106,6 +108,7 @@ impl Transport for Scripted {
             .into_iter()
             .filter_map(|k| Some((k, h.get(&format!("x-ms-meta-{k}"))?.to_string())))
             .collect(),
+            if_match: h.get("if-match").map(str::to_string),
         });
         if let Some(t) = self.clock.get() {
             self.clock.set(Some(t + self.step));
@@ -832,4 +835,98 @@ fn a_chosen_id_settles_an_infinite_lease_under_a_released_holders_claim() {
         other => panic!("the chosen id holds its lease: {other:?}"),
     }
     assert_eq!(t.sent()[2].holder.as_deref(), Some(me.to_string().as_str()));
+}
+
+/// Issue 34: a record released by its holder's one conditional write is kept as that write left
+/// it (`release_keeping`), and the next holder starts from it: one write, the record and its
+/// claim at the release's ETag, with a token above the last.
+#[test]
+fn a_record_its_holder_released_is_taken_from_the_kept_state_in_one_write() {
+    let record = Term::Record(Duration::from_secs(90));
+    let t = Scripted::new(vec![
+        head("available", "a", &[]),
+        written("b"),
+        written("c"),
+        written("d"),
+    ]);
+    let l = locks(&t);
+    let first = match pollster::block_on(l.acquire(&name(), record, id(60), server_now())) {
+        Ok(Acquire::Acquired(a)) => a,
+        other => panic!("the first holder: {other:?}"),
+    };
+    let (released, left) =
+        pollster::block_on(l.release_keeping(&name(), &first, server_now())).expect("released");
+    assert_eq!(released, Release::Released);
+    let left = left.expect("the state the release left");
+    assert!(!left.is_held_by(id(60)));
+    let kept = HeldState::from_json(&left.to_json()).expect("kept as JSON");
+    let outcome = pollster::block_on(l.acquire_from_kept(
+        Some((&kept, server_now())),
+        &name(),
+        record,
+        id(61),
+        IdOrigin::Fresh,
+        "node-b",
+        server_now(),
+    ));
+    let next = match outcome {
+        Ok(Acquire::Acquired(a)) => a,
+        other => panic!("the next holder: {other:?}"),
+    };
+    assert!(
+        next.fencing_token > first.fencing_token,
+        "{next:?} {first:?}"
+    );
+    let sent = t.sent();
+    assert_eq!(sent.len(), 4, "{sent:#?}");
+    assert!(released_record(&sent[2]), "{:?}", sent[2]);
+    assert!(sent[3].is_metadata_write(), "{:?}", sent[3]);
+    assert_eq!(sent[3].if_match.as_deref(), Some("\"c\""));
+    assert_eq!(sent[3].holder.as_deref(), Some(id(61).to_string().as_str()));
+}
+
+/// Issue 34: a record kept live (its holder's release failed, or may have landed unanswered) is
+/// read first, never refused on the kept state's word; and a kept state of the other term is
+/// read first too.
+#[test]
+fn a_kept_record_still_live_or_of_the_other_term_is_read_first() {
+    let record = Term::Record(Duration::from_secs(90));
+    let t = Scripted::new(vec![head("available", "a", &[]), written("b")]);
+    let l = locks(&t);
+    let held = match pollster::block_on(l.acquire(&name(), record, id(62), server_now())) {
+        Ok(Acquire::Acquired(a)) => a,
+        other => panic!("the holder: {other:?}"),
+    };
+    let live = held.held_state().expect("an ETag");
+    // The release landed unanswered: the blob says released.
+    let released = record_of(id(62), 0)
+        .into_iter()
+        .map(|(k, v)| match k {
+            "leasegate_holder" | "leasegate_label" => (k, String::new()),
+            _ => (k, v),
+        })
+        .collect::<Vec<_>>();
+    for (term, state) in [(record, &live), (native30(), &live)] {
+        let mut answers = vec![head("available", "e", &released)];
+        if term != record {
+            answers.push(granted());
+        }
+        answers.push(written("f"));
+        let t = Scripted::new(answers);
+        let outcome = pollster::block_on(locks(&t).acquire_from_kept(
+            Some((state, server_now())),
+            &name(),
+            term,
+            id(63),
+            IdOrigin::Fresh,
+            "",
+            server_now(),
+        ));
+        let sent = t.sent();
+        assert_eq!(sent[0].method, Method::HEAD, "{term:?}: {sent:#?}");
+        if term == record {
+            assert!(matches!(outcome, Ok(Acquire::Acquired(_))), "{outcome:?}");
+            assert_eq!(sent[1].if_match.as_deref(), Some("\"e\""));
+        }
+    }
 }

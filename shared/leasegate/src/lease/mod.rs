@@ -147,7 +147,9 @@ impl HeldState {
 
     /// From [`HeldState::to_json`]'s form; `None` for anything else, or for a state no write of
     /// the holder's could have left (an ETag or metadata storage would not take back, a claim
-    /// that cannot be read): a kept state that cannot be used is only a read more.
+    /// that cannot be read, a native claim naming nobody): a kept state that cannot be used is
+    /// only a read more. A record's claim naming nobody is the state its holder's release left
+    /// ([`Locks::release_keeping`]).
     pub fn from_json(text: &str) -> Option<HeldState> {
         let value: serde_json::Value = serde_json::from_str(text).ok()?;
         let etag = value.get("etag")?.as_str()?;
@@ -162,7 +164,12 @@ impl HeldState {
         let usable = !etag.is_empty()
             && visible(etag)
             && crate::ops::check_metadata(&metadata).is_ok()
-            && Claim::read(&metadata).is_ok_and(|c| c.holder.is_some());
+            && Claim::read(&metadata).is_ok_and(|c| {
+                let released_record = c.kind == Kind::Record
+                    && c.token > 0
+                    && metadata.get(claim::META_TERM).map(String::as_str) == Some("record");
+                c.holder.is_some() || released_record
+            });
         usable.then(|| HeldState {
             grant: Grant {
                 etag: Some(ETag::new(etag)),
@@ -492,9 +499,10 @@ impl<T: Transport> Locks<T> {
     /// state, leased: the answer is
     /// the one a read would give (busy, whose claim, its time left by the refusal's `Date`),
     /// with no read. The blob written since (412) costs that one refused request, then the
-    /// call reads and acquires as [`Locks::acquire_with`] does. A record term, or a kept state
-    /// whose claim is not a native lease's, reads first: a record is released by a write, so a
-    /// state kept before its release is stale.
+    /// call reads and acquires as [`Locks::acquire_with`] does. A record term starts from a
+    /// record its holder released ([`Locks::release_keeping`] answers that state) or that ran
+    /// out by `date`: one write, the record and its claim, conditional on the kept ETag. A kept
+    /// state of the other term, or a record still live by `date`, reads first.
     #[allow(clippy::too_many_arguments)]
     pub async fn acquire_from_kept(
         &self,
@@ -509,14 +517,20 @@ impl<T: Transport> Locks<T> {
         // The state kept of the caller's own holding: an extension, which keeps its token
         // ([`Locks::extend_held`] is the one that starts from it).
         let usable = |kept: &HeldState| {
-            matches!(term, Term::Native(_))
-                && !kept.is_held_by(lease_id)
+            let native = matches!(term, Term::Native(_));
+            !kept.is_held_by(lease_id)
                 && Claim::read(&kept.grant.metadata)
-                    .is_ok_and(|c| matches!(c.kind, Kind::Native(_)))
+                    .is_ok_and(|c| matches!(c.kind, Kind::Native(_)) == native)
         };
+        // A record kept live is read first: its holder's release may have landed unanswered,
+        // and a record is refused without a request to storage.
         let seen = kept
             .filter(|(kept, _)| usable(kept))
-            .and_then(|(kept, date)| kept.snapshot(date));
+            .and_then(|(kept, date)| kept.snapshot(date))
+            .filter(|seen| match (term, seen) {
+                (Term::Record(_), Read::Found(snap)) => snap.live_record().is_none(),
+                _ => true,
+            });
         let Some(seen) = seen else {
             return self
                 .acquire_with(lock, term, lease_id, origin, label, now)
@@ -742,7 +756,7 @@ impl<T: Transport> Locks<T> {
                         leased: snap.leased,
                     };
                     return match self.release_at(&blob, lease_id, &grant, now).await? {
-                        Some(released) => Ok(released),
+                        Some((released, _)) => Ok(released),
                         None => self.release_of(lock, lease_id, now).await,
                     };
                 }
@@ -820,7 +834,7 @@ impl<T: Transport> Locks<T> {
             .await
             .map_err(|e| self.name_lock(lock, e))?
         {
-            Some(released) => Ok(released),
+            Some((released, _)) => Ok(released),
             None => self.release(lock, lease_id, now).await,
         }
     }
@@ -836,28 +850,42 @@ impl<T: Transport> Locks<T> {
         held: &Acquired,
         now: SystemTime,
     ) -> Result<Release, Error> {
+        Ok(self.release_keeping(lock, held, now).await?.0)
+    }
+
+    /// [`Locks::release_held`], also answering the lock blob as the release left it (a record
+    /// cleared at a new ETag, a lease released at the same one) when its one conditional
+    /// request landed: what the next holder starts from, without a read, in
+    /// [`Locks::acquire_from_kept`]. `None` when the release went by a read.
+    pub async fn release_keeping(
+        &self,
+        lock: &LockName,
+        held: &Acquired,
+        now: SystemTime,
+    ) -> Result<(Release, Option<HeldState>), Error> {
         let blob = self.blob_name(lock)?;
         match self
             .release_at(&blob, held.lease_id, &held.grant, now)
             .await
             .map_err(|e| self.name_lock(lock, e))?
         {
-            Some(released) => Ok(released),
-            None => self.release(lock, held.lease_id, now).await,
+            Some((released, grant)) => Ok((released, Some(HeldState { grant }))),
+            None => Ok((self.release(lock, held.lease_id, now).await?, None)),
         }
     }
 
     /// Releases `id`'s lock on `blob` with one request conditional on the ETag `grant` names:
-    /// the lease's release, or the record's clearing. `None` when storage refused it (the blob
-    /// changed since, the lease is not ours) or the ETag is not known: read first, as a release
-    /// does. A failure that may have landed is the answer (a read after it could not tell).
+    /// the lease's release, or the record's clearing, with the blob as it left it. `None` when
+    /// storage refused it (the blob changed since, the lease is not ours) or the ETag is not
+    /// known: read first, as a release does. A failure that may have landed is the answer (a
+    /// read after it could not tell).
     async fn release_at(
         &self,
         blob: &BlobName,
         id: LeaseId,
         grant: &Grant,
         now: SystemTime,
-    ) -> Result<Option<Release>, Error> {
+    ) -> Result<Option<(Release, Grant)>, Error> {
         let Some(etag) = &grant.etag else {
             return Ok(None);
         };
@@ -874,10 +902,14 @@ impl<T: Transport> Locks<T> {
                     let claim = Claim::read(&grant.metadata)?;
                     let landed = date.map_or(u64::MAX, unix_secs);
                     let infinite = claim.kind == Kind::Native(LeaseDuration::Infinite);
+                    let left = Grant {
+                        leased: false,
+                        ..grant.clone()
+                    };
                     Some(if infinite || landed <= claim.expires {
-                        Release::Released
+                        (Release::Released, left)
                     } else {
-                        Release::NotHeld
+                        (Release::NotHeld, left)
                     })
                 }
                 Ok(_) => None,
@@ -893,7 +925,7 @@ impl<T: Transport> Locks<T> {
         let write = SetMetadata {
             container: self.client.container().clone(),
             blob: blob.clone(),
-            metadata,
+            metadata: metadata.clone(),
             lease_id: None,
             condition,
         };
@@ -902,10 +934,15 @@ impl<T: Transport> Locks<T> {
         Ok(match self.client.execute(&write, now).await {
             Ok((WriteOutcome::Written(w), date)) => {
                 let landed = w.server_date.or(date).map_or(u64::MAX, unix_secs);
+                let left = Grant {
+                    etag: w.etag,
+                    metadata,
+                    leased: false,
+                };
                 Some(if landed < claim.expires {
-                    Release::Released
+                    (Release::Released, left)
                 } else {
-                    Release::NotHeld
+                    (Release::NotHeld, left)
                 })
             }
             Ok((WriteOutcome::Refused(_), _)) => None,
@@ -1290,5 +1327,25 @@ mod tests {
         let mut bad = good.clone();
         bad["metadata"]["bad name"] = "x".into();
         assert_eq!(HeldState::from_json(&bad.to_string()), None);
+        // A record its holder released names nobody: kept all the same (a native claim
+        // naming nobody is not).
+        let mut metadata = state.grant.metadata.clone();
+        Claim::read(&metadata)
+            .unwrap()
+            .released()
+            .write(&mut metadata);
+        let released = HeldState {
+            grant: Grant {
+                metadata,
+                leased: false,
+                ..state.grant.clone()
+            },
+        };
+        let kept = HeldState::from_json(&released.to_json()).unwrap();
+        assert_eq!(kept, released);
+        assert!(!kept.is_held_by(id));
+        let native = with("/metadata/leasegate_term", "30".into());
+        let native = native.replace(&id.to_string(), "");
+        assert_eq!(HeldState::from_json(&native), None, "{native}");
     }
 }
