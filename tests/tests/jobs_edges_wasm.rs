@@ -267,7 +267,7 @@ fn a_retried_tick_resumes_the_occurrence_it_reserved() {
     let mut problems = Vec::new();
     for (i, (part, fault)) in [
         (format!("/jobs/{JOB}/occurrences/"), Fault::LoseAnswer),
-        ("comp=lease".to_string(), Fault::Status(503)),
+        (format!("/jobs/{JOB}/lock"), Fault::Status(503)),
     ]
     .into_iter()
     .enumerate()

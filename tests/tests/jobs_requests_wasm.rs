@@ -84,13 +84,15 @@ fn storage_requests_per_kind_of_tick() {
     ] {
         assert_eq!(a.json["storageRoundTrips"], n, "{}", a.text);
     }
-    // The winner's log is read once, before the job's lease, which it takes from the lease as
-    // the previous run's claim left it (kept in the log: no read of the lock blob); its end
-    // writes at the ETag its start left (9), and so does the record of the missed ones after
-    // it (12 with two missed, one read each). With `job_retries` set, a repeated or a
-    // follower's on-time tick reads the reservation (a retry could be due): 2.
+    // The winner's log is read once, before the job's lease, a record it takes with its claim
+    // in one write from the lease as the previous run's release left it (kept in the log: no
+    // read of the lock blob); its release goes before the log's end, which keeps the lease as
+    // the release left it and writes at the ETag the log's start left (8), and so does the
+    // record of the missed ones after it (11 with two missed, one read each). With
+    // `job_retries` set, a repeated or a follower's on-time tick reads the reservation (a retry
+    // could be due): 2.
     assert_eq!(
         (run_n, repeat_n, follower_n, catch_up_n, retry_n),
-        (9, 2, 2, 12, 10)
+        (8, 2, 2, 11, 9)
     );
 }

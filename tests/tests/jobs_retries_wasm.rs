@@ -52,10 +52,11 @@ fn twins(tag: &str, vars: &[(&str, &str)]) -> (App, App) {
     (a, b)
 }
 
-/// The lock blob's HEAD, the first request of taking the job's lease.
-fn lock_head(app: &App) -> String {
+/// The job's lease record's write, the first request of taking the job's lease (from the
+/// lease as the previous run's release left it, which the log keeps).
+fn lock_write(app: &App) -> String {
     format!(
-        "HEAD /devstoreaccount1/{}/jobs/{JOB}/lock",
+        "PUT /devstoreaccount1/{}/jobs/{JOB}/lock?comp=metadata",
         app.container.as_str()
     )
 }
@@ -85,11 +86,11 @@ fn a_tick_held_up_after_reserving_does_not_run_the_occurrence_again() {
     assert_eq!(tick_at(&a, warm).json["decision"], "ran");
     let occ = warm + 60;
     a.storage
-        .fault_on(&lock_head(&a), Fault::Delay(Duration::from_secs(8)));
+        .fault_on(&lock_write(&a), Fault::Delay(Duration::from_secs(8)));
     let (first, second) = std::thread::scope(|s| {
         let first = s.spawn(|| tick_at(&a, occ));
         // A's reservation is written once its lease step begins.
-        wait_seen(&a, &lock_head(&a));
+        wait_seen(&a, &lock_write(&a));
         let second = tick_at(&b, occ);
         (first.join().unwrap(), second)
     });
@@ -129,13 +130,13 @@ fn a_tick_that_finds_its_own_run_holding_the_lease_leaves_the_run_alone() {
     assert_eq!(tick_at(&a, warm).json["decision"], "ran");
     let occ = warm + 60;
     a.storage
-        .fault_on(&lock_head(&a), Fault::Delay(Duration::from_secs(6)));
+        .fault_on(&lock_write(&a), Fault::Delay(Duration::from_secs(6)));
     // B's job call is slow: it holds the lease well past A's lease step.
     b.webhook
         .set_fault(Some(Fault::Delay(Duration::from_secs(12))));
     let (first, second, during) = std::thread::scope(|s| {
         let first = s.spawn(|| tick_at(&a, occ));
-        wait_seen(&a, &lock_head(&a));
+        wait_seen(&a, &lock_write(&a));
         let second = s.spawn(|| tick_at(&b, occ));
         let first = first.join().unwrap();
         // A answered while B's job call is still under way: the log as it is now.
@@ -274,7 +275,7 @@ fn a_retry_that_finds_its_own_lease_but_no_outcome_is_not_settled() {
                 .then_some(())
         });
         app.storage.fault_on(
-            &format!("PUT /devstoreaccount1/{c}/jobs/{JOB}/lock?comp=lease"),
+            &format!("PUT /devstoreaccount1/{c}/jobs/{JOB}/lock?comp=metadata"),
             Fault::Status(503),
         );
         tick.join().unwrap()
@@ -285,7 +286,9 @@ fn a_retry_that_finds_its_own_lease_but_no_outcome_is_not_settled() {
         app.storage
             .seen()
             .iter()
-            .any(|s| s.describe() == "lease release" && s.fault == Some(Fault::Status(503))),
+            .any(|s| s.path().ends_with("/lock")
+                && s.describe() == "PUT metadata"
+                && s.fault == Some(Fault::Status(503))),
         "the release was not refused"
     );
     assert_eq!(runs_of(&[&app], occurrence), 0);

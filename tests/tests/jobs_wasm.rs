@@ -616,12 +616,12 @@ fn storage_faults_fail_the_tick_and_the_next_occurrence_runs() {
     assert_eq!(skipped.json["reservedBy"], "node-f");
     assert_eq!(won.json["storageRoundTrips"], won_trips);
     assert_eq!(skipped.json["storageRoundTrips"], skipped_trips);
-    // Reserve (1), the log's read (1), the job's lease from the state the log keeps (2: the
-    // acquire and the claim), the outcome `running` on the reservation (1), the log's write
-    // (1), the outcome after the job (1), the log at the ETag its first write left (1), the
-    // release at the ETag the claim left (1); no clean-up listing (the watermark crossed no
-    // multiple of half the retention).
-    assert_eq!(won_trips, 9, "{}", won.text);
+    // Reserve (1), the log's read (1), the job's lease from the state the log keeps (1: a
+    // record and its claim in one write), the outcome `running` on the reservation (1), the
+    // log's write (1), the release at the ETag the acquire left (1), the log at the ETag its
+    // first write left (1), the outcome after the job (1); no clean-up listing (the watermark
+    // crossed no multiple of half the retention).
+    assert_eq!(won_trips, 8, "{}", won.text);
     assert_eq!(skipped_trips, 2, "reserve (refused) + read the reserver");
     println!(
         "tick: winner {won_trips} storage requests in {won_time:?}; other {skipped_trips} in {skipped_time:?}"

@@ -517,21 +517,37 @@ fn unlogged_between(log: &Log, settings: &Settings, after: u64, through: u64) ->
 /// The most occurrences counted between two watermarks.
 pub(crate) const COUNT_MAX: u64 = 10_000;
 
+/// The job's lease as a run's start kept it in the log, and as the run's release left it.
+pub(crate) type LockChange = (leasegate::lease::HeldState, leasegate::lease::HeldState);
+
 /// Records the run's result, its end stamped with the server's clock, and moves the clean-up
 /// watermark up to the retention. `before`: the log as the run's start wrote it ([`append`]),
 /// so that the end reads the log only if something else wrote it during the run. Returns the
 /// log as written, and whether the watermark crossed a multiple of the clean-up stride
 /// ([`Settings::clean_up_stride`]): then the reservations below it are deleted, in one batch,
-/// instead of a listing after every run.
+/// instead of a listing after every run. `lock`: the job's lease as this run's start kept it
+/// and as its release left it; the log keeps the latter in place of the former (never over a
+/// later run's).
 pub(crate) async fn update<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &LogEntry,
-    before: Option<LogWrite>,
+    (before, lock): (Option<LogWrite>, Option<LockChange>),
     now: SystemTime,
 ) -> Result<LogWrite, JobError> {
     let crossed = std::cell::Cell::new(false);
+    let lock = lock.and_then(|(kept, left)| {
+        let json = |held: &leasegate::lease::HeldState| {
+            serde_json::from_str::<serde_json::Value>(&held.to_json()).ok()
+        };
+        Some((json(&kept)?, json(&left)?))
+    });
     let written = change_log_from(blobs, settings, now, before, |log, read_at| {
+        if let Some((kept, left)) = &lock {
+            if log.lock.as_ref() == Some(kept) {
+                log.lock = Some(left.clone());
+            }
+        }
         // The run's own entry (added again if the log lost it: the reservation holds the
         // outcome, the log shows it).
         log.entries

@@ -873,8 +873,10 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             };
         }
     };
-    // 6. Call the job, then record the result on the reservation and in the log (raising the
-    // clean-up watermark), release, settle earlier occurrences and clean up below the watermark.
+    // 6. Call the job, release its lease, then record the result in the log (raising the
+    // clean-up watermark) and on the reservation, settle earlier occurrences and clean up below
+    // the watermark. The release goes first: the log keeps the lease as the release left it
+    // (a record cleared at a new ETag), and the next run acquires from it with one write.
     let result = call_job(job, settings, &entry).await;
     let (status, reason) = match &result {
         Ok(()) => (RunStatus::Succeeded, None),
@@ -882,10 +884,24 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     };
     entry.status = status.clone();
     entry.reason = reason;
+    let left = match &held {
+        Some(held) => match job_locks.release_keeping(&lock_name, held, ctx.now).await {
+            Ok((_, left)) => left,
+            Err(_) => None,
+        },
+        None => None,
+    };
+    let lock_change = kept_lock.zip(left);
     // The log first (a takeover reads it before acting), then the reservation.
-    let finished = update(blobs, settings, &entry, Some(started_log), ctx.now).await;
+    let finished = update(
+        blobs,
+        settings,
+        &entry,
+        (Some(started_log), lock_change),
+        ctx.now,
+    )
+    .await;
     record_result(blobs, &written, &status, &nonce, ctx.now).await;
-    release().await;
     let log = match finished {
         Ok(written) => {
             entry.finished_at = Some(rfc3339(written.date));

@@ -420,17 +420,21 @@ pub(crate) fn term_length(term: Term) -> Duration {
 }
 
 /// The job's lease term: `timeout + 4 x storage_timeout + 10 s`, rounded up to whole seconds
-/// (terms are whole seconds; `storage_timeout_ms = 5100` makes 60.4 s, taken as 61 s).
+/// (terms are whole seconds; `storage_timeout_ms = 5100` makes 60.4 s, taken as 61 s). Always a
+/// lease record, whatever its length: a record is taken with its claim in one write and given
+/// back with another, whose new ETag the run's log keeps for the next run to start from, where
+/// a native lease takes a lease request and a claim's write (docs/protocol.md, "Requests").
 pub fn lease_term(timeout: Duration, storage_timeout: Duration) -> Result<Term, ConfigError> {
     let window = timeout + storage_timeout * 4 + Duration::from_secs(LEASE_MARGIN_SECS);
     let secs = window.as_secs() + u64::from(window.subsec_nanos() > 0);
-    Term::for_window(Duration::from_secs(secs)).map_err(|e| {
-        ConfigError(format!(
+    match Term::for_window(Duration::from_secs(secs)) {
+        Ok(_) => Ok(Term::Record(Duration::from_secs(secs))),
+        Err(e) => Err(ConfigError(format!(
             "variables job_timeout_seconds and storage_timeout_ms: the job's lease term \
              (job_timeout_seconds + 4 x storage_timeout_ms + {LEASE_MARGIN_SECS} s = {secs} s) \
              is not usable: {e}"
-        ))
-    })
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -502,9 +506,10 @@ pub(crate) mod tests {
             lease_term(secs(30), Duration::from_millis(5100)).unwrap(),
             Term::Record(secs(61))
         );
+        // A record however short (one write to take it with its claim).
         assert_eq!(
             lease_term(secs(30), Duration::from_millis(5000)).unwrap(),
-            Term::Native(leasegate::LeaseDuration::Seconds(60))
+            Term::Record(secs(60))
         );
         // Every setting in range gives a usable term (storage_timeout_ms: 100..=60000).
         for t in [1, 30, 3600] {
