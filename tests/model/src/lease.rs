@@ -56,6 +56,10 @@ pub enum Step {
     /// [`KEPT_BLOB`], where every caller reads it (as a job's run keeps its lease in the job's
     /// log).
     Publish,
+    /// Release what it holds, as [`Locks::release_keeping`] does, and write the state its
+    /// release left to [`KEPT_BLOB`] (as a job's run keeps its released record in the log's
+    /// last write).
+    ReleasePublish,
     /// Read [`KEPT_BLOB`] and acquire from the state there, as a new holder
     /// ([`Locks::acquire_from_kept`], dated by the read's `Date`); as [`Step::Acquire`] when
     /// there is none.
@@ -278,6 +282,34 @@ impl LeaseProtocol {
         }
     }
 
+    /// The bound CI checks for a new holder of a lease record that takes it from the state
+    /// the last holder's release left ([`Locks::release_keeping`], as a job's run keeps it in
+    /// its log): a record of 20 s with a fresh id that acquires, publishes its state (live),
+    /// then releases and publishes the state its release left; another with a fresh id that
+    /// reads the published state and acquires from it (whenever it runs: before any publish,
+    /// while the first holds the record, after its release); then the prober. One fault, or
+    /// (`advances`) one clock advance.
+    pub fn bounded_new_record_holder(faults: u8, advances: u8) -> Self {
+        let record = |name, steps| Caller {
+            window: Window::Record(20),
+            ..Caller::fresh_native(name, steps, true)
+        };
+        let mut p = LeaseProtocol::bounded();
+        p.callers = vec![
+            record(
+                "a",
+                vec![Step::Acquire, Step::Publish, Step::ReleasePublish],
+            ),
+            record("b", vec![Step::AcquireKept]),
+            p.callers[3].clone(),
+        ];
+        LeaseProtocol {
+            faults,
+            advances,
+            ..p
+        }
+    }
+
     /// The bound CI checks for a native lock's first holder that claims it in the lock blob's
     /// create (a fresh id, no label): two such callers of a native lease of 15 s race to a
     /// lock blob nobody has created (one acquires and releases, one acquires), then the
@@ -483,6 +515,34 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                     Ok(Release::Released) => io.note(Note::Released),
                     Ok(Release::NotHeld) => io.note(Note::NotHeld),
                     Err(_) => io.note(Note::ReleaseFailed),
+                }
+            }
+            Step::ReleasePublish => {
+                let Some(h) = held.take() else { continue };
+                io.note(Note::Releasing {
+                    id: h.lease_id.to_string(),
+                });
+                let left = match locks.release_keeping(&lock, &h, now).await {
+                    Ok((released, left)) => {
+                        io.note(if released == Release::Released {
+                            Note::Released
+                        } else {
+                            Note::NotHeld
+                        });
+                        left
+                    }
+                    Err(_) => {
+                        io.note(Note::ReleaseFailed);
+                        None
+                    }
+                };
+                if let Some(state) = left {
+                    let put = PutBlob::block(
+                        locks.container().clone(),
+                        BlobName::try_new(KEPT_BLOB).expect("a valid name"),
+                        state.to_json().into_bytes(),
+                    );
+                    let _ = locks.client().execute(&put, now).await;
                 }
             }
         }

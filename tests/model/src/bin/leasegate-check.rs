@@ -101,6 +101,14 @@ fn bounded_checks() -> Vec<Report> {
             LeaseProtocol::bounded_new_holder(0, 1),
         ),
         (
+            "a new record holder from the state a release left, one fault",
+            LeaseProtocol::bounded_new_record_holder(1, 0),
+        ),
+        (
+            "a new record holder from the state a release left, clock advances",
+            LeaseProtocol::bounded_new_record_holder(0, 1),
+        ),
+        (
             "claim protocol, the claim in the first create, one fault",
             LeaseProtocol::bounded_first_create(1, 0),
         ),
