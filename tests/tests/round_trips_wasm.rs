@@ -595,10 +595,12 @@ fn ran_once_then_next_due(app: &App) -> u64 {
 }
 
 /// A job tick that runs (its job's log already there, the previous occurrence in it):
-/// **9** (reserve; the log read; the lease's acquire and claim, from the lease as the previous
-/// run's claim left it, which the log keeps, with no read of the lock blob; the outcome on the
-/// reservation; the log written before the run at its read's ETag, and after it at the ETag its
-/// own write left; the release, at the ETag the claim left), was 13, then 10. Target 8 or fewer. A run whose end moves
+/// **8** (reserve; the log read; the lease, a record taken with its claim in one write from the
+/// lease as the previous run's release left it, which the log keeps, with no read of the lock
+/// blob; the outcome on the reservation; the log written before the run at its read's ETag; the
+/// release, at the ETag the acquire left; the log after the run at the ETag its own write left,
+/// keeping the state the release left; the outcome on the reservation), was 13, then 10, then
+/// 9. Target 8 or fewer. A run whose end moves
 /// the clean-up watermark across a multiple of the clean-up stride (16 periods, at most half
 /// the retention) lists the reservations below it too (+1 a page, and a delete each): the test
 /// runs clear of that.
@@ -606,20 +608,19 @@ fn ran_once_then_next_due(app: &App) -> u64 {
 fn job_tick_that_runs() {
     let app = job("rt-job-run", "node-a", None);
     let o = ran_once_then_next_due(&app);
-    let a = expect_requests(&app, "job tick that runs", 9, || {
+    let a = expect_requests(&app, "job tick that runs", 8, || {
         tick(&app, TIMER_AUTH, None)
     });
     assert_eq!(a.json["decision"], "ran", "{}", a.text);
     assert_eq!(occurrence_of(&a), o + PERIOD, "{}", a.text);
-    says(&a, 9);
+    says(&a, 8);
 }
 
 /// A job tick that runs after someone else took and released the job's lease (an operator, a
-/// deployment of an older version): the lease the log keeps is stale, so the acquire from it
-/// is refused (412) and the lock blob is read: **11**, the 9 above, the refused acquire and the
-/// HEAD (one more than the read-first 10). The
-/// run's token is still the next one after that holder's, and the log keeps the new state: the
-/// next run is 9 again.
+/// deployment of an older version that took a native lease): the lease the log keeps is stale,
+/// so the record's write from it is refused (412) and the lock blob is read: **10**, the 8
+/// above, the refused write and the HEAD. The run's token is still the next one after that
+/// holder's, and the log keeps the new state: the next run is 8 again.
 #[test]
 fn a_job_tick_whose_kept_lease_is_stale_reads_the_lock() {
     let app = job("rt-job-stale", "node-a", None);
@@ -643,7 +644,7 @@ fn a_job_tick_whose_kept_lease_is_stale_reads_the_lock() {
         busy => panic!("the job's lease: {busy:?}"),
     };
     block_on(locks.release_held(&lock, &other, SystemTime::now())).unwrap();
-    let a = expect_requests(&app, "job tick, its kept lease stale", 11, || {
+    let a = expect_requests(&app, "job tick, its kept lease stale", 10, || {
         tick(&app, TIMER_AUTH, None)
     });
     assert_eq!(a.json["decision"], "ran", "{}", a.text);
@@ -655,16 +656,16 @@ fn a_job_tick_whose_kept_lease_is_stale_reads_the_lock() {
         Duration::from_secs(PERIOD + 5),
         || (unix_now() >= o + 2 * PERIOD).then_some(()),
     );
-    let a = expect_requests(&app, "job tick after it", 9, || {
+    let a = expect_requests(&app, "job tick after it", 8, || {
         tick(&app, TIMER_AUTH, None)
     });
     assert_eq!(a.json["decision"], "ran", "{}", a.text);
 }
 
 /// The ticks of a paused job record each occurrence `skipped_paused` and keep the job's lease
-/// in the log as their claim left it, so the next one acquires from it without a read: each
-/// **9** (reserve; the log's read; the acquire and the claim; `running`, then `skipped_paused`
-/// over it; the release; the log read and written with the entry).
+/// in the log as their release left it, so the next one takes it from there without a read:
+/// each **8** (reserve; the log's read; the record and its claim in one write; `running`, then
+/// `skipped_paused` over it; the release; the log read and written with the entry).
 #[test]
 fn the_ticks_of_a_paused_job_keep_the_lease_for_the_next() {
     let app = job("rt-job-paused", "node-a", None);
@@ -680,7 +681,7 @@ fn the_ticks_of_a_paused_job_keep_the_lease_for_the_next() {
         wait_for("the occurrence", Duration::from_secs(PERIOD + 5), || {
             (unix_now() >= o + k * PERIOD).then_some(())
         });
-        let a = expect_requests(&app, "a paused job's tick", 9, || {
+        let a = expect_requests(&app, "a paused job's tick", 8, || {
             tick(&app, TIMER_AUTH, None)
         });
         assert_eq!(a.json["decision"], "paused", "{}", a.text);
@@ -737,7 +738,7 @@ fn job_tick_between_occurrences() {
 
 /// The end of a run writes the log at the ETag its start left, without reading it: a log
 /// written by anyone during the run (here an operator's pause) makes storage refuse that write,
-/// and the end reads the log and writes it again, keeping both: **11** (the 9 above, the
+/// and the end reads the log and writes it again, keeping both: **10** (the 8 above, the
 /// refused write and the read).
 #[test]
 fn a_log_written_during_a_run_is_read_again_and_kept() {
@@ -766,8 +767,8 @@ fn a_log_written_during_a_run_is_read_again_and_kept() {
     assert_eq!(ran.json["decision"], "ran", "{}", ran.text);
     let listed: Vec<String> = seen.iter().map(describe).collect();
     // The pause's own requests (the log's read and write) are counted at the proxy too.
-    assert_eq!(seen.len(), 11 + 2, "{listed:#?}\n{}", ran.text);
-    says(&ran, 11);
+    assert_eq!(seen.len(), 10 + 2, "{listed:#?}\n{}", ran.text);
+    says(&ran, 10);
     let status = call(
         "GET",
         &app.url(&format!("/api/jobs/{JOB}")),

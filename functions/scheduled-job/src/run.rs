@@ -788,13 +788,18 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             }
         },
     };
-    // The holder's own release: at the ETag its claim left, no read first.
+    // The holder's own release: at the ETag its acquire left, no read first. With the lease
+    // as the release left it (a record cleared at a new ETag), for the log to keep: the next
+    // run takes it from there with one write.
     let release = || {
         let (job_locks, lock_name, held) = (&job_locks, &lock_name, &held);
         async move {
-            if let Some(held) = held {
-                let _ = job_locks.release_held(lock_name, held, ctx.now).await;
-            }
+            let held = held.as_ref()?;
+            job_locks
+                .release_keeping(lock_name, held, ctx.now)
+                .await
+                .ok()?
+                .1
         }
     };
     // 4. The outcome "running" on the reservation: the one tick that writes it runs the job.
@@ -852,13 +857,13 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             ));
         }
         Ok(Err(LogRefusal::Paused(paused))) => {
-            release().await;
+            let left = release().await;
             return skip_paused(
                 ctx,
                 blobs,
                 settings,
                 entry,
-                (&written, kept_lock.as_ref()),
+                (&written, left.as_ref().or(kept_lock.as_ref())),
                 &paused,
             )
             .await;
@@ -884,14 +889,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     };
     entry.status = status.clone();
     entry.reason = reason;
-    let left = match &held {
-        Some(held) => match job_locks.release_keeping(&lock_name, held, ctx.now).await {
-            Ok((_, left)) => left,
-            Err(_) => None,
-        },
-        None => None,
-    };
-    let lock_change = kept_lock.zip(left);
+    let lock_change = kept_lock.zip(release().await);
     // The log first (a takeover reads it before acting), then the reservation.
     let finished = update(
         blobs,
@@ -1032,7 +1030,8 @@ async fn record_not_run<S: Transport>(
 
 /// Records an occurrence of a paused job `skipped_paused`: on its reservation (over the outcome
 /// `running` this tick wrote, which called nothing) and in the log, with the job's lease as
-/// this tick's claim left it (`lock`), for the next tick.
+/// this tick's release left it (`lock`; as its acquire left it if the release failed), for the
+/// next tick.
 async fn skip_paused<T, S: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<&S>,
