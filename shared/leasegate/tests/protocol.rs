@@ -930,3 +930,34 @@ fn a_kept_record_still_live_or_of_the_other_term_is_read_first() {
         }
     }
 }
+
+/// Review (issue 34): a kept record of another holder that ran out by the `date` given is read
+/// first, never taken on the caller's word about the time (a clock ahead of storage's would take
+/// a record still live); only a record its holder released is taken from the kept state.
+#[test]
+fn a_kept_record_of_another_holder_that_ran_out_is_read_first() {
+    let record = Term::Record(Duration::from_secs(90));
+    let t = Scripted::new(vec![head("available", "a", &[]), written("b")]);
+    let held = match pollster::block_on(locks(&t).acquire(&name(), record, id(64), server_now())) {
+        Ok(Acquire::Acquired(a)) => a,
+        other => panic!("the holder: {other:?}"),
+    };
+    let kept = held.held_state().expect("an ETag");
+    let expires = held.expires_at.expect("a record expires");
+    // The caller says its clock is past the record's expiry; storage says it is still live.
+    let later = expires + Duration::from_secs(10);
+    let live = record_of(id(64), SERVER_SECS + 90);
+    let t = Scripted::new(vec![head("available", "b", &live)]);
+    let outcome = pollster::block_on(locks(&t).acquire_from_kept(
+        Some((&kept, later)),
+        &name(),
+        record,
+        id(65),
+        IdOrigin::Fresh,
+        "",
+        server_now(),
+    ));
+    let sent = t.sent();
+    assert_eq!(sent[0].method, Method::HEAD, "{sent:#?}");
+    assert!(matches!(outcome, Ok(Acquire::Busy { .. })), "{outcome:?}");
+}

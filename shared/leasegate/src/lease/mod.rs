@@ -500,9 +500,10 @@ impl<T: Transport> Locks<T> {
     /// the one a read would give (busy, whose claim, its time left by the refusal's `Date`),
     /// with no read. The blob written since (412) costs that one refused request, then the
     /// call reads and acquires as [`Locks::acquire_with`] does. A record term starts from a
-    /// record its holder released ([`Locks::release_keeping`] answers that state) or that ran
-    /// out by `date`: one write, the record and its claim, conditional on the kept ETag. A kept
-    /// state of the other term, or a record still live by `date`, reads first.
+    /// record its holder released ([`Locks::release_keeping`] answers that state): one write,
+    /// the record and its claim, conditional on the kept ETag, its expiry from `date` (a
+    /// storage `Date`). A kept state of the other term, or a record that names a holder (live
+    /// or run out), reads first.
     #[allow(clippy::too_many_arguments)]
     pub async fn acquire_from_kept(
         &self,
@@ -516,21 +517,20 @@ impl<T: Transport> Locks<T> {
     ) -> Result<Acquire, Error> {
         // The state kept of the caller's own holding: an extension, which keeps its token
         // ([`Locks::extend_held`] is the one that starts from it).
+        // A record is taken from the kept state only when that state names nobody (its
+        // holder's release left it so): one that names a holder is read first, whether live
+        // (its release may have landed unanswered, and a record is refused without a request
+        // to storage) or run out by `date` (a date ahead of storage's would take it live).
         let usable = |kept: &HeldState| {
-            let native = matches!(term, Term::Native(_));
             !kept.is_held_by(lease_id)
-                && Claim::read(&kept.grant.metadata)
-                    .is_ok_and(|c| matches!(c.kind, Kind::Native(_)) == native)
+                && Claim::read(&kept.grant.metadata).is_ok_and(|c| match term {
+                    Term::Native(_) => matches!(c.kind, Kind::Native(_)),
+                    Term::Record(_) => c.kind == Kind::Record && c.holder.is_none(),
+                })
         };
-        // A record kept live is read first: its holder's release may have landed unanswered,
-        // and a record is refused without a request to storage.
         let seen = kept
             .filter(|(kept, _)| usable(kept))
-            .and_then(|(kept, date)| kept.snapshot(date))
-            .filter(|seen| match (term, seen) {
-                (Term::Record(_), Read::Found(snap)) => snap.live_record().is_none(),
-                _ => true,
-            });
+            .and_then(|(kept, date)| kept.snapshot(date));
         let Some(seen) = seen else {
             return self
                 .acquire_with(lock, term, lease_id, origin, label, now)
