@@ -7,8 +7,8 @@
 //! deployments whose clocks or triggers differ by less than half a period agree on it. The tick
 //! reserves the occurrence (a blob created only if absent), takes the job's lease, writes the
 //! outcome `running` on the reservation by compare-and-swap (the one tick that writes it runs the
-//! job), logs, runs the job with a fencing token and an idempotency key, records the result and
-//! releases. At most once, never twice. The steps, numbered once, and every rule are in
+//! job), logs, runs the job with a fencing token and an idempotency key, releases the lease and
+//! records the result. At most once, never twice. The steps, numbered once, and every rule are in
 //! `docs/timer-functions.md` ("A tick, step by step").
 //!
 //! The modules: `settings` (the job's settings), `error` (its errors and their answers),

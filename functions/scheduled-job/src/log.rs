@@ -85,10 +85,11 @@ pub struct Log {
     /// recorded `skipped_paused`, not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<Paused>,
-    /// The job's lease as the latest run's claim left it ([`leasegate::lease::HeldState`]):
-    /// the next run, which reads the log first, acquires from it without a read of its own
-    /// ([`leasegate::lease::Locks::acquire_from_kept`]). It names that run's lease id, as the
-    /// lock blob's own metadata does; the status answer does not show it.
+    /// The job's lease as the latest run's release left it ([`leasegate::lease::HeldState`];
+    /// as its acquire left it while the run goes on, or if its release failed): the next run,
+    /// which reads the log first, takes it from there without a read of its own
+    /// ([`leasegate::lease::Locks::acquire_from_kept`]). It names the run's lease id while it
+    /// holds, as the lock blob's own metadata does; the status answer does not show it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<serde_json::Value>,
 }
@@ -344,8 +345,8 @@ pub(crate) enum LogRefusal {
 /// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
 /// before the clean-up watermark, or was settled without an entry (recorded missed). Starts
 /// from `known` (the log as this call last read or wrote it) when given. `lock`: the job's
-/// lease as this run's claim left it, kept in the log for the next run. Returns the log as
-/// written.
+/// lease as this run's acquire (or, for a tick that ran nothing, its release) left it, kept
+/// in the log for the next run. Returns the log as written.
 pub(crate) async fn append<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,

@@ -1,6 +1,6 @@
 //! A tick, step by step, numbered as in `docs/timer-functions.md` ("A tick, step by step"):
 //! 1 reserve, 2 refuse an occurrence out of range, 3 skip one settled already or take the
-//! job's lease, 4 write the outcome, 5 log, 6 call the job, then record its result, release,
+//! job's lease, 4 write the outcome, 5 log, 6 call the job, then release, record its result,
 //! settle earlier occurrences left without an outcome and clean up.
 
 use leasegate::lease::{Acquire, Acquired, IdOrigin, Locks};
@@ -170,8 +170,8 @@ pub struct Ask {
     pub name_reserver: bool,
 }
 
-/// Runs one tick: the occurrence due at the trigger time (reserve, lease, log, run, log,
-/// release), then the earlier ones no tick settled (catch up or record them missed), then the
+/// Runs one tick: the occurrence due at the trigger time (reserve, lease, log, run, release,
+/// log), then the earlier ones no tick settled (catch up or record them missed), then the
 /// clean-up.
 pub async fn tick<T: Transport>(
     ctx: &Context<'_, T>,
