@@ -689,6 +689,71 @@ fn the_ticks_of_a_paused_job_keep_the_lease_for_the_next() {
     }
 }
 
+/// Review (issue 34): a paused job's tick writes the log after its release; a run that took the
+/// lease meanwhile (another deployment's run now, which runs while paused) has kept its own
+/// state in the log by then. The paused tick leaves that state alone, so the next run, after the
+/// resume, takes the lease from the state that run's release left: **8** again (it was 10: the
+/// paused tick's older state, refused, then the read).
+#[test]
+fn a_paused_tick_leaves_alone_the_lease_a_run_kept_meanwhile() {
+    let a = job("rt-job-pause-race", "node-a", None);
+    let b = job("rt-job-pause-race", "node-b", Some(a.container.clone()));
+    let o = ran_once_then_next_due(&a);
+    let control = |app: &App, what: &str| {
+        let answer = call(
+            "POST",
+            &app.url(&format!("/api/jobs/{JOB}/{what}")),
+            &[ADMIN_AUTH, ("content-type", "application/json")],
+            b"{}",
+        );
+        assert_eq!(answer.status, 200, "{what}: {}", answer.text);
+    };
+    control(&a, "pause");
+    // node-a's paused tick: each write of its reservation's outcome (`running`, then
+    // `skipped_paused`, after its release and before its log write) waits 2 s at its proxy
+    let c = a.container.as_str();
+    a.storage.fault_on(
+        &format!("{:012}?comp=metadata", o + PERIOD),
+        Fault::Delay(Duration::from_secs(2)),
+    );
+    let lock = format!("/devstoreaccount1/{c}/jobs/{JOB}/lock?comp=metadata");
+    let lock_writes = || {
+        a.storage
+            .seen()
+            .iter()
+            .filter(|r| r.target.contains(&lock))
+            .count()
+    };
+    let before = lock_writes();
+    let (paused, ran) = std::thread::scope(|s| {
+        let paused = s.spawn(|| tick(&a, TIMER_AUTH, None));
+        // Its release is the tick's second write of the lock: node-b runs the job now meanwhile.
+        wait_for("node-a's release", Duration::from_secs(20), || {
+            (lock_writes() >= before + 2).then_some(())
+        });
+        let ran = call(
+            "POST",
+            &b.url(&format!("/api/jobs/{JOB}/run")),
+            &[ADMIN_AUTH],
+            b"",
+        );
+        (paused.join().unwrap(), ran)
+    });
+    a.storage.set_fault(None);
+    assert_eq!(paused.json["decision"], "paused", "{}", paused.text);
+    assert_eq!(ran.json["decision"], "ran", "{}", ran.text);
+    control(&a, "resume");
+    wait_for(
+        "the next occurrence",
+        Duration::from_secs(2 * PERIOD + 5),
+        || (unix_now() >= o + 2 * PERIOD).then_some(()),
+    );
+    let next = expect_requests(&a, "the run after the resume", 8, || {
+        tick(&a, TIMER_AUTH, None)
+    });
+    assert_eq!(next.json["decision"], "ran", "{}", next.text);
+}
+
 /// A tick between two occurrences (the trigger more frequent than the schedule: an hourly job
 /// ticked every minute), on the deployment that ran the occurrence and on another one: **1**
 /// each (the reservation's read; a tick later than the tick tolerance reads before it creates),

@@ -342,6 +342,27 @@ pub(crate) enum LogRefusal {
     Paused(Paused),
 }
 
+/// The job's lease for the log to keep ([`Log::lock`]), for the next run to start from.
+pub(crate) struct KeepLock<'a> {
+    /// The lease as this tick's acquire or release left it.
+    pub(crate) state: &'a leasegate::lease::HeldState,
+    /// Kept only in place of this (the log's `lock` as the tick read it: nobody kept a newer
+    /// state since); `None`: in place of anything (a run's start: its holder is the newest).
+    pub(crate) over: Option<Option<serde_json::Value>>,
+}
+
+impl KeepLock<'_> {
+    /// Keeps the state in `log`, where its rule allows.
+    fn keep(&self, log: &mut Log) {
+        let Ok(state) = serde_json::from_str::<serde_json::Value>(&self.state.to_json()) else {
+            return;
+        };
+        if self.over.as_ref().is_none_or(|over| *over == log.lock) {
+            log.lock = Some(state);
+        }
+    }
+}
+
 /// Adds the run's entry (in place of any entry for its occurrence), unless the occurrence is
 /// before the clean-up watermark, or was settled without an entry (recorded missed). Starts
 /// from `known` (the log as this call last read or wrote it) when given. `lock`: the job's
@@ -351,11 +372,9 @@ pub(crate) async fn append<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &LogEntry,
-    (known, lock): (Option<LogWrite>, Option<&leasegate::lease::HeldState>),
+    (known, lock): (Option<LogWrite>, Option<KeepLock<'_>>),
     now: SystemTime,
 ) -> Result<Result<LogWrite, LogRefusal>, JobError> {
-    let lock: Option<serde_json::Value> =
-        lock.and_then(|held| serde_json::from_str(&held.to_json()).ok());
     change_log_from(blobs, settings, now, known, |log, read_at| {
         if entry.occurrence_unix < log.cleaned_before {
             return Err(LogRefusal::TooOld);
@@ -395,8 +414,8 @@ pub(crate) async fn append<T: Transport>(
             .retain(|e| e.occurrence_unix != entry.occurrence_unix);
         log.entries.push(entry.clone());
         advance_settled(log, settings, entry.occurrence_unix, 0, read_at);
-        if lock.is_some() {
-            log.lock.clone_from(&lock);
+        if let Some(lock) = &lock {
+            lock.keep(log);
         }
         Ok(())
     })
@@ -518,36 +537,24 @@ fn unlogged_between(log: &Log, settings: &Settings, after: u64, through: u64) ->
 /// The most occurrences counted between two watermarks.
 pub(crate) const COUNT_MAX: u64 = 10_000;
 
-/// The job's lease as a run's start kept it in the log, and as the run's release left it.
-pub(crate) type LockChange = (leasegate::lease::HeldState, leasegate::lease::HeldState);
-
 /// Records the run's result, its end stamped with the server's clock, and moves the clean-up
 /// watermark up to the retention. `before`: the log as the run's start wrote it ([`append`]),
 /// so that the end reads the log only if something else wrote it during the run. Returns the
 /// log as written, and whether the watermark crossed a multiple of the clean-up stride
 /// ([`Settings::clean_up_stride`]): then the reservations below it are deleted, in one batch,
-/// instead of a listing after every run. `lock`: the job's lease as this run's start kept it
-/// and as its release left it; the log keeps the latter in place of the former (never over a
-/// later run's).
+/// instead of a listing after every run. `lock`: the job's lease as this run's release left
+/// it, kept in place of the state this run's start kept (never over a later run's).
 pub(crate) async fn update<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &LogEntry,
-    (before, lock): (Option<LogWrite>, Option<LockChange>),
+    (before, lock): (Option<LogWrite>, Option<KeepLock<'_>>),
     now: SystemTime,
 ) -> Result<LogWrite, JobError> {
     let crossed = std::cell::Cell::new(false);
-    let lock = lock.and_then(|(kept, left)| {
-        let json = |held: &leasegate::lease::HeldState| {
-            serde_json::from_str::<serde_json::Value>(&held.to_json()).ok()
-        };
-        Some((json(&kept)?, json(&left)?))
-    });
     let written = change_log_from(blobs, settings, now, before, |log, read_at| {
-        if let Some((kept, left)) = &lock {
-            if log.lock.as_ref() == Some(kept) {
-                log.lock = Some(left.clone());
-            }
+        if let Some(lock) = &lock {
+            lock.keep(log);
         }
         // The run's own entry (added again if the log lost it: the reservation holds the
         // outcome, the log shows it).

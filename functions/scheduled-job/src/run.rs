@@ -18,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::JobError;
 use crate::log::{
-    advance_settled, append, change_log, change_log_from, open, read_log_dated, update, LogEntry,
-    LogRefusal, LogWrite, Paused,
+    advance_settled, append, change_log, change_log_from, open, read_log_dated, update, KeepLock,
+    LogEntry, LogRefusal, LogWrite, Paused,
 };
 use crate::reservation::{
     attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, take_back,
@@ -829,15 +829,12 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     // occurrence below its clean-up watermark. Either refusal, or a storage failure, undoes
     // the outcome: the job was not called, and a later tick decides afresh.
     let kept_lock = held.as_ref().and_then(Acquired::held_state);
-    let started_log = match append(
-        blobs,
-        settings,
-        &entry,
-        (prefetched, kept_lock.as_ref()),
-        ctx.now,
-    )
-    .await
-    {
+    // The job's lease as the log kept it when this tick read it.
+    let read_lock = prefetched.as_ref().map(|p| p.log.lock.clone());
+    let keep = kept_lock
+        .as_ref()
+        .map(|state| KeepLock { state, over: None });
+    let started_log = match append(blobs, settings, &entry, (prefetched, keep), ctx.now).await {
         Ok(Ok(written)) => written,
         // Paused: not run; the outcome becomes `skipped_paused` (over this tick's `running`).
         // A retry is not an occurrence of its own: the previous attempt's `failed` is put back
@@ -857,16 +854,14 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             ));
         }
         Ok(Err(LogRefusal::Paused(paused))) => {
+            // Kept in place of the state this tick acquired from, as read: a run that took the
+            // lease since has kept a newer one.
             let left = release().await;
-            return skip_paused(
-                ctx,
-                blobs,
-                settings,
-                entry,
-                (&written, left.as_ref().or(kept_lock.as_ref())),
-                &paused,
-            )
-            .await;
+            let keep = left.as_ref().or(kept_lock.as_ref()).map(|state| KeepLock {
+                state,
+                over: Some(read_lock.flatten()),
+            });
+            return skip_paused(ctx, blobs, settings, entry, (&written, keep), &paused).await;
         }
         refused => {
             uncommit(blobs, &reservation, &written, ctx.now).await;
@@ -889,16 +884,14 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     };
     entry.status = status.clone();
     entry.reason = reason;
-    let lock_change = kept_lock.zip(release().await);
+    let left = release().await;
+    let started_lock = started_log.log.lock.clone();
+    let keep = left.as_ref().map(|state| KeepLock {
+        state,
+        over: Some(started_lock),
+    });
     // The log first (a takeover reads it before acting), then the reservation.
-    let finished = update(
-        blobs,
-        settings,
-        &entry,
-        (Some(started_log), lock_change),
-        ctx.now,
-    )
-    .await;
+    let finished = update(blobs, settings, &entry, (Some(started_log), keep), ctx.now).await;
     record_result(blobs, &written, &status, &nonce, ctx.now).await;
     let log = match finished {
         Ok(written) => {
@@ -1037,7 +1030,7 @@ async fn skip_paused<T, S: Transport>(
     blobs: &BlobClient<&S>,
     settings: &Settings,
     mut entry: LogEntry,
-    (written, lock): (&Reservation, Option<&leasegate::lease::HeldState>),
+    (written, lock): (&Reservation, Option<KeepLock<'_>>),
     paused: &Paused,
 ) -> Result<(Decision, Option<LogWrite>), JobError> {
     overwrite_outcome(blobs, written, &RunStatus::SkippedPaused, ctx.now).await?;
