@@ -3,8 +3,9 @@
 //! records ([`record`]), on lock blobs kept through a [`BlobClient`].
 //!
 //! **At no moment do two lease ids hold one lock, whatever [`Term`] each caller asks for**:
-//! every call first reads the lock blob (one HEAD), and every grant is conditional on what that
-//! read saw, so storage refuses one that would make a second holder. Every new holder of a lock
+//! every call first reads the lock blob (one HEAD), or starts from the blob as a kept state
+//! says its last write left it ([`HeldState`]), and every grant is conditional on what that
+//! read or state saw (its ETag), so storage refuses one that would make a second holder. Every new holder of a lock
 //! gets a fencing token strictly larger than any before it of that lock (the rule is in
 //! `lease/claim.rs`; tokens are per lock, two locks may issue the same one), and a holder that
 //! extends keeps its own.
