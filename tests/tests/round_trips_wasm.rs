@@ -710,26 +710,24 @@ fn a_paused_tick_leaves_alone_the_lease_a_run_kept_meanwhile() {
     };
     control(&a, "pause");
     // node-a's paused tick: each write of its reservation's outcome (`running`, then
-    // `skipped_paused`, after its release and before its log write) waits 2 s at its proxy
-    let c = a.container.as_str();
-    a.storage.fault_on(
-        &format!("{:012}?comp=metadata", o + PERIOD),
-        Fault::Delay(Duration::from_secs(2)),
-    );
-    let lock = format!("/devstoreaccount1/{c}/jobs/{JOB}/lock?comp=metadata");
-    let lock_writes = || {
+    // `skipped_paused`, sent after its release has answered and before its log write) waits
+    // 1.5 s at its proxy (its storage timeout is 3 s).
+    let outcome = format!("{:012}?comp=metadata", o + PERIOD);
+    a.storage
+        .fault_on(&outcome, Fault::Delay(Duration::from_millis(1500)));
+    let outcome_writes = || {
         a.storage
             .seen()
             .iter()
-            .filter(|r| r.target.contains(&lock))
+            .filter(|r| r.target.contains(&outcome))
             .count()
     };
-    let before = lock_writes();
     let (paused, ran) = std::thread::scope(|s| {
         let paused = s.spawn(|| tick(&a, TIMER_AUTH, None));
-        // Its release is the tick's second write of the lock: node-b runs the job now meanwhile.
-        wait_for("node-a's release", Duration::from_secs(20), || {
-            (lock_writes() >= before + 2).then_some(())
+        // `skipped_paused` arrived (the release has answered): node-b runs the job now while it
+        // waits.
+        wait_for("node-a's skipped_paused", Duration::from_secs(20), || {
+            (outcome_writes() >= 2).then_some(())
         });
         let ran = call(
             "POST",
