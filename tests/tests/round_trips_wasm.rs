@@ -662,6 +662,18 @@ fn a_job_tick_whose_kept_lease_is_stale_reads_the_lock() {
     assert_eq!(a.json["decision"], "ran", "{}", a.text);
 }
 
+/// An operator's `POST /api/jobs/{job}/{what}` (`pause`, `resume`) with an empty JSON body:
+/// 200.
+fn control(app: &App, what: &str) {
+    let answer = call(
+        "POST",
+        &app.url(&format!("/api/jobs/{JOB}/{what}")),
+        &[ADMIN_AUTH, ("content-type", "application/json")],
+        b"{}",
+    );
+    assert_eq!(answer.status, 200, "{what}: {}", answer.text);
+}
+
 /// The ticks of a paused job record each occurrence `skipped_paused` and keep the job's lease
 /// in the log as their release left it, so the next one takes it from there without a read:
 /// each **8** (reserve; the log's read; the record and its claim in one write; `running`, then
@@ -670,13 +682,7 @@ fn a_job_tick_whose_kept_lease_is_stale_reads_the_lock() {
 fn the_ticks_of_a_paused_job_keep_the_lease_for_the_next() {
     let app = job("rt-job-paused", "node-a", None);
     let o = ran_once_then_next_due(&app);
-    let paused = call(
-        "POST",
-        &app.url(&format!("/api/jobs/{JOB}/pause")),
-        &[ADMIN_AUTH, ("content-type", "application/json")],
-        b"{}",
-    );
-    assert_eq!(paused.status, 200, "{}", paused.text);
+    control(&app, "pause");
     for k in 1..=2 {
         wait_for("the occurrence", Duration::from_secs(PERIOD + 5), || {
             (unix_now() >= o + k * PERIOD).then_some(())
@@ -699,15 +705,6 @@ fn a_paused_tick_leaves_alone_the_lease_a_run_kept_meanwhile() {
     let a = job("rt-job-pause-race", "node-a", None);
     let b = job("rt-job-pause-race", "node-b", Some(a.container.clone()));
     let o = ran_once_then_next_due(&a);
-    let control = |app: &App, what: &str| {
-        let answer = call(
-            "POST",
-            &app.url(&format!("/api/jobs/{JOB}/{what}")),
-            &[ADMIN_AUTH, ("content-type", "application/json")],
-            b"{}",
-        );
-        assert_eq!(answer.status, 200, "{what}: {}", answer.text);
-    };
     control(&a, "pause");
     // node-a's paused tick: each write of its reservation's outcome (`running`, then
     // `skipped_paused`, sent after its release has answered and before its log write) waits
