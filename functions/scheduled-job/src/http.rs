@@ -9,12 +9,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::{Instant, SystemTime};
 
+use crate::backfill::{backfill, BACKFILL_LOOK};
 use crate::log::{change_log, read_log, Log, LogWrite, Paused};
-use crate::run::{
-    backfill, run_now, tick, Ask, Decision, TickOutcome, BACKFILL_LOOK, CATCH_UP_RUNS,
-    RUN_NOW_TAKEN,
-};
+use crate::run::{run_now, tick, Ask, Decision, TickOutcome, RUN_NOW_TAKEN};
 use crate::settings::{check_job_name, Settings};
+use crate::walk::CATCH_UP_RUNS;
 use crate::{at, ScheduledJob, MAX_BODY_BYTES};
 use leasegate_spin::timer::TimerFunction;
 

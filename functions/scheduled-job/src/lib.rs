@@ -13,7 +13,9 @@
 //!
 //! The modules: `settings` (the job's settings), `error` (its errors and their answers),
 //! `reservation` (the record of whether an occurrence ran), `log` (the reservation log, a view
-//! of the last 10), `run` (a tick, step by step), `http` (the HTTP API and a tick's answer).
+//! of the last 10), `run` (a tick, step by step), `walk` (after a winning run: the earlier
+//! occurrences no tick settled), `backfill` (a range run on purpose), `http` (the HTTP API and a
+//! tick's answer).
 #![deny(missing_docs)]
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
@@ -28,19 +30,22 @@ use leasegate_spin::config::{ConfigError, Variables};
 use leasegate_spin::timer::{self, Tick, TimerFunction};
 use leasegate_spin::{log_line, Context};
 
+mod backfill;
 mod error;
 mod http;
 mod log;
 mod reservation;
 mod run;
 mod settings;
+mod walk;
 
 pub use error::JobError;
 pub use http::describe;
 pub use log::{read_log, Counters, Log, LogEntry};
 pub use reservation::{occurrence_token, RunStatus};
-pub use run::{idempotency_key, tick, Ask, CatchUpReport, Decision, TickOutcome};
+pub use run::{idempotency_key, tick, Ask, Decision, TickOutcome};
 pub use settings::{check_job_name, lease_term, CatchUp, Overlap, Settings};
+pub use walk::CatchUpReport;
 
 /// Entries the reservation log keeps.
 pub const LOG_ENTRIES: usize = 10;

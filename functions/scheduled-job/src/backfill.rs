@@ -1,0 +1,127 @@
+//! `POST /api/jobs/{job}/backfill`: runs the occurrences of a range that never ran, oldest
+//! first, each at most once, within a call's bounds.
+
+use std::time::Instant;
+
+use leasegate::{Counting, Transport};
+use leasegate_spin::timer::{Source, Tick};
+use leasegate_spin::Context;
+
+use crate::at;
+use crate::error::JobError;
+use crate::log::LogEntry;
+use crate::reservation::{attempt_of, head, outcome_of, Reservation, RunStatus};
+use crate::run::{run_reserved, Decision};
+use crate::settings::Settings;
+use crate::walk::{catch_up_one, CATCH_UP_BUDGET, CATCH_UP_RUNS};
+
+/// The most occurrences one backfill call looks at.
+pub const BACKFILL_LOOK: usize = 200;
+
+/// What a backfill call did.
+#[derive(Debug, Default)]
+pub struct BackfillReport {
+    /// The occurrences it ran, oldest first: their entries.
+    pub ran: Vec<LogEntry>,
+    /// Occurrences in the range that ran already (or are running, or reserved by a tick at
+    /// work): left alone.
+    pub settled: u64,
+    /// Occurrences it looked at.
+    pub looked: u64,
+    /// Where the next call should start (`from`), when the call's bounds stopped it.
+    pub next: Option<u64>,
+    /// Storage requests sent.
+    pub round_trips: u32,
+}
+
+/// `POST /api/jobs/{job}/backfill`: runs the schedule's occurrences from `from` to `to`
+/// (inclusive, Unix seconds) that never ran (nobody reserved them, or they were recorded
+/// `missed`, `skipped_paused` or `skipped_overlap`), oldest first, each at most once (the
+/// reservation's compare-and-swap, as every run), `pastDue`, trigger `backfill`. At most
+/// [`CATCH_UP_RUNS`] runs and [`BACKFILL_LOOK`] occurrences a call, each run begun only if it
+/// can end within [`CATCH_UP_BUDGET`]; [`BackfillReport::next`] says where to continue.
+pub async fn backfill<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    (from, to): (u64, u64),
+    started: Instant,
+) -> Result<BackfillReport, JobError> {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
+    let job = (ctx.connect)(settings.timeout);
+    let blobs = settings.storage.blobs(&counting);
+    let tick = Tick {
+        at: ctx.now,
+        source: Source::Backfill,
+        past_due: true,
+    };
+    let mut report = BackfillReport::default();
+    let mut o = settings.next_occurrence(from.saturating_sub(1));
+    while o <= to {
+        if report.looked as usize == BACKFILL_LOOK
+            || report.ran.len() == CATCH_UP_RUNS
+            || started.elapsed() + settings.timeout > CATCH_UP_BUDGET
+        {
+            report.next = Some(o);
+            break;
+        }
+        report.looked += 1;
+        let blob = settings.reservation(o)?;
+        let (props, date) = head(&blobs, &blob, ctx.now).await?;
+        let entry = match props {
+            None => catch_up_one(ctx, &blobs, &job, settings, &tick, o).await,
+            Some(props) => {
+                // (An attempt above the first means an earlier one ran.)
+                let never_ran = attempt_of(&props.metadata) == 1
+                    && matches!(
+                        outcome_of(&props.metadata),
+                        Some(
+                            RunStatus::Missed
+                                | RunStatus::SkippedPaused
+                                | RunStatus::SkippedOverlap
+                        )
+                    );
+                if never_ran {
+                    let server_now = date.unwrap_or(ctx.now);
+                    let t = props.last_modified.unwrap_or(server_now);
+                    let reservation = Reservation {
+                        blob,
+                        etag: props.etag,
+                        metadata: props.metadata,
+                        created: false,
+                    };
+                    let this = Tick {
+                        at: at(o),
+                        ..tick.clone()
+                    };
+                    match run_reserved(
+                        ctx,
+                        &blobs,
+                        &job,
+                        settings,
+                        &this,
+                        o,
+                        (t, server_now),
+                        reservation,
+                        false,
+                        1,
+                    )
+                    .await?
+                    {
+                        (Decision::Ran { entry } | Decision::JobFailed { entry }, _) => Some(entry),
+                        _ => None,
+                    }
+                } else {
+                    None
+                }
+            }
+        };
+        match entry {
+            Some(entry) => report.ran.push(entry),
+            None => report.settled += 1,
+        }
+        o = settings.next_occurrence(o);
+    }
+    report.round_trips = counting.sent();
+    Ok(report)
+}

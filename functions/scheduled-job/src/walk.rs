@@ -1,0 +1,518 @@
+//! After a winning tick's own run: the earlier occurrences no tick settled (a buffered one run,
+//! the missed ones caught up or recorded `missed`, a vanished reserver's or runner's settled by
+//! the takeover rule), oldest first, within a tick's bounds.
+
+use std::time::Instant;
+
+use leasegate::ops::{Condition, Metadata, PutBlob, WriteOutcome};
+use leasegate::BlobClient;
+use leasegate::Transport;
+use leasegate_spin::timer::Tick;
+use leasegate_spin::web::rfc3339;
+use leasegate_spin::Context;
+use std::time::{Duration, SystemTime};
+
+use crate::error::JobError;
+use crate::log::{advance_settled, change_log, change_log_from, open, LogEntry, LogWrite};
+use crate::reservation::{
+    attempt_of, attempt_token, commit, head, outcome_of, takeover, Commit, Over, Reservation,
+    ReservationBody, RunStatus, Takeover, META_RESERVED_BY, META_TRIGGER,
+};
+use crate::run::{finished_in_log, run_reserved, Decision};
+use crate::settings::{CatchUp, Settings};
+use crate::{at, unix};
+
+/// Earlier occurrences a winning tick looks at at most (each costs a read, and a write when its
+/// reserver left it without an outcome, or a run when it is caught up).
+pub(crate) const SETTLE_MAX: usize = 32;
+
+/// Missed occurrences a tick runs at most (`job_catch_up = all`), one after another.
+pub const CATCH_UP_RUNS: usize = 8;
+
+/// A tick begins a catch-up run only if the run can end (the job's timeout) within this long
+/// of the tick's start: well inside an Azure Functions invocation's default limit (5 minutes)
+/// and an HTTP scheduler's patience.
+pub(crate) const CATCH_UP_BUDGET: Duration = Duration::from_secs(120);
+
+/// What a winning tick did for the occurrences before its own that no tick had settled.
+#[derive(Debug, Default)]
+pub struct CatchUpReport {
+    /// The missed occurrences it ran (`job_catch_up = all`), oldest first: their entries.
+    pub ran: Vec<LogEntry>,
+    /// How many it recorded `missed`.
+    pub missed: u64,
+    /// Whether some are left for the next ticks (its bounds were reached).
+    pub more: bool,
+}
+
+/// Settles the occurrences between the log's `settled_through` and `occurrence` (this tick's,
+/// which it ran) that have no entry in the log, oldest first, at most [`SETTLE_MAX`]:
+/// * one nobody reserved (no deployment ticked it): with `job_catch_up = all` and within
+///   `job_catch_up_window_seconds`, reserved and run now (`pastDue`, at most [`CATCH_UP_RUNS`]
+///   a tick, each begun only if it can end within [`CATCH_UP_BUDGET`]); otherwise recorded
+///   `missed` in the log (the log then refuses any later tick of it);
+/// * a reservation its reserver left without an outcome past its deadline ([`takeover`]):
+///   the outcome `missed` (by the same compare-and-swap as any outcome, so a reserver that
+///   comes back late finds it settled) and an entry in the log;
+/// * one with an outcome: settled as it is.
+///
+/// The first one still within its reserver's deadline (or `running`) stops the walk: a later
+/// winner looks again. Nothing is read when the watermark is at the occurrence before this
+/// one, as it is whenever every occurrence has a winner.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    job: &J,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+    written: &LogWrite,
+    started: Instant,
+) -> CatchUpReport {
+    let mut report = CatchUpReport::default();
+    let log = &written.log;
+    // Whether anything below may have written the log since `written` (a run, a settled
+    // reservation brought in line): then the missed ones are recorded after a read.
+    let mut wrote = false;
+    // A buffered occurrence (`job_overlap = buffer_one`) waited for a run: this one, or one
+    // before it. Run now, `pastDue`.
+    let buffered = log
+        .entries
+        .iter()
+        .filter(|e| e.status == RunStatus::Pending && e.occurrence_unix != occurrence)
+        .map(|e| e.occurrence_unix);
+    for o in buffered.collect::<Vec<_>>() {
+        wrote = true;
+        match run_existing(ctx, blobs, job, settings, tick, o).await {
+            Existing::Ran(entry) => report.ran.push(entry),
+            Existing::NotNow => {}
+            // Its reservation is gone (undone after a lost answer, cleaned up) or says
+            // otherwise: the log's `pending` is brought in line, so it holds nothing.
+            Existing::Other(outcome) => {
+                let _ = change_log(blobs, settings, ctx.now, |log, _| {
+                    for e in log.entries.iter_mut() {
+                        if e.occurrence_unix == o && e.status == RunStatus::Pending {
+                            e.status = outcome.clone().unwrap_or(RunStatus::Missed);
+                            if outcome.is_none() {
+                                e.reason = Some(
+                                    "it was buffered, then its reservation was undone: not run"
+                                        .into(),
+                                );
+                                log.counters.missed += 1;
+                            }
+                        }
+                    }
+                    Ok::<(), ()>(())
+                })
+                .await;
+            }
+        }
+    }
+    let mut candidates = Vec::new();
+    let mut next = settings.next_occurrence(log.settled_through);
+    while log.settled_through != 0 && next < occurrence {
+        if candidates.len() == SETTLE_MAX {
+            report.more = true;
+            break;
+        }
+        let settled = log
+            .entries
+            .iter()
+            .any(|e| e.occurrence_unix == next && !open(e, settings));
+        if next >= log.cleaned_before && !settled {
+            candidates.push(next);
+        }
+        next = settings.next_occurrence(next);
+    }
+    if candidates.is_empty() {
+        return report;
+    }
+    let mut missed = Vec::new();
+    let mut through = 0;
+    for o in candidates {
+        let Ok(blob) = settings.reservation(o) else {
+            break;
+        };
+        let Ok((props, date)) = head(blobs, &blob, ctx.now).await else {
+            break;
+        };
+        let server_now = date.unwrap_or(ctx.now);
+        let Some(props) = props else {
+            // Nobody reserved it. Not due yet by the storage server's clock (give or take the
+            // tick tolerance: a tick this winner ran ahead, an admin's): nothing to say yet.
+            if o + settings.tick_tolerance(at(o)).as_secs() >= unix(server_now) {
+                break;
+            }
+            // No deployment ticked it.
+            let in_window = o + settings.catch_up_window.as_secs() >= unix(server_now);
+            if settings.catch_up == CatchUp::All && in_window {
+                if report.ran.len() == CATCH_UP_RUNS
+                    || started.elapsed() + settings.timeout > CATCH_UP_BUDGET
+                {
+                    report.more = true;
+                    break;
+                }
+                wrote = true;
+                match catch_up_one(ctx, blobs, job, settings, tick, o).await {
+                    Some(entry) => report.ran.push(entry),
+                    None => break,
+                }
+                through = o;
+                continue;
+            }
+            missed.push(LogEntry {
+                occurrence: rfc3339(at(o)),
+                occurrence_unix: o,
+                instance: String::new(),
+                reserved_at: rfc3339(server_now),
+                status: RunStatus::Missed,
+                fencing_token: None,
+                trigger: tick.source.as_str().into(),
+                past_due: false,
+                finished_at: Some(rfc3339(server_now)),
+                reason: Some(if in_window {
+                    format!(
+                        "no deployment ticked it; job_catch_up is {}: recorded by {}",
+                        settings.catch_up.as_str(),
+                        settings.instance_id
+                    )
+                } else {
+                    format!(
+                        "no deployment ticked it and it is older than \
+                         job_catch_up_window_seconds ({} s): recorded by {}",
+                        settings.catch_up_window.as_secs(),
+                        settings.instance_id
+                    )
+                }),
+                attempt: None,
+            });
+            through = o;
+            continue;
+        };
+        // Reserved: the takeover rule says what this winner may do.
+        let reservation = Reservation {
+            blob,
+            etag: props.etag.clone(),
+            metadata: props.metadata.clone(),
+            created: false,
+        };
+        let decided = takeover(&props, server_now, settings, true);
+        if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_)) {
+            wrote = true;
+            match finished_in_log(ctx, blobs, settings, o, &reservation, &props).await {
+                // Its run finished (a result write was lost): brought in line, settled.
+                Ok(true) => {
+                    through = o;
+                    continue;
+                }
+                Ok(false) => {}
+                Err(_) => break,
+            }
+        }
+        match decided {
+            // Settled; or `running` (its runner within its deadline, or its log write on its
+            // way), or reserved and within its reserver's deadline: a later winner looks again.
+            Takeover::No => match outcome_of(&props.metadata) {
+                Some(RunStatus::Running) | None => break,
+                Some(_) => {}
+            },
+            Takeover::Wait(_) => break,
+            Takeover::Settle(status) => {
+                match settle_vanished(
+                    ctx,
+                    blobs,
+                    settings,
+                    tick,
+                    o,
+                    &reservation,
+                    &props,
+                    status,
+                    server_now,
+                )
+                .await
+                {
+                    Ok(Some(entry)) => {
+                        missed.extend((entry.status == RunStatus::Missed).then_some(entry))
+                    }
+                    // Another tick acted first (took it over, settled it): a later winner
+                    // looks again.
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            Takeover::Run { attempt } => {
+                if report.ran.len() == CATCH_UP_RUNS
+                    || started.elapsed() + settings.timeout > CATCH_UP_BUDGET
+                {
+                    report.more = true;
+                    break;
+                }
+                let this = Tick {
+                    at: at(o),
+                    source: tick.source,
+                    past_due: true,
+                };
+                let t = props.last_modified.unwrap_or(server_now);
+                let ran = run_reserved(
+                    ctx,
+                    blobs,
+                    job,
+                    settings,
+                    &this,
+                    o,
+                    (t, server_now),
+                    reservation,
+                    false,
+                    attempt,
+                )
+                .await;
+                let Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) = ran else {
+                    break;
+                };
+                let open = entry.status == RunStatus::Failed && attempt <= settings.retries;
+                report.ran.push(entry);
+                if open {
+                    // Failed again with attempts left: a later winner retries after the delay.
+                    break;
+                }
+            }
+        }
+        through = o;
+    }
+    if through == 0 {
+        return report;
+    }
+    let known = (!wrote).then(|| written.clone());
+    let changed = change_log_from(blobs, settings, ctx.now, known, |log, read_at| {
+        for entry in &missed {
+            // A tick of it logged it meanwhile (its clock behind): it ran, not missed.
+            if !log
+                .entries
+                .iter()
+                .any(|e| e.occurrence_unix == entry.occurrence_unix)
+            {
+                log.entries.push(entry.clone());
+                log.counters.missed += 1;
+            }
+        }
+        advance_settled(log, settings, occurrence, through, read_at);
+        Ok::<(), ()>(())
+    })
+    .await;
+    if let Ok(Ok(_)) = changed {
+        report.missed = missed.len() as u64;
+    }
+    report
+}
+
+/// Settles a reservation without a run (the takeover rule's [`Takeover::Settle`]): `missed` on
+/// one its reserver left without an outcome (recorded in the log by the caller's walk), or
+/// `failed` on a run whose runner vanished with no attempts left (recorded in the log here).
+/// By compare-and-swap: `None` when another tick settled it first.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn settle_vanished<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+    reservation: &Reservation,
+    props: &leasegate::ops::BlobProperties,
+    status: RunStatus,
+    server_now: SystemTime,
+) -> Result<Option<LogEntry>, JobError> {
+    let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
+    let attempt = attempt_of(&props.metadata);
+    let nonce = (ctx.new_lease_id)().to_string();
+    let over = if status == RunStatus::Failed {
+        Over::Attempt(attempt)
+    } else {
+        Over::Nothing
+    };
+    match commit(
+        blobs,
+        reservation,
+        &status,
+        &nonce,
+        None,
+        (attempt, over),
+        ctx.now,
+    )
+    .await?
+    {
+        Commit::Settled(_) => return Ok(None),
+        Commit::Written(_) => {}
+    }
+    let who = reserved_by.as_deref().unwrap_or("unknown");
+    let reason = if status == RunStatus::Missed {
+        format!(
+            "its reserver ({who}) wrote no outcome within {} s; settled by {}",
+            settings.reservation_deadline().as_secs(),
+            settings.instance_id
+        )
+    } else {
+        format!(
+            "its runner ({who}) wrote no outcome within the run's deadline ({} s) of attempt \
+             {attempt}, the last of {} (job_retries = {}): not run again; settled by {}",
+            settings.run_deadline().as_secs(),
+            settings.retries + 1,
+            settings.retries,
+            settings.instance_id
+        )
+    };
+    let entry = LogEntry {
+        occurrence: rfc3339(at(occurrence)),
+        occurrence_unix: occurrence,
+        instance: reserved_by.clone().unwrap_or_default(),
+        reserved_at: rfc3339(props.last_modified.unwrap_or(server_now)),
+        status: status.clone(),
+        fencing_token: (status == RunStatus::Failed)
+            .then(|| attempt_token(occurrence, attempt).ok())
+            .flatten(),
+        trigger: tick.source.as_str().into(),
+        past_due: false,
+        finished_at: Some(rfc3339(server_now)),
+        reason: Some(reason),
+        attempt: (status == RunStatus::Failed).then_some(attempt),
+    };
+    if status == RunStatus::Failed {
+        let _ = change_log(blobs, settings, ctx.now, |log, _| {
+            log.entries.retain(|e| e.occurrence_unix != occurrence);
+            log.entries.push(entry.clone());
+            log.counters.failed += 1;
+            Ok::<(), ()>(())
+        })
+        .await;
+    }
+    Ok(Some(entry))
+}
+
+/// What became of a buffered occurrence [`run_existing`] looked at.
+enum Existing {
+    /// Run: its entry.
+    Ran(LogEntry),
+    /// Not now (the lease busy, storage failed).
+    NotNow,
+    /// Its reservation is gone (`None`) or has this outcome: not buffered any more.
+    Other(Option<RunStatus>),
+}
+
+/// Runs a buffered occurrence (`pending`) if the takeover rule lets this tick, `pastDue`.
+async fn run_existing<T, S: Transport, J: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    job: &J,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+) -> Existing {
+    let Ok(blob) = settings.reservation(occurrence) else {
+        return Existing::NotNow;
+    };
+    let Ok((props, date)) = head(blobs, &blob, ctx.now).await else {
+        return Existing::NotNow;
+    };
+    let Some(props) = props else {
+        return Existing::Other(None);
+    };
+    let outcome = outcome_of(&props.metadata);
+    if outcome != Some(RunStatus::Pending) {
+        return Existing::Other(outcome);
+    }
+    let server_now = date.unwrap_or(ctx.now);
+    let Takeover::Run { attempt } = takeover(&props, server_now, settings, false) else {
+        return Existing::NotNow;
+    };
+    let reservation = Reservation {
+        blob,
+        etag: props.etag.clone(),
+        metadata: props.metadata.clone(),
+        created: false,
+    };
+    let this = Tick {
+        at: at(occurrence),
+        source: tick.source,
+        past_due: true,
+    };
+    let t = props.last_modified.unwrap_or(server_now);
+    let ran = run_reserved(
+        ctx,
+        blobs,
+        job,
+        settings,
+        &this,
+        occurrence,
+        (t, server_now),
+        reservation,
+        false,
+        attempt,
+    )
+    .await;
+    match ran {
+        Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) => Existing::Ran(entry),
+        _ => Existing::NotNow,
+    }
+}
+
+/// Runs one missed occurrence nobody reserved (`job_catch_up = all`): reserves it, then the
+/// steps of any run, `pastDue`. `None`: another tick reserved it meanwhile, or storage failed
+/// (a later winner looks again).
+pub(crate) async fn catch_up_one<T, S: Transport, J: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    job: &J,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+) -> Option<LogEntry> {
+    let blob = settings.reservation(occurrence).ok()?;
+    let mut metadata = Metadata::new();
+    metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
+    metadata.insert(META_TRIGGER.into(), tick.source.as_str().into());
+    let body = ReservationBody {
+        job: settings.job.clone(),
+        occurrence: rfc3339(at(occurrence)),
+        instance: settings.instance_id.clone(),
+    };
+    let body = serde_json::to_vec(&body).expect("a reservation serializes");
+    let put = PutBlob::block(blobs.container().clone(), blob.clone(), body)
+        .with_content_type("application/json")
+        .with_condition(Condition::IfNotExists)
+        .with_metadata(metadata.clone());
+    let (written, date) = blobs.execute(&put, ctx.now).await.ok()?;
+    let WriteOutcome::Written(w) = written else {
+        return None;
+    };
+    let t = w.server_date.or(date).unwrap_or(ctx.now);
+    let reservation = Reservation {
+        blob,
+        etag: w.etag,
+        metadata,
+        created: true,
+    };
+    let this = Tick {
+        at: at(occurrence),
+        source: tick.source,
+        past_due: true,
+    };
+    let (decision, _) = run_reserved(
+        ctx,
+        blobs,
+        job,
+        settings,
+        &this,
+        occurrence,
+        (t, t),
+        reservation,
+        false,
+        1,
+    )
+    .await
+    .ok()?;
+    match decision {
+        Decision::Ran { entry }
+        | Decision::JobFailed { entry }
+        | Decision::Overlapped { entry } => Some(entry),
+        _ => None,
+    }
+}
