@@ -49,3 +49,18 @@ pub fn put(c: &ContainerName, name: &str, body: &[u8], metadata: &[(&str, String
 pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
+
+/// The properties of blob `name` in `app`'s container, read from the storage the app uses,
+/// past its fault proxy (`None`: no such blob).
+pub fn properties(app: &crate::app::App, name: &str) -> Option<leasegate::ops::BlobProperties> {
+    let blobs = BlobClient::new(
+        NativeTransport::default(),
+        app.inspect_account(),
+        app.container.clone(),
+    );
+    let head = leasegate::ops::GetProperties {
+        container: app.container.clone(),
+        blob: BlobName::try_new(name).unwrap(),
+    };
+    block_on(blobs.execute(&head, SystemTime::now())).unwrap().0
+}

@@ -106,6 +106,28 @@ impl Seen {
     }
 }
 
+/// The fault the newest rule matching `line` applies to it, counting the rule's passes and uses.
+/// A rule that lets this request pass (its `skip`) still stands in front of the older ones: the
+/// request gets no fault.
+fn ruled_fault(rules: &mut Rules, line: &str) -> Option<Fault> {
+    let k = rules
+        .iter()
+        .position(|r| r.part.as_ref().is_none_or(|p| line.contains(p.as_str())))?;
+    let rule = &mut rules[k];
+    if rule.skip > 0 {
+        rule.skip -= 1;
+        return None;
+    }
+    let fault = rule.fault.clone();
+    if let Some(left) = rule.times.as_mut() {
+        *left -= 1;
+        if *left == 0 {
+            rules.remove(k);
+        }
+    }
+    Some(fault)
+}
+
 /// How long one connection is served at most, and one read or write may wait.
 const CONNECTION_LIMIT: Duration = Duration::from_secs(300);
 const IO_TIMEOUT: Duration = Duration::from_secs(60);
@@ -115,7 +137,19 @@ const MAX_BODY: usize = 64 << 20;
 /// Connections served at once at most; more are closed unanswered.
 const MAX_CONNECTIONS: usize = 256;
 
-type Rules = Vec<(Option<String>, Fault)>;
+/// The faults set by rule, newest first.
+type Rules = Vec<Rule>;
+
+/// A fault set by rule.
+struct Rule {
+    /// The part of `METHOD target` it matches (`None`: every request).
+    part: Option<String>,
+    fault: Fault,
+    /// Matching requests it lets pass before it applies.
+    skip: usize,
+    /// How many more matching requests it applies to (`None`: all); then it is gone.
+    times: Option<usize>,
+}
 
 struct Shared {
     upstream: SocketAddr,
@@ -268,19 +302,48 @@ impl Proxy {
     pub fn set_fault(&self, fault: Option<Fault>) {
         let mut rules = self.shared.rules.lock().expect("rules");
         rules.clear();
-        if let Some(f) = fault {
-            rules.push((None, f));
+        if let Some(fault) = fault {
+            rules.push(Rule {
+                part: None,
+                fault,
+                skip: 0,
+                times: None,
+            });
         }
     }
 
     /// Applies `fault` to the requests whose `METHOD target` (`PUT /devstoreaccount1/c/b?comp=lease`)
     /// contains `part`. Earlier faults stay; the newest matching one wins.
     pub fn fault_on(&self, part: &str, fault: Fault) {
-        self.shared
-            .rules
-            .lock()
-            .expect("rules")
-            .insert(0, (Some(part.to_string()), fault));
+        self.shared.rules.lock().expect("rules").insert(
+            0,
+            Rule {
+                part: Some(part.to_string()),
+                fault,
+                skip: 0,
+                times: None,
+            },
+        );
+    }
+
+    /// [`Proxy::fault_on`] for the `n`-th matching request from now on only (1: the next):
+    /// a lost answer on one write of a protocol, say, whatever the other writes do. The
+    /// requests before it pass as they would without the rule.
+    pub fn fault_nth(&self, part: &str, fault: Fault, n: usize) {
+        self.shared.rules.lock().expect("rules").insert(
+            0,
+            Rule {
+                part: Some(part.to_string()),
+                fault,
+                skip: n.saturating_sub(1),
+                times: Some(1),
+            },
+        );
+    }
+
+    /// [`Proxy::fault_nth`] for the next matching request.
+    pub fn fault_once(&self, part: &str, fault: Fault) {
+        self.fault_nth(part, fault, 1);
     }
 
     /// Applies faults at random to the requests no [`Proxy::set_fault`] or [`Proxy::fault_on`]
@@ -460,13 +523,7 @@ fn serve<S: ClientStream>(client: S, shared: &Shared) {
         let target = parts.next().unwrap_or("").to_string();
         let fault = {
             let line = format!("{method} {target}");
-            let ruled = shared
-                .rules
-                .lock()
-                .expect("rules")
-                .iter()
-                .find(|(part, _)| part.as_ref().is_none_or(|p| line.contains(p.as_str())))
-                .map(|(_, f)| f.clone());
+            let ruled = ruled_fault(&mut shared.rules.lock().expect("rules"), &line);
             ruled.or_else(|| {
                 let chances = shared.chances.lock().expect("chances");
                 if chances.is_empty() {

@@ -281,6 +281,7 @@ pub(crate) async fn change_log_from<T: Transport, R>(
         trim(&mut log, settings);
         // Strings, integers and booleans in maps and lists: serializing cannot fail.
         let body = serde_json::to_vec_pretty(&log).expect("a reservation log serializes");
+        let sent_at = etag.clone();
         let condition = match etag {
             Some(e) => Condition::IfMatch(e),
             None => Condition::IfNotExists,
@@ -289,8 +290,8 @@ pub(crate) async fn change_log_from<T: Transport, R>(
             .with_content_type("application/json")
             .with_condition(condition);
         let container = blobs.container().clone();
-        match execute_creating_container(blobs, &container, &put, now).await? {
-            (WriteOutcome::Written(w), date) => {
+        match execute_creating_container(blobs, &container, &put, now).await {
+            Ok((WriteOutcome::Written(w), date)) => {
                 return Ok(Ok(LogWrite {
                     date: w.server_date.or(date).unwrap_or(now),
                     log,
@@ -299,13 +300,57 @@ pub(crate) async fn change_log_from<T: Transport, R>(
                     answered: Instant::now(),
                 }))
             }
-            (WriteOutcome::Refused(_), _) => continue,
+            Ok((WriteOutcome::Refused(_), _)) => continue,
+            Err(e) if e.outcome_unknown() => {
+                match read_back(blobs, settings, &log, sent_at, now).await {
+                    ReadBack::Landed(written) => return Ok(Ok(written)),
+                    // Not written: the change is made again on the log as read.
+                    ReadBack::NotLanded(start) => known = Some(start),
+                    ReadBack::Unknown => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
         }
     }
     Err(JobError::Contended(format!(
         "the reservation log of job {} kept changing: gave up after {LOG_ATTEMPTS} tries",
         settings.job
     )))
+}
+
+/// What a read after a write whose answer was lost (or a 5xx) tells of it.
+enum ReadBack {
+    /// The log holds what the write wrote: it landed (or someone wrote the same), as read.
+    Landed(LogWrite),
+    /// The log is as the write found it (the ETag it was sent at; no log, for a create): it did
+    /// not land. The log as read, to change again.
+    NotLanded((Log, Option<leasegate::ETag>, SystemTime)),
+    /// The log changed since, to something else (or the read failed): whether the write landed
+    /// before that is not known.
+    Unknown,
+}
+
+/// Reads the log after a write of `written` at `sent_at` (`None`: a create) lost its answer:
+/// one request, on that rare path, so that a lost answer to any write of the log is known for
+/// what it was instead of failing the call (a tick that wrote its run's start and then gave up
+/// would leave the log saying `running` for a run that never happens).
+async fn read_back<T: Transport>(
+    blobs: &BlobClient<T>,
+    settings: &Settings,
+    written: &Log,
+    sent_at: Option<leasegate::ETag>,
+    now: SystemTime,
+) -> ReadBack {
+    let Ok((log, etag, read_at)) = read_log(blobs, settings, now).await else {
+        return ReadBack::Unknown;
+    };
+    if etag.is_some() && log == *written {
+        return ReadBack::Landed(LogWrite::read(log, etag, read_at));
+    }
+    if etag == sent_at {
+        return ReadBack::NotLanded((log, etag, read_at));
+    }
+    ReadBack::Unknown
 }
 
 /// Keeps the last [`LOG_ENTRIES`] entries (newest first), and any older one still open (a run

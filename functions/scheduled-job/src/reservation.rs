@@ -3,10 +3,12 @@
 //! its deadline; reservations older than the retention are deleted.
 
 use leasegate::ops::{
-    Condition, DeleteBlob, GetProperties, ListBlobs, Metadata, SetMetadata, WriteOutcome,
+    Condition, DeleteBlob, GetProperties, ListBlobs, Metadata, PutBlob, SetMetadata, WriteOutcome,
 };
 use leasegate::BlobClient;
 use leasegate::{BlobName, Transport};
+use leasegate_spin::storage::execute_creating_container;
+use leasegate_spin::web::rfc3339;
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
@@ -18,6 +20,10 @@ use crate::settings::Settings;
 pub(crate) const META_RESERVED_BY: &str = "leasegate_reserved_by";
 
 pub(crate) const META_TRIGGER: &str = "leasegate_trigger";
+
+/// Reservation metadata: a nonce of the tick that created the reservation, to recognise its own
+/// create after a lost answer.
+pub(crate) const META_RESERVE_TICK: &str = "leasegate_reserve_tick";
 
 /// Reservation metadata: the occurrence's outcome (`running`, `succeeded`, `failed`,
 /// `skipped_overlap`), written by compare-and-swap before the job is called: the one record
@@ -173,6 +179,77 @@ pub(crate) fn takeover(
 /// The occurrence a job's lease label names (`{instance} {occurrence}`).
 pub(crate) fn label_occurrence(label: &str) -> Option<u64> {
     label.rsplit(' ').next()?.parse().ok()
+}
+
+/// What creating an occurrence's reservation came to.
+pub(crate) enum Reserved {
+    /// This tick created it: the reservation as written, and the storage server's time of the
+    /// write.
+    Created(Reservation, SystemTime),
+    /// It exists already (another tick's).
+    Exists,
+}
+
+/// Creates the reservation of `occurrence` (`If-None-Match: *`; the container too, if it is
+/// missing), reserved by this instance for a tick from `trigger`. A create whose answer is lost
+/// (or a 5xx) is read back, one request on that path: the tick's `nonce` in the metadata says
+/// whether the reservation there is its own, so the tick goes on with it instead of leaving it
+/// to the takeover rule.
+pub(crate) async fn reserve<T: Transport>(
+    blobs: &BlobClient<T>,
+    settings: &Settings,
+    occurrence: u64,
+    trigger: &str,
+    nonce: &str,
+    now: SystemTime,
+) -> Result<Reserved, JobError> {
+    let blob = settings.reservation(occurrence)?;
+    let mut metadata = Metadata::new();
+    metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
+    metadata.insert(META_TRIGGER.into(), trigger.into());
+    metadata.insert(META_RESERVE_TICK.into(), nonce.into());
+    let body = ReservationBody {
+        job: settings.job.clone(),
+        occurrence: rfc3339(crate::at(occurrence)),
+        instance: settings.instance_id.clone(),
+    };
+    // Three strings: serializing cannot fail.
+    let body = serde_json::to_vec(&body).expect("a reservation serializes");
+    let container = blobs.container().clone();
+    let put = PutBlob::block(container.clone(), blob.clone(), body)
+        .with_content_type("application/json")
+        .with_condition(Condition::IfNotExists)
+        .with_metadata(metadata.clone());
+    let reservation = |etag| Reservation {
+        blob: blob.clone(),
+        etag,
+        metadata: metadata.clone(),
+        created: true,
+    };
+    match execute_creating_container(blobs, &container, &put, now).await {
+        Ok((WriteOutcome::Written(w), date)) => Ok(Reserved::Created(
+            reservation(w.etag),
+            w.server_date.or(date).unwrap_or(now),
+        )),
+        Ok((WriteOutcome::Refused(_), _)) => Ok(Reserved::Exists),
+        Err(e) if e.outcome_unknown() => match head(blobs, &blob, now).await {
+            Ok((Some(p), date))
+                if p.metadata.get(META_RESERVE_TICK).map(String::as_str) == Some(nonce) =>
+            {
+                let at = p.last_modified.or(date).unwrap_or(now);
+                Ok(Reserved::Created(
+                    Reservation {
+                        metadata: p.metadata,
+                        ..reservation(p.etag)
+                    },
+                    at,
+                ))
+            }
+            Ok((Some(_), _)) => Ok(Reserved::Exists),
+            _ => Err(e.into()),
+        },
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// One HEAD of a reservation.
@@ -396,10 +473,29 @@ pub(crate) async fn commit<T: Transport>(
     )))
 }
 
-/// Undoes this tick's outcome before the job was called (the log refused the occurrence, or
-/// storage failed): a reservation this tick created is deleted, an older one gets its metadata
-/// back, so a later tick decides afresh. Best effort.
+/// Undoes this tick's outcome before the job was called, where the log did not take the run
+/// (it refused the occurrence): a reservation this tick created is deleted, an older one gets
+/// its metadata back, so a later tick decides afresh. Best effort.
 pub(crate) async fn uncommit<T: Transport>(
+    blobs: &BlobClient<T>,
+    original: &Reservation,
+    written: &Reservation,
+    now: SystemTime,
+) {
+    if original.created {
+        take_back(blobs, written, now).await;
+        return;
+    }
+    restore(blobs, original, written, now).await;
+}
+
+/// Undoes this tick's outcome before the job was called where the log may say the run started
+/// (its write failed, its effect unknown): the reservation's metadata as before the outcome, at
+/// the ETag the outcome left, also for one this tick created. Never deleted: the reservation
+/// is the evidence that the occurrence was reserved and not run, and the takeover rule settles
+/// it (a retry of this instance's resumes it; after its deadline, a tick naming it runs it and a
+/// later winner records it `missed`, the log's `running` entry with it). Best effort.
+pub(crate) async fn restore<T: Transport>(
     blobs: &BlobClient<T>,
     original: &Reservation,
     written: &Reservation,
@@ -408,10 +504,6 @@ pub(crate) async fn uncommit<T: Transport>(
     let Some(etag) = written.etag.clone() else {
         return;
     };
-    if original.created {
-        take_back(blobs, written, now).await;
-        return;
-    }
     let write = SetMetadata {
         container: blobs.container().clone(),
         blob: original.blob.clone(),

@@ -4,11 +4,10 @@
 //! settle earlier occurrences left without an outcome and clean up.
 
 use leasegate::lease::{Acquire, Acquired, IdOrigin, Locks};
-use leasegate::ops::{BlobProperties, Condition, Metadata, PutBlob, SetMetadata, WriteOutcome};
+use leasegate::ops::{BlobProperties, Condition, SetMetadata, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
 use leasegate_spin::cache::{self, Cache};
-use leasegate_spin::storage::execute_creating_container;
 use leasegate_spin::timer::{Source, Tick};
 use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::Context;
@@ -21,9 +20,9 @@ use crate::log::{
     append, read_log_dated, update, KeepLock, LogEntry, LogRefusal, LogWrite, Paused,
 };
 use crate::reservation::{
-    attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, take_back,
-    takeover, uncommit, Commit, Over, Reservation, ReservationBody, RunStatus, Takeover,
-    META_RESERVED_BY, META_RUN, META_RUN_TICK, META_TRIGGER,
+    attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, reserve,
+    restore, take_back, takeover, uncommit, Commit, Over, Reservation, Reserved, RunStatus,
+    Takeover, META_RESERVED_BY, META_RUN, META_RUN_TICK,
 };
 use crate::settings::{term_length, CatchUp, Overlap, Settings};
 use crate::walk::{settle_earlier, settle_vanished, CatchUpReport};
@@ -277,20 +276,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     let blobs = BlobClient::new(storage, s.account.clone(), s.container.clone());
     let blob = settings.reservation(occurrence)?;
     // 1. Reserve.
-    let mut metadata = Metadata::new();
-    metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
-    metadata.insert(META_TRIGGER.into(), tick.source.as_str().into());
-    let body = ReservationBody {
-        job: settings.job.clone(),
-        occurrence: rfc3339(at(occurrence)),
-        instance: settings.instance_id.clone(),
-    };
-    // Three strings: serializing cannot fail.
-    let body = serde_json::to_vec(&body).expect("a reservation serializes");
-    let put = PutBlob::block(s.container.clone(), blob.clone(), body)
-        .with_content_type("application/json")
-        .with_condition(Condition::IfNotExists)
-        .with_metadata(metadata.clone());
+    let nonce = (ctx.new_lease_id)().to_string();
     // A tick later than the tick tolerance names an occurrence that is most likely reserved
     // already (every tick between two occurrences, when the trigger is more frequent than the
     // schedule): its reservation is read first, one request where a refused create and the
@@ -307,11 +293,20 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     };
     let reserved = match found {
         Some(found) => Reserve::Found(Box::new(found)),
-        None => match execute_creating_container(&blobs, &s.container, &put, ctx.now).await? {
-            (WriteOutcome::Written(w), date) => Reserve::Created(w, date),
+        None => match reserve(
+            &blobs,
+            settings,
+            occurrence,
+            tick.source.as_str(),
+            &nonce,
+            ctx.now,
+        )
+        .await?
+        {
+            Reserved::Created(r, at) => Reserve::Created(r, at),
             // A run now is an occurrence of its own: one that exists (a scheduled one at this
             // second, another run now) is not touched.
-            (WriteOutcome::Refused(_), _) if fresh_only => {
+            Reserved::Exists if fresh_only => {
                 return Ok((
                     Decision::Skipped {
                         reserved_by: None,
@@ -324,7 +319,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             // of this one. Its reservation is read only when the read could change the answer
             // (a takeover the tick tolerance leaves room for, an operator's tick) or the caller
             // asked who reserved it; otherwise the refused create is the tick's one request.
-            (WriteOutcome::Refused(_), _)
+            Reserved::Exists
                 if !read_when_reserved(settings, tick, name_reserver)
                     && !failed_here(ctx.cache, settings, occurrence) =>
             {
@@ -336,23 +331,12 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
                     None,
                 ))
             }
-            (WriteOutcome::Refused(_), _) => {
-                Reserve::Found(Box::new(head(&blobs, &blob, ctx.now).await?))
-            }
+            Reserved::Exists => Reserve::Found(Box::new(head(&blobs, &blob, ctx.now).await?)),
         },
     };
     let mut attempt = 1;
     let (reserved_at, server_now, reservation) = match reserved {
-        Reserve::Created(w, date) => {
-            let t = w.server_date.or(date).unwrap_or(ctx.now);
-            let r = Reservation {
-                blob,
-                etag: w.etag,
-                metadata,
-                created: true,
-            };
-            (t, t, r)
-        }
+        Reserve::Created(r, t) => (t, t, r),
         Reserve::Found(found) => {
             let (props, date) = *found;
             let props = props.unwrap_or_default();
@@ -521,8 +505,8 @@ fn failed_here(cache: &dyn Cache, settings: &Settings, occurrence: u64) -> bool 
 
 /// How [`run_tick`] found the occurrence's reservation.
 enum Reserve {
-    /// This tick created it: the write, and the answer's `Date`.
-    Created(leasegate::ops::Written, Option<SystemTime>),
+    /// This tick created it: as written, and the storage server's time of the write.
+    Created(Reservation, SystemTime),
     /// It exists (its properties as read, `None` if it vanished since the create was refused),
     /// and the read's `Date`.
     Found(Box<(Option<BlobProperties>, Option<SystemTime>)>),
@@ -654,21 +638,27 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     let kept = prefetched
         .as_ref()
         .and_then(|p| Some((p.kept_lock()?, dated?)));
+    let take = |kept| {
+        job_locks.acquire_from_kept(
+            kept,
+            &lock_name,
+            settings.lease_term,
+            lease_id,
+            IdOrigin::Fresh,
+            &label,
+            ctx.now,
+        )
+    };
     let acquired = match settings.overlap {
         Overlap::Allow => None,
-        Overlap::Skip | Overlap::BufferOne => Some(
-            job_locks
-                .acquire_from_kept(
-                    kept.as_ref().map(|(kept, date)| (kept, *date)),
-                    &lock_name,
-                    settings.lease_term,
-                    lease_id,
-                    IdOrigin::Fresh,
-                    &label,
-                    ctx.now,
-                )
-                .await,
-        ),
+        Overlap::Skip | Overlap::BufferOne => {
+            match take(kept.as_ref().map(|(kept, date)| (kept, *date))).await {
+                // A lost answer or a 5xx: the core gave back what storage may have granted (a
+                // fresh id's rule); taken once more, from a read, before the tick gives up.
+                Err(e) if e.outcome_unknown() => Some(take(None).await),
+                taken => Some(taken),
+            }
+        }
     };
     let held = match acquired {
         None => None,
@@ -840,14 +830,18 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             });
             return skip_paused(ctx, blobs, settings, entry, (&written, keep), &paused).await;
         }
-        refused => {
+        // Storage failed and the log may hold the run's start (a lost answer the read back
+        // could not settle): the reservation is put back as it was before the outcome, never
+        // deleted, for the takeover rule to settle with the log.
+        Err(e) => {
+            restore(blobs, &reservation, &written, ctx.now).await;
+            release().await;
+            return Err(e);
+        }
+        Ok(Err(refusal)) => {
             uncommit(blobs, &reservation, &written, ctx.now).await;
             release().await;
-            return match refused {
-                Err(e) => Err(e),
-                Ok(Ok(_)) => unreachable!("matched above"),
-                Ok(Err(refusal)) => Ok((refused_by_log(settings, refusal), None)),
-            };
+            return Ok((refused_by_log(settings, refusal), None));
         }
     };
     // 6. Call the job, release its lease, then record the result in the log (raising the

@@ -4,7 +4,6 @@
 
 use std::time::Instant;
 
-use leasegate::ops::{Condition, Metadata, PutBlob, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::Transport;
 use leasegate_spin::timer::Tick;
@@ -15,8 +14,8 @@ use std::time::{Duration, SystemTime};
 use crate::error::JobError;
 use crate::log::{advance_settled, change_log, change_log_from, open, LogEntry, LogWrite};
 use crate::reservation::{
-    attempt_of, attempt_token, commit, head, outcome_of, takeover, Commit, Over, Reservation,
-    ReservationBody, RunStatus, Takeover, META_RESERVED_BY, META_TRIGGER,
+    attempt_of, attempt_token, commit, head, outcome_of, reserve, takeover, Commit, Over,
+    Reservation, Reserved, RunStatus, Takeover, META_RESERVED_BY,
 };
 use crate::run::{finished_in_log, run_reserved, Decision};
 use crate::settings::{CatchUp, Settings};
@@ -43,6 +42,42 @@ pub struct CatchUpReport {
     pub missed: u64,
     /// Whether some are left for the next ticks (its bounds were reached).
     pub more: bool,
+}
+
+/// An occurrence the walk settled `missed`, for the log.
+struct Missed {
+    /// Its entry.
+    entry: LogEntry,
+    /// The walk wrote `missed` on its reservation (the compare-and-swap of every outcome): a
+    /// `running` or `pending` entry of it in the log is stale (its tick undid its outcome, or
+    /// vanished before the job) and is replaced.
+    settled: bool,
+    /// Nobody reserved it; the log's entry for it when the walk looked: a `running` one still
+    /// the same (no tick logged it since) is stale too.
+    seen: Option<LogEntry>,
+}
+
+impl Missed {
+    /// Records it in `log` (the log as read for the change); whether it did. An entry a tick
+    /// wrote meanwhile (its clock behind: it ran) is left.
+    fn record(&self, log: &mut crate::log::Log) -> bool {
+        let o = self.entry.occurrence_unix;
+        match log.entries.iter().position(|e| e.occurrence_unix == o) {
+            None => {
+                log.entries.push(self.entry.clone());
+                true
+            }
+            Some(k) => {
+                let e = &log.entries[k];
+                let open = matches!(e.status, RunStatus::Running | RunStatus::Pending);
+                let stale = open && (self.settled || self.seen.as_ref() == Some(e));
+                if stale {
+                    log.entries[k] = self.entry.clone();
+                }
+                stale
+            }
+        }
+    }
 }
 
 /// Settles the occurrences between the log's `settled_through` and `occurrence` (this tick's,
@@ -161,31 +196,39 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
                 through = o;
                 continue;
             }
-            missed.push(LogEntry {
-                occurrence: rfc3339(at(o)),
-                occurrence_unix: o,
-                instance: String::new(),
-                reserved_at: rfc3339(server_now),
-                status: RunStatus::Missed,
-                fencing_token: None,
-                trigger: tick.source.as_str().into(),
-                past_due: false,
-                finished_at: Some(rfc3339(server_now)),
-                reason: Some(if in_window {
-                    format!(
-                        "no deployment ticked it; job_catch_up is {}: recorded by {}",
-                        settings.catch_up.as_str(),
-                        settings.instance_id
-                    )
-                } else {
-                    format!(
-                        "no deployment ticked it and it is older than \
+            // A `running` entry in the log with no reservation: a run's start that a tick of an
+            // older version logged before it deleted the reservation (its first log write's
+            // answer lost). Replaced below if still as seen.
+            let seen = log.entries.iter().find(|e| e.occurrence_unix == o).cloned();
+            missed.push(Missed {
+                seen,
+                settled: false,
+                entry: LogEntry {
+                    occurrence: rfc3339(at(o)),
+                    occurrence_unix: o,
+                    instance: String::new(),
+                    reserved_at: rfc3339(server_now),
+                    status: RunStatus::Missed,
+                    fencing_token: None,
+                    trigger: tick.source.as_str().into(),
+                    past_due: false,
+                    finished_at: Some(rfc3339(server_now)),
+                    reason: Some(if in_window {
+                        format!(
+                            "no deployment ticked it; job_catch_up is {}: recorded by {}",
+                            settings.catch_up.as_str(),
+                            settings.instance_id
+                        )
+                    } else {
+                        format!(
+                            "no deployment ticked it and it is older than \
                          job_catch_up_window_seconds ({} s): recorded by {}",
-                        settings.catch_up_window.as_secs(),
-                        settings.instance_id
-                    )
-                }),
-                attempt: None,
+                            settings.catch_up_window.as_secs(),
+                            settings.instance_id
+                        )
+                    }),
+                    attempt: None,
+                },
             });
             through = o;
             continue;
@@ -233,7 +276,11 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
                 .await
                 {
                     Ok(Some(entry)) => {
-                        missed.extend((entry.status == RunStatus::Missed).then_some(entry))
+                        missed.extend((entry.status == RunStatus::Missed).then_some(Missed {
+                            seen: None,
+                            settled: true,
+                            entry,
+                        }))
                     }
                     // Another tick acted first (took it over, settled it): a later winner
                     // looks again.
@@ -284,14 +331,8 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
     }
     let known = (!wrote).then(|| written.clone());
     let changed = change_log_from(blobs, settings, ctx.now, known, |log, read_at| {
-        for entry in &missed {
-            // A tick of it logged it meanwhile (its clock behind): it ran, not missed.
-            if !log
-                .entries
-                .iter()
-                .any(|e| e.occurrence_unix == entry.occurrence_unix)
-            {
-                log.entries.push(entry.clone());
+        for m in &missed {
+            if m.record(log) {
                 log.counters.missed += 1;
             }
         }
@@ -465,30 +506,17 @@ pub(crate) async fn catch_up_one<T, S: Transport, J: Transport>(
     tick: &Tick,
     occurrence: u64,
 ) -> Option<LogEntry> {
-    let blob = settings.reservation(occurrence).ok()?;
-    let mut metadata = Metadata::new();
-    metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
-    metadata.insert(META_TRIGGER.into(), tick.source.as_str().into());
-    let body = ReservationBody {
-        job: settings.job.clone(),
-        occurrence: rfc3339(at(occurrence)),
-        instance: settings.instance_id.clone(),
-    };
-    let body = serde_json::to_vec(&body).expect("a reservation serializes");
-    let put = PutBlob::block(blobs.container().clone(), blob.clone(), body)
-        .with_content_type("application/json")
-        .with_condition(Condition::IfNotExists)
-        .with_metadata(metadata.clone());
-    let (written, date) = blobs.execute(&put, ctx.now).await.ok()?;
-    let WriteOutcome::Written(w) = written else {
+    let nonce = (ctx.new_lease_id)().to_string();
+    let reserved = reserve(
+        blobs,
+        settings,
+        occurrence,
+        tick.source.as_str(),
+        &nonce,
+        ctx.now,
+    );
+    let Reserved::Created(reservation, t) = reserved.await.ok()? else {
         return None;
-    };
-    let t = w.server_date.or(date).unwrap_or(ctx.now);
-    let reservation = Reservation {
-        blob,
-        etag: w.etag,
-        metadata,
-        created: true,
     };
     let this = Tick {
         at: at(occurrence),

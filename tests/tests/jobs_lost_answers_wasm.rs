@@ -1,0 +1,113 @@
+//! scheduled-job, as release `.wasm` served by the real `spin up`: a lost answer on any one of
+//! a winning tick's storage writes (the answer dropped at the proxy after storage applied the
+//! write) loses nothing and runs nothing twice. Each write in turn, on an occurrence of its
+//! own, ticked on time with the tick token as a scheduler ticks (no retry of a failed tick):
+//! the occurrence's job is called once, and its reservation and its log entry both say
+//! `succeeded`, read back.
+
+use std::time::Duration;
+
+use leasegate_tests::app::{App, TIMER_AUTH};
+use leasegate_tests::jobs::{early_in_a_period, log_entry, runs, tick, JOB};
+use leasegate_tests::proxy::Fault;
+
+/// A per-3-second job: each case takes one occurrence, and the next two settle what it left.
+const PERIOD: u64 = 3;
+
+fn start() -> App {
+    App::start(
+        "lostans",
+        &[
+            ("instance_id", "node-l"),
+            ("job_period_seconds", "3"),
+            ("job_timeout_seconds", "2"),
+            ("storage_timeout_ms", "2000"),
+        ],
+    )
+}
+
+/// The `METHOD target` part of each write of a winning tick of `occurrence`, and which of the
+/// tick's requests matching it is the write (1: the first).
+fn writes(app: &App, occurrence: u64) -> Vec<(&'static str, String, usize)> {
+    let c = app.container.as_str();
+    let reservation = format!("PUT /devstoreaccount1/{c}/jobs/{JOB}/occurrences/{occurrence:012}");
+    let outcome = format!("{reservation}?comp=metadata");
+    let lock = format!("PUT /devstoreaccount1/{c}/jobs/{JOB}/lock");
+    let log = format!("PUT /devstoreaccount1/{c}/jobs/{JOB}/log.json");
+    vec![
+        ("the reservation's create", reservation, 1),
+        ("the job's lease", lock.clone(), 1),
+        ("the outcome running", outcome.clone(), 1),
+        ("the log's first write", log.clone(), 1),
+        ("the lease's release", lock, 2),
+        ("the log's last write", log, 2),
+        ("the outcome succeeded", outcome, 2),
+    ]
+}
+
+/// The reservation's outcome (`leasegate_run`), `None` without a reservation or an outcome.
+fn outcome_of(app: &App, occurrence: u64) -> Option<String> {
+    let blob = format!("jobs/{JOB}/occurrences/{occurrence:012}");
+    let props = leasegate_tests::blobs::properties(app, &blob)?;
+    props.metadata.get("leasegate_run").cloned()
+}
+
+/// Waits for the start of a period after `last`'s; returns its occurrence.
+fn next_occurrence(last: u64) -> u64 {
+    loop {
+        let o = early_in_a_period(PERIOD, 400);
+        if o > last {
+            return o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_lost_answer_on_any_write_of_a_tick_runs_the_occurrence_once() {
+    let app = start();
+    // The container, the lock blob and the log exist, as for any job that has run.
+    let mut last = next_occurrence(0);
+    let warm = tick(&app, TIMER_AUTH, None);
+    assert_eq!(warm.json["decision"], "ran", "{}", warm.text);
+    let mut cases = Vec::new();
+    for k in 0..writes(&app, 0).len() {
+        let occurrence = next_occurrence(last);
+        last = occurrence;
+        let (what, part, nth) = writes(&app, occurrence).swap_remove(k);
+        app.storage.fault_nth(&part, Fault::LoseAnswer, nth);
+        let answer = tick(&app, TIMER_AUTH, None);
+        app.storage.set_fault(None);
+        eprintln!("{what}: {} {}", answer.status, answer.text);
+        cases.push((what, occurrence));
+    }
+    let lost = app
+        .storage
+        .faults_applied()
+        .iter()
+        .find(|(f, _)| *f == Fault::LoseAnswer)
+        .map(|(_, n)| *n);
+    assert_eq!(lost, Some(cases.len()), "every case lost one answer");
+    // Two more occurrences: their winners settle what the cases left.
+    for _ in 0..2 {
+        last = next_occurrence(last);
+        let a = tick(&app, TIMER_AUTH, None);
+        assert_eq!(a.status, 200, "{}", a.text);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let runs = runs(&[&app]);
+    let mut wrong = Vec::new();
+    for (what, occurrence) in &cases {
+        let calls = runs.get(occurrence).copied().unwrap_or(0);
+        let entry = log_entry(&app, *occurrence);
+        let outcome = outcome_of(&app, *occurrence);
+        if calls != 1 || entry["status"] != "succeeded" || outcome.as_deref() != Some("succeeded") {
+            wrong.push(format!(
+                "{what} lost: {calls} call(s), log {}, reservation {outcome:?}",
+                entry["status"]
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    app.assert_no_trap();
+}
