@@ -115,6 +115,19 @@ pub fn early_in_a_period(period: u64, within_ms: u128) -> u64 {
     )
 }
 
+/// Waits for the first 400 ms of a period of `period` seconds after `last`'s (0: the next one
+/// to start, or this one if it started less than 400 ms ago); returns its occurrence. A test
+/// that ticks with the tick token right after it ticks on time, as a scheduler does.
+pub fn next_period(period: u64, last: u64) -> u64 {
+    loop {
+        let o = early_in_a_period(period, 400);
+        if o > last {
+            return o;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Waits until, for the next `span` seconds, the clean-up watermark of a job whose retention
 /// is `retention` (this machine's clock minus it) crosses no multiple of `stride` (the job's
 /// clean-up stride: 16 occurrences' worth, at most half the retention): scheduled-job deletes

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use leasegate_tests::app::{App, TIMER_AUTH};
-use leasegate_tests::jobs::{early_in_a_period, log_entry, runs, tick, JOB};
+use leasegate_tests::jobs::{log_entry, next_period, runs, tick, JOB};
 use leasegate_tests::proxy::Fault;
 
 /// A per-3-second job: each case takes one occurrence, and the next two settle what it left.
@@ -52,27 +52,16 @@ fn outcome_of(app: &App, occurrence: u64) -> Option<String> {
     props.metadata.get("leasegate_run").cloned()
 }
 
-/// Waits for the start of a period after `last`'s; returns its occurrence.
-fn next_occurrence(last: u64) -> u64 {
-    loop {
-        let o = early_in_a_period(PERIOD, 400);
-        if o > last {
-            return o;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_lost_answer_on_any_write_of_a_tick_runs_the_occurrence_once() {
     let app = start();
     // The container, the lock blob and the log exist, as for any job that has run.
-    let mut last = next_occurrence(0);
+    let mut last = next_period(PERIOD, 0);
     let warm = tick(&app, TIMER_AUTH, None);
     assert_eq!(warm.json["decision"], "ran", "{}", warm.text);
     let mut cases = Vec::new();
     for k in 0..writes(&app, 0).len() {
-        let occurrence = next_occurrence(last);
+        let occurrence = next_period(PERIOD, last);
         last = occurrence;
         let (what, part, nth) = writes(&app, occurrence).swap_remove(k);
         app.storage.fault_nth(&part, Fault::LoseAnswer, nth);
@@ -90,7 +79,7 @@ fn a_lost_answer_on_any_write_of_a_tick_runs_the_occurrence_once() {
     assert_eq!(lost, Some(cases.len()), "every case lost one answer");
     // Two more occurrences: their winners settle what the cases left.
     for _ in 0..2 {
-        last = next_occurrence(last);
+        last = next_period(PERIOD, last);
         let a = tick(&app, TIMER_AUTH, None);
         assert_eq!(a.status, 200, "{}", a.text);
     }

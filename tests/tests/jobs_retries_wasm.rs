@@ -317,3 +317,121 @@ fn a_retry_that_finds_its_own_lease_but_no_outcome_is_not_settled() {
     assert_eq!(again.json["decision"], "skipped", "{}", again.text);
     assert_eq!(runs_of(&[&app], occurrence), 1);
 }
+
+/// The job calls `app`'s sink received for `occurrence`: their attempts, in order.
+fn attempts_of(app: &App, occurrence: u64) -> Vec<u64> {
+    leasegate_tests::jobs::calls_of(&[app], occurrence)
+        .iter()
+        .filter_map(|r| r.body["attempt"].as_u64())
+        .collect()
+}
+
+/// Issue 47, item 2: a job longer than a tick's catch-up budget (120 s; `job_timeout_seconds`
+/// is allowed up to 3600) ticked once per occurrence, as the cron trigger and Azure timers tick:
+/// each later tick still makes progress after its own run. Its failed attempt is retried by the
+/// next tick (`job_retries = 1`, the job answering 500 once), and the occurrences no tick came
+/// for are caught up (`job_catch_up = all`), one a tick; the answers say more is left.
+#[test]
+fn a_job_longer_than_the_budget_is_retried_and_caught_up() {
+    const PERIOD: u64 = 3;
+    let app = App::start(
+        "longjob",
+        &[
+            ("instance_id", "node-long"),
+            ("job_period_seconds", "3"),
+            ("job_timeout_seconds", "150"),
+            ("job_retries", "1"),
+            ("job_retry_delay_seconds", "0"),
+            ("job_catch_up", "all"),
+        ],
+    );
+    let tick_now = || leasegate_tests::jobs::tick(&app, leasegate_tests::app::TIMER_AUTH, None);
+    let o1 = leasegate_tests::jobs::next_period(PERIOD, 0);
+    app.sink.answer(500);
+    let failed = tick_now();
+    app.sink.answer(204);
+    assert_eq!(failed.json["decision"], "failed", "{}", failed.text);
+    // Two occurrences nobody ticks (all deployments down), then one a period.
+    let o4 = leasegate_tests::jobs::next_period(PERIOD, o1 + 2 * PERIOD);
+    let first = tick_now();
+    assert_eq!(first.json["decision"], "ran", "{}", first.text);
+    assert_eq!(
+        attempts_of(&app, o1),
+        vec![1, 2],
+        "O1's retry: {}",
+        first.text
+    );
+    assert_eq!(first.json["catchUp"]["more"], true, "{}", first.text);
+    let o5 = leasegate_tests::jobs::next_period(PERIOD, o4);
+    let second = tick_now();
+    assert_eq!(
+        attempts_of(&app, o1 + PERIOD),
+        vec![1],
+        "caught up: {}",
+        second.text
+    );
+    leasegate_tests::jobs::next_period(PERIOD, o5);
+    let third = tick_now();
+    assert_eq!(
+        attempts_of(&app, o1 + 2 * PERIOD),
+        vec![1],
+        "caught up: {}",
+        third.text
+    );
+    for o in [o1, o1 + PERIOD, o1 + 2 * PERIOD, o4, o5] {
+        let entry = log_entry(&app, o);
+        assert_eq!(entry["status"], "succeeded", "{o}: {entry}");
+    }
+    app.assert_no_trap();
+}
+
+/// Issue 47, item 2, for a backfill: with a job longer than the budget, each call runs one
+/// occurrence and says where to go on, instead of `ran: []` from the same place forever.
+#[test]
+fn a_backfill_of_a_job_longer_than_the_budget_makes_progress() {
+    const PERIOD: u64 = 3;
+    let app = App::start(
+        "longfill",
+        &[
+            ("instance_id", "node-long"),
+            ("job_period_seconds", "3"),
+            ("job_timeout_seconds", "150"),
+        ],
+    );
+    let tick_now = || leasegate_tests::jobs::tick(&app, leasegate_tests::app::TIMER_AUTH, None);
+    let o1 = leasegate_tests::jobs::next_period(PERIOD, 0);
+    assert_eq!(tick_now().json["decision"], "ran");
+    // Two occurrences nobody ticks, recorded missed by the next winner.
+    leasegate_tests::jobs::next_period(PERIOD, o1 + 2 * PERIOD);
+    let next = tick_now();
+    assert_eq!(next.json["catchUp"]["missed"], 2, "{}", next.text);
+    let (o2, o3) = (o1 + PERIOD, o1 + 2 * PERIOD);
+    let fill = |from: u64| {
+        leasegate_tests::jobs::post(
+            &app,
+            "backfill",
+            ADMIN_AUTH,
+            &json!({"from": rfc3339(from), "to": rfc3339(o3)}).to_string(),
+        )
+    };
+    let first = fill(o2);
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert_eq!(
+        first.json["ran"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        first.text
+    );
+    assert_eq!(first.json["continueFrom"], rfc3339(o3), "{}", first.text);
+    let second = fill(o3);
+    assert_eq!(
+        second.json["ran"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        second.text
+    );
+    assert_eq!(second.json["more"], false, "{}", second.text);
+    assert_eq!(attempts_of(&app, o2), vec![1]);
+    assert_eq!(attempts_of(&app, o3), vec![1]);
+    app.assert_no_trap();
+}

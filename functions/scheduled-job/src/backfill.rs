@@ -13,7 +13,7 @@ use crate::log::LogEntry;
 use crate::reservation::{attempt_of, head, outcome_of, Reservation, RunStatus};
 use crate::run::{run_reserved, Decision};
 use crate::settings::Settings;
-use crate::walk::{catch_up_one, CATCH_UP_BUDGET, CATCH_UP_RUNS};
+use crate::walk::{budget_spent, catch_up_one};
 
 /// The most occurrences one backfill call looks at.
 pub const BACKFILL_LOOK: usize = 200;
@@ -39,7 +39,8 @@ pub struct BackfillReport {
 /// `missed`, `skipped_paused` or `skipped_overlap`), oldest first, each at most once (the
 /// reservation's compare-and-swap, as every run), `pastDue`, trigger `backfill`. At most
 /// [`CATCH_UP_RUNS`] runs and [`BACKFILL_LOOK`] occurrences a call, each run begun only if it
-/// can end within [`CATCH_UP_BUDGET`]; [`BackfillReport::next`] says where to continue.
+/// after the first can end within [`crate::walk::CATCH_UP_BUDGET`]; [`BackfillReport::next`]
+/// says where to continue.
 pub async fn backfill<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
@@ -59,8 +60,7 @@ pub async fn backfill<T: Transport>(
     let mut o = settings.next_occurrence(from.saturating_sub(1));
     while o <= to {
         if report.looked as usize == BACKFILL_LOOK
-            || report.ran.len() == CATCH_UP_RUNS
-            || started.elapsed() + settings.timeout > CATCH_UP_BUDGET
+            || budget_spent(report.ran.len(), started, settings.timeout)
         {
             report.next = Some(o);
             break;

@@ -252,7 +252,7 @@ pub(crate) async fn api<T: Transport>(
         Some("pause") => return pause(ctx, &settings, Some(note)).await,
         Some("resume") => return pause(ctx, &settings, None).await,
         Some("run") => {
-            let outcome = run_now(ctx, &settings, started).await;
+            let outcome = run_now(ctx, &settings).await;
             if let Ok(Decision::Skipped { reason, .. }) = &outcome.decision {
                 if reason == RUN_NOW_TAKEN {
                     let mut r =
@@ -301,7 +301,7 @@ pub(crate) async fn api<T: Transport>(
         manual,
         name_reserver: asked.name_reserver,
     };
-    let outcome = self::tick(ctx, &settings, &tick, ask, started).await;
+    let outcome = self::tick(ctx, &settings, &tick, ask).await;
     answer(&settings, &tick, &outcome, started)
 }
 

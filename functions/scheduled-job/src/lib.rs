@@ -106,7 +106,7 @@ impl TimerFunction for ScheduledJob {
         tick: &Tick,
         started: Instant,
     ) -> (StatusCode, Value) {
-        let outcome = run::tick(ctx, settings, tick, Ask::default(), started).await;
+        let outcome = run::tick(ctx, settings, tick, Ask::default()).await;
         describe(settings, tick, &outcome, started)
     }
 

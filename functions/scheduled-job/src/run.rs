@@ -13,7 +13,7 @@ use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::Context;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use crate::error::JobError;
 use crate::log::{
@@ -154,21 +154,16 @@ pub async fn tick<T: Transport>(
     settings: &Settings,
     tick: &Tick,
     ask: Ask,
-    started: Instant,
 ) -> TickOutcome {
     // The one due at the trigger time (0 when the schedule has none before it: refused as too
     // old).
     let occurrence = settings.occurrence_at(tick.at).unwrap_or(0);
-    run_occurrence(ctx, settings, tick, occurrence, (ask, false), started).await
+    run_occurrence(ctx, settings, tick, occurrence, (ask, false)).await
 }
 
 /// `POST /api/jobs/{job}/run`: one run now, under the overlap policy, its own occurrence (the
 /// second it was asked for, by this instance's clock), trigger `manual`.
-pub async fn run_now<T: Transport>(
-    ctx: &Context<'_, T>,
-    settings: &Settings,
-    started: Instant,
-) -> TickOutcome {
+pub async fn run_now<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) -> TickOutcome {
     let tick = Tick {
         at: ctx.now,
         source: Source::Manual,
@@ -178,7 +173,7 @@ pub async fn run_now<T: Transport>(
         manual: true,
         name_reserver: false,
     };
-    run_occurrence(ctx, settings, &tick, unix(ctx.now), (ask, true), started).await
+    run_occurrence(ctx, settings, &tick, unix(ctx.now), (ask, true)).await
 }
 
 /// What a run now answers when its second is an occurrence already.
@@ -191,7 +186,6 @@ async fn run_occurrence<T: Transport>(
     tick: &Tick,
     occurrence: u64,
     (ask, fresh_only): (Ask, bool),
-    started: Instant,
 ) -> TickOutcome {
     let manual = ask.manual;
     let transport = (ctx.connect)(settings.storage.timeout);
@@ -239,7 +233,6 @@ async fn run_occurrence<T: Transport>(
                 &this,
                 occurrence,
                 &written,
-                started,
             )
             .await;
             if written.clean_up {

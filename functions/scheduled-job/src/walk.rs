@@ -28,10 +28,19 @@ pub(crate) const SETTLE_MAX: usize = 32;
 /// Missed occurrences a tick runs at most (`job_catch_up = all`), one after another.
 pub const CATCH_UP_RUNS: usize = 8;
 
-/// A tick begins a catch-up run only if the run can end (the job's timeout) within this long
-/// of the tick's start: well inside an Azure Functions invocation's default limit (5 minutes)
-/// and an HTTP scheduler's patience.
+/// After the tick's own run, its walk begins a further run (a retry, a takeover, a caught-up
+/// occurrence) only if that run can end (the job's timeout) within this long of the walk's
+/// start, the first such run excepted: it is begun whatever the job's timeout, so every tick
+/// makes progress. Well inside an Azure Functions invocation's default limit (5 minutes) and
+/// an HTTP scheduler's patience; a backfill call keeps to it from its own start.
 pub(crate) const CATCH_UP_BUDGET: Duration = Duration::from_secs(120);
+
+/// Whether a walk (or a backfill call) that began at `since` and has made `runs` runs stops
+/// before another: at [`CATCH_UP_RUNS`], or when the next could not end within
+/// [`CATCH_UP_BUDGET`]; never before its first.
+pub(crate) fn budget_spent(runs: usize, since: Instant, timeout: Duration) -> bool {
+    runs > 0 && (runs >= CATCH_UP_RUNS || since.elapsed() + timeout > CATCH_UP_BUDGET)
+}
 
 /// What a winning tick did for the occurrences before its own that no tick had settled.
 #[derive(Debug, Default)]
@@ -84,7 +93,8 @@ impl Missed {
 /// which it ran) that have no entry in the log, oldest first, at most [`SETTLE_MAX`]:
 /// * one nobody reserved (no deployment ticked it): with `job_catch_up = all` and within
 ///   `job_catch_up_window_seconds`, reserved and run now (`pastDue`, at most [`CATCH_UP_RUNS`]
-///   a tick, each begun only if it can end within [`CATCH_UP_BUDGET`]); otherwise recorded
+///   a tick, each after the first begun only if it can end within [`CATCH_UP_BUDGET`]);
+///   otherwise recorded
 ///   `missed` in the log (the log then refuses any later tick of it);
 /// * a reservation its reserver left without an outcome past its deadline ([`takeover`]):
 ///   the outcome `missed` (by the same compare-and-swap as any outcome, so a reserver that
@@ -103,8 +113,9 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
     tick: &Tick,
     occurrence: u64,
     written: &LogWrite,
-    started: Instant,
 ) -> CatchUpReport {
+    // The budget counts from here, after the tick's own run.
+    let started = Instant::now();
     let mut report = CatchUpReport::default();
     let log = &written.log;
     // Whether anything below may have written the log since `written` (a run, a settled
@@ -182,9 +193,7 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
             // No deployment ticked it.
             let in_window = o + settings.catch_up_window.as_secs() >= unix(server_now);
             if settings.catch_up == CatchUp::All && in_window {
-                if report.ran.len() == CATCH_UP_RUNS
-                    || started.elapsed() + settings.timeout > CATCH_UP_BUDGET
-                {
+                if budget_spent(report.ran.len(), started, settings.timeout) {
                     report.more = true;
                     break;
                 }
@@ -288,9 +297,7 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
                 }
             }
             Takeover::Run { attempt } => {
-                if report.ran.len() == CATCH_UP_RUNS
-                    || started.elapsed() + settings.timeout > CATCH_UP_BUDGET
-                {
+                if budget_spent(report.ran.len(), started, settings.timeout) {
                     report.more = true;
                     break;
                 }

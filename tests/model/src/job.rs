@@ -6,7 +6,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use leasegate::LeaseId;
 use leasegate_spin::cache::NoCache;
@@ -214,14 +214,7 @@ async fn run_tick(i: usize, protocol: JobProtocol, io: Io<Note>) {
         source: Source::Cron,
         past_due: false,
     };
-    let outcome = scheduled_job::tick(
-        &ctx,
-        &settings,
-        &tick,
-        scheduled_job::Ask::default(),
-        Instant::now(),
-    )
-    .await;
+    let outcome = scheduled_job::tick(&ctx, &settings, &tick, scheduled_job::Ask::default()).await;
     io.note(Note::Decided(format!("{:?}", outcome.decision)));
 }
 
