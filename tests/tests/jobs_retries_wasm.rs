@@ -435,3 +435,65 @@ fn a_backfill_of_a_job_longer_than_the_budget_makes_progress() {
     assert_eq!(attempts_of(&app, o3), vec![1]);
     app.assert_no_trap();
 }
+
+/// Issue 47, item 6: every run's fencing token is above every earlier run's of the job, in the
+/// order the job is called, so a receiver that keeps the highest token and refuses a lower one
+/// refuses none of them: an on-time run, a retry of an older occurrence after it, and a
+/// backfill of two occurrences older still. (Tokens by occurrence alone gave the retry and
+/// the backfilled runs lower tokens.) The idempotency key, not the token, tells occurrences
+/// apart.
+#[test]
+fn tokens_rise_in_the_order_the_job_is_called() {
+    const PERIOD: u64 = 3;
+    let app = App::start(
+        "runorder",
+        &[
+            ("instance_id", "node-order"),
+            ("job_period_seconds", "3"),
+            ("job_retries", "1"),
+            ("job_retry_delay_seconds", "0"),
+        ],
+    );
+    let tick_now = || leasegate_tests::jobs::tick(&app, leasegate_tests::app::TIMER_AUTH, None);
+    let o1 = leasegate_tests::jobs::next_period(PERIOD, 0);
+    app.sink.answer(500);
+    assert_eq!(tick_now().json["decision"], "failed");
+    app.sink.answer(204);
+    // O2 and O3 nobody ticks (recorded missed); O4 runs, then its walk retries O1.
+    leasegate_tests::jobs::next_period(PERIOD, o1 + 2 * PERIOD);
+    let o4 = tick_now();
+    assert_eq!(o4.json["decision"], "ran", "{}", o4.text);
+    assert_eq!(attempts_of(&app, o1), vec![1, 2], "{}", o4.text);
+    let fill = leasegate_tests::jobs::post(
+        &app,
+        "backfill",
+        ADMIN_AUTH,
+        &json!({"from": rfc3339(o1 + PERIOD), "to": rfc3339(o1 + 2 * PERIOD)}).to_string(),
+    );
+    assert_eq!(fill.json["ran"].as_array().map(Vec::len), Some(2), "{}", fill.text);
+    let calls: Vec<(u64, u64)> = app
+        .sink
+        .received()
+        .iter()
+        .filter(|r| r.path == "/job")
+        .map(|r| {
+            (
+                r.body["occurrenceUnix"].as_u64().unwrap(),
+                r.body["fencingToken"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(calls.len(), 5, "{calls:?}");
+    assert!(
+        calls.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens in the order the job was called: {calls:?}"
+    );
+    // An on-time run keeps its occurrence's token (as before this rule).
+    assert_eq!(calls[0].1, o1 << 16);
+    // Each run's entry in the log holds the token the job received.
+    for (o, token) in &calls[1..] {
+        let entry = log_entry(&app, *o);
+        assert_eq!(entry["fencingToken"].as_u64(), Some(*token), "{entry}");
+    }
+    app.assert_no_trap();
+}

@@ -85,6 +85,13 @@ pub struct Log {
     /// recorded `skipped_paused`, not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<Paused>,
+    /// The highest fencing token issued to a run of the job (0: none known yet; then the
+    /// highest in the entries counts): each run's start is issued one above it, or its
+    /// occurrence's own (`occurrence x 2^16 + attempt - 1`) if that is higher, by the same
+    /// compare-and-swap that logs the start, so every run's token is above every earlier
+    /// run's, in the order they start.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub highest_token: u64,
     /// The job's lease as the latest run's release left it ([`leasegate::lease::HeldState`];
     /// as its acquire left it while the run goes on, or if its release failed): the next run,
     /// which reads the log first, takes it from there without a read of its own
@@ -420,8 +427,9 @@ pub(crate) async fn append<T: Transport>(
     (known, lock): (Option<LogWrite>, Option<KeepLock<'_>>),
     now: SystemTime,
 ) -> Result<Result<LogWrite, LogRefusal>, JobError> {
+    let occurrence = entry.occurrence_unix;
     change_log_from(blobs, settings, now, known, |log, read_at| {
-        if entry.occurrence_unix < log.cleaned_before {
+        if occurrence < log.cleaned_before {
             return Err(LogRefusal::TooOld);
         }
         // An operator's run (`manual`: an admin naming an occurrence, a run now; `backfill`)
@@ -451,20 +459,47 @@ pub(crate) async fn append<T: Transport>(
         if (recorded_missed && !backfill) || (settled_before && !operator) {
             return Err(LogRefusal::Settled);
         }
-        if entry.status != RunStatus::Running {
+        let mut entry = entry.clone();
+        if entry.status == RunStatus::Running {
+            entry.fencing_token = Some(log.issue_token(entry.fencing_token.unwrap_or(0)));
+        } else {
             log.counters.count(&entry.status);
         }
         log.job = settings.job.clone();
         log.entries
             .retain(|e| e.occurrence_unix != entry.occurrence_unix);
-        log.entries.push(entry.clone());
-        advance_settled(log, settings, entry.occurrence_unix, 0, read_at);
+        log.entries.push(entry);
+        advance_settled(log, settings, occurrence, 0, read_at);
         if let Some(lock) = &lock {
             lock.keep(log);
         }
         Ok(())
     })
     .await
+}
+
+impl Log {
+    /// Issues the fencing token of a run starting now: `base` (its occurrence's,
+    /// `occurrence x 2^16 + attempt - 1`) or one above every token issued before, whichever is
+    /// higher. A log of a version before this field knows the highest from its entries.
+    pub(crate) fn issue_token(&mut self, base: u64) -> u64 {
+        let issued = self
+            .entries
+            .iter()
+            .filter_map(|e| e.fencing_token)
+            .fold(self.highest_token, u64::max);
+        let token = base.max(issued.saturating_add(1).min(leasegate::lease::MAX_TOKEN));
+        self.highest_token = token;
+        token
+    }
+
+    /// The fencing token the log's entry for `occurrence` carries.
+    pub(crate) fn token_of(&self, occurrence: u64) -> Option<u64> {
+        self.entries
+            .iter()
+            .find(|e| e.occurrence_unix == occurrence)
+            .and_then(|e| e.fencing_token)
+    }
 }
 
 /// Moves the log's `settled_through` watermark up: over the occurrences that have an entry,

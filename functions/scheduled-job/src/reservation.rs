@@ -31,7 +31,8 @@ pub(crate) const META_RESERVE_TICK: &str = "leasegate_reserve_tick";
 pub(crate) const META_RUN: &str = "leasegate_run";
 
 /// Reservation metadata: a nonce of the tick that wrote the outcome (to recognise one's own
-/// write after a lost answer), and the run's fencing token.
+/// write after a lost answer), and the run's fencing token (written with its result: the log's
+/// compare-and-swap issues it when the run starts).
 pub(crate) const META_RUN_TICK: &str = "leasegate_run_tick";
 
 pub(crate) const META_RUN_TOKEN: &str = "leasegate_run_token";
@@ -389,13 +390,11 @@ pub(crate) enum Commit {
 /// the ticks of one occurrence, one writes an outcome, and only that one runs the job (or
 /// records the skip). A write whose answer is lost is read back (its `nonce`). `attempt`: the
 /// attempt the outcome belongs to (written when above 1); `over`: the outcome it may replace.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn commit<T: Transport>(
     blobs: &BlobClient<T>,
     reservation: &Reservation,
     outcome: &RunStatus,
     nonce: &str,
-    token: Option<u64>,
     (attempt, over): (u32, Over),
     now: SystemTime,
 ) -> Result<Commit, JobError> {
@@ -420,9 +419,6 @@ pub(crate) async fn commit<T: Transport>(
             let mut metadata = seen.metadata.clone();
             metadata.insert(META_RUN.into(), outcome.to_string());
             metadata.insert(META_RUN_TICK.into(), nonce.into());
-            if let Some(token) = token {
-                metadata.insert(META_RUN_TOKEN.into(), token.to_string());
-            }
             if attempt > 1 {
                 metadata.insert(META_ATTEMPT.into(), attempt.to_string());
             }

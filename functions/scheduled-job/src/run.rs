@@ -22,7 +22,7 @@ use crate::log::{
 use crate::reservation::{
     attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, reserve,
     restore, take_back, takeover, uncommit, Commit, Over, Reservation, Reserved, RunStatus,
-    Takeover, META_RESERVED_BY, META_RUN, META_RUN_TICK,
+    Takeover, META_RESERVED_BY, META_RUN, META_RUN_TICK, META_RUN_TOKEN,
 };
 use crate::settings::{term_length, CatchUp, Overlap, Settings};
 use crate::walk::{settle_earlier, settle_vanished, CatchUpReport};
@@ -707,12 +707,12 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                         entry,
                         (&reservation, prefetched),
                         &nonce,
-                        token,
                         &h.label,
                     )
                     .await;
                 }
                 entry.status = RunStatus::SkippedOverlap;
+                entry.fencing_token = None;
                 entry.reason = Some("the previous run still holds the job's lease".into());
                 let recorded = record_not_run(
                     blobs,
@@ -769,7 +769,6 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         &reservation,
         &running,
         &nonce,
-        Some(token),
         (attempt, over),
         ctx.now,
     )
@@ -841,6 +840,8 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     // clean-up watermark) and on the reservation, settle earlier occurrences and clean up below
     // the watermark. The release goes first: the log keeps the lease as the release left it
     // (a record cleared at a new ETag), and the next run acquires from it with one write.
+    // The token the log's compare-and-swap issued: above every earlier run's.
+    entry.fencing_token = started_log.log.token_of(occurrence).or(entry.fencing_token);
     let result = call_job(job, settings, &entry).await;
     let (status, reason) = match &result {
         Ok(()) => (RunStatus::Succeeded, None),
@@ -856,7 +857,14 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     });
     // The log first (a takeover reads it before acting), then the reservation.
     let finished = update(blobs, settings, &entry, (Some(started_log), keep), ctx.now).await;
-    record_result(blobs, &written, &status, &nonce, ctx.now).await;
+    record_result(
+        blobs,
+        &written,
+        (&status, entry.fencing_token),
+        &nonce,
+        ctx.now,
+    )
+    .await;
     let log = match finished {
         Ok(written) => {
             entry.finished_at = Some(rfc3339(written.date));
@@ -875,7 +883,6 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
 /// occurrence is due. It is kept `pending` (on its reservation and in the log) for the first
 /// tick after that run ends; if another occurrence is pending already, it is skipped
 /// (`skipped_overlap`) instead: one buffered at most.
-#[allow(clippy::too_many_arguments)]
 async fn buffer<T, S: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<&S>,
@@ -883,13 +890,14 @@ async fn buffer<T, S: Transport>(
     mut entry: LogEntry,
     (reservation, known): (&Reservation, Option<LogWrite>),
     nonce: &str,
-    token: u64,
     holder: &str,
 ) -> Result<(Decision, Option<LogWrite>), JobError> {
     let running = label_occurrence(holder)
         .map(|o| rfc3339(at(o)))
         .unwrap_or_default();
     entry.status = RunStatus::Pending;
+    // No run, no token: the run that takes it up later is issued one.
+    entry.fencing_token = None;
     entry.reason = Some(format!(
         "the previous run (occurrence {running}) still holds the job's lease: it runs when that \
          run ends (job_overlap = buffer_one)"
@@ -899,7 +907,6 @@ async fn buffer<T, S: Transport>(
         reservation,
         &entry.status,
         nonce,
-        Some(token),
         (1, Over::Nothing),
         ctx.now,
     )
@@ -967,7 +974,6 @@ async fn record_not_run<S: Transport>(
         reservation,
         &entry.status,
         nonce,
-        entry.fencing_token,
         (1, Over::Nothing),
         now,
     )
@@ -1039,20 +1045,24 @@ async fn overwrite_outcome<S: Transport>(
     Ok(matches!(outcome, WriteOutcome::Written(_)))
 }
 
-/// Writes a run's result over its own `running` (the reservation as this tick wrote it, its
-/// `nonce`), retried after a failure or a lost answer while the reservation still holds this
+/// Writes a run's result (and its fencing token) over its own `running` (the reservation as
+/// this tick wrote it, its `nonce`), retried after a failure or a lost answer while the reservation still holds this
 /// tick's `running`: a result left unwritten would look like a vanished runner to the takeover
 /// rule. Should every try fail, the log still records the result and the takeover rule reads it
 /// there ([`logged_result`]).
 async fn record_result<S: Transport>(
     blobs: &BlobClient<&S>,
     written: &Reservation,
-    status: &RunStatus,
+    (status, token): (&RunStatus, Option<u64>),
     nonce: &str,
     now: SystemTime,
 ) {
     let mut seen = written.clone();
     for _ in 0..3 {
+        if let Some(token) = token {
+            seen.metadata
+                .insert(META_RUN_TOKEN.into(), token.to_string());
+        }
         if seen.etag.is_none()
             || matches!(overwrite_outcome(blobs, &seen, status, now).await, Ok(true))
         {
@@ -1119,7 +1129,6 @@ pub(crate) async fn finished_in_log<T, S: Transport>(
         reservation,
         &result,
         &nonce,
-        None,
         (attempt, Over::Attempt(attempt)),
         ctx.now,
     )

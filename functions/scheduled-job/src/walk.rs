@@ -382,7 +382,6 @@ pub(crate) async fn settle_vanished<T, S: Transport>(
         reservation,
         &status,
         &nonce,
-        None,
         (attempt, over),
         ctx.now,
     )
@@ -425,8 +424,11 @@ pub(crate) async fn settle_vanished<T, S: Transport>(
     };
     if status == RunStatus::Failed {
         let _ = change_log(blobs, settings, ctx.now, |log, _| {
+            // The token its run was issued, as its start logged it.
+            let mut entry = entry.clone();
+            entry.fencing_token = log.token_of(occurrence).or(entry.fencing_token);
             log.entries.retain(|e| e.occurrence_unix != occurrence);
-            log.entries.push(entry.clone());
+            log.entries.push(entry);
             log.counters.failed += 1;
             Ok::<(), ()>(())
         })
