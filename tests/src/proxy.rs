@@ -48,6 +48,9 @@ pub enum Fault {
     Error(u16, &'static str),
     /// Wait this long, then forward.
     Delay(Duration),
+    /// Wait this long, then answer this status with this `x-ms-error-code` without forwarding
+    /// (a slow `412 ConditionNotMet`: contention on a record, on a slow storage).
+    LateError(Duration, u16, &'static str),
     /// Forward, read the whole answer, then reset the connection instead of passing it on: the
     /// upstream acted, the caller cannot know.
     LoseAnswer,
@@ -346,6 +349,22 @@ impl Proxy {
         self.fault_nth(part, fault, 1);
     }
 
+    /// [`Proxy::fault_on`] for the next `times` matching requests (then the rule is gone).
+    pub fn fault_times(&self, part: &str, fault: Fault, times: usize) {
+        if times == 0 {
+            return;
+        }
+        self.shared.rules.lock().expect("rules").insert(
+            0,
+            Rule {
+                part: Some(part.to_string()),
+                fault,
+                skip: 0,
+                times: Some(times),
+            },
+        );
+    }
+
     /// Applies faults at random to the requests no [`Proxy::set_fault`] or [`Proxy::fault_on`]
     /// rule matches: each request independently gets the first `fault` of `chances` whose
     /// share of the draw it falls in, so each fault lands on about its `probability` of the
@@ -567,8 +586,12 @@ fn serve<S: ClientStream>(client: S, shared: &Shared) {
                 drop(in_flight);
                 return reset(reader.into_inner());
             }
-            Some(fault @ (Fault::Status(_) | Fault::Error(..))) => {
+            Some(fault @ (Fault::Status(_) | Fault::Error(..) | Fault::LateError(..))) => {
                 let (status, code) = match fault {
+                    Fault::LateError(wait, status, code) => {
+                        std::thread::sleep(wait);
+                        (status, format!("x-ms-error-code: {code}\r\n"))
+                    }
                     Fault::Error(status, code) => (status, format!("x-ms-error-code: {code}\r\n")),
                     Fault::Status(503) => (503, "x-ms-error-code: ServerBusy\r\n".to_string()),
                     Fault::Status(status) => (status, String::new()),

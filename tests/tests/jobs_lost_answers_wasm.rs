@@ -3,7 +3,8 @@
 //! write) loses nothing and runs nothing twice. Each write in turn, on an occurrence of its
 //! own, ticked on time with the tick token as a scheduler ticks (no retry of a failed tick):
 //! the occurrence's job is called once, and its reservation and its log entry both say
-//! `succeeded`, read back.
+//! `succeeded`, read back. And storage so slow before the job's call that the run could outlive
+//! its lease: the job is not called.
 
 use std::time::Duration;
 
@@ -98,5 +99,63 @@ fn a_lost_answer_on_any_write_of_a_tick_runs_the_occurrence_once() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    app.assert_no_trap();
+}
+
+/// Issue 47, item 8: the job is not called unless its run can end within the job's lease and
+/// its run's deadline, by the storage server's clock. Here the log's first write meets
+/// contention on a slow storage: its first seven compare-and-swaps are refused (412) after
+/// 0.95 s each and every read of the log takes 0.95 s, so about 14 s of the 15 s lease
+/// (`job_timeout_seconds = 1`, `storage_timeout_ms = 1000`: 1 + 4 + 10 s) are gone when the
+/// eighth lands. The tick answers 503 saying why and calls nothing; the reservation is put
+/// back without an outcome and the lease released, so the tick's retry runs the occurrence,
+/// once.
+#[test]
+fn a_run_whose_log_write_took_most_of_its_lease_is_not_called() {
+    let app = App::start(
+        "slowlog",
+        &[
+            ("instance_id", "node-s"),
+            ("job_timeout_seconds", "1"),
+            ("storage_timeout_ms", "1000"),
+        ],
+    );
+    let tick_at =
+        |at: u64| leasegate_tests::jobs::tick(&app, leasegate_tests::app::ADMIN_AUTH, Some(at));
+    let warm = (leasegate_tests::unix_now() / 60 + 1) * 60;
+    assert_eq!(tick_at(warm).json["decision"], "ran");
+    let occurrence = warm + 60;
+    let log = format!(
+        "/devstoreaccount1/{}/jobs/{JOB}/log.json",
+        app.container.as_str()
+    );
+    let slow = Duration::from_millis(950);
+    app.storage
+        .fault_on(&format!("GET {log}"), Fault::Delay(slow));
+    app.storage.fault_times(
+        &format!("PUT {log}"),
+        Fault::LateError(slow, 412, "ConditionNotMet"),
+        7,
+    );
+    let answer = tick_at(occurrence);
+    app.storage.set_fault(None);
+    assert_eq!(answer.status, 503, "{}", answer.text);
+    assert!(
+        answer.json["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("storage was slow before the job's call")),
+        "{}",
+        answer.text
+    );
+    assert_eq!(runs(&[&app]).get(&occurrence), None, "the job was called");
+    assert_eq!(
+        outcome_of(&app, occurrence),
+        None,
+        "the reservation keeps no outcome"
+    );
+    let retried = tick_at(occurrence);
+    assert_eq!(retried.json["decision"], "ran", "{}", retried.text);
+    assert_eq!(runs(&[&app]).get(&occurrence), Some(&1));
+    assert_eq!(log_entry(&app, occurrence)["status"], "succeeded");
     app.assert_no_trap();
 }
