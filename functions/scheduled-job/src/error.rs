@@ -16,6 +16,9 @@ pub enum JobError {
     Contended(String),
     /// The reservation log cannot be read (not the JSON this job writes).
     UnreadableLog(String),
+    /// Storage was so slow before the job's call that the run could outlive the job's lease:
+    /// the job was not called.
+    Slow(String),
 }
 
 impl From<leasegate::Error> for JobError {
@@ -28,7 +31,9 @@ impl std::fmt::Display for JobError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             JobError::Storage(e) => write!(f, "{e}"),
-            JobError::Contended(what) | JobError::UnreadableLog(what) => f.write_str(what),
+            JobError::Contended(what) | JobError::UnreadableLog(what) | JobError::Slow(what) => {
+                f.write_str(what)
+            }
         }
     }
 }
@@ -49,7 +54,7 @@ impl JobError {
     pub fn code(&self) -> &'static str {
         match self {
             JobError::Storage(e) => web::storage_error_code(e),
-            JobError::Contended(_) => "storage_unavailable",
+            JobError::Contended(_) | JobError::Slow(_) => "storage_unavailable",
             JobError::UnreadableLog(_) => "lock_unusable",
         }
     }
@@ -67,7 +72,9 @@ impl JobError {
     pub fn message(&self, consequence: &str) -> String {
         match self {
             JobError::Storage(e) => web::storage_failed(e, consequence),
-            JobError::Contended(what) => format!("{what}; {consequence}; retry"),
+            JobError::Contended(what) | JobError::Slow(what) => {
+                format!("{what}; {consequence}; retry")
+            }
             JobError::UnreadableLog(what) => format!(
                 "{what}; {consequence}: an operator can delete the log blob (the reservations, \
                  not the log, record what ran)"

@@ -392,6 +392,10 @@ pub(crate) enum LogRefusal {
     /// The job is paused (since when, why): the occurrence is not run (a manual run or a
     /// backfill is).
     Paused(Paused),
+    /// The log records this attempt of the occurrence finished (this outcome): another tick
+    /// settled it while this one was at work (its runner taken for vanished), so it is not
+    /// run.
+    Finished(RunStatus),
 }
 
 /// The job's lease for the log to keep ([`Log::lock`]), for the next run to start from.
@@ -458,6 +462,14 @@ pub(crate) async fn append<T: Transport>(
         let settled_before = entry.occurrence_unix <= log.settled_through && prior.is_none();
         if (recorded_missed && !backfill) || (settled_before && !operator) {
             return Err(LogRefusal::Settled);
+        }
+        // A run's start never reopens its own attempt once the log says it finished.
+        if let Some(prior) = prior.filter(|p| {
+            entry.status == RunStatus::Running
+                && p.attempt.unwrap_or(1) == entry.attempt.unwrap_or(1)
+                && matches!(p.status, RunStatus::Succeeded | RunStatus::Failed)
+        }) {
+            return Err(LogRefusal::Finished(prior.status.clone()));
         }
         let mut entry = entry.clone();
         if entry.status == RunStatus::Running {

@@ -840,6 +840,14 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     // clean-up watermark) and on the reservation, settle earlier occurrences and clean up below
     // the watermark. The release goes first: the log keeps the lease as the release left it
     // (a record cleared at a new ETag), and the next run acquires from it with one write.
+    // The job is called only if its run can end within the job's lease and the run's deadline
+    // (when other ticks take it for vanished), by the storage server's clock: slow storage
+    // before the call (retried writes, lost answers read back) must not let it outlive them.
+    if let Err(slow) = time_left(settings, held.as_ref(), server_now, started_log.date) {
+        restore(blobs, &reservation, &written, ctx.now).await;
+        release().await;
+        return Err(slow);
+    }
     // The token the log's compare-and-swap issued: above every earlier run's.
     entry.fencing_token = started_log.log.token_of(occurrence).or(entry.fencing_token);
     let result = call_job(job, settings, &entry).await;
@@ -877,6 +885,40 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         Err(_) => Decision::JobFailed { entry },
     };
     Ok((decision, log))
+}
+
+/// What a run's call needs ahead of it beyond the job's timeout: `Date` is whole seconds, and
+/// the call leaves a moment after the log's answer.
+const CALL_MARGIN: Duration = Duration::from_secs(2);
+
+/// `Ok` if a run whose log entry was written at `logged` (the write's `Date`) can still end
+/// within the job's lease (`held`, none with `job_overlap = allow`) and within the run's
+/// deadline, counted from `reserved` (the reservation's time as this tick read or wrote it,
+/// at or before its outcome `running`, so the deadline is never later than the one other
+/// ticks count), all by the storage server's clock, with the job's timeout and a margin to
+/// spare. Else the error the tick answers: the job is not called.
+fn time_left(
+    settings: &Settings,
+    held: Option<&Acquired>,
+    reserved: SystemTime,
+    logged: SystemTime,
+) -> Result<(), JobError> {
+    let deadline = reserved + settings.run_deadline();
+    let ends = held
+        .and_then(|h| h.expires_at)
+        .map_or(deadline, |lease| lease.min(deadline));
+    let left = ends.duration_since(logged).unwrap_or_default();
+    if left >= settings.timeout + CALL_MARGIN {
+        return Ok(());
+    }
+    Err(JobError::Slow(format!(
+        "storage was slow before the job's call: the job's lease or its run's deadline has {} s \
+         left, less than job_timeout_seconds ({} s) and {} s, so the run could outlive it; the \
+         reservation was put back as it was",
+        left.as_secs(),
+        settings.timeout.as_secs(),
+        CALL_MARGIN.as_secs()
+    )))
 }
 
 /// `job_overlap = buffer_one`: the previous run (`holder`) holds the job's lease when this
@@ -1155,6 +1197,12 @@ fn refused_by_log(settings: &Settings, refusal: LogRefusal) -> Decision {
         LogRefusal::Paused(_) => Decision::Skipped {
             reserved_by: None,
             reason: "the job is paused".into(),
+        },
+        LogRefusal::Finished(run) => Decision::Skipped {
+            reserved_by: None,
+            reason: format!(
+                "another tick settled this attempt while this one was at work ({run}): not run"
+            ),
         },
     }
 }
