@@ -9,7 +9,7 @@ use leasegate_spin::Context;
 
 use crate::at;
 use crate::error::JobError;
-use crate::log::LogEntry;
+use crate::log::{read_log, LogEntry};
 use crate::reservation::{attempt_of, head, outcome_of, Reservation, RunStatus};
 use crate::run::{run_reserved, Decision};
 use crate::settings::Settings;
@@ -32,21 +32,41 @@ pub struct BackfillReport {
     pub next: Option<u64>,
     /// Storage requests sent.
     pub round_trips: u32,
+    /// Where the job's history begins, by its log (`None`: not known, a log of an older
+    /// version; `Some(u64::MAX)`: no tick has begun it yet).
+    pub history_from: Option<u64>,
+    /// The range's `from` as asked, when the call moved it up to the job's history (nothing
+    /// before a job's first tick is backfilled unless the call says `beforeHistory`).
+    pub clamped_from: Option<u64>,
+}
+
+/// What a backfill asks: the range (Unix seconds, inclusive), and whether it runs occurrences
+/// from before the job's history too (an operator who means it).
+#[derive(Debug, Clone, Copy)]
+pub struct BackfillAsk {
+    /// The first second of the range.
+    pub from: u64,
+    /// The last second of the range.
+    pub to: u64,
+    /// Run occurrences before the job's history began too (`"beforeHistory": true`).
+    pub before_history: bool,
 }
 
 /// `POST /api/jobs/{job}/backfill`: runs the schedule's occurrences from `from` to `to`
 /// (inclusive, Unix seconds) that never ran (nobody reserved them, or they were recorded
 /// `missed`, `skipped_paused` or `skipped_overlap`), oldest first, each at most once (the
-/// reservation's compare-and-swap, as every run), `pastDue`, trigger `backfill`. At most
+/// reservation's compare-and-swap, as every run), `pastDue`, trigger `backfill`, none from
+/// before the job's history unless asked. At most
 /// [`CATCH_UP_RUNS`] runs and [`BACKFILL_LOOK`] occurrences a call, each run begun only if it
 /// after the first can end within [`crate::walk::CATCH_UP_BUDGET`]; [`BackfillReport::next`]
 /// says where to continue.
 pub async fn backfill<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
-    (from, to): (u64, u64),
+    ask: BackfillAsk,
     started: Instant,
 ) -> Result<BackfillReport, JobError> {
+    let BackfillAsk { to, .. } = ask;
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
     let job = (ctx.connect)(settings.timeout);
@@ -57,6 +77,25 @@ pub async fn backfill<T: Transport>(
         past_due: true,
     };
     let mut report = BackfillReport::default();
+    // The job's history bounds the range (a read of the log).
+    let (log, _, _) = read_log(&blobs, settings, ctx.now).await?;
+    report.history_from = match (log.history_begun(), log.history_from) {
+        (false, _) => Some(u64::MAX),
+        (true, 0) => None,
+        (true, from) => Some(from),
+    };
+    let from = match report.history_from {
+        Some(history) if history > ask.from && !ask.before_history => {
+            report.clamped_from = Some(ask.from);
+            history
+        }
+        _ => ask.from,
+    };
+    if from > to {
+        // All of it before the history (or no history yet): nothing to look at.
+        report.round_trips = counting.sent();
+        return Ok(report);
+    }
     let mut o = settings.next_occurrence(from.saturating_sub(1));
     while o <= to {
         if report.looked as usize == BACKFILL_LOOK

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::{Instant, SystemTime};
 
-use crate::backfill::{backfill, BACKFILL_LOOK};
+use crate::backfill::{backfill, BackfillAsk, BACKFILL_LOOK};
 use crate::log::{change_log, read_log, Log, LogWrite, Paused};
 use crate::run::{run_now, tick, Ask, Decision, TickOutcome, RUN_NOW_TAKEN};
 use crate::settings::{check_job_name, Settings};
@@ -221,10 +221,15 @@ pub(crate) async fn api<T: Transport>(
         };
         return match backfill(ctx, &settings, range, started).await {
             Ok(report) => {
-                let v = json!({
+                // Moved up to the job's history (when it has begun), the range it looked at.
+                let from = match report.history_from {
+                    Some(h) if report.clamped_from.is_some() && h != u64::MAX => h,
+                    _ => range.from,
+                };
+                let mut v = json!({
                     "job": settings.job,
-                    "from": rfc3339(at(range.0)),
-                    "to": rfc3339(at(range.1)),
+                    "from": rfc3339(at(from)),
+                    "to": rfc3339(at(range.to)),
                     "ran": report.ran,
                     "alreadySettled": report.settled,
                     "looked": report.looked,
@@ -235,6 +240,9 @@ pub(crate) async fn api<T: Transport>(
                     "storageRoundTrips": report.round_trips,
                     "durationMs": leasegate_spin::elapsed_ms(started),
                 });
+                if let Some(asked) = report.clamped_from {
+                    v["clamped"] = clamped(&settings, asked, report.history_from);
+                }
                 log_line(json!({
                     "fn": ScheduledJob::NAME,
                     "job": settings.job,
@@ -325,6 +333,8 @@ struct BackfillBody {
     from: Option<String>,
     #[serde(default, deserialize_with = "tick_at")]
     to: Option<String>,
+    #[serde(default, rename = "beforeHistory")]
+    before_history: Option<bool>,
 }
 
 /// A backfill's range (Unix seconds, inclusive): `from` at or before `to`, `to` not ahead of
@@ -334,8 +344,8 @@ fn backfill_range(
     request: &Request,
     settings: &Settings,
     now: SystemTime,
-) -> Result<(u64, u64), String> {
-    const SHAPE: &str = r#"the body must be {"from": "<RFC 3339 time>", "to": "<RFC 3339 time>"}"#;
+) -> Result<BackfillAsk, String> {
+    const SHAPE: &str = r#"the body must be {"from": "<RFC 3339 time>", "to": "<RFC 3339 time>"} (and optionally "beforeHistory": true)"#;
     if request.body().len() > MAX_BODY_BYTES {
         return Err(format!("the body may be at most {MAX_BODY_BYTES} bytes"));
     }
@@ -370,7 +380,32 @@ fn backfill_range(
             rfc3339(at(oldest))
         ));
     }
-    Ok((from, to))
+    Ok(BackfillAsk {
+        from,
+        to,
+        before_history: body.before_history.unwrap_or(false),
+    })
+}
+
+/// What a backfill's answer says of a range it moved up to the job's history.
+fn clamped(settings: &Settings, asked: u64, history: Option<u64>) -> Value {
+    let begun = history.filter(|h| *h != u64::MAX);
+    json!({
+        "requestedFrom": rfc3339(at(asked)),
+        "historyFrom": begun.map(|h| rfc3339(at(h))),
+        "reason": match begun {
+            Some(_) => format!(
+                "a job's history begins at its first tick: occurrences due before it are not \
+                 backfilled unless the body says \"beforeHistory\": true (job {})",
+                settings.job
+            ),
+            None => format!(
+                "no tick has begun job {}'s history yet: nothing before it is backfilled unless \
+                 the body says \"beforeHistory\": true",
+                settings.job
+            ),
+        },
+    })
 }
 
 /// The longest pause note, in characters.
@@ -493,6 +528,7 @@ pub(crate) fn status(settings: &Settings, log: &Log, server_now: SystemTime) -> 
         "retries": settings.retries,
         "retryDelaySeconds": settings.retry_delay.as_secs(),
         "settledThrough": (log.settled_through != 0).then(|| rfc3339(at(log.settled_through))),
+        "historyFrom": (log.history_from != 0).then(|| rfc3339(at(log.history_from))),
         "reservations": log.entries,
     })
 }
@@ -596,9 +632,17 @@ mod tests {
                 .with_body(body.as_bytes().to_vec());
             backfill_range(&request, &s, now)
         };
+        let asked = |body: &str| range(body).map(|a| (a.from, a.to, a.before_history));
         assert_eq!(
-            range(r#"{"from": "2027-01-15T07:30:00Z", "to": "2027-01-15T07:40:00Z"}"#),
-            Ok((1_799_998_200, 1_799_998_800))
+            asked(r#"{"from": "2027-01-15T07:30:00Z", "to": "2027-01-15T07:40:00Z"}"#),
+            Ok((1_799_998_200, 1_799_998_800, false))
+        );
+        assert_eq!(
+            asked(
+                r#"{"from": "2027-01-15T07:30:00Z", "to": "2027-01-15T07:40:00Z",
+                    "beforeHistory": true}"#
+            ),
+            Ok((1_799_998_200, 1_799_998_800, true))
         );
         for (body, words) in [
             (r#"{"from": "2027-01-15T07:30:00Z"}"#, "to is required"),

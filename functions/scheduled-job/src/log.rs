@@ -85,6 +85,13 @@ pub struct Log {
     /// recorded `skipped_paused`, not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<Paused>,
+    /// Where the job's history begins (Unix seconds): the first tick's time by the storage
+    /// server's clock, less the tick tolerance, or the time its occurrence was reserved if
+    /// earlier. The scheduler runs, catches up, counts and backfills no occurrence before it
+    /// (an operator's run, or a backfill told `beforeHistory`, may). 0: not known (a log of a
+    /// version before it: the history began before everything the log holds).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub history_from: u64,
     /// The highest fencing token issued to a run of the job (0: none known yet; then the
     /// highest in the entries counts): each run's start is issued one above it, or its
     /// occurrence's own (`occurrence x 2^16 + attempt - 1`) if that is higher, by the same
@@ -218,6 +225,9 @@ pub(crate) struct LogWrite {
     /// [`Settings::clean_up_stride`]: the reservations below it are deleted now (set by
     /// [`update`], the end of a run).
     pub clean_up: bool,
+    /// Whether this write began the job's history ([`Log::history_from`]: set by [`append`],
+    /// the first tick's).
+    pub began_history: bool,
     etag: Option<leasegate::ETag>,
     answered: Instant,
 }
@@ -229,6 +239,7 @@ impl LogWrite {
             date,
             log,
             clean_up: false,
+            began_history: false,
             etag,
             answered: Instant::now(),
         }
@@ -303,6 +314,7 @@ pub(crate) async fn change_log_from<T: Transport, R>(
                     date: w.server_date.or(date).unwrap_or(now),
                     log,
                     clean_up: false,
+                    began_history: false,
                     etag: w.etag,
                     answered: Instant::now(),
                 }))
@@ -392,6 +404,9 @@ pub(crate) enum LogRefusal {
     /// The job is paused (since when, why): the occurrence is not run (a manual run or a
     /// backfill is).
     Paused(Paused),
+    /// The occurrence was due before the job's history began (at this time, Unix seconds):
+    /// not run, not recorded.
+    BeforeHistory(u64),
     /// The log records this attempt of the occurrence finished (this outcome): another tick
     /// settled it while this one was at work (its runner taken for vanished), so it is not
     /// run.
@@ -428,11 +443,20 @@ pub(crate) async fn append<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &LogEntry,
-    (known, lock): (Option<LogWrite>, Option<KeepLock<'_>>),
+    from: Append<'_>,
     now: SystemTime,
 ) -> Result<Result<LogWrite, LogRefusal>, JobError> {
+    let Append {
+        known,
+        lock,
+        reserved_on_time,
+    } = from;
     let occurrence = entry.occurrence_unix;
-    change_log_from(blobs, settings, now, known, |log, read_at| {
+    let began = std::cell::Cell::new(false);
+    let before = std::cell::Cell::new(None);
+    let written = change_log_from(blobs, settings, now, known, |log, read_at| {
+        began.set(false);
+        before.set(None);
         if occurrence < log.cleaned_before {
             return Err(LogRefusal::TooOld);
         }
@@ -442,6 +466,20 @@ pub(crate) async fn append<T: Transport>(
         let trigger = entry.trigger.as_str();
         let backfill = trigger == Source::Backfill.as_str();
         let operator = trigger == Source::Manual.as_str() || backfill;
+        if !log.history_begun() {
+            let from = history_start(settings, occurrence, reserved_on_time, read_at);
+            log.history_from = from;
+            began.set(true);
+            if occurrence < from && !operator {
+                // Due before the job's history: the log begins it, and records nothing of this
+                // occurrence (everything up to it is before the history, so no winner counts it
+                // missed).
+                log.job = settings.job.clone();
+                log.settled_through = occurrence.max(1);
+                before.set(Some(from));
+                return Ok(());
+            }
+        }
         if let Some(paused) = log.paused.as_ref().filter(|_| !operator) {
             if entry.status == RunStatus::Running {
                 return Err(LogRefusal::Paused(paused.clone()));
@@ -463,11 +501,14 @@ pub(crate) async fn append<T: Transport>(
         if (recorded_missed && !backfill) || (settled_before && !operator) {
             return Err(LogRefusal::Settled);
         }
-        // A run's start never reopens its own attempt once the log says it finished.
+        // A run's start never reopens its own attempt once the log says it finished, nor goes
+        // back behind a later attempt (another tick took its runner for vanished).
         if let Some(prior) = prior.filter(|p| {
+            let (mine, theirs) = (entry.attempt.unwrap_or(1), p.attempt.unwrap_or(1));
             entry.status == RunStatus::Running
-                && p.attempt.unwrap_or(1) == entry.attempt.unwrap_or(1)
-                && matches!(p.status, RunStatus::Succeeded | RunStatus::Failed)
+                && (theirs > mine
+                    || (theirs == mine
+                        && matches!(p.status, RunStatus::Succeeded | RunStatus::Failed)))
         }) {
             return Err(LogRefusal::Finished(prior.status.clone()));
         }
@@ -487,10 +528,68 @@ pub(crate) async fn append<T: Transport>(
         }
         Ok(())
     })
-    .await
+    .await?;
+    Ok(match (written, before.get()) {
+        (Ok(_), Some(from)) => Err(LogRefusal::BeforeHistory(from)),
+        (Ok(written), None) => Ok(LogWrite {
+            began_history: began.get(),
+            ..written
+        }),
+        (Err(refusal), _) => Err(refusal),
+    })
+}
+
+/// Where a job's history begins when the first log write of it is for `occurrence`, at
+/// `read_at` (the storage server's clock of the log's read): that time less the tick tolerance,
+/// so that the occurrence due within the tolerance of the first tick is in it; or, when the
+/// occurrence was reserved on time (its tick was the first, and vanished or is slow), from the
+/// occurrence less the tolerance.
+fn history_start(settings: &Settings, occurrence: u64, on_time: bool, read_at: SystemTime) -> u64 {
+    let first = match on_time {
+        true => read_at.min(crate::at(occurrence)),
+        false => read_at,
+    };
+    unix(first)
+        .saturating_sub(settings.tick_tolerance(first).as_secs())
+        .max(1)
+}
+
+/// What [`append`] starts from besides its entry.
+pub(crate) struct Append<'a> {
+    /// The log as this call last read or wrote it, if it did.
+    pub(crate) known: Option<LogWrite>,
+    /// The job's lease for the log to keep.
+    pub(crate) lock: Option<KeepLock<'a>>,
+    /// Whether the entry's occurrence was reserved on time (where a first log write begins the
+    /// job's history).
+    pub(crate) reserved_on_time: bool,
+}
+
+impl<'a> Append<'a> {
+    /// From `known` and `lock`, for an occurrence reserved as `reservation` says.
+    pub(crate) fn from(
+        known: Option<LogWrite>,
+        lock: Option<KeepLock<'a>>,
+        reservation: &crate::reservation::Reservation,
+    ) -> Self {
+        Append {
+            known,
+            lock,
+            reserved_on_time: crate::reservation::reserved_on_time(&reservation.metadata),
+        }
+    }
 }
 
 impl Log {
+    /// Whether a tick has begun the job's history: a log no tick wrote (none yet, or one only
+    /// paused) has not.
+    pub(crate) fn history_begun(&self) -> bool {
+        self.history_from != 0
+            || self.settled_through != 0
+            || self.cleaned_before != 0
+            || !self.entries.is_empty()
+    }
+
     /// Issues the fencing token of a run starting now: `base` (its occurrence's,
     /// `occurrence x 2^16 + attempt - 1`) or one above every token issued before, whichever is
     /// higher. A log of a version before this field knows the highest from its entries.
@@ -612,6 +711,7 @@ fn unlogged_between(log: &Log, settings: &Settings, after: u64, through: u64) ->
     while next <= through && looked < COUNT_MAX {
         let unknown = next > log.trimmed_through
             && next >= log.cleaned_before
+            && next >= log.history_from
             && !log.entries.iter().any(|e| e.occurrence_unix == next);
         if unknown {
             count += 1;
@@ -700,6 +800,7 @@ mod tests {
             date,
             log: log.clone(),
             clean_up: false,
+            began_history: false,
             etag: Some(leasegate::ETag::new("\"0x8D\"")),
             answered,
         };

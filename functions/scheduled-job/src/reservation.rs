@@ -25,6 +25,16 @@ pub(crate) const META_TRIGGER: &str = "leasegate_trigger";
 /// create after a lost answer.
 pub(crate) const META_RESERVE_TICK: &str = "leasegate_reserve_tick";
 
+/// Reservation metadata, `true` when the tick that created the reservation came later than the
+/// tick tolerance (by its instance's clock): absent, it reserved the occurrence on time, so the
+/// occurrence is in the job's history whoever begins the log.
+pub(crate) const META_PAST_DUE: &str = "leasegate_past_due";
+
+/// Whether the tick that reserved an occurrence did so on time (see [`META_PAST_DUE`]).
+pub(crate) fn reserved_on_time(metadata: &Metadata) -> bool {
+    metadata.get(META_PAST_DUE).map(String::as_str) != Some("true")
+}
+
 /// Reservation metadata: the occurrence's outcome (`running`, `succeeded`, `failed`,
 /// `skipped_overlap`), written by compare-and-swap before the job is called: the one record
 /// that says whether the occurrence ran, kept as long as the reservation.
@@ -192,7 +202,8 @@ pub(crate) enum Reserved {
 }
 
 /// Creates the reservation of `occurrence` (`If-None-Match: *`; the container too, if it is
-/// missing), reserved by this instance for a tick from `trigger`. A create whose answer is lost
+/// missing), reserved by this instance for a tick from `trigger`, `late` if that tick came
+/// later than the tick tolerance. A create whose answer is lost
 /// (or a 5xx) is read back, one request on that path: the tick's `nonce` in the metadata says
 /// whether the reservation there is its own, so the tick goes on with it instead of leaving it
 /// to the takeover rule.
@@ -200,7 +211,7 @@ pub(crate) async fn reserve<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     occurrence: u64,
-    trigger: &str,
+    (trigger, late): (&str, bool),
     nonce: &str,
     now: SystemTime,
 ) -> Result<Reserved, JobError> {
@@ -209,6 +220,9 @@ pub(crate) async fn reserve<T: Transport>(
     metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
     metadata.insert(META_TRIGGER.into(), trigger.into());
     metadata.insert(META_RESERVE_TICK.into(), nonce.into());
+    if late {
+        metadata.insert(META_PAST_DUE.into(), "true".into());
+    }
     let body = ReservationBody {
         job: settings.job.clone(),
         occurrence: rfc3339(crate::at(occurrence)),

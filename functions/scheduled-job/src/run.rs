@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::JobError;
 use crate::log::{
-    append, read_log_dated, update, KeepLock, LogEntry, LogRefusal, LogWrite, Paused,
+    append, read_log_dated, update, Append, KeepLock, LogEntry, LogRefusal, LogWrite, Paused,
 };
 use crate::reservation::{
     attempt_of, attempt_token, clean_up, commit, head, label_occurrence, outcome_of, reserve,
@@ -290,7 +290,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             &blobs,
             settings,
             occurrence,
-            tick.source.as_str(),
+            (tick.source.as_str(), late),
             &nonce,
             ctx.now,
         )
@@ -793,7 +793,15 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     let keep = kept_lock
         .as_ref()
         .map(|state| KeepLock { state, over: None });
-    let started_log = match append(blobs, settings, &entry, (prefetched, keep), ctx.now).await {
+    let started_log = match append(
+        blobs,
+        settings,
+        &entry,
+        Append::from(prefetched, keep, &reservation),
+        ctx.now,
+    )
+    .await
+    {
         Ok(Ok(written)) => written,
         // Paused: not run; the outcome becomes `skipped_paused` (over this tick's `running`).
         // A retry is not an occurrence of its own: the previous attempt's `failed` is put back
@@ -965,7 +973,15 @@ async fn buffer<T, S: Transport>(
         }
         Commit::Written(w) => w,
     };
-    match append(blobs, settings, &entry, (known, None), ctx.now).await {
+    match append(
+        blobs,
+        settings,
+        &entry,
+        Append::from(known, None, reservation),
+        ctx.now,
+    )
+    .await
+    {
         Ok(Ok(_)) => Ok((Decision::Buffered { entry }, None)),
         // The log must know what is buffered (one at most): undone, a later tick decides.
         Err(e) => {
@@ -981,7 +997,14 @@ async fn buffer<T, S: Transport>(
                  occurrence {} is buffered already (job_overlap = buffer_one keeps one)",
                 rfc3339(at(other))
             ));
-            let _ = append(blobs, settings, &entry, (None, None), ctx.now).await;
+            let _ = append(
+                blobs,
+                settings,
+                &entry,
+                Append::from(None, None, reservation),
+                ctx.now,
+            )
+            .await;
             Ok((Decision::Overlapped { entry }, None))
         }
         Ok(Err(refusal)) => {
@@ -1024,7 +1047,15 @@ async fn record_not_run<S: Transport>(
         Commit::Settled(run) => return Ok(Err(NotRecorded::Settled(run))),
         Commit::Written(w) => w,
     };
-    match append(blobs, settings, entry, (known, None), now).await {
+    match append(
+        blobs,
+        settings,
+        entry,
+        Append::from(known, None, reservation),
+        now,
+    )
+    .await
+    {
         Ok(Err(refusal)) => {
             uncommit(blobs, reservation, &written, now).await;
             Ok(Err(NotRecorded::Refused(refusal)))
@@ -1058,7 +1089,14 @@ async fn skip_paused<T, S: Transport>(
             .map(|n| format!(": {n}"))
             .unwrap_or_default()
     ));
-    let _ = append(blobs, settings, &entry, (None, lock), ctx.now).await?;
+    let _ = append(
+        blobs,
+        settings,
+        &entry,
+        Append::from(None, lock, written),
+        ctx.now,
+    )
+    .await?;
     Ok((Decision::Paused { entry }, None))
 }
 
@@ -1197,6 +1235,16 @@ fn refused_by_log(settings: &Settings, refusal: LogRefusal) -> Decision {
         LogRefusal::Paused(_) => Decision::Skipped {
             reserved_by: None,
             reason: "the job is paused".into(),
+        },
+        LogRefusal::BeforeHistory(from) => Decision::Skipped {
+            reserved_by: None,
+            reason: format!(
+                "it was due before the job's history began ({}, its first tick, less the tick \
+                 tolerance): not run, not recorded missed; POST /api/jobs/{}/backfill with \
+                 \"beforeHistory\": true runs it on purpose",
+                rfc3339(at(from)),
+                settings.job
+            ),
         },
         LogRefusal::Finished(run) => Decision::Skipped {
             reserved_by: None,

@@ -53,7 +53,8 @@ pub struct CatchUpReport {
     pub more: bool,
 }
 
-/// An occurrence the walk settled `missed`, for the log.
+/// An occurrence the walk settled, for the log: recorded `missed`, or a run's result brought
+/// in line from its reservation.
 struct Missed {
     /// Its entry.
     entry: LogEntry,
@@ -171,6 +172,14 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
         }
         next = settings.next_occurrence(next);
     }
+    // This tick's run began the job's history: a tick of the occurrence before may have
+    // reserved it and vanished before any log existed. Its reservation is read; if it is there,
+    // the history begins with it and the walk settles it (or leaves it to a later winner).
+    let earlier = match written.began_history {
+        true => reserved_before(ctx, blobs, settings, occurrence).await,
+        false => None,
+    };
+    candidates.splice(0..0, earlier);
     if candidates.is_empty() {
         return report;
     }
@@ -267,7 +276,25 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
             // way), or reserved and within its reserver's deadline: a later winner looks again.
             Takeover::No => match outcome_of(&props.metadata) {
                 Some(RunStatus::Running) | None => break,
-                Some(_) => {}
+                // Settled. A log entry still open for it (its run's end write was lost) is
+                // brought in line with the reservation.
+                Some(outcome) => {
+                    let open = log.entries.iter().find(|e| {
+                        e.occurrence_unix == o
+                            && matches!(e.status, RunStatus::Running | RunStatus::Pending)
+                    });
+                    if let Some(open) = open {
+                        let mut entry = open.clone();
+                        entry.status = outcome;
+                        entry.attempt = Some(attempt_of(&props.metadata));
+                        entry.finished_at = Some(rfc3339(server_now));
+                        missed.push(Missed {
+                            entry,
+                            settled: true,
+                            seen: None,
+                        });
+                    }
+                }
             },
             Takeover::Wait(_) => break,
             Takeover::Settle(status) => {
@@ -333,24 +360,55 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
         }
         through = o;
     }
-    if through == 0 {
+    if through == 0 && earlier.is_none() {
         return report;
     }
     let known = (!wrote).then(|| written.clone());
     let changed = change_log_from(blobs, settings, ctx.now, known, |log, read_at| {
         for m in &missed {
             if m.record(log) {
-                log.counters.missed += 1;
+                log.counters.count(&m.entry.status);
             }
+        }
+        if let Some(prev) = earlier {
+            extend_history(log, settings, prev, through);
         }
         advance_settled(log, settings, occurrence, through, read_at);
         Ok::<(), ()>(())
     })
     .await;
     if let Ok(Ok(_)) = changed {
-        report.missed = missed.len() as u64;
+        report.missed = missed
+            .iter()
+            .filter(|m| m.entry.status == RunStatus::Missed)
+            .count() as u64;
     }
     report
+}
+
+/// The occurrence before `occurrence`, when it has a reservation: the tick that made it came
+/// before the one that began the job's history (it vanished before its run's log write).
+async fn reserved_before<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    occurrence: u64,
+) -> Option<u64> {
+    let prev = settings.previous_occurrence(occurrence);
+    let blob = settings.reservation(prev).ok().filter(|_| prev != 0)?;
+    let (props, _) = head(blobs, &blob, ctx.now).await.ok()?;
+    props.map(|_| prev)
+}
+
+/// Begins the job's history at `prev` (a reservation found before it): the watermark stays
+/// before `prev` unless the walk settled it (`through`).
+fn extend_history(log: &mut crate::log::Log, settings: &Settings, prev: u64, through: u64) {
+    let tolerance = settings.tick_tolerance(at(prev)).as_secs();
+    log.history_from = log.history_from.min(prev.saturating_sub(tolerance).max(1));
+    if through < prev {
+        let before = settings.previous_occurrence(prev).max(1);
+        log.settled_through = log.settled_through.min(before);
+    }
 }
 
 /// Settles a reservation without a run (the takeover rule's [`Takeover::Settle`]): `missed` on
@@ -520,7 +578,7 @@ pub(crate) async fn catch_up_one<T, S: Transport, J: Transport>(
         blobs,
         settings,
         occurrence,
-        tick.source.as_str(),
+        (tick.source.as_str(), true),
         &nonce,
         ctx.now,
     );
