@@ -1,8 +1,13 @@
-//! What the scheduled-job tests share: ticks of the test app's job, the occurrence an answer
-//! names, the job calls the sinks received and the reservation log read back.
+//! What the scheduled-job tests share: ticks of the test app's job, the Azure Functions timer
+//! payload, the occurrence an answer names, the job calls the sinks received, the decisions an
+//! instance logged, and the reservation log and reservations read back.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
+use leasegate::ops::{ListBlobs, Metadata};
+use leasegate::BlobClient;
+use leasegate_cli::{block_on, NativeTransport};
 use serde_json::{json, Value};
 
 use crate::app::{call, Answer, App, TIMER_AUTH};
@@ -38,6 +43,92 @@ pub fn tick_naming_the_reserver(app: &App, auth: (&str, &str), at: Option<u64>) 
         &[auth, ("content-type", "application/json")],
         body.to_string().as_bytes(),
     )
+}
+
+/// A timer invocation's body as the Azure Functions host POSTs it to the custom handler
+/// (`POST /scheduled-job`): the schedule status it kept (the occurrence it last ran, `last`, and
+/// the one due now, `next`, Unix seconds), `IsPastDue`, and `UtcNow`, the host's clock when it
+/// fired (`utc_now_ms`, Unix milliseconds).
+pub fn azure_timer_payload(last: u64, next: u64, utc_now_ms: u64, past_due: bool) -> Vec<u8> {
+    let rfc3339 = |secs| crate::rfc3339_millis(secs, 0);
+    json!({
+        "Data": {"timer": {
+            "Schedule": {"AdjustForDST": true},
+            "ScheduleStatus": {"Last": rfc3339(last), "Next": rfc3339(next), "LastUpdated": rfc3339(last)},
+            "IsPastDue": past_due
+        }},
+        "Metadata": {"sys": {
+            "MethodName": "scheduled-job",
+            "UtcNow": crate::rfc3339_millis(utc_now_ms / 1000, utc_now_ms % 1000),
+            "RandGuid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+        }}
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// The JSON lines scheduled-job wrote to its stdout (the file of Spin's `--log-dir`; Spin's
+/// own output repeats them, so [`App::json_lines`] holds each twice).
+pub fn job_log(app: &App) -> Vec<Value> {
+    std::fs::read_to_string(app.spin.dir().join("logs/scheduled-job_stdout.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
+}
+
+/// The decisions an instance logged (one JSON line per tick) for ticks from `trigger` (`cron`,
+/// `http`, `azure`), by occurrence (Unix seconds): (decision, reservedBy).
+pub fn decisions(app: &App, trigger: &str) -> BTreeMap<u64, Vec<(String, Option<String>)>> {
+    let mut out: BTreeMap<u64, Vec<(String, Option<String>)>> = BTreeMap::new();
+    for line in job_log(app) {
+        if line["fn"] != "scheduled-job" || line["trigger"] != trigger {
+            continue;
+        }
+        let Some(occurrence) = line["occurrence"]
+            .as_str()
+            .and_then(|o| humantime::parse_rfc3339(o).ok())
+        else {
+            continue;
+        };
+        out.entry(crate::unix_secs(occurrence)).or_default().push((
+            line["decision"].as_str().unwrap_or("").to_string(),
+            line["reservedBy"].as_str().map(str::to_string),
+        ));
+    }
+    out
+}
+
+/// Every reservation of the job in `app`'s container, listed with its metadata (read from
+/// storage): occurrence (Unix seconds) -> metadata (`leasegate_run`, `leasegate_reserved_by`,
+/// `leasegate_trigger`, `leasegate_run_token`, ...).
+pub fn reservations(app: &App) -> BTreeMap<u64, Metadata> {
+    let transport = NativeTransport::new(Duration::from_secs(10));
+    let blobs = BlobClient::new(&transport, app.inspect_account(), app.container.clone());
+    let mut out = BTreeMap::new();
+    let mut marker = None;
+    loop {
+        let list = ListBlobs {
+            prefix: Some(format!("jobs/{JOB}/occurrences/")),
+            include_metadata: true,
+            marker: marker.clone(),
+            ..ListBlobs::new(app.container.clone())
+        };
+        let (page, _) = block_on(blobs.execute(&list, SystemTime::now())).expect("list");
+        for item in page.blobs {
+            let o: u64 = item
+                .name
+                .rsplit('/')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("a reservation named by its occurrence: {}", item.name));
+            out.insert(o, item.properties.metadata);
+        }
+        marker = page.next_marker;
+        if marker.is_none() {
+            return out;
+        }
+    }
 }
 
 /// The occurrence (Unix seconds) a tick's answer names.

@@ -504,6 +504,15 @@ pub fn rfc3339_secs(secs: u64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
 }
 
+/// `secs` and `millis` since the epoch as RFC 3339 with milliseconds
+/// (`2026-11-25T04:00:00.250Z`).
+pub fn rfc3339_millis(secs: u64, millis: u64) -> String {
+    humantime::format_rfc3339_millis(
+        std::time::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis),
+    )
+    .to_string()
+}
+
 /// A number drawn uniformly from [0, 1), from the system's random source (through `uuid`): for
 /// faults and load drawn at random.
 pub fn uniform() -> f64 {

@@ -1,8 +1,97 @@
 //! Processes the harness started, seen through Linux's `/proc`: their descendants (Azurite is
 //! the child of its wrapper, Spin of its watchdog), whether one still runs, and the memory one
-//! holds, in all and by kind of mapping.
+//! holds, in all and by kind of mapping. Also the process groups a test starts itself
+//! ([`Group`]), among them the shipped SpinKube ticker ([`Ticker`]).
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// A process group started by a test (its leader started with `process_group(0)`; a launcher
+/// may exec or start others in it), stopped when dropped: SIGTERM to the group, SIGKILL after
+/// 5 s.
+pub struct Group(pub Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// The shipped SpinKube ticker, `deploy/spinkube/ticker.py`, run as the real process with its
+/// environment (`LEASEGATE_TICK_TARGETS`, `LEASEGATE_TIMER_TOKEN`, `LEASEGATE_TICKS`), its
+/// JSON lines written to a file in a scratch folder. Stopped, and its folder removed, when
+/// dropped.
+pub struct Ticker {
+    group: Option<Group>,
+    dir: PathBuf,
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.group.take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Ticker {
+    /// Starts the ticker against `targets` (loopback `spin up` instances standing for pods) with
+    /// the timer token `token` and the `LEASEGATE_TICKS` lines `ticks`.
+    pub fn start(targets: &[SocketAddr], token: &str, ticks: &str) -> Ticker {
+        let targets: Vec<String> = targets.iter().map(SocketAddr::to_string).collect();
+        let dir = crate::spin::scratch_dir("ticker");
+        let out = dir.join("ticker.out");
+        let child = Command::new("python3")
+            .arg(crate::app::root().join("deploy/spinkube/ticker.py"))
+            .env("LEASEGATE_TICK_TARGETS", targets.join(","))
+            .env("LEASEGATE_TIMER_TOKEN", token)
+            .env("LEASEGATE_TICKS", ticks)
+            .process_group(0)
+            .stdout(std::fs::File::create(&out).expect("create the ticker's output file"))
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start ticker.py");
+        Ticker {
+            group: Some(Group(child)),
+            dir,
+        }
+    }
+
+    /// The JSON lines the ticker wrote so far (one per event: `start`, then a `tick` per
+    /// request with its `status` and `answer`); a line still being written is left out.
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        ticker_lines(&self.dir.join("ticker.out"))
+    }
+
+    /// Stops the ticker (its requests in flight are cut off) and returns all its lines.
+    pub fn stop(mut self) -> Vec<serde_json::Value> {
+        self.group.take();
+        self.lines()
+    }
+}
+
+/// The whole lines of the ticker's output file, parsed.
+fn ticker_lines(out: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| serde_json::from_str(l).expect("one JSON line per event"))
+        .collect()
+}
 
 /// The process's parent and state (`R`, `S`, `Z`, ...) from `/proc/{pid}/stat`.
 fn stat(pid: u32) -> Option<(u32, char)> {

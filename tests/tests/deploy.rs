@@ -19,6 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use leasegate_tests::app::root;
+use leasegate_tests::process::{Group, Ticker};
 
 fn manifest(name: &str) -> toml::Table {
     let text = std::fs::read_to_string(root().join(name)).expect("read the manifest");
@@ -114,28 +115,9 @@ fn every_function_json_reaches_a_route() {
 // ---------------------------------------------------------------------------------------------
 // Azure Functions: the assembled folder, zipped as Core Tools zips it, starts.
 
-/// A process group started by a test (the launcher execs `spin`), stopped when dropped.
-struct Started(std::process::Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let group = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts the assembled app's launcher as the Functions host does: in `site`, with only the
 /// port, the instance and `settings` in its environment; waits for an answer on the port.
-fn launch(dir: &Path, site: &Path, tmp: &Path, settings: &[(&str, String)]) -> (Started, String) {
+fn launch(dir: &Path, site: &Path, tmp: &Path, settings: &[(&str, String)]) -> (Group, String) {
     let port = leasegate_tests::free_port();
     let mut command = Command::new(site.join("launch.sh"));
     command
@@ -160,7 +142,7 @@ fn launch(dir: &Path, site: &Path, tmp: &Path, settings: &[(&str, String)]) -> (
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .expect("start launch.sh");
-    let mut started = Started(child);
+    let mut started = Group(child);
     let output = || {
         std::fs::read_to_string(&out).unwrap_or_default()
             + &std::fs::read_to_string(&err).unwrap_or_default()
@@ -727,34 +709,15 @@ fn the_ticker_ticks_every_pod_and_each_occurrence_runs_once() {
         )
     };
     let apps = [start("pod-a"), start("pod-b")];
-    let targets = apps
-        .iter()
-        .map(|a| a.spin.addr().to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    let out_path = leasegate_tests::spin::scratch_dir("ticker").join("ticker.out");
-    let child = Command::new("python3")
-        .arg(root().join("deploy/spinkube/ticker.py"))
-        .env("LEASEGATE_TICK_TARGETS", &targets)
-        .env("LEASEGATE_TIMER_TOKEN", TIMER_TOKEN)
-        .env(
-            "LEASEGATE_TICKS",
-            "1 /api/leader/tick\n3 /api/jobs/example-job/tick\n",
-        )
-        .process_group(0)
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("start ticker.py");
-    let ticker = Started(child);
+    let addrs: Vec<_> = apps.iter().map(|a| a.spin.addr()).collect();
+    let ticker = Ticker::start(
+        &addrs,
+        TIMER_TOKEN,
+        "1 /api/leader/tick\n3 /api/jobs/example-job/tick\n",
+    );
     std::thread::sleep(Duration::from_secs(10));
-    drop(ticker);
+    let lines = ticker.stop();
 
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&out_path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON line per event"))
-        .collect();
     let ticked: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "tick").collect();
     // Each pod got the leader's tick every second (10 s of ticking, a margin for slow starts).
     for app in &apps {

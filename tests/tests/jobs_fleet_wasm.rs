@@ -7,10 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use leasegate::ops::ListBlobs;
-use leasegate::BlobClient;
-use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{App, Manifest, Setup};
+use leasegate_tests::jobs::reservations;
 use leasegate_tests::sink::Received;
 use leasegate_tests::{unique_container, unix_now};
 
@@ -32,38 +30,6 @@ fn deploy(instance: &str, offset_ms: i64, container: &leasegate::ContainerName) 
             ..Setup::default()
         },
     )
-}
-
-/// Every reservation of the job in `container`: occurrence -> outcome.
-fn reservations(app: &App) -> BTreeMap<u64, String> {
-    let account = app.inspect_account();
-    let transport = NativeTransport::new(Duration::from_secs(10));
-    let blobs = BlobClient::new(&transport, account, app.container.clone());
-    let mut out = BTreeMap::new();
-    let mut marker = None;
-    loop {
-        let list = ListBlobs {
-            prefix: Some("jobs/example-job/occurrences/".into()),
-            include_metadata: true,
-            marker: marker.clone(),
-            ..ListBlobs::new(app.container.clone())
-        };
-        let (page, _) = block_on(blobs.execute(&list, std::time::SystemTime::now())).unwrap();
-        for item in page.blobs {
-            let o: u64 = item.name.rsplit('/').next().unwrap().parse().unwrap();
-            let run = item
-                .properties
-                .metadata
-                .get("leasegate_run")
-                .cloned()
-                .unwrap_or_else(|| "none".into());
-            out.insert(o, run);
-        }
-        marker = page.next_marker;
-        if marker.is_none() {
-            return out;
-        }
-    }
 }
 
 #[test]
@@ -116,7 +82,10 @@ fn four_deployments_a_second_and_a_half_apart_run_each_occurrence_once() {
         .collect();
     let mut missed = 0;
     for o in &occurrences {
-        match (runs.get(o), stored.get(o).map(String::as_str)) {
+        let run = stored
+            .get(o)
+            .map(|m| m.get("leasegate_run").map_or("none", String::as_str));
+        match (runs.get(o), run) {
             (Some(1), Some("succeeded")) => {}
             (None, Some("missed")) => missed += 1,
             other => panic!("occurrence {o}: {other:?} (runs, reservation)"),

@@ -15,9 +15,10 @@ use leasegate_tests::app::{
     bad, call, expect_clear_errors, Answer, App, Manifest, Setup, ADMIN_AUTH, GATE_TOKEN,
     TIMER_AUTH, TIMER_TOKEN,
 };
+use leasegate_tests::jobs::{azure_timer_payload, decisions};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::sink::Behaviour;
-use leasegate_tests::unix_now;
+use leasegate_tests::{rfc3339_millis, unix_now};
 use leasegate_tests::{wait_for, Azurite};
 use serde_json::{json, Value};
 
@@ -26,25 +27,9 @@ const JOB: &str = "example-job";
 /// A second-level schedule for the cron plugin, and the period that matches it.
 const EVERY_2S: (&str, &str) = ("scheduled-job", "*/2 * * * * *");
 
-fn rfc3339(secs: u64, millis: u64) -> String {
-    humantime::format_rfc3339_millis(
-        SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis),
-    )
-    .to_string()
-}
-
-/// An Azure Functions timer invocation body for a trigger time.
+/// An Azure Functions timer invocation body for a trigger time (a job every minute).
 fn azure_payload(secs: u64, millis: u64, past_due: bool) -> Vec<u8> {
-    json!({
-        "Data": {"timer": {
-            "Schedule": {"AdjustForDST": true},
-            "ScheduleStatus": {"Last": rfc3339(secs - 60, 0), "Next": rfc3339(secs, 0), "LastUpdated": rfc3339(secs - 60, 0)},
-            "IsPastDue": past_due
-        }},
-        "Metadata": {"sys": {"MethodName": "scheduled-job", "UtcNow": rfc3339(secs, millis), "RandGuid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"}}
-    })
-    .to_string()
-    .into_bytes()
+    azure_timer_payload(secs - 60, secs, secs * 1000 + millis, past_due)
 }
 
 /// What one deployment's tick came to: the decision and who reserved it.
@@ -67,7 +52,9 @@ fn tick_http_as(app: &App, secs: u64, millis: u64, auth: (&'static str, &'static
         "POST",
         &app.url(&format!("/api/jobs/{JOB}/tick")),
         &[auth, ("content-type", "application/json")],
-        json!({"at": rfc3339(secs, millis)}).to_string().as_bytes(),
+        json!({"at": rfc3339_millis(secs, millis)})
+            .to_string()
+            .as_bytes(),
     )
 }
 
@@ -139,42 +126,6 @@ fn stored_log(container: &leasegate::ContainerName) -> Value {
     let (blob, _) = block_on(locks(container).client().execute(&get, SystemTime::now())).unwrap();
     let blob = blob.expect("the reservation log exists");
     serde_json::from_slice(&blob.body).expect("the log is JSON")
-}
-
-/// The JSON lines scheduled-job wrote to its stdout (the file of Spin's `--log-dir`; Spin's
-/// own output repeats them, so [`App::json_lines`] holds each twice).
-fn job_log(app: &App) -> Vec<Value> {
-    std::fs::read_to_string(app.spin.dir().join("logs/scheduled-job_stdout.txt"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .collect()
-}
-
-/// The decisions a cron-only app logged (one JSON line per tick), by occurrence (Unix
-/// seconds): (decision, reservedBy).
-fn cron_decisions(app: &App) -> BTreeMap<u64, Vec<(String, Option<String>)>> {
-    let mut out: BTreeMap<u64, Vec<(String, Option<String>)>> = BTreeMap::new();
-    for line in job_log(app) {
-        if line["fn"] != "scheduled-job" || line["trigger"] != "cron" {
-            continue;
-        }
-        let Some(occurrence) = line["occurrence"]
-            .as_str()
-            .and_then(|o| humantime::parse_rfc3339(o).ok())
-        else {
-            continue;
-        };
-        let secs = occurrence
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        out.entry(secs).or_default().push((
-            line["decision"].as_str().unwrap_or("").to_string(),
-            line["reservedBy"].as_str().map(str::to_string),
-        ));
-    }
-    out
 }
 
 /// 8 deployments (distinct instance ids, clocks up to ±1.5 s apart), half ticked by an HTTP
@@ -395,7 +346,7 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
             .collect()
     };
     let shared = |apps: &[App]| -> usize {
-        let (da, db) = (cron_decisions(&apps[0]), cron_decisions(&apps[1]));
+        let (da, db) = (decisions(&apps[0], "cron"), decisions(&apps[1], "cron"));
         da.keys().filter(|o| db.contains_key(o)).count()
     };
     // Both running for 12 s at least, with at least 4 occurrences run and 4 ticked by both
@@ -413,7 +364,7 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
     // The occurrences both instances had finished ticking: the strict checks are on these
     // (the instances are stopped at any moment, maybe in the middle of a later run).
     let settled: BTreeSet<u64> = {
-        let (da, db) = (cron_decisions(&apps[0]), cron_decisions(&apps[1]));
+        let (da, db) = (decisions(&apps[0], "cron"), decisions(&apps[1], "cron"));
         da.keys().filter(|o| db.contains_key(o)).copied().collect()
     };
     // No component trapped while the instances ran. (Checked before they are stopped: Spin
@@ -453,7 +404,7 @@ fn the_cron_trigger_runs_each_occurrence_once_across_two_instances() {
     // `not_due`, a tick ahead of its occurrence while an earlier run holds the lease;
     // `overlapped`, recorded `skipped_overlap`; `storage_unavailable`, a storage request
     // failed), and every `ran` has its job POST, from that instance.
-    let decisions = [cron_decisions(&apps[0]), cron_decisions(&apps[1])];
+    let decisions = [decisions(&apps[0], "cron"), decisions(&apps[1], "cron")];
     for (d, id) in decisions.iter().zip(["cron-a", "cron-b"]) {
         for (occ, ticks) in d {
             // (An instance may tick an occurrence twice: the plugin was seen firing twice
@@ -549,7 +500,7 @@ fn storage_faults_fail_the_tick_and_the_next_occurrence_runs() {
             "POST",
             &app.url(&format!("/api/jobs/{JOB}/tick")),
             &[ADMIN_AUTH, ("content-type", "application/json")],
-            json!({"at": rfc3339(occ, 0)}).to_string().as_bytes(),
+            json!({"at": rfc3339_millis(occ, 0)}).to_string().as_bytes(),
         )
     };
     let base = (unix_now() / 60 + 5) * 60;
@@ -656,7 +607,7 @@ fn overlapping_runs_are_skipped_or_allowed_on_purpose() {
                 "POST",
                 &app.url(&format!("/api/jobs/{JOB}/tick")),
                 &[ADMIN_AUTH, ("content-type", "application/json")],
-                json!({"at": rfc3339(occ, 0)}).to_string().as_bytes(),
+                json!({"at": rfc3339_millis(occ, 0)}).to_string().as_bytes(),
             )
         };
         let (slow, second) = std::thread::scope(|s| {
