@@ -549,3 +549,59 @@ fn unmarking_removes_the_mark_and_the_tag_and_keeps_the_rest() {
     assert_eq!(props.metadata.get("timetolive"), Some(&past));
     app.assert_no_trap();
 }
+
+/// Storage requests per pass with the defaults (docs/protocol.md, "Requests per operation"),
+/// over an empty swept container, the lock-blob pages off (they add 2 each, as under `list`):
+/// **6** when the listing is due (the state's read; the listing's page and the claim's
+/// compare-and-swap; the find and its claim; the pass done), **4** between listings (the read,
+/// the find and its claim, the pass done), as `ttl_find = tags`; 1 while the next pass is not
+/// due.
+#[test]
+fn a_default_pass_costs_its_listing_only_once_per_interval() {
+    let c = unique_container("ttlcost");
+    create_container(&c);
+    let app = defaults(
+        "ttl-cost",
+        &c,
+        &[("ttl_lock_retention_seconds", "off")],
+        None,
+    );
+    create_container(&app.container);
+    let kinds = |seen: &[Seen]| -> Vec<String> {
+        seen.iter()
+            .map(|s| {
+                let query = s.target.split_once('?').map(|(_, q)| q).unwrap_or("");
+                let comp = query
+                    .split('&')
+                    .find(|p| p.starts_with("comp="))
+                    .unwrap_or("");
+                format!("{} {comp}", s.method)
+            })
+            .collect()
+    };
+    let (first, seen) = app.counted(|| tick(&app));
+    assert_eq!(first.json["passCompleted"], true, "{}", first.text);
+    assert_eq!(
+        kinds(&seen),
+        [
+            "GET ",
+            "GET comp=list",
+            "PUT ",
+            "GET comp=blobs",
+            "PUT ",
+            "PUT "
+        ],
+        "{}",
+        first.text
+    );
+    assert_eq!(first.json["storageRoundTrips"], 6, "{}", first.text);
+    let (second, seen) = app.counted(|| tick(&app));
+    assert_eq!(second.json["passCompleted"], true, "{}", second.text);
+    assert_eq!(
+        kinds(&seen),
+        ["GET ", "GET comp=blobs", "PUT ", "PUT "],
+        "{}",
+        second.text
+    );
+    assert_eq!(second.json["storageRoundTrips"], 4, "{}", second.text);
+}
