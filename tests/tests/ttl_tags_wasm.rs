@@ -11,7 +11,7 @@ use leasegate::ops::{GetBlobTags, GetProperties, SetBlobTags, Tags};
 use leasegate::{BlobName, ContainerName};
 use leasegate_cli::block_on;
 use leasegate_tests::app::{call, Answer, App, ADMIN_AUTH, TIMER_AUTH};
-use leasegate_tests::blobs::{client, create_container, put, rfc3339};
+use leasegate_tests::blobs::{account_sas, client, create_container, put, rfc3339};
 use leasegate_tests::proxy::Fault;
 use leasegate_tests::{unique_container, wait_for};
 use serde_json::{json, Value};
@@ -414,37 +414,6 @@ fn missing_tag_permissions_answer_storage_forbidden_naming_the_fix() {
     let a = mark(&listing, &c, "a", json!({"ttlSeconds": 60}));
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json["tagged"], json!(false));
-}
-
-/// An account SAS for the shared Azurite with permissions `sp` (blob service; service,
-/// container and object), valid for an hour: one SAS that reaches the app's container and the
-/// swept one, as a deployment's `storage_sas` would.
-fn account_sas(sp: &str) -> String {
-    let key = leasegate::AccountKey::try_new(leasegate::account::DEV_ACCOUNT_KEY).unwrap();
-    let se = rfc3339(SystemTime::now() + Duration::from_secs(3600));
-    let sv = "2021-12-02";
-    // Account SAS string to sign, version 2020-12-06 and later: account, sp, ss, srt, st, se,
-    // sip, spr, sv, ses, each followed by a newline.
-    let sts = format!(
-        "{}\n{sp}\nb\nsco\n\n{se}\n\n\n{sv}\n\n",
-        leasegate::account::DEV_ACCOUNT_NAME
-    );
-    let sig = leasegate::signing::signature(&key, &sts);
-    let enc = |s: &str| {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect::<String>()
-    };
-    format!(
-        "sv={sv}&ss=b&srt=sco&sp={sp}&se={}&sig={}",
-        enc(&se),
-        enc(&sig)
-    )
 }
 
 /// With a real SAS: Azurite enforces the tag permissions of a SAS (`t` for Set and Get Blob
