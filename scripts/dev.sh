@@ -18,7 +18,9 @@
 #                          gate holders and a per-second job; prints what held (not part of CI)
 #   scripts/dev.sh ttl-bench   one TTL sweep pass of 100,000 blobs (1 % due) by 4 workers under
 #                          spin up, with ttl_find = list and = tags, then with nothing due:
-#                          storage requests and time per pass (its own Azurite; --blobs N ...)
+#                          storage requests and time per pass (its own Azurite; --blobs N ...);
+#                          --contract: issue 48's 2,101 blobs marked by metadata alone, swept
+#                          with the defaults
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite,
 #                          Spin and its cron plugin, faketime)
 set -euo pipefail

@@ -491,7 +491,7 @@ pub struct Setup {
     pub entra: Option<Entra>,
     /// Variables of the test defaults to leave unset, so that the manifest's default applies
     /// (e.g. `ttl_find`, which the harness sets to `list` for the TTL tests written before
-    /// index tags).
+    /// index tags); the overrides still apply.
     pub unset: Vec<&'static str>,
 }
 
@@ -683,11 +683,11 @@ impl App {
                 variables.insert(k.into(), v);
             }
         }
-        for (k, v) in overrides {
-            variables.insert(k.to_string(), v.to_string());
-        }
         for k in &setup.unset {
             variables.remove(*k);
+        }
+        for (k, v) in overrides {
+            variables.insert(k.to_string(), v.to_string());
         }
         let http = !matches!(setup.manifest, Manifest::Cron | Manifest::TemplateCron(_));
         let manifest = if setup.manifest == Manifest::Cron && !setup.cron.is_empty() {
