@@ -50,6 +50,10 @@ fn put(locks: &Locks<NativeTransport>, c: &ContainerName, name: &str, meta: &[(&
     block_on(locks.client().execute(&put, SystemTime::now())).expect("put a blob");
 }
 
+/// One blob of the container: its name, its metadata, and whether its application sets that
+/// metadata with Set Blob Metadata after a plain Put Blob (rather than with the Put Blob).
+type Shaped = (String, Vec<(&'static str, String)>, bool);
+
 /// Makes issue 48's container in `c` (its dead-blob container is `dead`).
 fn make(azurite: &Azurite, c: &ContainerName, dead: &ContainerName, threads: usize) {
     let locks = client(azurite);
@@ -62,8 +66,7 @@ fn make(azurite: &Azurite, c: &ContainerName, dead: &ContainerName, threads: usi
     .expect("create the container");
     let past = rfc3339(SystemTime::now() - Duration::from_secs(3600));
     let tomorrow = rfc3339(SystemTime::now() + Duration::from_secs(86_400));
-    // (name, metadata, set by Set Blob Metadata after the put rather than with it)
-    let mut blobs: Vec<(String, Vec<(&str, String)>, bool)> = Vec::new();
+    let mut blobs: Vec<Shaped> = Vec::new();
     for i in 0..750 {
         let meta = vec![("TimeToLive", past.clone())];
         blobs.push((format!("tmp/exports/e{i:04}.csv"), meta, i % 2 == 1));
