@@ -576,6 +576,62 @@ async fn find<S: Transport>(
 #[cfg(test)]
 mod tests {
 
+    /// Where a pass is in a container: under `both` it lists first when a listing is due (none
+    /// yet, or the last one `ttl_list_interval_seconds` ago), then finds; a pass under way goes
+    /// on as its entry says; `tags` always finds, `list` and the lock prefixes always list. The
+    /// entry's new fields are written as the state's other camelCase ones.
+    #[test]
+    fn a_pass_lists_first_when_its_listing_is_due_then_finds() {
+        use super::*;
+        use crate::settings::tests::settings;
+        let both = settings(&[("ttl_containers", "logs")]).unwrap();
+        let tags = settings(&[("ttl_containers", "logs"), ("ttl_find", "tags")]).unwrap();
+        let list = settings(&[("ttl_containers", "logs"), ("ttl_find", "list")]).unwrap();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        let mut entry = ContainerEntry {
+            container: "logs".into(),
+            prefix: String::new(),
+            kind: Kind::Ttl,
+            status: ScanStatus::Init,
+            marker: None,
+            off: false,
+            find: None,
+            listed_at: None,
+            pending: None,
+        };
+        assert_eq!(phase(&both, &entry, now), Phase::List, "never listed");
+        assert_eq!(phase(&tags, &entry, now), Phase::Find);
+        assert_eq!(phase(&list, &entry, now), Phase::List);
+        entry.listed_at = Some(rfc3339(now - Duration::from_secs(3599)));
+        assert_eq!(phase(&both, &entry, now), Phase::Find, "listed 3599 s ago");
+        entry.listed_at = Some(rfc3339(now - Duration::from_secs(3600)));
+        assert_eq!(phase(&both, &entry, now), Phase::List, "listed an hour ago");
+        // A pass under way goes on as its entry says.
+        entry.status = ScanStatus::Current;
+        entry.find = Some("tags".into());
+        assert_eq!(phase(&both, &entry, now), Phase::Find);
+        entry.find = Some("list".into());
+        entry.listed_at = Some(rfc3339(now));
+        assert_eq!(phase(&both, &entry, now), Phase::List);
+        assert_eq!(phase(&tags, &entry, now), Phase::Find);
+        entry.kind = Kind::Locks;
+        assert_eq!(phase(&tags, &entry, now), Phase::List);
+
+        entry.pending = Some(Pending {
+            at: "2033-05-18T03:33:20Z".into(),
+            blobs: vec![("a/b.csv".into(), "2033-05-18T03:00:00Z".into())],
+        });
+        let v = serde_json::to_value(&entry).unwrap();
+        assert_eq!(v["listedAt"], rfc3339(now));
+        assert_eq!(
+            v["pending"],
+            serde_json::json!({"at": "2033-05-18T03:33:20Z",
+                               "blobs": [["a/b.csv", "2033-05-18T03:00:00Z"]]})
+        );
+        let back: ContainerEntry = serde_json::from_value(v).unwrap();
+        assert_eq!(back, entry);
+    }
+
     /// Past the names the state can remember, an unusable name is not reported by name (it
     /// would be reported again on every pass): only counted.
     #[test]
