@@ -18,7 +18,9 @@
 #                          gate holders and a per-second job; prints what held (not part of CI)
 #   scripts/dev.sh ttl-bench   one TTL sweep pass of 100,000 blobs (1 % due) by 4 workers under
 #                          spin up, with ttl_find = list and = tags, then with nothing due:
-#                          storage requests and time per pass (its own Azurite; --blobs N ...)
+#                          storage requests and time per pass (its own Azurite; --blobs N ...);
+#                          --contract: issue 48's 2,101 blobs marked by metadata alone, swept
+#                          with the defaults
 #   scripts/dev.sh setup   only installs (the pinned toolchain + wasm32-wasip2, the pinned Azurite,
 #                          Spin and its cron plugin, faketime)
 set -euo pipefail
@@ -133,6 +135,37 @@ Try it yourself while Azurite runs (another terminal: scripts/dev.sh azurite):
 TXT
 }
 
+# Prints scripts/run-examples.txt with its {{placeholders}} filled from NAME=VALUE arguments
+# (its header lines, those starting with '#' before the text, left out).
+print_examples() {
+  python3 - "$@" <<'PY'
+import re, sys
+values = dict(arg.split("=", 1) for arg in sys.argv[1:])
+lines = open("scripts/run-examples.txt").read().splitlines(keepends=True)
+while lines and lines[0].startswith("#"):
+    lines.pop(0)
+sys.stdout.write(re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], "".join(lines)))
+PY
+}
+
+# An account SAS (read, write, delete, list, add, create; a week) for Azurite's development
+# account, whose key is public (spin.toml's default storage_key): the examples write a blob
+# with it, as an application would.
+dev_sas() {
+  python3 - <<'PY'
+import base64, datetime, hashlib, hmac, urllib.parse
+key = base64.b64decode("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==")
+expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=7)
+se, sp, sv = expiry.strftime("%Y-%m-%dT%H:%M:%SZ"), "rwdlac", "2021-12-02"
+# Account SAS, version 2020-12-06 on: account, sp, ss, srt, st, se, sip, spr, sv, ses, each
+# followed by a newline.
+to_sign = "\n".join(["devstoreaccount1", sp, "b", "sco", "", se, "", "", sv, ""]) + "\n"
+sig = base64.b64encode(hmac.new(key, to_sign.encode(), hashlib.sha256).digest()).decode()
+q = urllib.parse.quote
+print(f"sv={sv}&ss=b&srt=sco&sp={sp}&se={q(se, safe='')}&sig={q(sig, safe='')}")
+PY
+}
+
 COMPONENTS=(device-alerts gate scheduled-job leader init-once ttl-sweeper)
 
 build_components() {
@@ -162,41 +195,25 @@ run() {
   local admin="${LEASEGATE_ADMIN_TOKEN:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(12))')}"
   # The key of derived lease ids (the leader's): one secret shared by every deployment.
   local lease_secret="${LEASEGATE_LEASE_ID_SECRET:-dev-$(python3 -c 'import secrets; print(secrets.token_hex(16))')}"
+  local ttl_containers="${LEASEGATE_TTL_CONTAINERS:-scratch}"
   local vars=(--variable gate_token="$token" --variable telemetry_token="$telemetry"
               --variable timer_token="$timer" --variable admin_token="$admin"
               --variable lease_id_secret="$lease_secret"
               --variable instance_id="${LEASEGATE_INSTANCE_ID:-dev-local}"
-              --variable ttl_containers="${LEASEGATE_TTL_CONTAINERS:-scratch}"
+              --variable ttl_containers="$ttl_containers"
               --variable ttl_lock_retention_seconds=86400)
-  cat >&2 <<TXT
-
-The app will serve on http://127.0.0.1:3000. Try, from another terminal:
-
-  curl -s -X POST http://127.0.0.1:3000/api/telemetry -H 'authorization: Bearer $telemetry' \\
-       -H 'content-type: application/json' \\
-       -d '{"deviceId":"sensor-1","temperature":31.5}'            # notified, then throttled for 60 s
-  curl -s -X POST http://127.0.0.1:3000/api/telemetry -H 'authorization: Bearer $telemetry' \\
-       -H 'content-type: application/json' \\
-       -d '[{"deviceId":"a","temperature":35},{"deviceId":"b","temperature":20},{"deviceId":"a","temperature":40}]'
-  curl -si -X POST 'http://127.0.0.1:3000/api/gate/jobs%2Fnightly?window=30&holder=node-a' \\
-       -H 'authorization: Bearer $token'                         # 200, then 429 for other holders
-  curl -s http://127.0.0.1:3000/api/gate/jobs%2Fnightly -H 'authorization: Bearer $token'
-  curl -si -X DELETE http://127.0.0.1:3000/api/gate/jobs%2Fnightly -H 'authorization: Bearer $token' \\
-       -H 'lease-id: <leaseId from the POST>'                     # 204
-  curl -s -X POST http://127.0.0.1:3000/api/jobs/example-job/tick -H 'authorization: Bearer $timer'
-  curl -s http://127.0.0.1:3000/api/jobs/example-job -H 'authorization: Bearer $timer'   # the log
-  curl -s http://127.0.0.1:3000/api/leader -H 'authorization: Bearer $timer'             # who leads
-  curl -s -X POST http://127.0.0.1:3000/api/init/seed -H 'authorization: Bearer $timer'  # runs once
-  curl -s -X POST http://127.0.0.1:3000/api/sweeper/tick -H 'authorization: Bearer $timer' # a sweep
-  curl -s -X PUT http://127.0.0.1:3000/api/ttl/scratch/some/blob -H 'authorization: Bearer $admin' \
-       -H 'content-type: application/json' -d '{"ttlSeconds":60}'  # marks a blob of 'scratch'
-
-The timer functions also tick on the cron trigger (spin-cron.toml): watch the sink print the
-job's POSTs to /job every minute, the leader's heartbeats to /heartbeat every 10 s, and the
-initialization's one POST to /init; the sweeper sweeps container 'scratch' (and day-old lock
-blobs) every 5 minutes.
-
-TXT
+  # The examples' blob: in the first swept container, under its prefix. The container is made
+  # here (through a SAS of Azurite's well-known development account), as the sweeper expects.
+  local first="${ttl_containers%%,*}"
+  first="${first// /}"
+  local swept="${first%%/*}" prefix=""
+  [[ "$first" == */* ]] && prefix="${first#*/}"
+  local storage=http://127.0.0.1:10000/devstoreaccount1 sas
+  sas=$(dev_sas)
+  curl -s -o /dev/null -X PUT "$storage/$swept?restype=container&$sas" || true
+  print_examples app=http://127.0.0.1:3000 telemetry_token="$telemetry" gate_token="$token" \
+    timer_token="$timer" admin_token="$admin" storage="$storage" sas="$sas" \
+    container="$swept" blob="${prefix}some/blob" >&2
   say "running the timer functions with spin up -f spin-cron.toml (the trigger-cron plugin)"
   spin up -f spin-cron.toml --state-dir .spin/timers "${vars[@]}" &
   say "serving with spin up (Ctrl-C to stop)"

@@ -489,6 +489,10 @@ pub struct Setup {
     /// [`Setup::storage_tls`]), tokens come from the app's own [`TokenServer`] (`token_origin`)
     /// and the storage key variable is emptied.
     pub entra: Option<Entra>,
+    /// Variables of the test defaults to leave unset, so that the manifest's default applies
+    /// (e.g. `ttl_find`, which the harness sets to `list` for the TTL tests written before
+    /// index tags); the overrides still apply.
+    pub unset: Vec<&'static str>,
 }
 
 /// How a test app gets its Entra ID tokens ([`Setup::entra`]).
@@ -678,6 +682,9 @@ impl App {
             for (k, v) in entra_vars {
                 variables.insert(k.into(), v);
             }
+        }
+        for k in &setup.unset {
+            variables.remove(*k);
         }
         for (k, v) in overrides {
             variables.insert(k.to_string(), v.to_string());

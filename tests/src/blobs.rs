@@ -1,7 +1,7 @@
 //! Plain blob work on the shared Azurite, for tests that set a scene before the app acts
 //! (containers, marked blobs) and read it back after.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use leasegate::ops::{CreateContainer, Metadata, PutBlob};
 use leasegate::{BlobClient, BlobName, ContainerName};
@@ -63,4 +63,36 @@ pub fn properties(app: &crate::app::App, name: &str) -> Option<leasegate::ops::B
         blob: BlobName::try_new(name).unwrap(),
     };
     block_on(blobs.execute(&head, SystemTime::now())).unwrap().0
+}
+
+/// An account SAS (the query string, without `?`) for the development account with
+/// permissions `sp` (blob service; service, container and object), valid for an hour: one SAS
+/// that reaches the app's container and the swept one, as a deployment's `storage_sas` would
+/// (`scripts/dev.sh run` prints one for its examples, made the same way).
+pub fn account_sas(sp: &str) -> String {
+    let key = leasegate::AccountKey::try_new(leasegate::account::DEV_ACCOUNT_KEY).unwrap();
+    let se = rfc3339(SystemTime::now() + Duration::from_secs(3600));
+    let sv = "2021-12-02";
+    // Account SAS string to sign, version 2020-12-06 and later: account, sp, ss, srt, st, se,
+    // sip, spr, sv, ses, each followed by a newline.
+    let sts = format!(
+        "{}\n{sp}\nb\nsco\n\n{se}\n\n\n{sv}\n\n",
+        leasegate::account::DEV_ACCOUNT_NAME
+    );
+    let sig = leasegate::signing::signature(&key, &sts);
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    format!(
+        "sv={sv}&ss=b&srt=sco&sp={sp}&se={}&sig={}",
+        enc(&se),
+        enc(&sig)
+    )
 }

@@ -25,6 +25,9 @@ pub(crate) struct Report {
     pub(crate) unmarked: u64,
     /// Marked blobs whose time has not come.
     pub(crate) not_expired: u64,
+    /// Of those, blobs given their expiry tag (a listing of `ttl_find = both` that found a
+    /// marked blob without it, or a find that read a later `TimeToLive` than its tag).
+    pub(crate) tagged: u64,
     /// Expired blobs deleted (moved ones included).
     pub(crate) deleted: u64,
     /// Of those, moved to a dead-blob container first.
@@ -175,6 +178,7 @@ mod tests {
                 "scanned",
                 "unmarked",
                 "notExpired",
+                "tagged",
                 "deleted",
                 "moved",
                 "locksRemoved",

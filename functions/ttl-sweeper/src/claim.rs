@@ -7,7 +7,9 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::ops::{tag_at_most, FindBlobsByTags, FoundBlobs, ListBlobs, ListBlobsPage, Refusal};
+use leasegate::ops::{
+    tag_at_most, FindBlobsByTags, FoundBlob, FoundBlobs, ListBlobs, ListBlobsPage, Refusal,
+};
 use leasegate::BlobClient;
 use leasegate::{BlobName, ContainerName, StatusCode, Transport};
 
@@ -20,8 +22,8 @@ use crate::error::SweepError;
 use crate::settings::{Find, Kind, Settings};
 use crate::state::ScanStatus;
 use crate::state::{
-    read_state, reconcile, write_state, ContainerEntry, Counters, State, StateRead, TickEntry,
-    Unusable, MAX_UNUSABLE,
+    read_state, reconcile, write_state, ContainerEntry, Counters, Pending, State, StateRead,
+    TickEntry, Unusable, MAX_UNUSABLE,
 };
 use crate::{EXPIRES_TAG, TIME_TO_LIVE};
 
@@ -40,13 +42,13 @@ const CLAIM_JITTER_MS: u64 = 20;
 pub(crate) struct Claimed {
     pub(crate) kind: Kind,
     pub(crate) container: ContainerName,
-    /// The swept prefix (found blobs outside it are left alone).
-    pub(crate) prefix: String,
     pub(crate) page: ListBlobsPage,
-    /// Under `ttl_find = tags`: the blobs found by their expiry tag (`page` is empty then).
+    /// A page of blobs found by their expiry tag (`page` is empty then).
     pub(crate) found: Option<FoundBlobs>,
     /// The storage server's clock when the page was listed or found.
     pub(crate) server_now: SystemTime,
+    /// A listing of `ttl_find = both`: the marked blobs it keeps get their expiry tag.
+    pub(crate) tag_kept: bool,
 }
 
 /// One tick's bookkeeping.
@@ -208,17 +210,23 @@ async fn claim_from<S: Transport>(
             .iter()
             .position(|e| !e.off && matches!(e.status, ScanStatus::Init | ScanStatus::Current))
         {
-            match list_page(blobs, settings, &state.containers[index], server_now, now).await {
+            let finding = phase(settings, &state.containers[index], server_now) == Phase::Find;
+            match next_page(
+                blobs,
+                settings,
+                &mut state.containers[index],
+                server_now,
+                now,
+            )
+            .await
+            {
                 Ok(listed) => {
-                    found = Some((index, listed));
+                    found = Some(listed);
                     break;
                 }
                 // Missing tag permissions are the deployment's to fix, on every container:
                 // the tick answers 502 naming the fix (a listing's 403 skips the container).
-                Err(e)
-                    if finds_by_tags(settings, &state.containers[index])
-                        && leasegate_spin::web::is_forbidden(&e) =>
-                {
+                Err(e) if finding && leasegate_spin::web::is_forbidden(&e) => {
                     return Err(SweepError::TagsForbidden(e));
                 }
                 // A listing storage refuses for good (a SAS without list rights there, a bad
@@ -239,25 +247,15 @@ async fn claim_from<S: Transport>(
                     });
                     entry.status = ScanStatus::Last;
                     entry.marker = None;
+                    entry.pending = None;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        if let Some((index, listed)) = found {
+        if let Some(listed) = found {
             if listed.kind == Kind::Ttl {
                 unusable_overflow = remember_unusable(&mut state, &listed, &mut unusable_new);
             }
-            let e = &mut state.containers[index];
-            e.marker = match &listed.found {
-                Some(f) => f.next_marker.clone(),
-                None => listed.page.next_marker.clone(),
-            };
-            e.find = (e.kind == Kind::Ttl).then(|| settings.find.as_str().to_string());
-            e.status = if e.marker.is_some() {
-                ScanStatus::Current
-            } else {
-                ScanStatus::Last
-            };
             state.pages += 1;
             entry.active = true;
             page = Some(listed);
@@ -269,6 +267,7 @@ async fn claim_from<S: Transport>(
             for e in &mut state.containers {
                 e.status = ScanStatus::Init;
                 e.marker = None;
+                e.pending = None;
             }
             // Unusable names this pass did not list again are gone (or renamed).
             let this_pass = state.passes;
@@ -388,80 +387,250 @@ pub(crate) fn resting(state: &State, settings: &Settings, server_now: SystemTime
             .is_some_and(|t| t + settings.pass_interval > server_now)
 }
 
-/// Whether `entry`'s blobs are found by their expiry tag (`ttl_find = tags`; the app's lock
-/// blobs are always listed).
-pub(crate) fn finds_by_tags(settings: &Settings, entry: &ContainerEntry) -> bool {
-    entry.kind == Kind::Ttl && settings.find == Find::Tags
+/// How the next page of a swept entry is had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// List Blobs with metadata (the app's lock blobs, `ttl_find = list`, and the listing of
+    /// `both`).
+    List,
+    /// Find Blobs by Tags on the expiry tag (`tags`, and the finds of `both`).
+    Find,
 }
 
-/// Lists the next page of `entry`, or under `ttl_find = tags` finds the next page of its
-/// blobs whose expiry tag is at most `server_now` (the storage server's clock). A marker had
-/// the other way is not used: the container starts again.
-async fn list_page<S: Transport>(
+impl Phase {
+    /// As the state records it (`find`).
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::List => "list",
+            Phase::Find => "tags",
+        }
+    }
+}
+
+/// Where the pass is in `entry`. Under `ttl_find = both` a container's pass begins with its
+/// listing when one is due (none completed yet, or the last one at least
+/// `ttl_list_interval_seconds` ago by the storage server's clock), and goes on with its finds.
+pub(crate) fn phase(settings: &Settings, entry: &ContainerEntry, server_now: SystemTime) -> Phase {
+    match (entry.kind, settings.find) {
+        (Kind::Locks, _) | (_, Find::List) => Phase::List,
+        (_, Find::Tags) => Phase::Find,
+        (_, Find::Both) => match (&entry.status, entry.find.as_deref()) {
+            (ScanStatus::Current, Some("tags")) => Phase::Find,
+            (ScanStatus::Current, Some("list")) => Phase::List,
+            _ if listing_due(settings, entry, server_now) => Phase::List,
+            _ => Phase::Find,
+        },
+    }
+}
+
+/// Whether `entry`'s listing is due under `ttl_find = both`.
+fn listing_due(settings: &Settings, entry: &ContainerEntry, server_now: SystemTime) -> bool {
+    entry
+        .listed_at
+        .as_deref()
+        .and_then(timer::parse_time)
+        .is_none_or(|at| at + settings.list_interval <= server_now)
+}
+
+/// The most blobs Find Blobs by Tags answers in one page (the service's maximum). Finds always
+/// ask for it, whatever `ttl_page_size`: Azurite 3.35 searches only the first `maxresults`
+/// blobs by name after the marker and ends without a `NextMarker` when they hold fewer
+/// matches, so due blobs sorting after `ttl_page_size` live tagged ones would never be found
+/// there. Azure answers up to this many matches wherever they sort. (On Azurite, due blobs
+/// behind more than this many others are still missed by the finds; under `ttl_find = both`
+/// the listing sweeps them.)
+pub(crate) const FIND_MAX_RESULTS: u32 = 5000;
+
+/// Claims the next page of `entry` and moves the entry past it: a listing, or blobs whose
+/// expiry tag is at most `server_now` (the storage server's clock), taken `ttl_page_size` at a
+/// time from a find of up to [`FIND_MAX_RESULTS`] (the rest kept in the entry, `pending`, for
+/// the next claims). A marker had the other way is not used: the container starts again.
+async fn next_page<S: Transport>(
     blobs: &BlobClient<S>,
     settings: &Settings,
-    entry: &ContainerEntry,
+    entry: &mut ContainerEntry,
     server_now: SystemTime,
     now: SystemTime,
 ) -> Result<Claimed, leasegate::Error> {
     let container = ContainerName::try_new(&entry.container)?;
-    let by_tags = finds_by_tags(settings, entry);
-    let marker = entry.marker.clone().filter(|_| {
-        let mode = entry.find.as_deref().unwrap_or(Find::List.as_str());
-        entry.kind == Kind::Locks || mode == settings.find.as_str()
-    });
-    if by_tags {
-        // One condition, not a range: Azurite 3.33 answered 500 to two conditions on one tag,
-        // and 3.35 returns too few blobs for `AND` (see docs/ttl-sweeper.md).
-        let find = FindBlobsByTags {
-            container: container.clone(),
-            expression: tag_at_most(EXPIRES_TAG, &rfc3339(server_now))?,
-            marker,
-            max_results: Some(settings.page_size),
-        };
-        let (found, date) = match blobs.execute(&find, now).await {
-            Ok((found, date)) => (found, date),
-            Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
-                (FoundBlobs::default(), None)
-            }
-            Err(e) => return Err(e),
-        };
-        return Ok(Claimed {
-            kind: entry.kind,
-            container,
-            prefix: entry.prefix.clone(),
-            page: ListBlobsPage::default(),
-            found: Some(found),
-            server_now: date.unwrap_or(server_now),
-        });
+    let phase = phase(settings, entry, server_now);
+    // (A marker without `find` is a listing's, as versions before tags wrote it.)
+    let had = entry.find.as_deref().unwrap_or(Phase::List.as_str());
+    let fits = entry.status == ScanStatus::Current && had == phase.as_str();
+    let marker = entry.marker.take().filter(|_| fits);
+    let pending = entry.pending.take().filter(|_| fits);
+    if entry.kind == Kind::Ttl {
+        entry.find = Some(phase.as_str().to_string());
     }
-    let list = ListBlobs {
-        prefix: (!entry.prefix.is_empty()).then(|| entry.prefix.clone()),
-        marker,
-        max_results: Some(settings.page_size),
-        include_metadata: true,
-        ..ListBlobs::new(container.clone())
-    };
-    let (page, date) = match blobs.execute(&list, now).await {
-        Ok((page, date)) => (page, date),
-        // A swept container that does not exist (yet) has no blobs.
-        Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
-            (ListBlobsPage::default(), None)
-        }
-        Err(e) => return Err(e),
-    };
-    Ok(Claimed {
+    let mut claimed = Claimed {
         kind: entry.kind,
-        container,
-        prefix: entry.prefix.clone(),
-        page,
+        container: container.clone(),
+        page: ListBlobsPage::default(),
         found: None,
-        server_now: date.unwrap_or(now),
-    })
+        server_now,
+        tag_kept: false,
+    };
+    let more = match phase {
+        Phase::Find => {
+            let (mut found, at) = match pending {
+                Some(p) => (p.blobs, timer::parse_time(&p.at).unwrap_or(server_now)),
+                None => {
+                    let (found, at) = find(blobs, entry, marker, server_now, now).await?;
+                    entry.marker = found.next_marker;
+                    let blobs = found.blobs.into_iter().filter_map(|b| {
+                        let tag = b.tags.get(EXPIRES_TAG).cloned().unwrap_or_default();
+                        b.name.starts_with(&entry.prefix).then_some((b.name, tag))
+                    });
+                    (blobs.collect::<Vec<_>>(), at)
+                }
+            };
+            let rest = found.split_off(found.len().min(settings.page_size as usize));
+            entry.pending = (!rest.is_empty()).then(|| Pending {
+                at: rfc3339(at),
+                blobs: rest,
+            });
+            claimed.server_now = at;
+            claimed.found = Some(FoundBlobs {
+                blobs: found
+                    .into_iter()
+                    .map(|(name, tag)| FoundBlob {
+                        name,
+                        tags: [(EXPIRES_TAG.to_string(), tag)].into(),
+                    })
+                    .collect(),
+                next_marker: None,
+            });
+            entry.pending.is_some() || entry.marker.is_some()
+        }
+        Phase::List => {
+            let both = entry.kind == Kind::Ttl && settings.find == Find::Both;
+            let list = ListBlobs {
+                prefix: (!entry.prefix.is_empty()).then(|| entry.prefix.clone()),
+                marker,
+                max_results: Some(settings.page_size),
+                include_metadata: true,
+                include_tags: both,
+                ..ListBlobs::new(container)
+            };
+            let (page, date) = match blobs.execute(&list, now).await {
+                Ok((page, date)) => (page, date),
+                // A swept container that does not exist (yet) has no blobs.
+                Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
+                    (ListBlobsPage::default(), None)
+                }
+                Err(e) => return Err(e),
+            };
+            claimed.server_now = date.unwrap_or(now);
+            claimed.tag_kept = both;
+            entry.marker = page.next_marker.clone();
+            claimed.page = page;
+            if entry.marker.is_some() {
+                true
+            } else if entry.kind == Kind::Ttl {
+                entry.listed_at = Some(rfc3339(claimed.server_now));
+                // Under `both` the finds follow the listing (due blobs it did not take: those
+                // marked or come due since it passed them).
+                if both {
+                    entry.find = Some(Phase::Find.as_str().to_string());
+                }
+                both
+            } else {
+                false
+            }
+        }
+    };
+    entry.status = if more {
+        ScanStatus::Current
+    } else {
+        ScanStatus::Last
+    };
+    Ok(claimed)
+}
+
+/// One find of `entry`'s container from `marker`: blobs whose expiry tag is at most
+/// `server_now`, and the find answer's `Date`.
+async fn find<S: Transport>(
+    blobs: &BlobClient<S>,
+    entry: &ContainerEntry,
+    marker: Option<String>,
+    server_now: SystemTime,
+    now: SystemTime,
+) -> Result<(FoundBlobs, SystemTime), leasegate::Error> {
+    // One condition, not a range: Azurite 3.33 answered 500 to two conditions on one tag,
+    // and 3.35 returns too few blobs for `AND` (see docs/ttl-sweeper.md).
+    let find = FindBlobsByTags {
+        container: ContainerName::try_new(&entry.container)?,
+        expression: tag_at_most(EXPIRES_TAG, &rfc3339(server_now))?,
+        marker,
+        max_results: Some(FIND_MAX_RESULTS),
+    };
+    match blobs.execute(&find, now).await {
+        Ok((found, date)) => Ok((found, date.unwrap_or(server_now))),
+        Err(e) if e.class() == Some(leasegate::ErrorClass::ContainerMissing) => {
+            Ok((FoundBlobs::default(), server_now))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
 mod tests {
+
+    /// Where a pass is in a container: under `both` it lists first when a listing is due (none
+    /// yet, or the last one `ttl_list_interval_seconds` ago), then finds; a pass under way goes
+    /// on as its entry says; `tags` always finds, `list` and the lock prefixes always list. The
+    /// entry's new fields are written as the state's other camelCase ones.
+    #[test]
+    fn a_pass_lists_first_when_its_listing_is_due_then_finds() {
+        use super::*;
+        use crate::settings::tests::settings;
+        let both = settings(&[("ttl_containers", "logs")]).unwrap();
+        let tags = settings(&[("ttl_containers", "logs"), ("ttl_find", "tags")]).unwrap();
+        let list = settings(&[("ttl_containers", "logs"), ("ttl_find", "list")]).unwrap();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        let mut entry = ContainerEntry {
+            container: "logs".into(),
+            prefix: String::new(),
+            kind: Kind::Ttl,
+            status: ScanStatus::Init,
+            marker: None,
+            off: false,
+            find: None,
+            listed_at: None,
+            pending: None,
+        };
+        assert_eq!(phase(&both, &entry, now), Phase::List, "never listed");
+        assert_eq!(phase(&tags, &entry, now), Phase::Find);
+        assert_eq!(phase(&list, &entry, now), Phase::List);
+        entry.listed_at = Some(rfc3339(now - Duration::from_secs(3599)));
+        assert_eq!(phase(&both, &entry, now), Phase::Find, "listed 3599 s ago");
+        entry.listed_at = Some(rfc3339(now - Duration::from_secs(3600)));
+        assert_eq!(phase(&both, &entry, now), Phase::List, "listed an hour ago");
+        // A pass under way goes on as its entry says.
+        entry.status = ScanStatus::Current;
+        entry.find = Some("tags".into());
+        assert_eq!(phase(&both, &entry, now), Phase::Find);
+        entry.find = Some("list".into());
+        entry.listed_at = Some(rfc3339(now));
+        assert_eq!(phase(&both, &entry, now), Phase::List);
+        assert_eq!(phase(&tags, &entry, now), Phase::Find);
+        entry.kind = Kind::Locks;
+        assert_eq!(phase(&tags, &entry, now), Phase::List);
+
+        entry.pending = Some(Pending {
+            at: "2033-05-18T03:33:20Z".into(),
+            blobs: vec![("a/b.csv".into(), "2033-05-18T03:00:00Z".into())],
+        });
+        let v = serde_json::to_value(&entry).unwrap();
+        assert_eq!(v["listedAt"], rfc3339(now));
+        assert_eq!(
+            v["pending"],
+            serde_json::json!({"at": "2033-05-18T03:33:20Z",
+                               "blobs": [["a/b.csv", "2033-05-18T03:00:00Z"]]})
+        );
+        let back: ContainerEntry = serde_json::from_value(v).unwrap();
+        assert_eq!(back, entry);
+    }
 
     /// Past the names the state can remember, an unusable name is not reported by name (it
     /// would be reported again on every pass): only counted.
@@ -481,7 +650,6 @@ mod tests {
         let listed = Claimed {
             kind: Kind::Ttl,
             container: ContainerName::try_new("logs").unwrap(),
-            prefix: String::new(),
             page: ListBlobsPage {
                 blobs: vec![leasegate::ops::BlobItem {
                     name: "a/../b".into(),
@@ -491,6 +659,7 @@ mod tests {
             },
             found: None,
             server_now: SystemTime::UNIX_EPOCH,
+            tag_kept: false,
         };
         for _pass in 0..2 {
             let mut new = Vec::new();

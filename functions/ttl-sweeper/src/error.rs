@@ -17,8 +17,9 @@ pub(crate) enum SweepError {
     TagsForbidden(leasegate::Error),
 }
 
-/// What to do when storage refuses the tag requests of `ttl_find = tags` (a 403).
-pub(crate) const TAGS_FIX: &str = "storage refused a blob index tag request (ttl_find = tags): \
+/// What to do when storage refuses the tag requests of `ttl_find = both` or `tags` (a 403).
+pub(crate) const TAGS_FIX: &str = "storage refused a blob index tag request (ttl_find = both, \
+the default, or tags): \
 an identity needs the role Storage Blob Data Owner on the swept containers, or Storage Blob Data \
 Contributor plus a role with the data actions \
 Microsoft.Storage/storageAccounts/blobServices/containers/blobs/filter/action, \

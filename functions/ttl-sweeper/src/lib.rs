@@ -4,14 +4,15 @@
 //! `ttl_lock_retention_seconds` are deleted too. A tick claims a page of the listing by a
 //! compare-and-swap of the sweep state and processes the page, until its time budget is spent
 //! (a tick with nothing to do, the pass complete and the next not due, only reads the state);
-//! `PUT /api/ttl/{container}/{blob}` marks a blob. What it does, guarantees and costs:
-//! `docs/ttl-sweeper.md`.
+//! `PUT /api/ttl/{container}/{blob}` marks a blob, `DELETE` unmarks it. What it does,
+//! guarantees and costs: `docs/ttl-sweeper.md`.
 //!
 //! The modules: `settings` (the variables), `state` (the state blob's schema), `claim`
 //! (claiming a page by a compare-and-swap of the state: listed, or found by the expiry tag),
-//! `sweep` (a tick, and what becomes of each listed or found blob), `mark` (the marking API:
-//! metadata and the expiry tag), `migrate` (tagging blobs marked the old way), `answer` (what a
-//! tick answers and logs).
+//! `sweep` (a tick, and what becomes of each listed blob), `found` (what becomes of each blob
+//! found by its expiry tag), `mark` and `unmark` (the marking API: metadata and the expiry
+//! tag), `index` (the expiry tag), `migrate` (tagging blobs marked the old way), `answer`
+//! (what a tick answers and logs).
 #![deny(missing_docs)]
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
@@ -19,11 +20,14 @@
 mod answer;
 mod claim;
 mod error;
+mod found;
+mod index;
 mod mark;
 mod migrate;
 mod settings;
 mod state;
 mod sweep;
+mod unmark;
 
 pub use answer::TickAnswer;
 pub use settings::Settings;
@@ -42,6 +46,7 @@ use answer::describe;
 use mark::mark;
 use state::read_state;
 use sweep::sweep;
+use unmark::unmark;
 
 /// `ttl_lock_retention_seconds` when it is not set: a day.
 pub const DEFAULT_LOCK_RETENTION_SECS: u64 = 86_400;
@@ -117,7 +122,8 @@ impl TimerFunction for Sweeper {
         )
     }
 
-    /// `PUT /api/ttl/{container}/{blob}` (marking: bearer `admin_token` only), `POST
+    /// `PUT` and `DELETE /api/ttl/{container}/{blob}` (marking and unmarking: bearer
+    /// `admin_token` only), `POST
     /// /api/sweeper/migrate` (tagging blobs marked the old way: `admin_token` only), `POST
     /// /api/sweeper/tick` and `GET /api/sweeper` (the state: bearer `timer_token` or
     /// `admin_token`).
@@ -131,10 +137,20 @@ impl TimerFunction for Sweeper {
         if path.starts_with(TTL_ROUTE)
             || path.trim_end_matches('/') == TTL_ROUTE.trim_end_matches('/')
         {
-            if let Err(r) = auth::require_admin(ctx.variables, power, "marking a blob") {
+            let unmarking = request.method() == leasegate::Method::DELETE;
+            let what = if unmarking {
+                "unmarking a blob"
+            } else {
+                "marking a blob"
+            };
+            if let Err(r) = auth::require_admin(ctx.variables, power, what) {
                 return r;
             }
-            return mark(ctx, request).await;
+            return match *request.method() {
+                leasegate::Method::PUT => mark(ctx, request).await,
+                leasegate::Method::DELETE => unmark(ctx, request).await,
+                _ => web::method_not_allowed("PUT, DELETE"),
+            };
         }
         let action = path[SWEEPER_ROUTE.len()..].trim_matches('/');
         let method = request.method().clone();
@@ -147,7 +163,7 @@ impl TimerFunction for Sweeper {
             _ => return web::error(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "routes: GET /api/sweeper, POST /api/sweeper/tick, POST /api/sweeper/migrate, PUT /api/ttl/{container}/{blob}",
+                "routes: GET /api/sweeper, POST /api/sweeper/tick, POST /api/sweeper/migrate, PUT and DELETE /api/ttl/{container}/{blob}",
             ),
         }
         if action == "migrate" {

@@ -1,14 +1,11 @@
 //! The marking API, `PUT /api/ttl/{container}/{blob}`: sets `TimeToLive` (and
 //! `DeadBlobContainer`) on a blob of a swept container by compare-and-swap on its ETag,
-//! keeping its other metadata.
+//! keeping its other metadata, then its expiry tag. The route's path and the swept check are
+//! shared with the unmarking (`unmark`).
 
 use std::time::Duration;
 
-use leasegate::ops::{
-    BlobProperties, Condition, GetBlobTags, GetProperties, Refusal, SetBlobTags, SetMetadata, Tags,
-    WriteOutcome,
-};
-use leasegate::BlobClient;
+use leasegate::ops::{Condition, GetProperties, Refusal, SetMetadata, WriteOutcome};
 use leasegate::{BlobName, ContainerName, Counting, Request, Response, StatusCode, Transport};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
@@ -19,8 +16,9 @@ use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{log_line, Context};
 
 use crate::error::tags_forbidden;
-use crate::settings::{parse_location, Find, Kind, Settings, DEAD_CONTAINERS_VAR};
-use crate::{DEAD_BLOB_CONTAINER, EXPIRES_TAG, MAX_TTL_SECS, TIME_TO_LIVE, TTL_ROUTE};
+use crate::index::set_expiry_tag;
+use crate::settings::{parse_location, Kind, Settings, DEAD_CONTAINERS_VAR};
+use crate::{DEAD_BLOB_CONTAINER, MAX_TTL_SECS, TIME_TO_LIVE, TTL_ROUTE};
 
 /// The body of a marking request: `expiresAt` or `ttlSeconds` (`null` counts as missing), and
 /// `deadBlobContainer` (`Some(None)` for an explicit `null`, `None` when missing); no other
@@ -87,34 +85,11 @@ fn dead_blob_container<'de, D: Deserializer<'de>>(
 /// `PUT /api/ttl/{container}/{blob}`: sets `TimeToLive` (and `DeadBlobContainer`) on an
 /// existing blob of a swept container, keeping its other metadata (compare-and-swap).
 pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) -> Response {
-    if request.method() != leasegate::Method::PUT {
-        return web::method_not_allowed("PUT");
-    }
+    let (container, blob) = match target(request) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
     let bad = |code: &str, m: String| web::error(StatusCode::BAD_REQUEST, code, m);
-    let raw = request.path()[TTL_ROUTE.len().min(request.path().len())..].to_string();
-    let decoded = match percent_encoding::percent_decode_str(&raw).decode_utf8() {
-        Ok(d) => d.into_owned(),
-        Err(_) => {
-            return bad(
-                "invalid_path",
-                "the path is not UTF-8 once percent-decoded".into(),
-            )
-        }
-    };
-    let Some((container, blob)) = decoded.split_once('/') else {
-        return bad(
-            "invalid_path",
-            "the path must name a container and a blob: /api/ttl/{container}/{blob}".into(),
-        );
-    };
-    let container = match ContainerName::try_new(container) {
-        Ok(c) => c,
-        Err(e) => return bad("invalid_container", e.to_string()),
-    };
-    let blob = match BlobName::try_new(blob) {
-        Ok(b) => b,
-        Err(e) => return bad("invalid_blob", e.to_string()),
-    };
     if let Err(r) = web::require_json(request) {
         return r;
     }
@@ -183,15 +158,8 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
             return bad("invalid_body", message);
         }
     }
-    let swept = settings.targets.iter().any(|(k, c, p)| {
-        *k == Kind::Ttl && *c == container && blob.as_str().starts_with(p.as_str())
-    });
-    if !swept {
-        return web::error(
-            StatusCode::FORBIDDEN,
-            "not_swept",
-            "the blob is not in a swept container and prefix (ttl_containers)",
-        );
+    if let Err(r) = swept(&settings, &container, &blob) {
+        return r;
     }
     let transport = (ctx.connect)(settings.storage.timeout);
     // Counted like the other paths: one instance of the lease code per component.
@@ -241,20 +209,22 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
             Ok((WriteOutcome::Written(_), _)) => {
                 // The index tag beside the metadata (Set Blob Tags takes no If-Match on Azure,
                 // and changes no ETag): the sweeper honours the later of the two.
-                let tagged = match tag(
+                let tagged = match set_expiry_tag(
                     &blobs,
                     &container,
                     &blob,
-                    &props,
-                    &rfc3339(expires),
+                    props.tags.clone(),
+                    props.tag_count,
+                    Some(&rfc3339(expires)),
+                    None,
                     ctx.now,
                 )
                 .await
                 {
-                    Ok(()) => true,
+                    Ok(_) => true,
                     // `ttl_find = list` does without the tag (an account without tag
                     // rights); `tags` needs it.
-                    Err(_) if settings.find == Find::List => false,
+                    Err(_) if !settings.find.uses_tags() => false,
                     Err(e) if web::is_forbidden(&e) => return tags_forbidden(
                         &e,
                         "TimeToLive was written, the expiry tag was not (mark again once fixed)",
@@ -291,31 +261,7 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
                     "the blob is leased: mark it while it is free",
                 )
             }
-            // The other metadata goes back exactly as storage gave it; a value that cannot (not
-            // a header value) or that storage now refuses is the blob's problem, not storage's.
-            Err(leasegate::Error::InvalidArgument(m)) => {
-                return web::error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "metadata_unwritable",
-                    format!(
-                    "the blob's metadata cannot be written back as it is, nothing was changed: {m}"
-                ),
-                )
-            }
-            Err(leasegate::Error::Storage(e)) if e.status == StatusCode::BAD_REQUEST => {
-                let names: Vec<&str> = metadata.keys().map(|k| k.as_str()).collect();
-                return web::error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "metadata_unwritable",
-                    format!(
-                        "storage refused the blob's metadata as it is ({} {}), nothing was changed; names: {}",
-                        e.status,
-                        e.code.as_deref().unwrap_or("without a code"),
-                        names.join(", ")
-                    ),
-                );
-            }
-            Err(e) => return web::storage_unavailable(&e),
+            Err(e) => return unwritable(e, &metadata),
         }
     }
     web::error(
@@ -325,39 +271,77 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
     )
 }
 
-/// Writes the expiry tag `value`, keeping the blob's other index tags (read first when the
-/// HEAD counted some).
-pub(crate) async fn tag<S: Transport>(
-    blobs: &BlobClient<S>,
+/// The answer to a failed metadata write. The other metadata goes back exactly as storage gave
+/// it; a value that cannot (not a header value) or that storage now refuses is the blob's
+/// problem, not storage's: 422 `metadata_unwritable`, naming the metadata. Else storage's.
+pub(crate) fn unwritable(e: leasegate::Error, metadata: &leasegate::ops::Metadata) -> Response {
+    match e {
+        leasegate::Error::InvalidArgument(m) => web::error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "metadata_unwritable",
+            format!(
+                "the blob's metadata cannot be written back as it is, nothing was changed: {m}"
+            ),
+        ),
+        leasegate::Error::Storage(e) if e.status == StatusCode::BAD_REQUEST => {
+            let names: Vec<&str> = metadata.keys().map(|k| k.as_str()).collect();
+            web::error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "metadata_unwritable",
+                format!(
+                    "storage refused the blob's metadata as it is ({} {}), nothing was changed; names: {}",
+                    e.status,
+                    e.code.as_deref().unwrap_or("without a code"),
+                    names.join(", ")
+                ),
+            )
+        }
+        e => web::storage_unavailable(&e),
+    }
+}
+
+/// The container and blob a marking route names: `/api/ttl/{container}/{blob}`, the blob
+/// name percent-decoded (`a//b` is `a%2F%2Fb`); a 400 naming what is wrong otherwise.
+pub(crate) fn target(request: &Request) -> Result<(ContainerName, BlobName), Response> {
+    let bad = |code: &str, m: String| web::error(StatusCode::BAD_REQUEST, code, m);
+    let raw = &request.path()[TTL_ROUTE.len().min(request.path().len())..];
+    let decoded = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| {
+            bad(
+                "invalid_path",
+                "the path is not UTF-8 once percent-decoded".into(),
+            )
+        })?;
+    let Some((container, blob)) = decoded.split_once('/') else {
+        return Err(bad(
+            "invalid_path",
+            "the path must name a container and a blob: /api/ttl/{container}/{blob}".into(),
+        ));
+    };
+    let container =
+        ContainerName::try_new(container).map_err(|e| bad("invalid_container", e.to_string()))?;
+    let blob = BlobName::try_new(blob).map_err(|e| bad("invalid_blob", e.to_string()))?;
+    Ok((container, blob))
+}
+
+/// Refuses (403 `not_swept`) a blob outside every swept container and prefix.
+pub(crate) fn swept(
+    settings: &Settings,
     container: &ContainerName,
     blob: &BlobName,
-    props: &BlobProperties,
-    value: &str,
-    now: std::time::SystemTime,
-) -> Result<(), leasegate::Error> {
-    let mut tags = match (&props.tags, props.tag_count.unwrap_or(0)) {
-        (Some(listed), _) => listed.clone(),
-        (None, 0) => Tags::new(),
-        (None, _) => {
-            let get = GetBlobTags {
-                container: container.clone(),
-                blob: blob.clone(),
-            };
-            blobs.execute(&get, now).await?.0.unwrap_or_default()
-        }
-    };
-    tags.insert(EXPIRES_TAG.to_string(), value.to_string());
-    let set = SetBlobTags {
-        container: container.clone(),
-        blob: blob.clone(),
-        tags,
-        lease_id: None,
-    };
-    match blobs.execute(&set, now).await?.0 {
-        WriteOutcome::Written(_) => Ok(()),
-        WriteOutcome::Refused(r) => Err(leasegate::Error::InvalidArgument(format!(
-            "storage refused the expiry tag ({r:?})"
-        ))),
+) -> Result<(), Response> {
+    let swept = settings.targets.iter().any(|(k, c, p)| {
+        *k == Kind::Ttl && c == container && blob.as_str().starts_with(p.as_str())
+    });
+    if swept {
+        Ok(())
+    } else {
+        Err(web::error(
+            StatusCode::FORBIDDEN,
+            "not_swept",
+            "the blob is not in a swept container and prefix (ttl_containers)",
+        ))
     }
 }
 

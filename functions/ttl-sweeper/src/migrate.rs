@@ -17,7 +17,7 @@ use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{elapsed_ms, timer, Context};
 
 use crate::error::tags_forbidden;
-use crate::mark::tag;
+use crate::index::set_expiry_tag;
 use crate::settings::{Kind, Settings};
 use crate::state::put_json_if;
 use crate::{EXPIRES_TAG, MIGRATION_BLOB, TIME_TO_LIVE};
@@ -190,8 +190,21 @@ async fn tag_blob<S: Transport>(
     {
         return Outcome::Already;
     }
-    match tag(blobs, container, &name, props, &value, now).await {
-        Ok(()) => Outcome::Tagged,
+    // Listed with its tags: all of them are known.
+    let known = props.tags.clone().unwrap_or_default();
+    match set_expiry_tag(
+        blobs,
+        container,
+        &name,
+        Some(known),
+        None,
+        Some(&value),
+        None,
+        now,
+    )
+    .await
+    {
+        Ok(_) => Outcome::Tagged,
         Err(e) if web::is_forbidden(&e) => Outcome::Forbidden(e),
         Err(_) => Outcome::Error,
     }

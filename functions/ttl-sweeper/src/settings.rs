@@ -20,6 +20,8 @@ pub(crate) const COPY_WAIT: Duration = Duration::from_secs(5);
 /// the same for the second name (3); the last poll of a pending copy or the HEAD of a taken
 /// name (1); the delete (1). A pending copy adds [`COPY_WAIT`] and one [`COPY_POLL`].
 const BLOB_REQUESTS: u32 = 9;
+/// `ttl_list_interval_seconds` when it is not set: an hour.
+pub(crate) const DEFAULT_LIST_INTERVAL_SECS: u64 = 3600;
 /// The variable that allows dead-blob containers.
 pub(crate) const DEAD_CONTAINERS_VAR: &str = "ttl_dead_containers";
 
@@ -36,20 +38,22 @@ pub(crate) enum Kind {
 /// How the sweeper finds the expired blobs of `ttl_containers` (`ttl_find`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Find {
+    /// The default: Find Blobs by Tags on every pass, and a listing of every blob with its
+    /// metadata once per `ttl_list_interval_seconds`, which sweeps what is due and gives the
+    /// marked blobs it keeps their expiry tag. A blob marked by its metadata alone is swept
+    /// within the interval; a pass between listings costs what expired.
+    Both,
     /// Find Blobs by Tags on the index tag [`EXPIRES_TAG`](crate::EXPIRES_TAG): a pass costs
-    /// what expired, not what is stored. Finds only tagged blobs.
+    /// what expired, not what is stored. Finds only tagged blobs (opt-in).
     Tags,
     /// List Blobs with metadata: every blob on every pass (no tag permissions needed).
     List,
 }
 
 impl Find {
-    /// The value as configured and as the state records it.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Find::Tags => "tags",
-            Find::List => "list",
-        }
+    /// Whether this way finds blobs by their expiry tag (and so needs the tag permissions).
+    pub(crate) fn uses_tags(self) -> bool {
+        self != Find::List
     }
 }
 
@@ -74,6 +78,9 @@ pub struct Settings {
     pub(crate) dead_containers: DeadContainers,
     /// How expired blobs are found (`ttl_find`).
     pub(crate) find: Find,
+    /// Under `ttl_find = both`: a container is listed again no sooner than this after its last
+    /// listing completed (`ttl_list_interval_seconds`).
+    pub(crate) list_interval: Duration,
 }
 
 /// Where `DeadBlobContainer` may send a blob (`ttl_dead_containers`).
@@ -197,16 +204,24 @@ impl Settings {
             .map(str::trim)
             .filter(|v| !v.is_empty())
         {
-            None | Some("tags") => Find::Tags,
+            None | Some("both") => Find::Both,
+            Some("tags") => Find::Tags,
             Some("list") => Find::List,
             Some(other) => {
                 return Err(ConfigError(format!(
-                    "variable ttl_find: '{other}' is neither tags nor list"
+                    "variable ttl_find: '{other}' is not both, tags or list"
                 )))
             }
         };
+        let list_interval = config::number(
+            vars,
+            "ttl_list_interval_seconds",
+            DEFAULT_LIST_INTERVAL_SECS as f64,
+            0..=31_536_000,
+        )?;
         Ok(Settings {
             find,
+            list_interval: Duration::from_secs(list_interval as u64),
             storage,
             instance_id,
             targets,
@@ -351,12 +366,31 @@ pub(crate) mod tests {
         // and a few storage timeouts.
         let s = settings(&[("ttl_containers", "xxx"), ("ttl_time_budget_ms", "1000")]).unwrap();
         assert_eq!(s.work_deadline(), Duration::from_secs(6));
-        // ttl_find: tags unless set to list.
-        assert_eq!(s.find, Find::Tags);
-        let list = settings(&[("ttl_containers", "xxx"), ("ttl_find", "list")]).unwrap();
-        assert_eq!(list.find, Find::List);
+        // ttl_find: both (tags, and a listing every hour) unless set to tags or list.
+        assert_eq!(s.find, Find::Both);
+        assert_eq!(s.list_interval, Duration::from_secs(3600));
+        for (value, find) in [
+            ("tags", Find::Tags),
+            ("list", Find::List),
+            ("both", Find::Both),
+        ] {
+            let s = settings(&[("ttl_containers", "xxx"), ("ttl_find", value)]).unwrap();
+            assert_eq!(s.find, find);
+        }
         let e = settings(&[("ttl_containers", "xxx"), ("ttl_find", "index")]).unwrap_err();
         assert!(e.to_string().contains("ttl_find"), "{e}");
+        let s = settings(&[
+            ("ttl_containers", "xxx"),
+            ("ttl_list_interval_seconds", "0"),
+        ])
+        .unwrap();
+        assert_eq!(s.list_interval, Duration::ZERO);
+        let e = settings(&[
+            ("ttl_containers", "xxx"),
+            ("ttl_list_interval_seconds", "-1"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("ttl_list_interval_seconds"), "{e}");
     }
 
     /// Correctness #9: one blob begun at the work deadline can make `BLOB_REQUESTS` storage

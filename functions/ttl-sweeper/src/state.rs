@@ -91,9 +91,29 @@ pub(crate) struct ContainerEntry {
     #[serde(default, skip_serializing_if = "is_false")]
     pub(crate) off: bool,
     /// How the marker was had (`tags`: Find Blobs by Tags, `list`: List Blobs; missing: a
-    /// listing, or a lock prefix): a marker of the other kind is not used.
+    /// listing, or a lock prefix): a marker of the other kind is not used. Under
+    /// `ttl_find = both` it is where the pass is in the container: its listing (`list`), then
+    /// its finds (`tags`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) find: Option<String>,
+    /// When the container's last listing completed (server clock): under `ttl_find = both`
+    /// the next one is due `ttl_list_interval_seconds` after.
+    #[serde(default, rename = "listedAt", skip_serializing_if = "Option::is_none")]
+    pub(crate) listed_at: Option<String>,
+    /// Blobs one find found that no claim has taken yet (a find asks for up to 5000, a claim
+    /// takes `ttl_page_size`): the next claims take them before the next find.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) pending: Option<Pending>,
+}
+
+/// Found blobs not yet claimed: when the find answered (server clock), and each blob's name
+/// and the expiry tag it was found with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Pending {
+    /// The find's answer `Date` (found blobs written since are left for the next pass).
+    pub(crate) at: String,
+    /// `[name, tag value]`, in the order found.
+    pub(crate) blobs: Vec<(String, String)>,
 }
 
 /// The sweep state blob.
@@ -333,6 +353,8 @@ pub(crate) fn reconcile(state: &mut State, settings: &Settings) {
                 marker: None,
                 off: false,
                 find: None,
+                listed_at: None,
+                pending: None,
             });
         }
     }

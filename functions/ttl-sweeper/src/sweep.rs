@@ -6,23 +6,25 @@ use std::time::{Instant, SystemTime};
 
 use futures::StreamExt;
 use leasegate::ops::{
-    public_blob_url, tag_equals, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus,
-    DeleteBlob, DeleteBlobAndSnapshots, DeleteOutcome, FoundBlob, GetProperties, IfTags, Lease,
-    LeaseAction, LeaseOutcome, Refusal,
+    public_blob_url, BlobItem, Condition, CopyBlob, CopyOutcome, CopyStatus, DeleteBlob,
+    DeleteBlobAndSnapshots, DeleteOutcome, GetProperties, Refusal,
 };
 use leasegate::BlobClient;
-use leasegate::{BlobName, ContainerName, Counting, LeaseDuration, LeaseId, LeaseState, Transport};
+use leasegate::{BlobName, ContainerName, Counting, LeaseId, LeaseState, Transport};
 use leasegate_spin::storage::execute_creating_container;
 
 use leasegate_spin::timer;
+use leasegate_spin::web::rfc3339;
 use leasegate_spin::Context;
 
 use crate::answer::Report;
 use crate::claim::{claim, resting, Bookkeeping, Claim, Claimed, Known};
 use crate::error::SweepError;
+use crate::found::sweep_found;
+use crate::index::set_expiry_tag;
 use crate::settings::{parse_location, Kind, Settings, COPY_POLL, COPY_WAIT};
 use crate::state::{read_state, reconcile, Counters};
-use crate::{DEAD_BLOB_CONTAINER, EXPIRES_TAG, TIME_TO_LIVE};
+use crate::{DEAD_BLOB_CONTAINER, TIME_TO_LIVE};
 
 /// Why a tick with nothing to do stopped.
 const RESTING: &str = "resting until ttl_pass_interval_seconds has passed";
@@ -137,6 +139,7 @@ fn merge(mut into: Report, page: &Report) -> Report {
     into.scanned += page.scanned;
     into.unmarked += page.unmarked;
     into.not_expired += page.not_expired;
+    into.tagged += page.tagged;
     into.deleted += page.deleted;
     into.moved += page.moved;
     into.locks_removed += page.locks_removed;
@@ -156,11 +159,7 @@ async fn process<T, S: Transport>(
     started: Instant,
 ) -> Report {
     if let Some(found) = &claimed.found {
-        let due = found
-            .blobs
-            .iter()
-            .filter(|b| b.name.starts_with(claimed.prefix.as_str()));
-        return each_in_time(settings, started, due, |item| {
+        return each_in_time(settings, started, found.blobs.iter(), |item| {
             sweep_found(ctx, blobs, settings, claimed, item)
         })
         .await;
@@ -171,12 +170,67 @@ async fn process<T, S: Transport>(
         claimed.page.blobs.iter(),
         |item| async move {
             match claimed.kind {
-                Kind::Ttl => sweep_blob(ctx, blobs, settings, claimed, item).await,
+                Kind::Ttl => sweep_listed(ctx, blobs, settings, claimed, item).await,
                 Kind::Locks => sweep_lock(ctx, blobs, settings, claimed, item).await,
             }
         },
     )
     .await
+}
+
+/// A listed blob of a swept container: deleted (or moved) when its `TimeToLive` has passed;
+/// under `ttl_find = both`, a marked blob it keeps gets its expiry tag when it lacks it (or
+/// the tag says another time), so that later passes find it by the tag. As the migration does:
+/// Set Blob Tags takes no `If-Match`, so a blob re-marked meanwhile may end with the older
+/// time in its tag; a find then reads its metadata under a lease before acting, never
+/// deleting early, and sets the tag to the metadata's time.
+async fn sweep_listed<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<S>,
+    settings: &Settings,
+    claimed: &Claimed,
+    item: &BlobItem,
+) -> BlobOutcome {
+    let outcome = sweep_blob_if(ctx, blobs, settings, claimed, item, None).await;
+    let props = &item.properties;
+    let expires = props
+        .metadata
+        .get(TIME_TO_LIVE)
+        .and_then(|t| timer::parse_time(t));
+    let (true, BlobOutcome::NotExpired, Some(expires), Ok(name)) = (
+        claimed.tag_kept,
+        &outcome,
+        expires,
+        BlobName::try_new(&item.name),
+    ) else {
+        return outcome;
+    };
+    // A leased blob's tags need its holder's lease: the next listing tags it.
+    if props
+        .lease_state
+        .is_some_and(|s| matches!(s, LeaseState::Leased | LeaseState::Breaking))
+    {
+        return outcome;
+    }
+    // Listed with its tags: all of them are known.
+    let known = props.tags.clone().unwrap_or_default();
+    let value = rfc3339(expires);
+    match set_expiry_tag(
+        blobs,
+        &claimed.container,
+        &name,
+        Some(known),
+        None,
+        Some(&value),
+        None,
+        ctx.now,
+    )
+    .await
+    {
+        Ok(true) => BlobOutcome::Tagged,
+        Ok(false) => outcome,
+        Err(_) => BlobOutcome::Error,
+    }
 }
 
 /// Runs `sweep` on each of `items`, at most `max_in_flight` at a time, and counts the outcomes.
@@ -214,6 +268,10 @@ fn tally(outcomes: Vec<BlobOutcome>) -> Report {
         match o {
             BlobOutcome::Unmarked => report.unmarked += 1,
             BlobOutcome::NotExpired => report.not_expired += 1,
+            BlobOutcome::Tagged => {
+                report.not_expired += 1;
+                report.tagged += 1;
+            }
             BlobOutcome::Deleted => report.deleted += 1,
             BlobOutcome::Moved => {
                 report.deleted += 1;
@@ -230,9 +288,11 @@ fn tally(outcomes: Vec<BlobOutcome>) -> Report {
 }
 
 /// What became of one listed blob.
-enum BlobOutcome {
+pub(crate) enum BlobOutcome {
     Unmarked,
     NotExpired,
+    /// Not expired; its expiry tag was written (it had none, or another time).
+    Tagged,
     Deleted,
     Moved,
     LockRemoved,
@@ -242,143 +302,9 @@ enum BlobOutcome {
     Error,
 }
 
-/// How long the sweeper leases a found blob while it checks and deletes it (storage's
-/// shortest lease).
-const FOUND_LEASE_SECS: i64 = 15;
-
-/// A blob found by its expiry tag (`ttl_find = tags`). The find answer has no ETag or
-/// metadata. The blob is deleted (moved first if asked) **only if it is what was found**:
-///
-/// 1. a 15 s lease is acquired with **`x-ms-if-tags: "leasegate_expires_at" = '<found>'`**:
-///    a re-mark of the tag since the find refuses it (Set Blob Tags changes neither ETag nor
-///    `Last-Modified`, so only a tag condition sees it), and while the lease is held nobody
-///    can write the blob, its metadata or its tags (they need the lease id);
-/// 2. under the lease its properties are read (HEAD): a blob written in the second of the find
-///    answer or later (`Last-Modified`) may have been rewritten after it was found and is left
-///    for the next pass; its `TimeToLive`, where it has one, must have passed too (the later
-///    of tag and metadata counts);
-/// 3. it is deleted with the lease id and `If-Match` on the ETag read; otherwise the lease is
-///    released.
-///
-/// Not one delete with both `If-Match` and `x-ms-if-tags`, which Azure documents as enough:
-/// Azurite 3.35 ignores `x-ms-if-tags` when another condition header is present, so that could
-/// not be tested here; the lease holds on both. On Azure the index can lag a write by minutes,
-/// so a blob may be found that much after its time, never before (the query compares with the
-/// storage server's clock).
-async fn sweep_found<T, S: Transport>(
-    ctx: &Context<'_, T>,
-    blobs: &BlobClient<S>,
-    settings: &Settings,
-    claimed: &Claimed,
-    found: &FoundBlob,
-) -> BlobOutcome {
-    let Some(tag) = found.tags.get(EXPIRES_TAG) else {
-        return BlobOutcome::Skipped("found without its expiry tag");
-    };
-    let Some(tag_time) = timer::parse_time(tag) else {
-        return BlobOutcome::Skipped("the expiry tag is not a time");
-    };
-    if tag_time > claimed.server_now {
-        return BlobOutcome::NotExpired;
-    }
-    let Ok(name) = BlobName::try_new(&found.name) else {
-        return BlobOutcome::Unusable;
-    };
-    let Ok(if_tags) = tag_equals(EXPIRES_TAG, tag) else {
-        return BlobOutcome::Skipped("the expiry tag is not a time");
-    };
-    let (Ok(duration), lease_id) = (
-        LeaseDuration::try_from_secs(FOUND_LEASE_SECS),
-        (ctx.new_lease_id)(),
-    ) else {
-        return BlobOutcome::Error;
-    };
-    let acquire = IfTags {
-        op: Lease::new(
-            claimed.container.clone(),
-            name.clone(),
-            LeaseAction::Acquire {
-                duration,
-                proposed: lease_id,
-            },
-        ),
-        condition: if_tags,
-    };
-    match blobs.execute(&acquire, ctx.now).await {
-        Ok((LeaseOutcome::Held { .. }, _)) => {}
-        Ok((LeaseOutcome::HeldByOther, _)) => return BlobOutcome::Skipped("leased"),
-        Ok(_) => return BlobOutcome::Error,
-        Err(e) if e.class() == Some(leasegate::ErrorClass::PreconditionFailed) => {
-            return BlobOutcome::Skipped("re-marked since found")
-        }
-        Err(e) if e.class() == Some(leasegate::ErrorClass::BlobMissing) => {
-            return BlobOutcome::Skipped("already gone")
-        }
-        Err(_) => return BlobOutcome::Error,
-    }
-    let outcome = sweep_leased(ctx, blobs, settings, claimed, found, &name, lease_id).await;
-    if !matches!(outcome, BlobOutcome::Deleted | BlobOutcome::Moved) {
-        let release = Lease::new(
-            claimed.container.clone(),
-            name,
-            LeaseAction::Release(lease_id),
-        );
-        let _ = blobs.execute(&release, ctx.now).await;
-    }
-    outcome
-}
-
-/// A found blob under the sweeper's lease `lease_id`: read, checked, deleted (or moved).
-async fn sweep_leased<T, S: Transport>(
-    ctx: &Context<'_, T>,
-    blobs: &BlobClient<S>,
-    settings: &Settings,
-    claimed: &Claimed,
-    found: &FoundBlob,
-    name: &BlobName,
-    lease_id: LeaseId,
-) -> BlobOutcome {
-    let head = GetProperties {
-        container: claimed.container.clone(),
-        blob: name.clone(),
-    };
-    let props = match blobs.execute(&head, ctx.now).await {
-        Ok((Some(p), _)) => p,
-        Ok((None, _)) => return BlobOutcome::Skipped("already gone"),
-        Err(_) => return BlobOutcome::Error,
-    };
-    let secs = |t: SystemTime| {
-        t.duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(u64::MAX)
-    };
-    // Written in the second of the find answer or later: perhaps after it was found.
-    if props
-        .last_modified
-        .is_none_or(|m| secs(m) >= secs(claimed.server_now))
-    {
-        return BlobOutcome::Skipped("changed since found");
-    }
-    let item = BlobItem {
-        name: found.name.clone(),
-        properties: props,
-    };
-    sweep_blob_if(ctx, blobs, settings, claimed, &item, Some(lease_id)).await
-}
-
-async fn sweep_blob<T, S: Transport>(
-    ctx: &Context<'_, T>,
-    blobs: &BlobClient<S>,
-    settings: &Settings,
-    claimed: &Claimed,
-    item: &BlobItem,
-) -> BlobOutcome {
-    sweep_blob_if(ctx, blobs, settings, claimed, item, None).await
-}
-
 /// What becomes of a marked blob: `item` as listed, or as read under the sweeper's own lease
-/// `held` after it was found by its tag (then it may have no `TimeToLive`: its tag is due).
-async fn sweep_blob_if<T, S: Transport>(
+/// `held` after it was found by its tag. Only its `TimeToLive` metadata marks it.
+pub(crate) async fn sweep_blob_if<T, S: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<S>,
     settings: &Settings,
@@ -388,8 +314,6 @@ async fn sweep_blob_if<T, S: Transport>(
 ) -> BlobOutcome {
     let props = &item.properties;
     match props.metadata.get(TIME_TO_LIVE) {
-        // Found by its tag: the tag has passed; metadata, where there is some, must too.
-        None if held.is_some() => {}
         None => return BlobOutcome::Unmarked,
         Some(ttl) => {
             let Some(expires) = timer::parse_time(ttl) else {

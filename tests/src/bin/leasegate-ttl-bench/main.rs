@@ -15,6 +15,11 @@
 //! Blobs are created by `--threads` (32) concurrent writers within `--create-minutes` (10);
 //! if that runs out the bench goes on with what was created and says so. Figures are printed,
 //! never asserted (one run on a shared machine; Azurite, one Node process, is the server).
+//!
+//! `--contract` runs instead issue 48's container of 2,101 blobs marked by metadata alone,
+//! swept with the defaults (`contract.rs`).
+
+mod contract;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -27,7 +32,8 @@ use leasegate_tests::app::{call, App, Setup, TIMER_AUTH};
 use leasegate_tests::{unique_container, Azurite};
 
 const USAGE: &str = "usage: leasegate-ttl-bench [--blobs 100000] [--expired-percent 1] \
-                     [--workers 4] [--page-size 100] [--threads 32] [--create-minutes 10]";
+                     [--workers 4] [--page-size 100] [--threads 32] [--create-minutes 10] \
+                     [--contract]";
 
 /// The expiry tag (`ttl_sweeper::EXPIRES_TAG`).
 const TAG: &str = "leasegate_expires_at";
@@ -39,6 +45,8 @@ struct Options {
     page_size: u32,
     threads: usize,
     create_minutes: u64,
+    /// Issue 48's container with the defaults instead (`contract.rs`).
+    contract: bool,
 }
 
 fn options() -> Options {
@@ -49,10 +57,16 @@ fn options() -> Options {
         page_size: 100,
         threads: 32,
         create_minutes: 10,
+        contract: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
+        if args[i] == "--contract" {
+            o.contract = true;
+            i += 1;
+            continue;
+        }
         let value = args.get(i + 1).unwrap_or_else(|| {
             eprintln!("{USAGE}");
             std::process::exit(2)
@@ -138,6 +152,10 @@ struct Pass {
     requests: usize,
     wall: Duration,
     deleted: u64,
+    /// Of those, moved to their dead-blob container.
+    moved: u64,
+    /// Blobs given their expiry tag.
+    tagged: u64,
     /// Blobs left, by reason (`skipped`), and failed requests (`errors`), summed over ticks.
     left: std::collections::BTreeMap<String, u64>,
     ticks: usize,
@@ -147,7 +165,7 @@ struct Pass {
 fn pass(workers: &[App]) -> Pass {
     let started = Instant::now();
     let before: usize = workers.iter().map(|w| w.storage.count()).sum();
-    let (mut deleted, mut ticks) = (0, 0);
+    let (mut deleted, mut moved, mut tagged, mut ticks) = (0, 0, 0, 0);
     let mut left = std::collections::BTreeMap::new();
     loop {
         assert!(
@@ -171,6 +189,8 @@ fn pass(workers: &[App]) -> Pass {
                 continue;
             }
             deleted += a.json["deleted"].as_u64().unwrap_or(0);
+            moved += a.json["moved"].as_u64().unwrap_or(0);
+            tagged += a.json["tagged"].as_u64().unwrap_or(0);
             if let Some(skipped) = a.json["skipped"].as_object() {
                 for (k, v) in skipped {
                     *left.entry(k.clone()).or_default() += v.as_u64().unwrap_or(0);
@@ -188,6 +208,8 @@ fn pass(workers: &[App]) -> Pass {
                 requests: after - before,
                 wall: started.elapsed(),
                 deleted,
+                moved,
+                tagged,
                 left,
                 ticks,
             };
@@ -225,6 +247,10 @@ fn workers(mode: &str, azurite: &'static Azurite, data: &ContainerName, o: &Opti
 fn main() {
     let o = options();
     leasegate_tests::app::build_components();
+    if o.contract {
+        contract::run(&o);
+        return;
+    }
     let azurite: &'static Azurite = Box::leak(Box::new(Azurite::start()));
     let locks = Locks::new(
         NativeTransport::new(Duration::from_secs(60)),
