@@ -50,6 +50,23 @@ fn the_cron_manifest_matches_spin_toml() {
     }
     // spin.toml itself names no cron trigger: it runs on a Spin without the plugin.
     assert!(http["trigger"].get("cron").is_none());
+    // The tracked manifest is what the script writes (to stdout here: nothing is rewritten).
+    let out = Command::new("python3")
+        .arg(root().join("scripts/cron_manifest.py"))
+        .args(["-o", "-"])
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tracked = std::fs::read_to_string(root().join("spin-cron.toml")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout) == tracked,
+        "spin-cron.toml is not what `scripts/cron_manifest.py -o -` writes: run \
+         `python3 scripts/cron_manifest.py -o spin-cron.toml`"
+    );
 }
 
 fn assemble(args: &[&str]) -> (bool, String) {
