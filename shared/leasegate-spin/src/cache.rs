@@ -39,7 +39,8 @@
 //! A writer's clock plays no part in an entry. A reader judges entries by its best knowledge of
 //! storage's time ([`Gates::open`]): its clock, moved ahead by the most that a clock sharing
 //! the store was found behind storage's within the last [`CLOCK_MEMORY`] (every invocation
-//! that asks storage compares the answer's `Date` with its own clock: [`Gates::check_clock`]).
+//! with the cache on that asks storage compares the answer's `Date` with its own clock:
+//! [`Gates::check_clock`]).
 //! A clock ahead of storage's only ends entries early (a storage request more). A clock
 //! behind it by up to [`MARGIN`] less a second ends them no later than storage's gate; one
 //! further behind is found at its first storage answer, and from then every reader of the
