@@ -23,8 +23,8 @@ import threading
 import time
 from importlib.metadata import version
 
-from azure.core.exceptions import HttpResponseError
-from azure.storage.blob import BlobClient, BlobLeaseClient
+# The SDK, imported by main() once the arguments are read (so that --help needs no SDK).
+HttpResponseError = BlobClient = BlobLeaseClient = None
 
 SAMPLES = 3
 
@@ -97,7 +97,9 @@ def run_cell(conn, container, blobs, lease_id, expected, concurrency, warmup, se
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    global HttpResponseError, BlobClient, BlobLeaseClient
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] + " It writes no file: the figures go to stdout.")
     p.add_argument("--container", required=True)
     p.add_argument("--blobs", required=True, help="comma-separated, one per thread")
     p.add_argument("--holder", required=True, help="the lease id that holds every blob")
@@ -106,6 +108,8 @@ def main():
     p.add_argument("--warmup", type=float, default=0.5)
     p.add_argument("--seconds", type=float, default=2.5)
     args = p.parse_args()
+    from azure.core.exceptions import HttpResponseError
+    from azure.storage.blob import BlobClient, BlobLeaseClient
     conn = os.environ.get("LEASEGATE_BENCH_CONNECTION_STRING")
     if not conn:
         sys.exit("LEASEGATE_BENCH_CONNECTION_STRING is not set")

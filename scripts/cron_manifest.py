@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """Writes spin-cron.toml, the timer functions on Spin's cron trigger, from spin.toml: the same
 [variables] and component definitions, plus the [[trigger.cron]] schedules below. Run it after
-changing a timer component or a variable in spin.toml (tests/tests/deploy.rs checks the two
-manifests agree).
+changing a timer component or a variable in spin.toml (tests/tests/deploy.rs checks that the
+tracked spin-cron.toml is what it writes):
+
+    python3 scripts/cron_manifest.py -o spin-cron.toml
+
+It writes only the file given with -o (- prints it to stdout), and says on stderr what it wrote.
 """
+import argparse
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +39,8 @@ HEADER = '''spin_manifest_version = 2
 # expected to run them, unverified here. SpinKube's shim runs no cron trigger: there the timer
 # functions are ticked over HTTP (deploy/spinkube/ticker.yaml), and this manifest is not used.
 #
-# Generated from spin.toml by scripts/cron_manifest.py: components and variables are the same
-# (tests/tests/deploy.rs keeps them equal).
+# Generated from spin.toml by `python3 scripts/cron_manifest.py -o spin-cron.toml`: components
+# and variables are the same (tests/tests/deploy.rs keeps them equal).
 
 [application]
 name = "leasegate-timers"
@@ -71,8 +77,8 @@ def job_trigger(text: str) -> tuple[str, str]:
     return "0 * * * * *", f"every minute at second 0, the job's period ({period} s) or finer"
 
 
-def main() -> None:
-    main_text = (ROOT / "spin.toml").read_text()
+def manifest(main_text: str) -> tuple[str, int]:
+    """The cron manifest for the HTTP manifest `main_text`, and its number of triggers."""
     schedules = []
     for component, expression, why in SCHEDULES:
         if expression is None:
@@ -88,9 +94,41 @@ def main() -> None:
         end = main_text.find("\n[[trigger", start)
         block = main_text[start:] if end < 0 else main_text[start:end + 1]
         parts.append(block.rstrip("\n") + "\n\n")
-    (ROOT / "spin-cron.toml").write_text("".join(parts).rstrip("\n") + "\n")
-    print("wrote spin-cron.toml")
+    return "".join(parts).rstrip("\n") + "\n", len(schedules)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description="Write the cron-trigger manifest of leasegate's timer functions from spin.toml.",
+        epilog="example: python3 scripts/cron_manifest.py -o spin-cron.toml",
+    )
+    parser.add_argument("-f", "--manifest", default=str(ROOT / "spin.toml"),
+                        help="the HTTP manifest to read (default: spin.toml beside scripts/)")
+    parser.add_argument("-o", "--output", required=True,
+                        help="the file to write (spin-cron.toml), or - for stdout")
+    args = parser.parse_args()
+    try:
+        main_text = Path(args.manifest).read_text()
+    except OSError as e:
+        print(f"cron_manifest.py: cannot read {args.manifest}: {e.strerror}", file=sys.stderr)
+        return 1
+    try:
+        text, triggers = manifest(main_text)
+    except ValueError:
+        print(f"cron_manifest.py: {args.manifest} lacks [variables], [[trigger.http]] or a timer "
+              "component", file=sys.stderr)
+        return 1
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.output).write_text(text)
+    except OSError as e:
+        print(f"cron_manifest.py: cannot write {args.output}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(f"cron_manifest.py: wrote {args.output} ({triggers} cron triggers)", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,6 +5,8 @@
 #   scripts/dev.sh test    runs every test (unit, signing vectors, Azurite, the .wasm components
 #                          under the real `spin up`)
 #   scripts/dev.sh demo    starts a local Azurite and takes and shows a lease with the CLI
+#   scripts/dev.sh cli     builds the operator CLI, target/release/leasegate (or install it on
+#                          your PATH: cargo install --path shared/leasegate-cli --locked)
 #   scripts/dev.sh bench   one table: decisions/s and latency of storage alone, the Azure SDKs for
 #                          Python and JavaScript, the app, a hello-world component and the
 #                          throttle's limit, at concurrency 1, 4 and 16 (its own Azurite), then
@@ -117,10 +119,14 @@ start_azurite() {
   exit 1
 }
 
+build_cli() {
+  say "building the CLI (target/release/leasegate)"
+  cargo build --locked --release -p leasegate-cli
+}
+
 demo() {
   setup
-  say "building"
-  cargo build --locked --release -p leasegate-cli
+  build_cli
   start_azurite
   export LEASEGATE_CONNECTION_STRING="${LEASEGATE_CONNECTION_STRING:-UseDevelopmentStorage=true}"
   say "taking and showing a lease (target/release/leasegate demo)"
@@ -284,6 +290,10 @@ case "${1:-}" in
   setup) setup ;;
   run) run ;;
   demo) demo ;;
+  cli)
+    build_cli
+    say "built target/release/leasegate (try: target/release/leasegate --help)"
+    ;;
   azurite)
     setup
     start_azurite
@@ -308,7 +318,7 @@ case "${1:-}" in
     cargo test --workspace --locked --no-fail-fast
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|check|bench|ttl-bench|soak|demo|setup|azurite" >&2
+    echo "usage: scripts/dev.sh run|test|check|bench|ttl-bench|soak|demo|cli|setup|azurite" >&2
     exit 2
     ;;
 esac

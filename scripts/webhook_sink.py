@@ -3,9 +3,11 @@
 drops repeats of an Idempotency-Key it has seen (as a receiver should).
 
 Usage: scripts/webhook_sink.py [PORT]   (default 3001, listens on 127.0.0.1 only)
+
+It writes no file: what it receives goes to stdout.
 """
+import argparse
 import json
-import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -34,11 +36,21 @@ class Sink(BaseHTTPRequestHandler):
         pass
 
 
-if __name__ == "__main__":
-    port = int(sys.argv[1]) if len(sys.argv) > 1 else 3001
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="A local webhook sink: prints every notification it receives (to stdout, "
+                    "no file written) and drops repeats of an Idempotency-Key.",
+    )
+    parser.add_argument("port", nargs="?", type=int, default=3001,
+                        help="the port to listen on, on 127.0.0.1 only (default 3001)")
+    port = parser.parse_args().port
     server = ThreadingHTTPServer(("127.0.0.1", port), Sink)
     print(f"webhook sink on http://127.0.0.1:{port}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+
+
+if __name__ == "__main__":
+    main()

@@ -55,7 +55,18 @@ pub struct Azurite {
     /// Its data folder outlives the process (kept across [`Azurite::start_again`]); removed
     /// when dropped.
     restartable: bool,
+    /// It serves [`SECOND_ACCOUNT`] beside the development account
+    /// ([`Azurite::shared_two_accounts`]).
+    two_accounts: bool,
 }
+
+/// The second storage account of [`Azurite::shared_two_accounts`]: its name and key (base64).
+/// Its blob endpoint is path style, beside the development account's, at the same origin:
+/// `http://127.0.0.1:{port}/leasegatesecond`.
+pub const SECOND_ACCOUNT: (&str, &str) = (
+    "leasegatesecond",
+    "bGVhc2VnYXRlIHNlY29uZCBhY2NvdW50IGtleSBmb3IgdGVzdHMgb25seQ==",
+);
 
 impl Azurite {
     /// Starts a new Azurite on a free port; panics with a clear message if it cannot.
@@ -113,14 +124,28 @@ impl Azurite {
     /// storage node does. Its data folder is removed when it is dropped (not when this process
     /// is killed: it is in the system's temp folder, `leasegate-azurite-*`).
     pub fn start_restartable() -> Azurite {
-        Azurite::start_new(false, 0, true)
+        Azurite::start_new(false, 0, true, false)
+    }
+
+    /// One Azurite serving two accounts at one origin, the development account and
+    /// [`SECOND_ACCOUNT`] (`AZURITE_ACCOUNTS`), started on first use and shared by every caller
+    /// in this test process (each test uses its own container): two accounts behind one origin,
+    /// told apart by their endpoints' paths only.
+    pub fn shared_two_accounts() -> &'static Azurite {
+        static SHARED: OnceLock<Azurite> = OnceLock::new();
+        SHARED.get_or_init(|| Azurite::start_new(false, 0, false, true))
     }
 
     fn start_with(oauth: bool, clock_offset_ms: i64) -> Azurite {
-        Azurite::start_new(oauth, clock_offset_ms, false)
+        Azurite::start_new(oauth, clock_offset_ms, false, false)
     }
 
-    fn start_new(oauth: bool, clock_offset_ms: i64, restartable: bool) -> Azurite {
+    fn start_new(
+        oauth: bool,
+        clock_offset_ms: i64,
+        restartable: bool,
+        two_accounts: bool,
+    ) -> Azurite {
         let mut last_error = String::new();
         for _ in 0..5 {
             let port = free_port();
@@ -133,6 +158,7 @@ impl Azurite {
                 oauth,
                 clock_offset_ms,
                 restartable,
+                two_accounts,
             };
             std::fs::create_dir_all(&azurite.dir).expect("create Azurite's data folder");
             match azurite.spawn() {
@@ -184,6 +210,18 @@ impl Azurite {
         if !self.restartable {
             // The wrapper removes the folder when Azurite ends, however this process ends.
             cmd.env("LEASEGATE_AZURITE_TMP", dir);
+        }
+        if self.two_accounts {
+            // Naming accounts replaces the development account: it is named too.
+            let (name, key) = SECOND_ACCOUNT;
+            cmd.env(
+                "AZURITE_ACCOUNTS",
+                format!(
+                    "{}:{};{name}:{key}",
+                    leasegate::account::DEV_ACCOUNT_NAME,
+                    leasegate::account::DEV_ACCOUNT_KEY
+                ),
+            );
         }
         if self.oauth {
             let (cert, key) = tls::TestCa::shared().write_server_pems(dir);

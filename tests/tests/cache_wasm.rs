@@ -3,17 +3,21 @@
 //! proxy: throttles with no storage request, never a suppression storage would not make,
 //! entries cleared before a gate goes back, a failing store (one Spin cannot open) falling
 //! back to storage and costing no alert, another deployment's gate cached only once its
-//! holder is done, and the gate API never cached. The store is not inspected: an entry shows as
+//! holder is done, two accounts behind one origin sharing a store apart, a reader whose clock
+//! is behind storage's throttling no longer than storage, and the gate API never cached. The store is not inspected: an entry shows as
 //! a throttle answered `"cached": true` with no storage request, its absence as an answer that
 //! asked storage (or alerted).
 
 use std::time::{Duration, Instant, SystemTime};
 
 use leasegate::lease::{LockStatus, Locks};
-use leasegate::LockName;
+use leasegate::ops::CreateContainer;
+use leasegate::signing::{SasPermissions, SasResource, ServiceSas};
+use leasegate::{Account, AccountKey, BlobClient, BlobEndpoint, Credential, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, Answer, App, Setup};
-use leasegate_tests::{wait_for, Azurite};
+use leasegate_tests::proxy::Proxy;
+use leasegate_tests::{unique_container, wait_for, Azurite, SECOND_ACCOUNT};
 use serde_json::{json, Value};
 
 #[path = "support/door.rs"]
@@ -292,6 +296,159 @@ fn a_failing_store_falls_back_to_storage_and_costs_no_alert() {
     );
     healthy.assert_no_trap();
     failing.assert_no_trap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A runtime config whose `default` store is the SQLite file `path`: apps given the same one
+/// share their store.
+fn shared_store(path: &std::path::Path) -> String {
+    format!(
+        "[key_value_store.default]\ntype = \"spin\"\npath = \"{}\"\n",
+        path.display()
+    )
+}
+
+/// Two storage accounts behind one origin (path style, as Azurite and a proxy in front of
+/// storage serve them), each reached by a connection string with a SAS and no `AccountName`,
+/// as an application is given one, with containers of the same name, sharing one key-value
+/// store: a device's alert in one account does not suppress the same device's alert in the
+/// other, and each account's throttles are still answered from the cache.
+#[test]
+fn two_accounts_behind_one_origin_keep_their_entries_apart() {
+    let azurite = Azurite::shared_two_accounts();
+    // Both apps reach storage through this one origin.
+    let proxy = Proxy::start(&azurite.authority());
+    let origin = proxy.origin();
+    let container = unique_container("kvaccounts");
+    let dev = (
+        leasegate::account::DEV_ACCOUNT_NAME,
+        leasegate::account::DEV_ACCOUNT_KEY,
+    );
+    let connection_strings: Vec<String> = [dev, SECOND_ACCOUNT]
+        .into_iter()
+        .map(|(name, key)| {
+            let key = AccountKey::try_new(key).unwrap();
+            let endpoint = format!("http://{}/{name}", azurite.authority());
+            let account = Account::new(
+                name,
+                BlobEndpoint::try_new(&endpoint).unwrap(),
+                Credential::SharedKey(key.clone()),
+            );
+            // A SAS reaches blobs but cannot create its container: created here first.
+            let client = BlobClient::new(NativeTransport::default(), account, container.clone());
+            let create = CreateContainer {
+                container: container.clone(),
+            };
+            block_on(client.execute(&create, SystemTime::now())).unwrap();
+            let sas = ServiceSas {
+                resource: SasResource::Container(container.clone()),
+                permissions: SasPermissions::all(),
+                start: None,
+                expiry: SystemTime::now() + Duration::from_secs(3600),
+                protocol: None,
+            }
+            .token(name, &key)
+            .unwrap();
+            format!(
+                "BlobEndpoint={origin}/{name};SharedAccessSignature={}",
+                sas.query()
+            )
+        })
+        .collect();
+    let dir = leasegate_tests::spin::scratch_dir("kvaccounts");
+    let store = shared_store(&dir.join("shared.db"));
+    let apps: Vec<App> = connection_strings
+        .iter()
+        .enumerate()
+        .map(|(i, cs)| {
+            App::start_with(
+                &format!("kvaccounts-{i}"),
+                &[
+                    ("alert_window_seconds", "60"),
+                    ("storage_origin", &origin),
+                    ("storage_connection_string", cs),
+                ],
+                Setup {
+                    azurite: Some(azurite),
+                    container: Some(container.clone()),
+                    runtime_config: Some(store.clone()),
+                    ..Setup::default()
+                },
+            )
+        })
+        .collect();
+    for app in &apps {
+        let first = post_telemetry(app, &reading("kv-acct", 40.0));
+        assert_eq!(decision(&first)["decision"], "notified", "{}", first.text);
+    }
+    // Each account's own gate is cached (counted at the shared proxy).
+    for app in &apps {
+        let (again, requests) = proxy.during(|| post_telemetry(app, &reading("kv-acct", 40.0)));
+        from_cache(&again, requests.len());
+    }
+    for app in &apps {
+        assert_eq!(app.sink.for_device("kv-acct").len(), 1);
+        app.assert_no_trap();
+    }
+    drop(apps);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A reader whose clock is 10 s behind storage's, sharing the key-value store with a writer
+/// whose clock is right, does not throttle a device from the cache once storage's gate has run
+/// out: the next reading after the window alerts, and the window it opens still throttles
+/// both deployments (one alert each window). The reader has answered one reading of its own
+/// before (how it learns how far behind its clock is: docs/functions.md, the gate cache).
+#[test]
+fn a_reader_whose_clock_is_behind_throttles_no_longer_than_storage() {
+    let dir = leasegate_tests::spin::scratch_dir("kvclock");
+    let store = shared_store(&dir.join("shared.db"));
+    let window = [("alert_window_seconds", "15")];
+    let writer = App::start_with(
+        "kvclock-w",
+        &window,
+        Setup {
+            runtime_config: Some(store.clone()),
+            ..Setup::default()
+        },
+    );
+    let origin = writer.storage.origin();
+    let reader = App::start_with(
+        "kvclock-r",
+        &[("alert_window_seconds", "15"), ("storage_origin", &origin)],
+        Setup {
+            container: Some(writer.container.clone()),
+            runtime_config: Some(store),
+            clock_offset_ms: -10_000,
+            ..Setup::default()
+        },
+    );
+    let own = post_telemetry(&reader, &reading("kv-clock-own", 40.0));
+    assert_eq!(decision(&own)["decision"], "notified", "{}", own.text);
+    let first = post_telemetry(&writer, &reading("kv-clock", 40.0));
+    assert_eq!(decision(&first)["decision"], "notified", "{}", first.text);
+    let ends = held_until(&writer, "alerts/", "kv-clock").expect("storage holds the gate");
+    // Storage's gate runs out (its clock is this machine's): the reader's next reading alerts.
+    let wait = ends.duration_since(SystemTime::now()).unwrap_or_default();
+    std::thread::sleep(wait);
+    wait_for("storage's gate to run out", Duration::from_secs(5), || {
+        held_until(&writer, "alerts/", "kv-clock")
+            .is_none()
+            .then_some(())
+    });
+    let (after, requests) =
+        writer.storage_requests(|| post_telemetry(&reader, &reading("kv-clock", 40.0)));
+    assert_eq!(decision(&after)["decision"], "notified", "{}", after.text);
+    assert!(requests >= 1, "{requests}: {}", after.text);
+    // The new window throttles both, whatever their clocks.
+    for app in [&writer, &reader] {
+        let t = post_telemetry(app, &reading("kv-clock", 40.0));
+        assert_eq!(decision(&t)["decision"], "throttled", "{}", t.text);
+    }
+    assert_eq!(writer.sink.for_device("kv-clock").len(), 1);
+    assert_eq!(reader.sink.for_device("kv-clock").len(), 1);
+    reader.assert_no_trap();
+    drop((writer, reader));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -10,7 +10,8 @@
 //!   and tick the timers in time; the shipped ticker, against two `spin up` instances, ticks
 //!   both, one leads, and each job occurrence runs once;
 //! * the dead-blob lifecycle policy is a management policy of the shape Azure takes, and the
-//!   docs give the command that applies it.
+//!   docs give the command that applies it;
+//! * the README stays short (under 12 KB) and opens with the two commands.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
@@ -51,6 +52,23 @@ fn the_cron_manifest_matches_spin_toml() {
     }
     // spin.toml itself names no cron trigger: it runs on a Spin without the plugin.
     assert!(http["trigger"].get("cron").is_none());
+    // The tracked manifest is what the script writes (to stdout here: nothing is rewritten).
+    let out = Command::new("python3")
+        .arg(root().join("scripts/cron_manifest.py"))
+        .args(["-o", "-"])
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tracked = std::fs::read_to_string(root().join("spin-cron.toml")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout) == tracked,
+        "spin-cron.toml is not what `scripts/cron_manifest.py -o -` writes: run \
+         `python3 scripts/cron_manifest.py -o spin-cron.toml`"
+    );
 }
 
 fn assemble(args: &[&str]) -> (bool, String) {
@@ -887,4 +905,21 @@ fn the_dead_blob_lifecycle_policy_has_the_shape_azure_takes() {
             && docs.contains(&format!("--policy @{path}")),
         "docs/ttl-sweeper.md gives the command"
     );
+}
+
+/// The README is short (under 12,000 bytes: the reference lives in docs/) and opens with the
+/// two commands, the first of which installs and serves the app.
+#[test]
+fn the_readme_is_short_and_opens_with_the_two_commands() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(readme.len() < 12_000, "README.md is {} bytes", readme.len());
+    let first_section = readme.split("\n## ").nth(1).unwrap_or_default();
+    assert!(first_section.starts_with("Two commands"), "{first_section}");
+    let commands: Vec<&str> = first_section
+        .lines()
+        .filter(|l| l.starts_with("scripts/dev.sh"))
+        .collect();
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    assert!(commands[0].starts_with("scripts/dev.sh setup && scripts/dev.sh run"));
+    assert!(commands[1].starts_with("scripts/dev.sh test"));
 }

@@ -22,7 +22,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use leasegate::lease::{Acquire, Acquired, IdOrigin, Release, Term};
@@ -428,7 +428,7 @@ pub(crate) struct Gated<'r> {
 /// answer concurrently, at most `max_in_flight` at once (each device has at most one request
 /// in flight at a time), in the order given. The settings gating needs (storage, the webhook,
 /// ...) are read only when some device is not answered by the cache, which reads `kv_cache` and
-/// the few variables that name the storage ([`cache::Scope`]). `Err`: 503 `not_configured`.
+/// the few variables that name the storage ([`cache::Scope::load`]). `Err`: 503 `not_configured`.
 pub(crate) async fn gate<'r, T: Transport>(
     ctx: &Context<'_, T>,
     parsed: &Parsed,
@@ -437,14 +437,13 @@ pub(crate) async fn gate<'r, T: Transport>(
 ) -> Result<Vec<Gated<'r>>, Response> {
     let not_configured =
         |e: ConfigError| web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e);
-    let scope = cache::Scope::load(ctx.variables).map_err(not_configured)?;
+    let gates = cache::Gates::open(ctx.cache, ctx.variables, ctx.now).map_err(not_configured)?;
     // The cache is read for every device first, at the invocation's time (`ctx.now`): a device
     // gated late in a long batch is not judged by an entry read against a stale clock.
     let cached: Vec<(HotDevice<'r>, Option<Duration>)> = hot
         .iter()
         .map(|&device| {
-            let left =
-                cache_key(scope.as_ref(), device).and_then(|k| cache::held(ctx.cache, &k, ctx.now));
+            let left = gates.as_ref().and_then(|g| g.held(&gate_path(device)));
             (device, left)
         })
         .collect();
@@ -463,13 +462,12 @@ pub(crate) async fn gate<'r, T: Transport>(
     }
     let settings = Settings::load_with(ctx.variables, parsed.threshold).map_err(not_configured)?;
     let transport = (ctx.connect)(settings.storage.timeout);
-    let deadline = started + settings.deadline;
     let settings = &settings;
-    let (transport, scope) = (&transport, scope.as_ref());
+    let (transport, gates) = (&transport, gates.as_ref());
     Ok(futures::stream::iter(cached)
         .map(|(device, cached)| {
             gate_one(
-                ctx, transport, parsed, settings, scope, device, cached, deadline,
+                ctx, transport, parsed, settings, gates, device, cached, started,
             )
         })
         .buffered(settings.storage.max_in_flight)
@@ -477,28 +475,29 @@ pub(crate) async fn gate<'r, T: Transport>(
         .await)
 }
 
-/// The device's key in the gate cache, when the cache is on.
-fn cache_key(scope: Option<&cache::Scope>, device: HotDevice<'_>) -> Option<String> {
-    scope.map(|scope| scope.key(&format!("{GATE_PREFIX}{}", device.reading.device.as_str())))
+/// The device's lock blob path, as the gate cache names its entry.
+fn gate_path(device: HotDevice<'_>) -> String {
+    format!("{GATE_PREFIX}{}", device.reading.device.as_str())
 }
 
 /// One device: take its gate, notify if taken, give the gate back only if the notification
 /// certainly did not arrive. A gate the cache said is held (`cached`, its time left) is
-/// throttled without storage.
+/// throttled without storage. The gate cache (`gates`, when on) learns what storage said: the
+/// gate's end by storage's clock, and how this instance's clock compares with storage's.
 #[allow(clippy::too_many_arguments)]
 async fn gate_one<'r, T: Transport>(
     ctx: &Context<'_, T>,
     transport: &T,
     parsed: &Parsed,
     settings: &Settings,
-    scope: Option<&cache::Scope>,
+    gates: Option<&cache::Gates<'_>>,
     device: HotDevice<'r>,
     cached: Option<Duration>,
-    deadline: Instant,
+    started: Instant,
 ) -> Gated<'r> {
     // A device starts only before the deadline (one already started finishes: each of its
     // requests is bounded by storage_timeout_ms).
-    if Instant::now() >= deadline {
+    if Instant::now() >= started + settings.deadline {
         return Gated {
             device,
             outcome: Outcome::NotStarted,
@@ -506,7 +505,6 @@ async fn gate_one<'r, T: Transport>(
         };
     }
     let lock = &device.reading.device;
-    let key = cache_key(scope, device);
     if let Some(left) = cached {
         return Gated {
             device,
@@ -517,9 +515,11 @@ async fn gate_one<'r, T: Transport>(
             round_trips: 0,
         };
     }
-    let remember = |left: Option<Duration>| {
-        if let (Some(k), Some(left)) = (&key, left) {
-            cache::remember(ctx.cache, k, ctx.now, left);
+    let path = gate_path(device);
+    // Storage said the gate is kept until `ends` in its answer dated `date`.
+    let remember = |ends: Option<SystemTime>, date: SystemTime| {
+        if let (Some(gates), Some(ends)) = (gates, ends) {
+            gates.remember(&path, ends, date);
         }
     };
     let counting = Counting::new(transport);
@@ -528,6 +528,10 @@ async fn gate_one<'r, T: Transport>(
     let taken = locks
         .acquire_with(lock, parsed.term, id, IdOrigin::Fresh, "", ctx.now)
         .await;
+    // This instance's clock as the answer came, against the answer's `Date`.
+    if let (Some(gates), Some(date)) = (gates, taken.as_ref().ok().and_then(answer_date)) {
+        gates.check_clock(date, ctx.now + started.elapsed());
+    }
     let outcome = match taken {
         Ok(Acquire::Busy {
             retry_after,
@@ -535,12 +539,13 @@ async fn gate_one<'r, T: Transport>(
             ..
         }) => {
             // Another tenure, old enough that its holder is done notifying: it keeps its gate.
-            let settled = holder
-                .as_ref()
-                .and_then(|h| h.held_for)
-                .is_some_and(|age| age >= cache::settled_after(settings.storage.timeout));
-            if settled {
-                remember(retry_after);
+            if let Some(h) = holder.as_ref() {
+                let settled = h
+                    .held_for
+                    .is_some_and(|age| age >= cache::settled_after(settings.storage.timeout));
+                if let (true, Some(date)) = (settled, read_date(h)) {
+                    remember(h.expires_at, date);
+                }
             }
             Outcome::Throttled {
                 retry_after,
@@ -552,19 +557,17 @@ async fn gate_one<'r, T: Transport>(
             if !settings.fencing {
                 held.fencing_token = None;
             }
-            let left = held
-                .expires_at
-                .and_then(|e| e.duration_since(held.server_date).ok());
+            let date = held.server_date;
             match notify(transport, settings, device.reading, &held).await {
                 Ok(()) => {
-                    remember(left);
+                    remember(held.expires_at, date);
                     Outcome::Notified(held)
                 }
                 Err(Undelivered::NotSent(reason)) => {
                     // The entry goes first. Best effort: this invocation wrote none for this
                     // tenure, and others write one only once it is settled, after any
                     // give-back; keeping the gate would cost the alert the release is for.
-                    let reason = if key.as_ref().is_some_and(|k| ctx.cache.delete(k).is_err()) {
+                    let reason = if gates.is_some_and(|g| g.forget(&path).is_err()) {
                         format!("{reason}; the key-value store could not be cleared")
                     } else {
                         reason
@@ -576,7 +579,7 @@ async fn gate_one<'r, T: Transport>(
                     Outcome::NotDelivered { reason, released }
                 }
                 Err(Undelivered::Unknown(reason)) => {
-                    remember(left);
+                    remember(held.expires_at, date);
                     Outcome::Unconfirmed { reason }
                 }
             }
@@ -586,6 +589,22 @@ async fn gate_one<'r, T: Transport>(
         device,
         outcome,
         round_trips: counting.sent(),
+    }
+}
+
+/// The `Date` of the read that showed another holder: its tenure's start and age.
+fn read_date(holder: &leasegate::lease::Holder) -> Option<SystemTime> {
+    holder
+        .since
+        .zip(holder.held_for)
+        .map(|(since, age)| since + age)
+}
+
+/// The `Date` of storage's answer to an acquire, where the outcome tells it.
+fn answer_date(outcome: &Acquire) -> Option<SystemTime> {
+    match outcome {
+        Acquire::Acquired(held) => Some(held.server_date),
+        Acquire::Busy { holder, .. } => holder.as_ref().and_then(read_date),
     }
 }
 
@@ -1002,12 +1021,18 @@ mod tests {
         }
     }
 
-    /// A cache that misses, noting each read.
+    /// A cache that misses, noting each read of a gate entry ("get") or of the clock entry
+    /// ("clock").
     struct NotedCache<'a>(&'a RefCell<Vec<&'static str>>);
 
     impl leasegate_spin::cache::Cache for NotedCache<'_> {
-        fn get(&self, _key: &str) -> Result<Option<Vec<u8>>, leasegate_spin::cache::Unavailable> {
-            self.0.borrow_mut().push("get");
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, leasegate_spin::cache::Unavailable> {
+            let kind = if key.starts_with("leasegate:clock:") {
+                "clock"
+            } else {
+                "get"
+            };
+            self.0.borrow_mut().push(kind);
             Ok(None)
         }
         fn set(&self, _key: &str, _value: &[u8]) -> Result<(), leasegate_spin::cache::Unavailable> {
@@ -1018,8 +1043,9 @@ mod tests {
         }
     }
 
-    /// Every device's entry is read before any device is gated, so that the invocation's time
-    /// (`ctx.now`) is the time it is judged by, however long the batch takes.
+    /// Every device's entry is read before any device is gated (after the store's clock entry),
+    /// so that the invocation's time (`ctx.now`) is the time it is judged by, however long the
+    /// batch takes.
     #[test]
     fn the_cache_is_read_for_every_device_before_storage_is_asked() {
         let log = RefCell::new(Vec::new());
@@ -1062,7 +1088,11 @@ mod tests {
         pollster::block_on(handle(&ctx, request));
         let log = log.borrow();
         let first_send = log.iter().position(|e| *e == "send").unwrap();
-        assert_eq!(&log[..first_send], ["get", "get", "get"], "{log:?}");
+        assert_eq!(
+            &log[..first_send],
+            ["clock", "get", "get", "get"],
+            "{log:?}"
+        );
         assert!(!log[first_send..].contains(&"get"), "{log:?}");
     }
 

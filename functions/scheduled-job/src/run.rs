@@ -472,10 +472,7 @@ fn read_when_reserved(settings: &Settings, tick: &Tick, name_reserver: bool) -> 
 /// take-back failed too) is this deployment's, and the retry of its 503, on time, reads it to
 /// resume it ([`failed_here`]). One entry a job, the latest failure's.
 fn failed_tick_key(settings: &Settings) -> String {
-    cache::key_for(
-        &settings.storage,
-        &format!("{}failed-tick", settings.occurrences_prefix()),
-    )
+    cache::Scope::of(&settings.storage).failed_tick_key(&settings.occurrences_prefix())
 }
 
 /// Notes that a tick of `occurrence` failed here (best effort).

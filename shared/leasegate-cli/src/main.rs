@@ -43,6 +43,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
+use clap::{Parser, Subcommand};
 use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Release, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, Lease, LeaseAction};
 use leasegate::{BlobClient, ContainerName, Counting, HolderKey, LeaseId, LockName};
@@ -53,29 +54,8 @@ mod overview;
 mod status;
 use environment::explain;
 
-const USAGE: &str = "usage: leasegate <command> [options]
-
-commands:
-  acquire LOCK [--window SECS] [--holder NAME | --lease-id ID]
-                                                 take LOCK (or extend it: same holder or id)
-  show LOCK                                      show LOCK's state and fencing token
-  release LOCK --lease-id ID                     give LOCK up (safe to repeat)
-  break LOCK                                     end whoever holds LOCK
-  delete LOCK                                    end any lease and delete LOCK's blob (for a
-                                                 lock answered lock_unusable; tokens stay
-                                                 increasing)
-  demo                                           acquire, contend, extend, release, show
-  status [--app URL] [--page-size N] [--json]    the app's container, read from storage: each
-                                                 leader group's leader and term, each job's
-                                                 last runs and reservations (and, from the app
-                                                 when its URL is given, next runs), held gates
-                                                 (count, longest-held), the TTL sweeper's
-                                                 passes and progress (--json: the shape in
-                                                 docs/functions.md)
-  status JOB [--app URL] [--json]                ask the scheduled-job app about JOB: schedule,
-                                                 next runs, paused or not, policies, counters,
-                                                 last runs (--json: the app's answer as it is)
-
+/// Shown after the commands: how locks are named, and where the account comes from.
+const LOCKS_AND_ENVIRONMENT: &str = "\
 LOCK is the lock's path in the container, as the functions name it:
   gates/KEY                  the gate API's gate KEY (POST /api/gate/KEY)
   alerts/DEVICE              device-alerts' gate of DEVICE
@@ -84,15 +64,7 @@ LOCK is the lock's path in the container, as the functions name it:
   init/NAME                  init-once's lock of NAME
   sweeper/...                the TTL sweeper's state (and the lock older versions took)
 
-options:
-  --container NAME   container of the lock blobs (default: leasegate)
-  --app URL          status: the app's base URL, e.g. http://127.0.0.1:3000 (default:
-                     LEASEGATE_APP_URL); /api/jobs/JOB is appended (without JOB: for each
-                     job found in the container, for its next runs)
-  --json             status: print JSON (status JOB: the app's answer as it came)
-  --page-size N      status: blobs per listing request, 1 to 5000 (default 5000)
-
-environment (the account: a connection string, or an endpoint with an Entra ID token):
+Environment (the account: a connection string, or an endpoint with an Entra ID token):
   LEASEGATE_CONNECTION_STRING   storage connection string, key or SAS (default, when neither
                                 it nor LEASEGATE_BLOB_ENDPOINT is set: UseDevelopmentStorage=true)
   LEASEGATE_BLOB_ENDPOINT       https://ACCOUNT.blob.core.windows.net (or path style
@@ -106,21 +78,143 @@ environment (the account: a connection string, or an endpoint with an Entra ID t
                                 the identity needs Storage Blob Data Contributor on the container
   LEASEGATE_HOLDER_KEY          secret that --holder lease ids are keyed with (required with
                                 --holder; never derived from the storage credential)
-  LEASEGATE_PROGRESS_MS         status: a listing that takes longer prints a progress line
-                                on stderr this often (default 1000; 0: after every page)
 
-environment of status JOB (no storage account needed), and of status --app URL:
+Exit status: 0 done, 1 failed (storage, the app, the environment), 2 a usage error.";
+
+/// Shown after `status`'s options: what it reads beside the account.
+const STATUS_ENVIRONMENT: &str = "\
+Environment (beside the account's, see leasegate --help):
+  LEASEGATE_PROGRESS_MS         a listing that takes longer prints a progress line on stderr
+                                this often (default 1000; 0: after every page)
   LEASEGATE_APP_URL             the app's base URL when --app is not given
   LEASEGATE_TIMER_TOKEN         the app's timer_token (its admin_token works too); sent only
                                 over https, or over http to this machine (127.0.0.0/8, ::1,
-                                localhost): any other URL is refused before a request";
+                                localhost): any other URL is refused before a request.
+                                status JOB needs no storage account.";
+
+/// Take, show, release and break leasegate's locks from a terminal.
+#[derive(Parser)]
+#[command(name = "leasegate", version, after_help = LOCKS_AND_ENVIRONMENT)]
+#[command(arg_required_else_help = true)]
+struct Cli {
+    /// Container of the lock blobs
+    #[arg(long, global = true, value_name = "NAME", default_value = "leasegate",
+          value_parser = container_name)]
+    container: ContainerName,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Take LOCK (or extend it: same holder or id)
+    Acquire {
+        /// The lock's path in the container (see leasegate --help)
+        #[arg(value_parser = lock_name)]
+        lock: LockName,
+        /// The window, in seconds: 15 to 60 a native blob lease, any other a lease record
+        #[arg(long, value_name = "SECS", default_value = "30", allow_hyphen_values = true,
+              value_parser = window)]
+        window: Term,
+        /// Acquire with the lease id derived from NAME (needs LEASEGATE_HOLDER_KEY)
+        #[arg(long, value_name = "NAME", conflicts_with = "lease_id")]
+        holder: Option<String>,
+        /// Acquire with this lease id (a GUID)
+        #[arg(long, value_name = "ID", value_parser = lease_id)]
+        lease_id: Option<LeaseId>,
+    },
+    /// Show LOCK's state and fencing token
+    Show {
+        /// The lock's path in the container (see leasegate --help)
+        #[arg(value_parser = lock_name)]
+        lock: LockName,
+    },
+    /// Give LOCK up (safe to repeat)
+    Release {
+        /// The lock's path in the container (see leasegate --help)
+        #[arg(value_parser = lock_name)]
+        lock: LockName,
+        /// The lease id that holds it
+        #[arg(long, value_name = "ID", value_parser = lease_id)]
+        lease_id: LeaseId,
+    },
+    /// End whoever holds LOCK
+    Break {
+        /// The lock's path in the container (see leasegate --help)
+        #[arg(value_parser = lock_name)]
+        lock: LockName,
+    },
+    /// End any lease and delete LOCK's blob (a lock answered lock_unusable)
+    ///
+    /// Tokens stay increasing: a lock blob created again starts above every token the old one
+    /// issued.
+    Delete {
+        /// The lock's path in the container (see leasegate --help)
+        #[arg(value_parser = lock_name)]
+        lock: LockName,
+    },
+    /// Acquire, contend, extend, release, show (a lock demo/nightly-job)
+    Demo,
+    /// The app's container from storage, or (status JOB) a job from the app
+    ///
+    /// Without JOB: the app's container, read from storage: each leader group's leader and
+    /// term, each job's last runs and reservations (and, from the app when its URL is given,
+    /// next runs), held gates (count, longest-held), the TTL sweeper's passes and progress.
+    /// Long listings print progress lines on stderr.
+    ///
+    /// With JOB: ask the scheduled-job app about JOB (GET /api/jobs/JOB): schedule, next
+    /// runs, paused or not, policies, counters, last runs.
+    #[command(after_help = STATUS_ENVIRONMENT)]
+    Status {
+        /// A job of the scheduled-job app (none: the container's view, from storage)
+        job: Option<String>,
+        /// The app's base URL, e.g. http://127.0.0.1:3000 (default: LEASEGATE_APP_URL);
+        /// /api/jobs/JOB is appended (without JOB: for each job found in the container, for
+        /// its next runs)
+        #[arg(long, value_name = "URL")]
+        app: Option<String>,
+        /// Print JSON (the shape in docs/functions.md; with JOB: the app's answer as it came)
+        #[arg(long)]
+        json: bool,
+        /// Blobs per listing request, 1 to 5000 (default 5000; without JOB only)
+        #[arg(long, value_name = "N", conflicts_with = "job", value_parser = page_size)]
+        page_size: Option<u32>,
+    },
+}
+
+fn container_name(s: &str) -> Result<ContainerName, String> {
+    ContainerName::try_new(s).map_err(|e| e.to_string())
+}
+
+fn lock_name(s: &str) -> Result<LockName, String> {
+    LockName::try_new(s).map_err(|e| e.to_string())
+}
+
+fn lease_id(s: &str) -> Result<LeaseId, String> {
+    LeaseId::try_new(s).map_err(|e| e.to_string())
+}
+
+fn window(s: &str) -> Result<Term, String> {
+    let secs: u64 = s
+        .parse()
+        .map_err(|_| "--window takes whole seconds".to_string())?;
+    Term::for_window(Duration::from_secs(secs)).map_err(|e| e.to_string())
+}
+
+fn page_size(s: &str) -> Result<u32, String> {
+    s.parse()
+        .ok()
+        .filter(|n| (1..=overview::MAX_PAGE).contains(n))
+        .ok_or_else(|| "--page-size takes 1 to 5000 (blobs)".to_string())
+}
 
 /// The purpose `--holder` ids are derived for: no function's id is ever the same.
 const HOLDER_PURPOSE: &str = "cli";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    // A usage error exits 2 naming the argument, help and the version exit 0 (clap's rules).
+    let cli = Cli::parse();
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("leasegate: {message}");
@@ -129,86 +223,88 @@ fn main() -> ExitCode {
     }
 }
 
-struct Options {
-    positional: Vec<String>,
-    window: u64,
-    holder: Option<String>,
-    lease_id: Option<String>,
-    container: String,
-    app: Option<String>,
-    json: bool,
-    page_size: Option<u32>,
-}
-
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        positional: Vec::new(),
-        window: 30,
-        holder: None,
-        lease_id: None,
-        container: "leasegate".into(),
-        app: None,
-        json: false,
-        page_size: None,
+fn run(cli: Cli) -> Result<(), String> {
+    let transport = NativeTransport::default();
+    // Locks are named by their path in the container: no prefix of the CLI's own.
+    let locks = || -> Result<Locks<&NativeTransport>, String> {
+        let account = environment::account(environment::process_var)?;
+        Ok(Locks::new(&transport, account, cli.container.clone()).with_prefix(""))
     };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match arg.as_str() {
-            "--window" => {
-                o.window = value("--window")?
-                    .parse()
-                    .map_err(|_| "--window takes whole seconds".to_string())?
-            }
-            "--holder" => o.holder = Some(value("--holder")?),
-            "--lease-id" => o.lease_id = Some(value("--lease-id")?),
-            "--container" => o.container = value("--container")?,
-            "--app" => o.app = Some(value("--app")?),
-            "--json" => o.json = true,
-            "--page-size" => {
-                o.page_size = Some(
-                    value("--page-size")?
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=overview::MAX_PAGE).contains(n))
-                        .ok_or_else(|| "--page-size takes 1 to 5000 (blobs)".to_string())?,
-                )
-            }
-            "-h" | "--help" => return Err(USAGE.into()),
-            s if s.starts_with("--") => return Err(format!("unknown option {s}\n\n{USAGE}")),
-            s => o.positional.push(s.to_string()),
+    match cli.command {
+        Command::Acquire {
+            lock,
+            window,
+            holder,
+            lease_id,
+        } => {
+            let locks = locks()?;
+            // A random id is given back after a failure that may have granted it; a derived or
+            // given one is left (acquire again with it to settle the state).
+            let (id, origin) = match (holder, lease_id) {
+                (Some(h), _) => (
+                    LeaseId::for_holder(&holder_key()?, HOLDER_PURPOSE, &h, &lock),
+                    IdOrigin::Known,
+                ),
+                (None, Some(id)) => (id, IdOrigin::Known),
+                (None, None) => (
+                    LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes()),
+                    IdOrigin::Fresh,
+                ),
+            };
+            acquire_with(&locks, &lock, window, id, origin)
         }
+        Command::Show { lock } => show(&locks()?, &lock),
+        Command::Release { lock, lease_id } => {
+            let locks = locks()?;
+            let released = block_on(locks.release(&lock, lease_id, SystemTime::now()))
+                .map_err(explain(locks.account()))?;
+            println!(
+                "{}",
+                if released == Release::Released {
+                    "released"
+                } else {
+                    "not held (nothing to do)"
+                }
+            );
+            Ok(())
+        }
+        Command::Break { lock } => {
+            let locks = locks()?;
+            block_on(locks.break_lock(&lock, 0, SystemTime::now()))
+                .map_err(explain(locks.account()))?;
+            println!("broken");
+            Ok(())
+        }
+        Command::Delete { lock } => delete(&locks()?, &lock),
+        Command::Demo => demo(
+            &locks()?,
+            &HolderKey::try_new(b"leasegate demo").map_err(|e| e.to_string())?,
+        ),
+        Command::Status {
+            job: Some(job),
+            app,
+            json,
+            ..
+        } => {
+            print!(
+                "{}",
+                status::run(&job, app.as_deref(), json, environment::process_var)?
+            );
+            Ok(())
+        }
+        // No job: the container's view, from storage.
+        Command::Status {
+            job: None,
+            app,
+            json,
+            page_size,
+        } => container_status(cli.container.clone(), app.as_deref(), json, page_size),
     }
-    Ok(o)
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    let o = parse(args)?;
-    if o.positional.first().map(String::as_str) == Some("status") {
-        let job = match &o.positional[1..] {
-            [job] => job,
-            // No job: the container's view, from storage.
-            [] => return container_status(&o),
-            _ => return Err("status takes one JOB (or none: the container's view)".into()),
-        };
-        if o.page_size.is_some() {
-            return Err("--page-size goes with status without JOB (the container's view)".into());
-        }
-        print!(
-            "{}",
-            status::run(job, o.app.as_deref(), o.json, environment::process_var)?
-        );
-        return Ok(());
-    }
-    if o.app.is_some() || o.json || o.page_size.is_some() {
-        return Err("--app, --json and --page-size go with status only".into());
-    }
-    let account = environment::account(environment::process_var)?;
-    let key = || match std::env::var("LEASEGATE_HOLDER_KEY") {
+/// The key `--holder` lease ids are derived with: `LEASEGATE_HOLDER_KEY`.
+fn holder_key() -> Result<HolderKey, String> {
+    match std::env::var("LEASEGATE_HOLDER_KEY") {
         Ok(secret) if !secret.is_empty() => {
             HolderKey::try_new(secret.as_bytes()).map_err(|e| e.to_string())
         }
@@ -217,104 +313,46 @@ fn run(args: &[String]) -> Result<(), String> {
                   with); or pass --lease-id ID"
                 .to_string(),
         ),
-    };
-    let container = ContainerName::try_new(&o.container).map_err(|e| e.to_string())?;
-    let transport = NativeTransport::default();
-    // Locks are named by their path in the container: no prefix of the CLI's own.
-    let locks = Locks::new(&transport, account, container).with_prefix("");
-    let fail = explain(locks.account());
-    let lock_arg = |i: usize| -> Result<LockName, String> {
-        let name = o.positional.get(i).ok_or_else(|| USAGE.to_string())?;
-        LockName::try_new(name).map_err(|e| e.to_string())
-    };
-    match o.positional.first().map(String::as_str) {
-        Some("acquire") => {
-            let lock = lock_arg(1)?;
-            let term =
-                Term::for_window(Duration::from_secs(o.window)).map_err(|e| e.to_string())?;
-            // A random id is given back after a failure that may have granted it; a derived or
-            // given one is left (acquire again with it to settle the state).
-            let (id, origin) = match (&o.holder, &o.lease_id) {
-                (Some(_), Some(_)) => return Err("give --holder or --lease-id, not both".into()),
-                (Some(h), None) => (
-                    LeaseId::for_holder(&key()?, HOLDER_PURPOSE, h, &lock),
-                    IdOrigin::Known,
-                ),
-                (None, Some(id)) => (
-                    LeaseId::try_new(id).map_err(|e| e.to_string())?,
-                    IdOrigin::Known,
-                ),
-                (None, None) => (
-                    LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes()),
-                    IdOrigin::Fresh,
-                ),
-            };
-            acquire_with(&locks, &lock, term, id, origin)
-        }
-        Some("show") => show(&locks, &lock_arg(1)?),
-        Some("release") => {
-            let lock = lock_arg(1)?;
-            let id = o.lease_id.as_deref().ok_or("release needs --lease-id")?;
-            let id = LeaseId::try_new(id).map_err(|e| e.to_string())?;
-            let r = block_on(locks.release(&lock, id, SystemTime::now())).map_err(&fail)?;
-            println!(
-                "{}",
-                if r == Release::Released {
-                    "released"
-                } else {
-                    "not held (nothing to do)"
-                }
-            );
-            Ok(())
-        }
-        Some("break") => {
-            let lock = lock_arg(1)?;
-            block_on(locks.break_lock(&lock, 0, SystemTime::now())).map_err(&fail)?;
-            println!("broken");
-            Ok(())
-        }
-        Some("delete") => {
-            let lock = lock_arg(1)?;
-            let blob = locks.blob_name(&lock).map_err(|e| e.to_string())?;
-            let now = SystemTime::now();
-            // End any lease at once (whoever holds an unusable lock cannot be trusted to give
-            // it back), then delete. A lock blob created again starts above every token the
-            // old one issued (the fencing rule), so deleting never lets a token go back.
-            let _ = block_on(locks.client().execute(
-                &Lease::new(
-                    locks.container().clone(),
-                    blob.clone(),
-                    LeaseAction::Break { period: Some(0) },
-                ),
-                now,
-            ));
-            let delete = DeleteBlob {
-                container: locks.container().clone(),
-                blob,
-                lease_id: None,
-                condition: Condition::None,
-            };
-            match block_on(locks.client().execute(&delete, now)).map_err(&fail)? {
-                (DeleteOutcome::Deleted, _) => println!("deleted"),
-                (DeleteOutcome::NotFound, _) => println!("no such lock blob (nothing to do)"),
-                (DeleteOutcome::Refused(r), _) => {
-                    return Err(format!("storage refused the delete: {r:?}"))
-                }
-            }
-            Ok(())
-        }
-        Some("demo") => demo(
-            &locks,
-            &HolderKey::try_new(b"leasegate demo").map_err(|e| e.to_string())?,
-        ),
-        _ => Err(USAGE.into()),
     }
 }
 
+/// `delete`: ends any lease at once (whoever holds an unusable lock cannot be trusted to give
+/// it back), then deletes the lock blob. A lock blob created again starts above every token the
+/// old one issued (the fencing rule), so deleting never lets a token go back.
+fn delete(locks: &Locks<&NativeTransport>, lock: &LockName) -> Result<(), String> {
+    let fail = explain(locks.account());
+    let blob = locks.blob_name(lock).map_err(|e| e.to_string())?;
+    let now = SystemTime::now();
+    let _ = block_on(locks.client().execute(
+        &Lease::new(
+            locks.container().clone(),
+            blob.clone(),
+            LeaseAction::Break { period: Some(0) },
+        ),
+        now,
+    ));
+    let delete = DeleteBlob {
+        container: locks.container().clone(),
+        blob,
+        lease_id: None,
+        condition: Condition::None,
+    };
+    match block_on(locks.client().execute(&delete, now)).map_err(&fail)? {
+        (DeleteOutcome::Deleted, _) => println!("deleted"),
+        (DeleteOutcome::NotFound, _) => println!("no such lock blob (nothing to do)"),
+        (DeleteOutcome::Refused(r), _) => return Err(format!("storage refused the delete: {r:?}")),
+    }
+    Ok(())
+}
+
 /// `status` without a job: the container's leaders, jobs, gates and sweeper, from storage.
-fn container_status(o: &Options) -> Result<(), String> {
+fn container_status(
+    container: ContainerName,
+    app: Option<&str>,
+    json: bool,
+    page_size: Option<u32>,
+) -> Result<(), String> {
     let account = environment::account(environment::process_var)?;
-    let container = ContainerName::try_new(&o.container).map_err(|e| e.to_string())?;
     let every = overview::progress_every(environment::process_var)?;
     let transport = NativeTransport::default();
     let blobs = BlobClient::new(&transport, account, container);
@@ -323,18 +361,18 @@ fn container_status(o: &Options) -> Result<(), String> {
     let mut progress = overview::Progress::new(every, |line| eprintln!("{line}"));
     let mut view = block_on(overview::gather(
         &blobs,
-        o.page_size.unwrap_or(overview::MAX_PAGE),
+        page_size.unwrap_or(overview::MAX_PAGE),
         &mut progress,
         &fail,
         SystemTime::now(),
     ))?;
     // The schedules live in the app, not in the container: asked only where it is named.
-    if o.app.is_some() || environment::process_var(status::APP_URL)?.is_some() {
+    if app.is_some() || environment::process_var(status::APP_URL)?.is_some() {
         overview::add_next(&mut view, |job| {
-            status::fetch(job, o.app.as_deref(), environment::process_var)
+            status::fetch(job, app, environment::process_var)
         });
     }
-    if o.json {
+    if json {
         let text = serde_json::to_string_pretty(&view).map_err(|e| e.to_string())?;
         println!("{text}");
     } else {

@@ -1,38 +1,71 @@
-//! A cache of "this gate is held until T", in Spin's key-value store, so that a throttled
-//! decision needs no storage request.
+//! The app's key-value store (Spin's store `default`): the store, the name of every entry the
+//! toolkit keeps in it, and the gate cache's entries.
 //!
-//! **It only ever suppresses what storage would also suppress.** An entry says: storage holds
-//! this gate until `until` (the instance's wall clock, converted from the storage server's
-//! clock when storage said so, less [`MARGIN`] for clocks that disagree), and nothing will give
-//! it back before then. So an entry is written only for a gate that nobody will release early:
+//! # The entries
+//!
+//! | entry | key | written by |
+//! |---|---|---|
+//! | a device gate known held ([`Gates`]) | [`Scope::gate_key`] of the lock blob's path | device-alerts |
+//! | how far a clock sharing the store is behind storage's ([`Gates`]) | [`Scope::clock_key`] | device-alerts |
+//! | a lock as its holder's last call left it ([`crate::held`]) | [`Scope::holder_key`] of the lock blob's path | the gate, the leader |
+//! | a job's last failed tick | [`Scope::failed_tick_key`] of the job's occurrences prefix | scheduled-job |
+//! | an Entra ID token ([`crate::token`]) | [`token_key`] of its source | every function, with `storage_auth` an Entra ID sign-in |
+//!
+//! Every entry but the token is about one storage: its key is named by a [`Scope`], the blob
+//! endpoint **in full** (origin and base path, so that two accounts behind one origin, as
+//! Azurite and a proxy serve them, path style, never meet: a connection string with a SAS names
+//! no account, its endpoint does) and the container, then the entry's own name. A token serves
+//! every account its identity may reach, so its key is named by where it comes from. Keys are
+//! digests: all of one short length, and naming no account, container or lock.
+//!
+//! Entries are a cache: a key of an older version (before keys named the endpoint in full) is
+//! never read again, and nothing is migrated; the first call after an upgrade asks storage
+//! where the old entry would have answered.
+//!
+//! # The gate cache
+//!
+//! A cache of "this device gate is held until T", so that a throttled decision needs no
+//! storage request. **It only ever suppresses what storage would also suppress.** An entry
+//! says: storage holds this gate until `until`, by **storage's clock** (the `Date` of the answer
+//! that granted or showed the gate, and the expiry it gave), less [`MARGIN`], and nothing will
+//! give it back before then. So an entry is written only for a gate that nobody will release
+//! early:
 //!
 //! * a device gate this invocation took and keeps (its notification went out, or may have);
 //! * a device gate storage reports held by another tenure that began long enough ago
 //!   ([`settled_after`]) that its holder has finished notifying and, had it failed, giving
 //!   the gate back: its gate is kept.
 //!
-//! The gate API's gates are not cached here: their holders give them back at will, and the
-//! store has no compare-and-swap to keep an entry from landing after a release. (What the gate
-//! keeps for its holders, [`crate::held`], decides nothing on its own.)
+//! A writer's clock plays no part in an entry. A reader judges entries by its best knowledge of
+//! storage's time ([`Gates::open`]): its clock, moved ahead by the most that a clock sharing
+//! the store was found behind storage's within the last [`CLOCK_MEMORY`] (every invocation
+//! with the cache on that asks storage compares the answer's `Date` with its own clock:
+//! [`Gates::check_clock`]).
+//! A clock ahead of storage's only ends entries early (a storage request more). A clock
+//! behind it by up to [`MARGIN`] less a second ends them no later than storage's gate; one
+//! further behind is found at its first storage answer, and from then every reader of the
+//! store reckons with it. Until then (its first use, or its first after an hour without a
+//! storage request), an entry read before its own writing's `Date` by that clock is not
+//! believed, which bounds what such a reader may over-throttle to under one window per entry.
+//!
+//! A miss, an expired entry, an unreadable store or an unreadable entry falls back to
+//! storage, which stays the authority: an entry can only make a throttle cheaper, never let
+//! an alert through. The gate API's gates are not cached here: their holders give them back at
+//! will, and the store has no compare-and-swap to keep an entry from landing after a release.
+//! (What the gate keeps for its holders, [`crate::held`], decides nothing on its own.)
 //!
 //! Entries are read once per invocation, before any device is gated, at the invocation's
-//! time. A miss, an expired entry, an unreadable store or an unreadable entry falls back to
-//! storage. A path that gives a gate back removes the entry first (best effort: this
-//! invocation wrote none for that tenure, so a failing store cannot leave one of its own).
+//! time. A path that gives a gate back removes the entry first (best effort: this invocation
+//! wrote none for that tenure, so a failing store cannot leave one of its own).
 
 use std::time::{Duration, SystemTime};
 
+use leasegate::lease::Locks;
+use leasegate::token::TokenSource;
+use leasegate::{BlobEndpoint, ContainerName, Transport};
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError, Variables};
-
-/// Taken off every entry's end: storage's `Date` is whole seconds (up to 1 s of this), and
-/// the clocks of the instances sharing a store may disagree by the rest (2 s).
-pub const MARGIN: Duration = Duration::from_secs(3);
-
-/// The longest an entry may last: longer ones are not the cache's (it writes none) and are
-/// ignored.
-pub const LONGEST: Duration = Duration::from_secs(86_400);
 
 /// A store operation that failed (the store is missing, denied or broken): the caller falls
 /// back to storage.
@@ -64,6 +97,116 @@ impl Cache for NoCache {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Keys
+
+/// The storage a deployment's entries are about: the blob endpoint in full (origin and base
+/// path) and the container. Every key but the token's is named by one ([`Scope::gate_key`],
+/// [`Scope::holder_key`], [`Scope::failed_tick_key`], [`Scope::clock_key`]). It names no
+/// secret: a connection string's key or SAS is not part of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    endpoint: String,
+    container: String,
+}
+
+impl Scope {
+    /// The scope of the container `container` at `endpoint`.
+    pub fn new(endpoint: &BlobEndpoint, container: &ContainerName) -> Scope {
+        Scope {
+            endpoint: endpoint.base_url(),
+            container: container.as_str().to_string(),
+        }
+    }
+
+    /// The scope of `storage`'s container.
+    pub fn of(storage: &config::Storage) -> Scope {
+        Scope::new(storage.account.endpoint(), &storage.container)
+    }
+
+    /// The scope of `locks`' container.
+    pub fn of_locks<T: Transport>(locks: &Locks<T>) -> Scope {
+        Scope::new(locks.account().endpoint(), locks.container())
+    }
+
+    /// The scope [`config::storage`] would reach, read from the few variables that name it
+    /// ([`config::endpoint`] and `container`) rather than from every storage setting, for a
+    /// request that reads no other (each read is a call into Spin). A mistake in the variables
+    /// is named as [`config::storage`] names it.
+    pub fn load(vars: &dyn Variables) -> Result<Scope, ConfigError> {
+        let endpoint = config::endpoint(vars)?;
+        let container = config::var(vars, "container").unwrap_or_else(|| "leasegate".into());
+        Ok(Scope {
+            endpoint: endpoint.base_url(),
+            container,
+        })
+    }
+
+    /// The gate cache's entry of the lock blob at `path` ([`Gates`]).
+    pub fn gate_key(&self, path: &str) -> String {
+        self.key("held", path)
+    }
+
+    /// The entry of how far behind storage's the clocks sharing the store were found
+    /// ([`Gates::check_clock`]).
+    pub fn clock_key(&self) -> String {
+        self.key("clock", "")
+    }
+
+    /// The entry of a lock as its holder's last call left it, for the lock blob at `path`
+    /// ([`crate::held`]): one entry a lock, the latest holder's that acquired through the
+    /// deployment.
+    pub fn holder_key(&self, path: &str) -> String {
+        self.key("holder", path)
+    }
+
+    /// The entry where a job whose occurrences are below `occurrences_prefix` notes its latest
+    /// failed tick (scheduled-job).
+    pub fn failed_tick_key(&self, occurrences_prefix: &str) -> String {
+        self.key("failed-tick", occurrences_prefix)
+    }
+
+    /// `leasegate:{kind}:{digest}`, the digest of the endpoint, the container and `name`.
+    fn key(&self, kind: &str, name: &str) -> String {
+        let digest = Sha256::new()
+            .chain_update(self.endpoint.as_bytes())
+            .chain_update([0])
+            .chain_update(self.container.as_bytes())
+            .chain_update([0])
+            .chain_update(name.as_bytes())
+            .finalize();
+        format!("leasegate:{kind}:{}", crate::web::hex(&digest[..16]))
+    }
+}
+
+/// The entry of `source`'s tokens ([`crate::token`]): a digest of where they come from
+/// (endpoint or authority, tenant, client id; no secret), so that apps sharing a store do not
+/// meet. Not named by a storage: a token serves every account its identity may reach.
+pub fn token_key(source: &TokenSource) -> String {
+    let digest = Sha256::digest(source.identity().as_bytes());
+    format!("leasegate:token:{}", crate::web::hex(&digest[..16]))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gate cache
+
+/// Taken off every entry's end, which is storage's: storage's `Date` is whole seconds (up to
+/// 1 s of this), and a reader's clock may be behind storage's by the rest (2 s) before it is
+/// found out ([`Gates::check_clock`]).
+pub const MARGIN: Duration = Duration::from_secs(3);
+
+/// A clock found behind storage's by more than this ([`Gates::check_clock`]) is noted in the
+/// store: the `Date` it is compared with reads up to 1 s early, so a clock up to
+/// [`MARGIN`] less this less that second behind is within the margin.
+pub const CLOCK_SLACK: Duration = Duration::from_secs(1);
+
+/// How long a clock found behind storage's is reckoned with after it was last found so.
+pub const CLOCK_MEMORY: Duration = Duration::from_secs(3600);
+
+/// The longest an entry may last: longer ones are not the cache's (it writes none) and are
+/// ignored.
+pub const LONGEST: Duration = Duration::from_secs(86_400);
+
 /// The `kv_cache` variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -86,122 +229,155 @@ impl Mode {
     }
 }
 
-/// The entry's key: a digest of the blob service's origin, the account, the container and the
-/// lock blob's path, so that apps sharing a store do not meet, and every key has the same short
-/// length.
-pub fn key(origin: &str, account: &str, container: &str, path: &str) -> String {
-    let digest = Sha256::new()
-        .chain_update(origin.as_bytes())
-        .chain_update([0])
-        .chain_update(account.as_bytes())
-        .chain_update([0])
-        .chain_update(container.as_bytes())
-        .chain_update([0])
-        .chain_update(path.as_bytes())
-        .finalize();
-    format!("leasegate:held:{}", crate::web::hex(&digest[..16]))
-}
-
-/// The storage a device-gate cache's entries describe, named by the variables that name it
-/// rather than by the storage settings they make, so that a request the cache answers reads
-/// a few variables, not every storage setting (each read is a call into Spin): the origin
-/// (`storage_origin`), the account (`storage_auth`, `storage_connection_string`'s `AccountName`
-/// and `storage_account`: together they say which account the settings use), the container
-/// (`container`).
-///
-/// One scope, loaded once per request, gives every key of that request, the ones read and the
-/// ones written: nothing derives a key another way. A scope names no secret (a connection
-/// string's key is not part of it), and a mistake in the variables is reported where the
-/// storage settings are read, at a request the cache does not answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scope {
-    origin: String,
-    account: String,
-    container: String,
-}
-
-impl Scope {
-    /// Reads `kv_cache` and, when it is on, the variables the scope is made of. `None`: the
-    /// cache is off.
-    pub fn load(vars: &dyn Variables) -> Result<Option<Scope>, ConfigError> {
-        if Mode::load(vars)? == Mode::Off {
-            return Ok(None);
-        }
-        let origin = config::var(vars, "storage_origin").unwrap_or_default();
-        let from_connection_string = config::var(vars, "storage_connection_string")
-            .as_deref()
-            .and_then(connection_string_account)
-            .unwrap_or_default()
-            .to_string();
-        let named = config::var(vars, "storage_account").unwrap_or_default();
-        let auth = config::var(vars, "storage_auth").unwrap_or_default();
-        let container = config::var(vars, "container").unwrap_or_else(|| "leasegate".into());
-        Ok(Some(Scope {
-            origin: origin.trim_end_matches('/').to_string(),
-            account: format!("{auth}/{from_connection_string}/{named}"),
-            container,
-        }))
-    }
-
-    /// [`key`] of the lock blob at `path`.
-    pub fn key(&self, path: &str) -> String {
-        key(&self.origin, &self.account, &self.container, path)
-    }
-}
-
-/// A connection string's `AccountName` (its key is not read).
-fn connection_string_account(cs: &str) -> Option<&str> {
-    cs.split(';').find_map(|part| {
-        let (name, value) = part.split_once('=')?;
-        name.trim()
-            .eq_ignore_ascii_case("AccountName")
-            .then(|| value.trim())
-    })
-}
-
-/// [`key`] of the lock blob at `path` in `storage`'s container.
-pub fn key_for(storage: &config::Storage, path: &str) -> String {
-    key(
-        &storage.account.endpoint().origin(),
-        storage.account.name(),
-        storage.container.as_str(),
-        path,
-    )
-}
-
 fn millis(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
 
-/// An entry: held until `until` (Unix milliseconds, the instance's clock, the margin taken off),
-/// stored as `{"until": T}`. Unknown fields are ignored (a newer writer's).
+fn at_millis(ms: u64) -> Option<SystemTime> {
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))
+}
+
+/// A gate entry: held until `until`, written from the answer dated `date` (both Unix
+/// milliseconds, storage's clock), stored as `{"until": T, "date": D}`. Unknown fields are
+/// ignored (a newer writer's).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Entry {
     until: u64,
+    date: u64,
 }
 
-/// The time left on a live entry under `key`. `None` for a miss, an expired or unreadable
-/// entry, or a store that fails.
-pub fn held(cache: &dyn Cache, key: &str, now: SystemTime) -> Option<Duration> {
-    let raw = cache.get(key).ok()??;
-    let Entry { until } = serde_json::from_slice(&raw).ok()?;
-    let left = Duration::from_millis(until.checked_sub(millis(now))?);
-    (!left.is_zero() && left <= LONGEST).then_some(left)
+/// The clock entry: a clock sharing the store was found `behindMs` behind storage's, and is
+/// reckoned with until `until` (storage's clock, Unix milliseconds).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Clock {
+    #[serde(rename = "behindMs")]
+    behind_ms: u64,
+    until: u64,
 }
 
-/// Records that storage holds the gate for `left` more (by its clock, as of `now`), less the
-/// margin; nothing when that leaves nothing. Best effort: a failed write only costs a request.
-pub fn remember(cache: &dyn Cache, key: &str, now: SystemTime, left: Duration) {
-    let Some(left) = left.checked_sub(MARGIN).filter(|l| !l.is_zero()) else {
-        return;
-    };
-    let left = left.min(LONGEST);
-    let until = millis(now).saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
-    if let Ok(value) = serde_json::to_vec(&Entry { until }) {
-        let _ = cache.set(key, &value);
+/// The gate cache as one invocation sees it: the store, the scope its keys are named by, and
+/// the invocation's best knowledge of storage's time.
+pub struct Gates<'a> {
+    store: &'a dyn Cache,
+    scope: Scope,
+    /// Storage's time as this invocation reckons it: its clock at its start, moved ahead by the
+    /// most that a clock sharing the store was last found behind storage's.
+    server_now: SystemTime,
+}
+
+impl<'a> Gates<'a> {
+    /// Reads `kv_cache` and, when it is on, the scope's variables ([`Scope::load`]) and the
+    /// store's clock entry; `now` is the invocation's clock. `None`: the cache is off.
+    pub fn open(
+        store: &'a dyn Cache,
+        vars: &dyn Variables,
+        now: SystemTime,
+    ) -> Result<Option<Gates<'a>>, ConfigError> {
+        if Mode::load(vars)? == Mode::Off {
+            return Ok(None);
+        }
+        Ok(Some(Gates::with_scope(store, Scope::load(vars)?, now)))
     }
+
+    /// [`Gates::open`] with a scope known already.
+    pub fn with_scope(store: &'a dyn Cache, scope: Scope, now: SystemTime) -> Gates<'a> {
+        let behind = read_clock(store, &scope.clock_key())
+            .and_then(|c| Some((Duration::from_millis(c.behind_ms), at_millis(c.until)?)))
+            .filter(|(behind, until)| now + *behind < *until)
+            .map(|(behind, _)| behind)
+            .unwrap_or_default();
+        Gates {
+            store,
+            scope,
+            server_now: now + behind,
+        }
+    }
+
+    /// Storage's time as this invocation reckons it (see [`Gates::open`]).
+    pub fn server_now(&self) -> SystemTime {
+        self.server_now
+    }
+
+    /// The time left on the live entry of the lock blob at `path`. `None` for a miss, an
+    /// expired or unreadable entry, an entry this invocation's reckoning of storage's time is
+    /// before the writing of (its clock is behind storage's), or a store that fails.
+    pub fn held(&self, path: &str) -> Option<Duration> {
+        let raw = self.store.get(&self.scope.gate_key(path)).ok()??;
+        let Entry { until, date } = serde_json::from_slice(&raw).ok()?;
+        let now = millis(self.server_now);
+        if now.saturating_add(millis_of(MARGIN)) < date {
+            return None;
+        }
+        let left = Duration::from_millis(until.checked_sub(now)?);
+        (!left.is_zero() && left <= LONGEST).then_some(left)
+    }
+
+    /// Records that storage holds the gate of `path` until `ends`, as its answer dated `date`
+    /// said (both storage's clock), less the margin; nothing when that leaves nothing. Best
+    /// effort: a failed write only costs a request.
+    pub fn remember(&self, path: &str, ends: SystemTime, date: SystemTime) {
+        let Some(until) = ends.checked_sub(MARGIN).filter(|until| *until > date) else {
+            return;
+        };
+        let until = until.min(date + LONGEST);
+        let entry = Entry {
+            until: millis(until),
+            date: millis(date),
+        };
+        if let Ok(value) = serde_json::to_vec(&entry) {
+            let _ = self.store.set(&self.scope.gate_key(path), &value);
+        }
+    }
+
+    /// Removes the entry of `path`.
+    pub fn forget(&self, path: &str) -> Result<(), Unavailable> {
+        self.store.delete(&self.scope.gate_key(path))
+    }
+
+    /// Compares storage's `date` (an answer's `Date`) with this instance's clock when the
+    /// answer came (`received`): a clock more than [`CLOCK_SLACK`] behind is noted in the
+    /// store for [`CLOCK_MEMORY`], with the most any clock was found behind within that time,
+    /// and logged (`clock_behind_storage`). Best effort.
+    pub fn check_clock(&self, date: SystemTime, received: SystemTime) {
+        let Some(measured) = date
+            .duration_since(received)
+            .ok()
+            .filter(|d| *d > CLOCK_SLACK)
+        else {
+            return;
+        };
+        // The `Date` reads up to a second early: the clock may be that much further behind.
+        let mut behind = millis_of(measured + Duration::from_secs(1));
+        let key = self.scope.clock_key();
+        if let Some(noted) = read_clock(self.store, &key).filter(|c| c.until > millis(date)) {
+            behind = behind.max(noted.behind_ms);
+        }
+        let clock = Clock {
+            behind_ms: behind,
+            until: millis(date + CLOCK_MEMORY),
+        };
+        if let Ok(value) = serde_json::to_vec(&clock) {
+            let _ = self.store.set(&key, &value);
+        }
+        crate::log_line(serde_json::json!({
+            "event": "clock_behind_storage",
+            "behindMs": millis_of(measured),
+            "reckonedMs": behind,
+        }));
+    }
+}
+
+fn millis_of(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The clock entry under `key`, if there is a readable one.
+fn read_clock(store: &dyn Cache, key: &str) -> Option<Clock> {
+    let raw = store.get(key).ok()??;
+    let clock: Clock = serde_json::from_slice(&raw).ok()?;
+    (clock.behind_ms <= millis_of(LONGEST)).then_some(clock)
 }
 
 /// How old another holder's tenure must be before its gate counts as kept. Its age is
@@ -243,122 +419,234 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
     }
 
-    fn scope(pairs: &[(&str, &str)]) -> Option<Scope> {
-        let vars: HashMap<String, String> = pairs
+    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Scope::load(&vars).unwrap()
+            .collect()
     }
 
+    /// The scope read from the variables, checked to be the one of the storage settings they
+    /// make.
+    fn scope(pairs: &[(&str, &str)]) -> Scope {
+        let vars = vars(pairs);
+        let scope = Scope::load(&vars).unwrap();
+        assert_eq!(
+            scope,
+            Scope::of(&config::storage(&vars).unwrap()),
+            "{pairs:?}"
+        );
+        scope
+    }
+
+    const SAS: &str = "sv=2021-12-02&sr=c&sp=racwdl&sig=c2lnbmF0dXJl";
+
     #[test]
-    fn a_scope_is_named_by_origin_account_and_container() {
-        let base = [
-            ("storage_origin", "http://127.0.0.1:10000/"),
-            ("storage_account", "devstoreaccount1"),
-            ("storage_key", "c2VjcmV0"),
-        ];
-        let s = scope(&base).expect("on by default");
-        assert_eq!(s.origin, "http://127.0.0.1:10000");
-        assert_eq!(s.container, "leasegate");
-        assert!(scope(&[("kv_cache", "off")]).is_none());
-        let vars: HashMap<String, String> = [("kv_cache", "maybe")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        assert!(Scope::load(&vars).is_err());
-        // Another key, SAS or timeout: the same scope. Another origin, account or container:
-        // another.
-        let mut same = base.to_vec();
-        same[2] = ("storage_key", "b3RoZXI=");
-        same.push(("storage_timeout_ms", "900"));
-        assert_eq!(scope(&same), Some(s.clone()));
-        for (name, value) in [
-            ("storage_origin", "http://127.0.0.1:10001"),
-            ("storage_account", "other"),
-            ("container", "elsewhere"),
-        ] {
-            let mut other: Vec<(&str, &str)> =
-                base.iter().copied().filter(|(k, _)| *k != name).collect();
-            other.push((name, value));
-            let o = scope(&other).unwrap();
-            assert_ne!(o.key("alerts/d"), s.key("alerts/d"), "{name}");
-        }
-        // A connection string's account, not its key.
-        let cs = |key: &str| {
-            format!(
-                "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={key};\
-                 BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
-            )
+    fn two_accounts_behind_one_origin_have_their_own_keys() {
+        let sas_at = |account: &str| {
+            format!("BlobEndpoint=http://127.0.0.1:10000/{account};SharedAccessSignature={SAS}")
         };
-        let (one, two) = (cs("a2V5MQ=="), cs("a2V5Mg=="));
-        let a = scope(&[
-            ("storage_origin", "http://127.0.0.1:10000"),
-            ("storage_connection_string", &one),
-        ])
-        .unwrap();
-        let b = scope(&[
-            ("storage_origin", "http://127.0.0.1:10000"),
-            ("storage_connection_string", &two),
-        ])
-        .unwrap();
-        assert_eq!(a, b);
-        assert_eq!(a.account, "/devstoreaccount1/");
-        // A connection string beside storage_account: which one the settings use follows
-        // storage_auth (unset: the connection string's; key or sas: storage_account), and so
-        // does the scope.
+        let (one, two) = (sas_at("devstoreaccount1"), sas_at("second"));
+        let origin = ("storage_origin", "http://127.0.0.1:10000");
+        let a = scope(&[origin, ("storage_connection_string", &one)]);
+        let b = scope(&[origin, ("storage_connection_string", &two)]);
+        assert_ne!(a.gate_key("alerts/d"), b.gate_key("alerts/d"));
+        assert_ne!(a.holder_key("gates/g"), b.holder_key("gates/g"));
+        assert_ne!(a.failed_tick_key("jobs/j/"), b.failed_tick_key("jobs/j/"));
+        assert_ne!(a.clock_key(), b.clock_key());
+        assert_eq!(a.endpoint, "http://127.0.0.1:10000/devstoreaccount1");
+        // Named accounts behind one origin too.
+        let named = |account| {
+            scope(&[
+                origin,
+                ("storage_account", account),
+                ("storage_key", "a2V5"),
+            ])
+        };
+        assert_ne!(named("first"), named("second"));
+        // The same account, however it is reached (a key, a SAS, a connection string), is one
+        // scope: its entries are shared.
+        let key_cs = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;\
+                      AccountKey=a2V5MQ==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;";
+        assert_eq!(scope(&[origin, ("storage_connection_string", key_cs)]), a);
+        assert_eq!(named("devstoreaccount1"), a);
+        assert_eq!(
+            scope(&[
+                origin,
+                ("storage_account", "devstoreaccount1"),
+                ("storage_sas", SAS),
+                ("storage_timeout_ms", "900"),
+            ]),
+            a
+        );
+        // A connection string beside storage_account: the scope follows storage_auth, as the
+        // settings do (unset: the connection string's; key: storage_account).
         let both = |auth: Option<&'static str>| {
             let mut pairs = vec![
-                ("storage_origin", "http://127.0.0.1:10000"),
-                ("storage_connection_string", one.as_str()),
-                ("storage_account", "other"),
+                origin,
+                ("storage_connection_string", two.as_str()),
+                ("storage_account", "devstoreaccount1"),
+                ("storage_key", "a2V5"),
             ];
             pairs.extend(auth.map(|a| ("storage_auth", a)));
-            scope(&pairs).unwrap().key("alerts/d")
+            scope(&pairs)
         };
-        assert_ne!(both(None), both(Some("key")));
-        assert!(!format!("{a:?}").contains("a2V5MQ"));
-        assert_ne!(a.key("alerts/d"), s.key("alerts/d"));
+        assert_eq!(both(None), b);
+        assert_eq!(both(Some("key")), a);
     }
 
     #[test]
-    fn entries_last_until_their_end_less_the_margin() {
+    fn scopes_differ_by_origin_and_container_and_name_no_secret() {
+        let base = [
+            ("storage_origin", "https://acct.blob.core.windows.net/"),
+            ("storage_account", "acct"),
+            ("storage_sas", SAS),
+        ];
+        let s = scope(&base);
+        assert_eq!(s.endpoint, "https://acct.blob.core.windows.net");
+        assert_eq!(s.container, "leasegate");
+        let mut other = base.to_vec();
+        other.push(("container", "elsewhere"));
+        assert_ne!(scope(&other).gate_key("alerts/d"), s.gate_key("alerts/d"));
+        let other = [
+            ("storage_origin", "https://other.blob.core.windows.net"),
+            ("storage_account", "acct"),
+            ("storage_sas", SAS),
+        ];
+        assert_ne!(scope(&other).gate_key("alerts/d"), s.gate_key("alerts/d"));
+        assert!(!format!("{s:?}").contains("c2lnbmF0dXJl"));
+        // Every kind of entry its own key, each short and naming nothing.
+        let keys = [
+            s.gate_key("alerts/d"),
+            s.holder_key("alerts/d"),
+            s.failed_tick_key("alerts/d"),
+            s.clock_key(),
+        ];
+        for (i, k) in keys.iter().enumerate() {
+            assert!(k.len() <= "leasegate:failed-tick:".len() + 32, "{k}");
+            assert!(!k.contains("acct") && !k.contains("alerts"), "{k}");
+            assert!(keys[i + 1..].iter().all(|o| o != k), "{k}");
+        }
+        assert_ne!(s.gate_key("alerts/d"), s.gate_key("alerts/e"));
+        // A mistake is named as the storage settings name it.
+        let e = Scope::load(&vars(&[("storage_account", "acct")])).unwrap_err();
+        assert!(e.0.contains("storage_origin"), "{e}");
+    }
+
+    #[test]
+    fn the_cache_is_off_or_on_by_kv_cache() {
+        let store = Memory::default();
+        let base = [
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_account", "devstoreaccount1"),
+        ];
+        assert!(Gates::open(&store, &vars(&base), at(0)).unwrap().is_some());
+        let mut off = base.to_vec();
+        off.push(("kv_cache", "off"));
+        assert!(Gates::open(&store, &vars(&off), at(0)).unwrap().is_none());
+        let mut bad = base.to_vec();
+        bad.push(("kv_cache", "maybe"));
+        assert!(Gates::open(&store, &vars(&bad), at(0)).is_err());
+    }
+
+    fn test_scope() -> Scope {
+        scope(&[
+            ("storage_origin", "http://127.0.0.1:10000"),
+            ("storage_account", "devstoreaccount1"),
+            ("storage_key", "a2V5"),
+        ])
+    }
+
+    #[test]
+    fn entries_end_at_storages_end_less_the_margin_whatever_the_writers_clock() {
         let m = Memory::default();
-        let k = key("http://o", "acct", "c", "alerts/d");
-        assert_eq!(held(&m, &k, at(100)), None);
-        remember(&m, &k, at(100), Duration::from_secs(60));
-        assert_eq!(held(&m, &k, at(100)), Some(Duration::from_secs(57)));
-        assert_eq!(held(&m, &k, at(156)), Some(Duration::from_secs(1)));
-        assert_eq!(held(&m, &k, at(157)), None);
+        // The writer's clock is an hour off: it plays no part.
+        let writer = Gates::with_scope(&m, test_scope(), at(100 + 3600));
+        assert_eq!(writer.held("alerts/d"), None);
+        writer.remember("alerts/d", at(160), at(100));
+        let reader = |now| Gates::with_scope(&m, test_scope(), at(now));
+        assert_eq!(reader(100).held("alerts/d"), Some(Duration::from_secs(57)));
+        assert_eq!(reader(156).held("alerts/d"), Some(Duration::from_secs(1)));
+        assert_eq!(reader(157).held("alerts/d"), None);
         // Nothing worth keeping under the margin.
-        let short = key("http://o", "acct", "c", "alerts/short");
-        remember(&m, &short, at(100), Duration::from_secs(3));
-        assert_eq!(m.0.borrow().get(&short), None);
+        writer.remember("alerts/short", at(103), at(100));
+        assert!(m
+            .0
+            .borrow()
+            .get(&test_scope().gate_key("alerts/short"))
+            .is_none());
+        // Forgotten.
+        reader(100).forget("alerts/d").unwrap();
+        assert_eq!(reader(100).held("alerts/d"), None);
+    }
+
+    #[test]
+    fn a_clock_found_behind_storages_is_reckoned_with_by_every_reader() {
+        let m = Memory::default();
+        let scope = test_scope();
+        // Storage's time is 1000 s; the reader's clock is 10 s behind it.
+        let writer = Gates::with_scope(&m, scope.clone(), at(1000));
+        writer.remember("alerts/d", at(1060), at(1000));
+        let behind = |real: u64| Gates::with_scope(&m, scope.clone(), at(real - 10));
+        // Not yet found out: an entry read before its writing's Date by that clock (beyond the
+        // margin) is not believed; one read after it is, 10 s too long.
+        assert_eq!(behind(1005).held("alerts/d"), None);
+        assert_eq!(behind(1061).held("alerts/d"), Some(Duration::from_secs(6)));
+        // Its first storage answer: Date 1061, received at 1051 by its clock.
+        behind(1061).check_clock(at(1061), at(1051));
+        let noted: Clock = serde_json::from_slice(&m.0.borrow()[&scope.clock_key()]).unwrap();
+        assert_eq!(noted.behind_ms, 11_000);
+        assert_eq!(behind(1061).server_now(), at(1062));
+        assert_eq!(behind(1061).held("alerts/d"), None);
+        assert_eq!(behind(1040).held("alerts/d"), Some(Duration::from_secs(16)));
+        // A reader whose clock is right ends entries early (costs requests, allows nothing).
+        assert_eq!(
+            Gates::with_scope(&m, scope.clone(), at(1040)).held("alerts/d"),
+            Some(Duration::from_secs(6))
+        );
+        // A smaller lag found later does not shrink the note; a larger one grows it.
+        behind(1070).check_clock(at(1070), at(1067));
+        behind(1080).check_clock(at(1080), at(1060));
+        let noted: Clock = serde_json::from_slice(&m.0.borrow()[&scope.clock_key()]).unwrap();
+        assert_eq!(noted.behind_ms, 21_000);
+        assert_eq!(noted.until, 1000 * (1080 + 3600));
+        // An hour after it was last found, it is no longer reckoned with.
+        let late = Gates::with_scope(&m, scope.clone(), at(1080 + 3600));
+        assert_eq!(late.server_now(), at(1080 + 3600));
+        // Within the slack, nothing is noted.
+        let m2 = Memory::default();
+        Gates::with_scope(&m2, scope.clone(), at(0)).check_clock(at(100), at(99));
+        assert!(m2.0.borrow().is_empty());
     }
 
     #[test]
     fn failures_and_garbage_fall_back_to_storage() {
         let mut m = Memory::default();
-        let k = key("http://o", "acct", "c", "alerts/d");
+        let scope = test_scope();
+        let k = scope.gate_key("alerts/d");
+        let gates = |m: &Memory| Gates::with_scope(m, scope.clone(), at(0)).held("alerts/d");
         m.0.borrow_mut().insert(k.clone(), b"not json".to_vec());
-        assert_eq!(held(&m, &k, at(0)), None);
-        // An entry beyond what the cache ever writes is not believed.
+        assert_eq!(gates(&m), None);
+        // An entry of an older version (its end in the writer's clock, no Date): not read.
         m.0.borrow_mut()
-            .insert(k.clone(), br#"{"until":18446744073709551615}"#.to_vec());
-        assert_eq!(held(&m, &k, at(0)), None);
-        remember(&m, &k, at(0), Duration::from_secs(10 * 86_400));
-        assert_eq!(held(&m, &k, at(0)), Some(LONGEST));
+            .insert(k.clone(), br#"{"until":60000}"#.to_vec());
+        assert_eq!(gates(&m), None);
+        // An entry beyond what the cache ever writes is not believed.
+        m.0.borrow_mut().insert(
+            k.clone(),
+            br#"{"until":18446744073709551615,"date":0}"#.to_vec(),
+        );
+        assert_eq!(gates(&m), None);
+        Gates::with_scope(&m, scope.clone(), at(0)).remember("alerts/d", at(10 * 86_400), at(0));
+        assert_eq!(gates(&m), Some(LONGEST));
+        // A garbage clock entry counts as none.
+        m.0.borrow_mut()
+            .insert(scope.clock_key(), br#"{"behindMs":"x"}"#.to_vec());
+        assert_eq!(
+            Gates::with_scope(&m, scope.clone(), at(5)).server_now(),
+            at(5)
+        );
         m.1 = true;
-        assert_eq!(held(&m, &k, at(0)), None);
-    }
-
-    #[test]
-    fn keys_are_short_and_apart() {
-        let a = key("http://o", "acct", "c", "alerts/d");
-        assert_eq!(a.len(), "leasegate:held:".len() + 32);
-        assert_ne!(a, key("http://o", "acct", "c2", "alerts/d"));
-        assert_ne!(a, key("http://o", "acct2", "c", "alerts/d"));
-        assert_ne!(key("o", "a", "bc", "d"), key("o", "ab", "c", "d"));
-        assert_ne!(a, key("http://p", "acct", "c", "alerts/d"));
+        assert_eq!(gates(&m), None);
     }
 }

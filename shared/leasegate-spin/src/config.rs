@@ -135,9 +135,7 @@ impl Storage {
 /// (`allowed_outbound_hosts`), so an endpoint elsewhere is refused here, with a message that
 /// says what to set, rather than by Spin at the first request.
 pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
-    let origin = var(vars, "storage_origin")
-        .ok_or_else(|| ConfigError("variable storage_origin is not set".into()))?;
-    let origin = origin.trim_end_matches('/').to_string();
+    let origin = storage_origin(vars)?;
     let auth = var(vars, "storage_auth");
     let account = match auth.as_deref() {
         None => match var(vars, "storage_connection_string") {
@@ -213,6 +211,28 @@ pub fn storage(vars: &dyn Variables) -> Result<Storage, ConfigError> {
     })
 }
 
+/// `storage_origin`, without a trailing slash.
+fn storage_origin(vars: &dyn Variables) -> Result<String, ConfigError> {
+    let origin = var(vars, "storage_origin")
+        .ok_or_else(|| ConfigError("variable storage_origin is not set".into()))?;
+    Ok(origin.trim_end_matches('/').to_string())
+}
+
+/// The blob endpoint [`storage`] reaches, read from the few variables that name it
+/// (`storage_origin`, `storage_auth`, `storage_connection_string`, `storage_account`) and
+/// derived the same way, with no credential kept: what the key-value entries are named by
+/// ([`crate::cache::Scope::load`]) for a request that reads no other storage setting.
+pub fn endpoint(vars: &dyn Variables) -> Result<BlobEndpoint, ConfigError> {
+    let origin = storage_origin(vars)?;
+    match (
+        var(vars, "storage_auth"),
+        var(vars, "storage_connection_string"),
+    ) {
+        (None, Some(cs)) => Ok(connection_string_account(&cs, &origin)?.endpoint().clone()),
+        _ => named_endpoint(&account_name(vars)?, &origin),
+    }
+}
+
 /// The account of `storage_connection_string`, whose blob endpoint must be `origin`.
 fn connection_string_account(cs: &str, origin: &str) -> Result<Account, ConfigError> {
     let account = Account::from_connection_string(cs)
@@ -263,8 +283,23 @@ fn named_account(
     origin: &str,
     credential: Credential,
 ) -> Result<Account, ConfigError> {
-    let name = var(vars, "storage_account")
-        .ok_or_else(|| ConfigError("variable storage_account is not set".into()))?;
+    let name = account_name(vars)?;
+    Ok(Account::new(
+        &name,
+        named_endpoint(&name, origin)?,
+        credential,
+    ))
+}
+
+/// `storage_account`, required.
+fn account_name(vars: &dyn Variables) -> Result<String, ConfigError> {
+    var(vars, "storage_account")
+        .ok_or_else(|| ConfigError("variable storage_account is not set".into()))
+}
+
+/// The endpoint of the account `name` at `origin`: host style when the origin's host starts
+/// with `{name}.` (Azure), path style (`{origin}/{name}`, as Azurite serves) otherwise.
+fn named_endpoint(name: &str, origin: &str) -> Result<BlobEndpoint, ConfigError> {
     let host = origin
         .find(':')
         .and_then(|i| origin[i..].strip_prefix("://"));
@@ -274,9 +309,7 @@ fn named_account(
     } else {
         format!("{origin}/{name}")
     };
-    let endpoint = BlobEndpoint::try_new(&url)
-        .map_err(|e| ConfigError(format!("variable storage_origin: {e}")))?;
-    Ok(Account::new(&name, endpoint, credential))
+    BlobEndpoint::try_new(&url).map_err(|e| ConfigError(format!("variable storage_origin: {e}")))
 }
 
 fn sas_credential(sas: &str) -> Result<Credential, ConfigError> {

@@ -9,18 +9,17 @@
 //! refused request; the call then reads the lock and decides as it would have without it. The
 //! store has no compare-and-swap, and needs none: an entry is a hint.
 //!
-//! The entry's key is a digest of the blob service's origin, the account, the container and the
-//! lock blob's path: one entry a lock, the latest holder's that acquired through the
-//! deployment. Its value names that holder's lease id (as the lock blob's own metadata does):
-//! the store is the deployment's own; nothing in it reaches an answer or a log.
+//! The entry's key is the lock blob's [`Scope::holder_key`] (the blob endpoint in full, the
+//! container and the lock blob's path): one entry a lock, the latest holder's that acquired
+//! through the deployment. Its value names that holder's lease id (as the lock blob's own
+//! metadata does): the store is the deployment's own; nothing in it reaches an answer or a log.
 
 use std::time::SystemTime;
 
 use leasegate::lease::{Acquire, Acquired, HeldState, IdOrigin, Locks, Release, Term};
 use leasegate::{Error, LeaseId, LockName, Transport};
-use sha2::{Digest, Sha256};
 
-use crate::cache::Cache;
+use crate::cache::{Cache, Scope};
 
 /// [`Locks::acquire_with`] through `cache`: a holder's own id ([`IdOrigin::Known`]) extends from
 /// the state kept of its last call, if there is one ([`Locks::extend_held`]); the grant is kept
@@ -94,20 +93,11 @@ pub fn forget_own<T: Transport>(
     }
 }
 
-/// The entry's key for a hold on `lock`: one entry a lock (the latest holder that acquired
-/// through this deployment), so that the entries are as many as the locks the deployment
-/// served, however many holders came and went.
+/// The entry's key for a hold on `lock` ([`Scope::holder_key`]): one entry a lock (the latest
+/// holder that acquired through this deployment), so that the entries are as many as the locks
+/// the deployment served, however many holders came and went.
 pub fn key<T: Transport>(locks: &Locks<T>, lock: &LockName) -> String {
-    let digest = Sha256::new()
-        .chain_update(locks.account().endpoint().origin().as_bytes())
-        .chain_update([0])
-        .chain_update(locks.account().name().as_bytes())
-        .chain_update([0])
-        .chain_update(locks.container().as_str().as_bytes())
-        .chain_update([0])
-        .chain_update(locks.lock_path(lock).as_bytes())
-        .finalize();
-    format!("leasegate:holder:{}", crate::web::hex(&digest[..16]))
+    Scope::of_locks(locks).holder_key(&locks.lock_path(lock))
 }
 
 /// `lease_id`'s state kept under `key`, if there is one that can be used (a store that fails,

@@ -18,7 +18,8 @@
 //! * [`occurrence`]: the verb "run this at most once per occurrence of a schedule" ("send the
 //!   digest at 08:00 Berlin time on weekdays, once"), its outcome and its HTTP answer.
 //! * [`storage`]: storage steps more than one function takes.
-//! * [`cache`]: the key-value gate cache (a refusal answered without a storage round trip).
+//! * [`cache`]: the key-value store: every entry's key, and the gate cache (a refusal answered
+//!   without a storage round trip).
 //! * [`token`]: Entra ID bearer tokens kept between invocations in the key-value store.
 //! * [`schedule`]: when a job's occurrences are: cron expressions in a time zone, intervals.
 //! * [`timer`]: ticks (Spin's cron trigger, the Azure Functions timer envelope, HTTP ticks).

@@ -87,7 +87,7 @@ impl Transport for SpinTransport {
         source: &TokenSource,
         refresh: bool,
     ) -> Result<AccessToken, leasegate::Error> {
-        let key = crate::token::key(source);
+        let key = crate::cache::token_key(source);
         let held = |now| {
             HELD_TOKEN.with_borrow(|held| match held {
                 Some((k, t)) if *k == key && crate::token::usable(t.expires_at, now) => {

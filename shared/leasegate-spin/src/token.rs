@@ -14,9 +14,8 @@ use std::time::{Duration, SystemTime};
 use leasegate::token::{Token, TokenSource};
 use leasegate::{AccessToken, Error};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use crate::cache::Cache;
+use crate::cache::{token_key, Cache};
 
 /// A kept token is replaced this long before it expires (Entra ID's tokens live about an hour;
 /// an invocation that takes a token just before this point still has minutes to use it).
@@ -30,13 +29,6 @@ struct Entry {
     /// When it expires, Unix seconds.
     #[serde(rename = "expiresOn")]
     expires_on: u64,
-}
-
-/// The store key of `source`'s tokens: a digest of where they come from (endpoint or authority,
-/// tenant, client id; no secret), so that apps sharing a store do not meet.
-pub fn key(source: &TokenSource) -> String {
-    let digest = Sha256::digest(source.identity().as_bytes());
-    format!("leasegate:token:{}", crate::web::hex(&digest[..16]))
 }
 
 fn unix_secs(t: SystemTime) -> u64 {
@@ -74,7 +66,7 @@ pub async fn cached(
     if matches!(source, TokenSource::Fixed(_)) {
         return fetch().await;
     }
-    let key = key(source);
+    let key = token_key(source);
     let kept = if refresh {
         let _ = cache.delete(&key);
         None
@@ -186,7 +178,7 @@ mod tests {
             String::from_utf8(store.entries.borrow().values().next().unwrap().clone()).unwrap();
         assert!(entry.contains("\"tok2\""), "{entry}");
         assert!(!entry.contains("the-client-secret"), "{entry}");
-        assert!(!key(&source()).contains("the-client-secret"));
+        assert!(!token_key(&source()).contains("the-client-secret"));
     }
 
     #[test]
@@ -238,9 +230,9 @@ mod tests {
             )
         };
         let (a, b) = (identity("header-of-app-a"), identity("header-of-app-b"));
-        assert_ne!(key(&a), key(&b));
-        assert_eq!(key(&a), key(&identity("header-of-app-a")));
-        assert!(!key(&a).contains("header-of-app-a"));
+        assert_ne!(token_key(&a), token_key(&b));
+        assert_eq!(token_key(&a), token_key(&identity("header-of-app-a")));
+        assert!(!token_key(&a).contains("header-of-app-a"));
         assert!(!a.identity().contains("header-of-app-a"));
     }
 
@@ -262,7 +254,7 @@ mod tests {
             store
                 .entries
                 .borrow_mut()
-                .insert(key(&source()), unreadable.to_vec());
+                .insert(token_key(&source()), unreadable.to_vec());
             let fetched = Cell::new(0);
             assert_eq!(get(&store, 1000, false, &fetched), "tok1");
             assert_eq!(get(&store, 1001, false, &fetched), "tok1");

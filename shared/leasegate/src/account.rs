@@ -157,6 +157,13 @@ impl BlobEndpoint {
         format!("{}://{}", self.scheme, self.authority)
     }
 
+    /// The endpoint's URL in full, origin and base path, without a trailing slash:
+    /// `https://acct.blob.core.windows.net`, `http://127.0.0.1:10000/devstoreaccount1`. Two
+    /// accounts behind one origin (path style) differ here.
+    pub fn base_url(&self) -> String {
+        self.url("")
+    }
+
     /// True for path-style endpoints (the account is the first path segment).
     pub fn is_path_style(&self) -> bool {
         !self.base_path.is_empty()
