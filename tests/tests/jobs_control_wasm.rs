@@ -350,3 +350,82 @@ fn a_retry_waits_for_the_resume_and_a_backfill_does_not_repeat_it() {
     assert_eq!(b.json["ran"].as_array().unwrap().len(), 0, "{}", b.text);
     assert_eq!(calls_of(&[&app], x).len(), 2);
 }
+
+/// Issue 47, item 7: `POST /api/jobs/{job}/rerun` (admin token) runs one more attempt of a
+/// failed occurrence whose retries are spent, and a missed one, on purpose: the same
+/// idempotency key, a token above every earlier one, trigger `rerun`; then the occurrence
+/// succeeded, and a rerun of it is 409. Bad bodies and the tick token are refused, nothing run.
+#[test]
+fn rerun_runs_a_failed_or_missed_occurrence_again() {
+    const PERIOD: u64 = 3;
+    let app = App::start(
+        "rerun",
+        &[("instance_id", "node-r"), ("job_period_seconds", "3")],
+    );
+    let rerun = |auth, body: &str| post(&app, "rerun", auth, body);
+    let named = |o: u64| {
+        format!(
+            r#"{{"occurrence": "{}"}}"#,
+            leasegate_tests::rfc3339_secs(o)
+        )
+    };
+    let o1 = leasegate_tests::jobs::next_period(PERIOD, 0);
+    app.sink.answer(500);
+    assert_eq!(tick(&app, TIMER_AUTH, None).json["decision"], "failed");
+    app.sink.answer(204);
+    // A tick now answers that it settled it (failed, no retries): only a rerun runs it.
+    let first_call = calls_of(&[&app], o1);
+    assert_eq!(first_call.len(), 1);
+    // Refused without running anything: the tick token, bad bodies, a time that is not an
+    // occurrence, one ahead of now.
+    for (auth, body, status) in [
+        (TIMER_AUTH, named(o1), 403),
+        (ADMIN_AUTH, String::new(), 400),
+        (ADMIN_AUTH, r#"{"occurrence": 5}"#.to_string(), 400),
+        (
+            ADMIN_AUTH,
+            r#"{"at": "2026-01-01T00:00:00Z"}"#.to_string(),
+            400,
+        ),
+        (ADMIN_AUTH, named(o1 + 1), 400),
+        (ADMIN_AUTH, named(unix_now() + 3600), 400),
+    ] {
+        let a = rerun(auth, &body);
+        assert_eq!(a.status, status, "{body}: {}", a.text);
+        assert!(a.json["error"].is_string(), "{body}: {}", a.text);
+    }
+    let again = rerun(ADMIN_AUTH, &named(o1));
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json["decision"], "ran", "{}", again.text);
+    assert_eq!(again.json["entry"]["attempt"], 2, "{}", again.text);
+    assert_eq!(again.json["entry"]["trigger"], "rerun", "{}", again.text);
+    let calls = calls_of(&[&app], o1);
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].idempotency_key, calls[0].idempotency_key);
+    assert!(
+        calls[1].body["fencingToken"].as_u64() > calls[0].body["fencingToken"].as_u64(),
+        "{:?}",
+        calls
+            .iter()
+            .map(|c| &c.body["fencingToken"])
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(calls[1].body["trigger"], "rerun");
+    assert_eq!(log_entry(&app, o1)["status"], "succeeded");
+    let done = rerun(ADMIN_AUTH, &named(o1));
+    assert_eq!(done.status, 409, "{}", done.text);
+    assert_eq!(done.json["error"], "occurrence_succeeded", "{}", done.text);
+    // A missed one (nobody ticked it; the next winner recorded it): run once, attempt 1.
+    leasegate_tests::jobs::next_period(PERIOD, o1 + PERIOD);
+    let next = tick(&app, TIMER_AUTH, None);
+    assert_eq!(next.json["catchUp"]["missed"], 1, "{}", next.text);
+    let o2 = o1 + PERIOD;
+    assert_eq!(log_entry(&app, o2)["status"], "missed");
+    let missed = rerun(ADMIN_AUTH, &named(o2));
+    assert_eq!(missed.json["decision"], "ran", "{}", missed.text);
+    assert_eq!(missed.json["entry"]["attempt"], 1, "{}", missed.text);
+    assert_eq!(calls_of(&[&app], o2).len(), 1);
+    assert_eq!(log_entry(&app, o2)["status"], "succeeded");
+    assert_eq!(rerun(ADMIN_AUTH, &named(o2)).status, 409);
+    app.assert_no_trap();
+}

@@ -11,6 +11,7 @@ use std::time::{Instant, SystemTime};
 
 use crate::backfill::{backfill, BackfillAsk, BACKFILL_LOOK};
 use crate::log::{change_log, read_log, Log, LogWrite, Paused};
+use crate::rerun::rerun;
 use crate::run::{run_now, tick, Ask, Decision, TickOutcome, RUN_NOW_TAKEN};
 use crate::settings::{check_job_name, Settings};
 use crate::walk::CATCH_UP_RUNS;
@@ -151,9 +152,12 @@ pub(crate) async fn api<T: Transport>(
     let method = request.method().clone();
     match (action, &method) {
         (None, &leasegate::Method::GET) => {}
-        (Some("tick" | "pause" | "resume" | "run" | "backfill"), &leasegate::Method::POST) => {}
+        (
+            Some("tick" | "pause" | "resume" | "run" | "backfill" | "rerun"),
+            &leasegate::Method::POST,
+        ) => {}
         (None, _) => return web::method_not_allowed("GET"),
-        (Some("tick" | "pause" | "resume" | "run" | "backfill"), _) => {
+        (Some("tick" | "pause" | "resume" | "run" | "backfill" | "rerun"), _) => {
             return web::method_not_allowed("POST")
         }
         (Some(_), _) => {
@@ -161,7 +165,7 @@ pub(crate) async fn api<T: Transport>(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "routes: GET /api/jobs/{job}, POST /api/jobs/{job}/tick, /pause, /resume, /run, \
-                 /backfill",
+                 /backfill, /rerun",
             )
         }
     }
@@ -171,6 +175,7 @@ pub(crate) async fn api<T: Transport>(
         Some("resume") => Some("resuming a job"),
         Some("run") => Some("running a job now"),
         Some("backfill") => Some("backfilling a job's occurrences"),
+        Some("rerun") => Some("running an occurrence again"),
         _ => None,
     };
     if let Some(what) = admin_action {
@@ -254,6 +259,21 @@ pub(crate) async fn api<T: Transport>(
                 web::json(StatusCode::OK, &v)
             }
             Err(e) => e.answer(),
+        };
+    }
+    if action == Some("rerun") {
+        let occurrence = match rerun_occurrence(request, &settings, ctx.now) {
+            Ok(o) => o,
+            Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_rerun", m),
+        };
+        let tick = Tick {
+            at: at(occurrence),
+            source: Source::Rerun,
+            past_due: true,
+        };
+        return match rerun(ctx, &settings, occurrence).await {
+            Ok(outcome) => answer(&settings, &tick, &outcome, started),
+            Err(r) => web::error(r.status, r.code, r.message),
         };
     }
     match action {
@@ -406,6 +426,56 @@ fn clamped(settings: &Settings, asked: u64, history: Option<u64>) -> Value {
             ),
         },
     })
+}
+
+/// The body of a rerun: `{"occurrence": "RFC 3339"}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RerunBody {
+    #[serde(default, deserialize_with = "tick_at")]
+    occurrence: Option<String>,
+}
+
+/// The occurrence a rerun names (Unix seconds): one of the job's schedule, not ahead of this
+/// instance's clock.
+fn rerun_occurrence(
+    request: &Request,
+    settings: &Settings,
+    now: SystemTime,
+) -> Result<u64, String> {
+    const SHAPE: &str = r#"the body must be {"occurrence": "<RFC 3339 time>"}"#;
+    if request.body().len() > MAX_BODY_BYTES {
+        return Err(format!("the body may be at most {MAX_BODY_BYTES} bytes"));
+    }
+    let value: Value = serde_json::from_slice(request.body()).map_err(|_| SHAPE.to_string())?;
+    if !value.is_object() {
+        return Err(SHAPE.into());
+    }
+    let body = RerunBody::deserialize(&value).map_err(|_| SHAPE.to_string())?;
+    let named = body
+        .occurrence
+        .ok_or_else(|| format!("occurrence is required: {SHAPE}"))?;
+    let t = timer::parse_time(&named)
+        .ok_or_else(|| "occurrence must be an RFC 3339 time (2026-11-21T14:55:00Z)".to_string())?;
+    if t > now {
+        return Err(format!(
+            "occurrence {} is ahead of now ({}): a rerun is for an occurrence that was due",
+            rfc3339(t),
+            rfc3339(now)
+        ));
+    }
+    if settings.schedule.latest_at_or_before(t) != Some(t) {
+        let nearest = settings
+            .schedule
+            .latest_at_or_before(t)
+            .map(|p| format!(" (the one before it is {})", rfc3339(p)))
+            .unwrap_or_default();
+        return Err(format!(
+            "{} is not an occurrence of the job's schedule{nearest}",
+            rfc3339(t)
+        ));
+    }
+    Ok(crate::unix(t))
 }
 
 /// The longest pause note, in characters.

@@ -14,8 +14,8 @@
 //! The modules: `settings` (the job's settings), `error` (its errors and their answers),
 //! `reservation` (the record of whether an occurrence ran), `log` (the reservation log, a view
 //! of the last 10), `run` (a tick, step by step), `walk` (after a winning run: the earlier
-//! occurrences no tick settled), `backfill` (a range run on purpose), `http` (the HTTP API and a
-//! tick's answer).
+//! occurrences no tick settled), `backfill` (a range run on purpose), `rerun` (one more attempt
+//! of an occurrence, on purpose), `http` (the HTTP API and a tick's answer).
 #![deny(missing_docs)]
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
@@ -34,6 +34,7 @@ mod backfill;
 mod error;
 mod http;
 mod log;
+mod rerun;
 mod reservation;
 mod run;
 mod settings;

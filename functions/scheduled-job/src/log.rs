@@ -460,11 +460,11 @@ pub(crate) async fn append<T: Transport>(
         if occurrence < log.cleaned_before {
             return Err(LogRefusal::TooOld);
         }
-        // An operator's run (`manual`: an admin naming an occurrence, a run now; `backfill`)
-        // is run while paused, and below the settled-through watermark; only a backfill runs
-        // one recorded missed.
+        // An operator's run (`manual`: an admin naming an occurrence, a run now; `backfill`,
+        // `rerun`) is run while paused, and below the settled-through watermark; only a
+        // backfill or a rerun runs one recorded missed.
         let trigger = entry.trigger.as_str();
-        let backfill = trigger == Source::Backfill.as_str();
+        let backfill = trigger == Source::Backfill.as_str() || trigger == Source::Rerun.as_str();
         let operator = trigger == Source::Manual.as_str() || backfill;
         if !log.history_begun() {
             let from = history_start(settings, occurrence, reserved_on_time, read_at);
@@ -497,20 +497,29 @@ pub(crate) async fn append<T: Transport>(
                 return Err(LogRefusal::Buffered(other.occurrence_unix));
             }
         }
-        let settled_before = entry.occurrence_unix <= log.settled_through && prior.is_none();
+        // (A later attempt's reservation shows the occurrence ran: it was never recorded missed.)
+        let settled_before = entry.occurrence_unix <= log.settled_through
+            && prior.is_none()
+            && entry.attempt.unwrap_or(1) == 1;
         if (recorded_missed && !backfill) || (settled_before && !operator) {
             return Err(LogRefusal::Settled);
         }
-        // A run's start never reopens its own attempt once the log says it finished, nor goes
-        // back behind a later attempt (another tick took its runner for vanished).
+        // A run's start never reopens an occurrence the log says succeeded, nor its own
+        // attempt once it failed, nor goes back behind a later attempt (another tick took its
+        // runner for vanished).
         if let Some(prior) = prior.filter(|p| {
             let (mine, theirs) = (entry.attempt.unwrap_or(1), p.attempt.unwrap_or(1));
             entry.status == RunStatus::Running
-                && (theirs > mine
-                    || (theirs == mine
-                        && matches!(p.status, RunStatus::Succeeded | RunStatus::Failed)))
+                && (p.status == RunStatus::Succeeded
+                    || theirs > mine
+                    || (theirs == mine && p.status == RunStatus::Failed))
         }) {
             return Err(LogRefusal::Finished(prior.status.clone()));
+        }
+        // A later attempt of an occurrence the watermark passed (its failure was final then):
+        // the watermark goes back before it, so winners look at it again until it settles.
+        if entry.status == RunStatus::Running && occurrence <= log.settled_through {
+            log.settled_through = settings.previous_occurrence(occurrence).max(1);
         }
         let mut entry = entry.clone();
         if entry.status == RunStatus::Running {

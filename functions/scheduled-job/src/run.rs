@@ -536,12 +536,15 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             None | Some(RunStatus::Pending) => {}
             Some(RunStatus::Missed | RunStatus::SkippedPaused | RunStatus::SkippedOverlap)
                 if tick.source == Source::Backfill => {}
+            Some(RunStatus::Missed) if tick.source == Source::Rerun => {}
             Some(run) => return Ok((settled(&run), None)),
         }
     }
-    // A backfill runs an occurrence that never ran (none, `missed`, `skipped_*`).
-    let backfill = tick.source == Source::Backfill;
-    let over = if backfill {
+    // A backfill runs an occurrence that never ran (none, `missed`, `skipped_*`); a rerun's
+    // first attempt, one recorded `missed`.
+    let never_ran =
+        tick.source == Source::Backfill || (tick.source == Source::Rerun && attempt == 1);
+    let over = if never_ran {
         Over::NeverRan
     } else if attempt > 1 {
         Over::Attempt(attempt - 1)
@@ -735,6 +738,12 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
                 if let Some(run) = props.as_ref().and_then(|p| outcome_of(&p.metadata)) {
                     return Ok((settled(&run), None));
                 }
+                // A reservation this tick created is taken back (at its create's ETag): the
+                // retry reserves afresh, and no reservation without an outcome is left where
+                // no walk may look (an occurrence before the job's history).
+                if reservation.created {
+                    take_back(blobs, &reservation, ctx.now).await;
+                }
                 let wait = retry_after.unwrap_or(term_length(settings.lease_term));
                 return Ok((
                     Decision::InProgress {
@@ -864,6 +873,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     entry.reason = reason;
     let left = release().await;
     let started_lock = started_log.log.lock.clone();
+    let began_history = started_log.began_history;
     let keep = left.as_ref().map(|state| KeepLock {
         state,
         over: Some(started_lock),
@@ -879,8 +889,16 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     )
     .await;
     let log = match finished {
-        Ok(written) => {
-            entry.finished_at = Some(rfc3339(written.date));
+        Ok(mut written) => {
+            written.began_history = began_history;
+            // The end as the log records it, to the answer (the same instant).
+            entry.finished_at = written
+                .log
+                .entries
+                .iter()
+                .find(|e| e.occurrence_unix == occurrence)
+                .and_then(|e| e.finished_at.clone())
+                .or_else(|| Some(rfc3339(written.date)));
             Some(written)
         }
         Err(_) => None,

@@ -182,10 +182,13 @@ pub enum Source {
     Manual,
     /// An operator's backfill of occurrences that never ran (`POST /api/jobs/{job}/backfill`).
     Backfill,
+    /// An operator's one more attempt of a failed or missed occurrence
+    /// (`POST /api/jobs/{job}/rerun`).
+    Rerun,
 }
 
 impl Source {
-    /// `cron`, `azure`, `http`, `manual` or `backfill`.
+    /// `cron`, `azure`, `http`, `manual`, `backfill` or `rerun`.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Cron => "cron",
@@ -193,6 +196,7 @@ impl Source {
             Source::Http => "http",
             Source::Manual => "manual",
             Source::Backfill => "backfill",
+            Source::Rerun => "rerun",
         }
     }
 }

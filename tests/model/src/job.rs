@@ -55,6 +55,12 @@ pub enum Note {
     },
     /// A tick ended with this decision.
     Decided(String),
+    /// A run's start landed in the log with this fencing token: the token was issued (noted by
+    /// storage's side when the write is applied, whether or not its answer arrives).
+    Issued {
+        /// The token.
+        token: u64,
+    },
 }
 
 /// A planted mistake (tests only).
@@ -62,6 +68,10 @@ pub enum Note {
 pub enum Mistake {
     /// The outcome `running` written without the reservation's `If-Match`.
     OutcomeWithoutCompareAndSwap,
+    /// The job called with its occurrence's token (`occurrence x 2^16 + attempt - 1`), as
+    /// before tokens were issued by the log: a retry of an older occurrence after a newer one's
+    /// run gets a lower token.
+    TokensByOccurrence,
 }
 
 /// The job's reservation protocol under check.
@@ -73,6 +83,8 @@ pub struct JobProtocol {
     pub retries: u32,
     /// Fault budget.
     pub faults: u8,
+    /// Storage starts with no log (a brand-new job) instead of a job that has run before.
+    pub fresh: bool,
     /// Crash budget.
     pub crashes: u8,
     /// Clock advances allowed (1 s or 20 s: past the job's run deadline).
@@ -95,6 +107,7 @@ impl JobProtocol {
             ],
             retries,
             faults: 0,
+            fresh: false,
             crashes: 0,
             advances: 0,
             mistake: None,
@@ -112,6 +125,17 @@ impl JobProtocol {
                 ticker("node-d", 0, 1, PERIOD + 2, true),
             ],
             faults: 1,
+            crashes: 1,
+            ..JobProtocol::bounded(retries)
+        }
+    }
+
+    /// A brand-new job (no log, no container): a deployment ticks the first occurrence and may
+    /// vanish at any step (one crash), another ticks it late, and a third ticks the next and
+    /// settles what they left; its walk starts from the log it creates.
+    pub fn fresh(retries: u32) -> Self {
+        JobProtocol {
+            fresh: true,
             crashes: 1,
             ..JobProtocol::bounded(retries)
         }
@@ -238,10 +262,12 @@ impl Protocol for JobProtocol {
     }
 
     /// A job that has run before: its log exists, every occurrence before the checked one
-    /// settled. (A brand-new job's first tick starts its log at the occurrence before its own,
-    /// taken as settled: see docs/protocol.md, "The model checker", for what that leaves.)
+    /// settled; or, [`JobProtocol::fresh`], nothing at all (not even the container).
     fn storage(&self) -> Storage {
         let mut storage = Storage::new(START);
+        if self.fresh {
+            return storage;
+        }
         storage.create_container("leasegate");
         let log = serde_json::json!({
             "job": "job",
@@ -289,15 +315,52 @@ impl Protocol for JobProtocol {
             return WireResponse::new(404);
         }
         let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let occurrence = body["occurrenceUnix"].as_u64().unwrap_or(0);
+        let attempt = body["attempt"].as_u64().unwrap_or(0) as u32;
+        let token = match self.mistake {
+            Some(Mistake::TokensByOccurrence) => (occurrence << 16) + u64::from(attempt) - 1,
+            _ => body["fencingToken"].as_u64().unwrap_or(0),
+        };
         log.push((
             i,
             Note::Called {
-                occurrence: body["occurrenceUnix"].as_u64().unwrap_or(0),
-                attempt: body["attempt"].as_u64().unwrap_or(0) as u32,
-                token: body["fencingToken"].as_u64().unwrap_or(0),
+                occurrence,
+                attempt,
+                token,
             },
         ));
         WireResponse::new(200)
+    }
+
+    /// A run's start written to the log: each `running` entry's token is issued when the
+    /// write that first holds it lands.
+    fn observe(
+        &self,
+        i: usize,
+        request: &WireRequest,
+        response: &WireResponse,
+        log: &mut Vec<(usize, Note)>,
+    ) {
+        if request.method != "PUT" || !request.path().ends_with("/jobs/job/log.json") {
+            return;
+        }
+        if !(200..300).contains(&response.status) {
+            return;
+        }
+        let Ok(written) = serde_json::from_slice::<scheduled_job::Log>(&request.body) else {
+            return;
+        };
+        for entry in written.entries {
+            let Some(token) = entry.fencing_token else {
+                continue;
+            };
+            let new = !log
+                .iter()
+                .any(|(_, n)| matches!(n, Note::Issued { token: t } if *t == token));
+            if entry.status == scheduled_job::RunStatus::Running && new {
+                log.push((i, Note::Issued { token }));
+            }
+        }
     }
 
     fn mutate(&self, request: &mut WireRequest) {
@@ -314,15 +377,17 @@ impl Protocol for JobProtocol {
                 |_, s| each_attempt_once(s),
             ),
             Property::always(
-                "attempts of an occurrence carry rising tokens (occurrence x 2^16 + attempt - 1)",
+                "tokens strictly rise in the order runs start: each call's was issued, and every \
+                 token issued after a call is above it",
                 |_, s| tokens_rise(s),
             ),
             Property::always("never more attempts than job_retries allows", |m, s| {
                 attempts_within(m, s)
             }),
             Property::eventually(
-                "an occurrence whose reserver vanished is run or recorded",
-                |_, s| ended(s) && settled(s),
+                "every occurrence ticked is settled, in its reservation or its log entry, and \
+                 no log entry is left running",
+                |m, s| ended(s) && settled(m, s),
             ),
         ]
     }
@@ -351,16 +416,32 @@ fn each_attempt_once(state: &State<Note>) -> bool {
         .all(|(k, a)| calls[k + 1..].iter().all(|b| (a.0, a.1) != (b.0, b.1)))
 }
 
-/// Each call's token is its occurrence's x 2^16 + attempt - 1, so a later attempt's is higher.
-/// Not by arrival: an attempt whose call timed out may still arrive after the next attempt's
-/// (the checker finds it: a late request), and the job's receiver refuses it by its lower token.
+/// Tokens are issued in rising order when each run's start lands in the log, every call
+/// carries a token issued before it, and a token issued after the job received a call is
+/// above that call's. Not by arrival alone: an attempt whose call timed out may still arrive
+/// after a later run's (the checker finds it: a late request), and the job's receiver refuses
+/// it by its lower token.
 fn tokens_rise(state: &State<Note>) -> bool {
-    let calls = calls(state);
-    calls.iter().all(|a| {
-        a.1 >= 1
-            && a.2 == (a.0 << 16) + u64::from(a.1) - 1
-            && calls.iter().all(|b| b.0 != a.0 || b.1 <= a.1 || b.2 > a.2)
-    })
+    let mut issued = Vec::new();
+    let mut called = Vec::new();
+    for (_, note) in &state.log {
+        match note {
+            Note::Issued { token } => {
+                if issued.last().is_some_and(|t| t >= token) || called.iter().any(|c| c >= token) {
+                    return false;
+                }
+                issued.push(*token);
+            }
+            Note::Called { attempt, token, .. } => {
+                if *attempt < 1 || !issued.contains(token) {
+                    return false;
+                }
+                called.push(*token);
+            }
+            Note::Decided(_) => {}
+        }
+    }
+    true
 }
 
 fn attempts_within(model: &World<JobProtocol>, state: &State<Note>) -> bool {
@@ -384,36 +465,63 @@ fn ended(state: &State<Note>) -> bool {
             .all(|c| !matches!(c.status, Status::Waiting(_)))
 }
 
-/// Every reservation is settled: its outcome is not `running` (nor absent), or the log records
-/// a final result for its occurrence (a runner that logged its result and vanished before
-/// writing it on the reservation: the log is what every later tick reads first).
-fn settled(state: &State<Note>) -> bool {
+/// Every occurrence a tick named, and every one with a reservation, is settled: its
+/// reservation has an outcome that no longer changes (not `running`, `pending` or none), or the
+/// log records a final result for it (a runner that logged its result and vanished before
+/// writing it on the reservation: the log is what every later tick reads first). And no log
+/// entry is left `running` or `pending` (a log entry is what operators read). A reservation
+/// that was deleted while the log said `running` is therefore caught: its occurrence has
+/// neither. An occurrence due before the job's history began (the log's `historyFrom`) is
+/// settled by definition: a job's history begins at its first tick.
+fn settled(model: &World<JobProtocol>, state: &State<Note>) -> bool {
     let log: Option<scheduled_job::Log> = state
         .storage
         .blob("leasegate", "jobs/job/log.json")
         .and_then(|b| serde_json::from_slice(&b.body).ok());
+    let open = |status: &scheduled_job::RunStatus| {
+        matches!(
+            status,
+            scheduled_job::RunStatus::Running | scheduled_job::RunStatus::Pending
+        )
+    };
     let logged = |occurrence: u64| {
         log.as_ref().is_some_and(|log| {
-            log.entries.iter().any(|e| {
-                e.occurrence_unix == occurrence
-                    && !matches!(
-                        e.status,
-                        scheduled_job::RunStatus::Running | scheduled_job::RunStatus::Pending
-                    )
-            })
+            log.entries
+                .iter()
+                .any(|e| e.occurrence_unix == occurrence && !open(&e.status))
         })
     };
-    state
+    let reserved = |occurrence: u64| {
+        state
+            .storage
+            .blob(
+                "leasegate",
+                &format!("jobs/job/occurrences/{occurrence:012}"),
+            )
+            .and_then(|b| b.metadata.get("leasegate_run").cloned())
+            .is_some_and(|run| run != "running" && run != "pending")
+    };
+    let ticked = model
+        .protocol
+        .tickers
+        .iter()
+        .map(|t| START + t.occurrence * PERIOD);
+    let stored = state
         .storage
         .blobs()
-        .filter_map(|((_, name), blob)| {
-            let occurrence = name.strip_prefix("jobs/job/occurrences/")?.parse().ok()?;
-            Some((occurrence, blob))
-        })
-        .all(|(occurrence, blob)| {
-            blob.metadata
-                .get("leasegate_run")
-                .is_some_and(|run| run != "running")
-                || logged(occurrence)
-        })
+        .filter_map(|((_, name), _)| name.strip_prefix("jobs/job/occurrences/")?.parse().ok());
+    // Due before the job's history began (its first tick came later than the tolerance):
+    // not in the history, nothing to settle (a reservation a late first tick left as it
+    // vanished is deleted by the clean-up in time, like every reservation).
+    let before_history = |occurrence: u64| {
+        log.as_ref()
+            .is_some_and(|log| occurrence < log.history_from)
+    };
+    let none_open = log
+        .as_ref()
+        .is_none_or(|log| log.entries.iter().all(|e| !open(&e.status)));
+    none_open
+        && ticked
+            .chain(stored)
+            .all(|o| reserved(o) || logged(o) || before_history(o))
 }

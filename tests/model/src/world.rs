@@ -146,10 +146,12 @@ impl<N> Io<N> {
         let next = self.inner.answers.borrow_mut().pop_front();
         if next.is_some() {
             let asked = self.inner.asked.borrow_mut().pop_front();
+            let now = WireRequest::from(request);
             assert!(
-                asked.as_ref() == Some(&WireRequest::from(request)),
+                asked.as_ref() == Some(&now),
                 "a caller's replay asked another request than it did before: its code is not \
-                 deterministic given its answers (a clock, a random number?)"
+                 deterministic given its answers (a clock, a random number?): {asked:?}, then \
+                 {now:?}"
             );
         }
         let failed = match &next {
@@ -312,6 +314,17 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// A planted mistake: rewrites a request on its way (only the tests' mutants do).
     fn mutate(&self, _request: &mut WireRequest) {}
 
+    /// Storage applied caller `i`'s `request` and answered `response` (whether or not the
+    /// answer reaches the caller): notes what the properties judge at that moment in `log`.
+    fn observe(
+        &self,
+        _i: usize,
+        _request: &WireRequest,
+        _response: &WireResponse,
+        _log: &mut Vec<(usize, Self::Note)>,
+    ) {
+    }
+
     /// The properties it is checked against.
     fn properties() -> Vec<stateright::Property<World<Self>>>;
 
@@ -399,7 +412,10 @@ impl<P: Protocol> World<P> {
             return self.protocol.outside(i, &request, &mut state.log);
         }
         self.protocol.mutate(&mut request);
-        state.storage.handle(&request)
+        let response = state.storage.handle(&request);
+        self.protocol
+            .observe(i, &request, &response, &mut state.log);
+        response
     }
 }
 

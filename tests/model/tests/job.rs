@@ -44,3 +44,23 @@ fn a_fault_and_a_crash_with_retries_stay_within_the_attempts() {
         TEST_LIMIT,
     ));
 }
+
+#[test]
+fn a_brand_new_jobs_first_occurrence_is_settled_whatever_step_its_runner_vanishes_at() {
+    assert_holds(run::exhaustive(
+        "job, no log, a crash",
+        JobProtocol::fresh(0),
+        2,
+        TEST_LIMIT,
+    ));
+}
+
+#[test]
+fn a_brand_new_jobs_first_occurrence_with_retries_is_settled() {
+    assert_holds(run::exhaustive(
+        "job, no log, a crash, 1 retry",
+        JobProtocol::fresh(1),
+        2,
+        TEST_LIMIT,
+    ));
+}

@@ -55,6 +55,28 @@ fn a_token_from_the_callers_clock_goes_back() {
     );
 }
 
+/// The job protocol's liveness property, by its name.
+const LIVENESS: &str = "every occurrence ticked is settled, in its reservation or its log entry, \
+                        and no log entry is left running";
+
+/// The job protocol's token property, by its name.
+const TOKENS: &str = "tokens strictly rise in the order runs start: each call's was issued, and \
+                      every token issued after a call is above it";
+
+#[test]
+fn tokens_by_occurrence_go_back_for_a_retry_after_a_newer_run() {
+    let trace = counterexample(
+        JobProtocol::faulty(1).with_mistake(job::Mistake::TokensByOccurrence),
+        TOKENS,
+    );
+    // A second attempt of the first occurrence is called after the next occurrence's run.
+    let first = leasegate_model::world::START;
+    assert!(
+        trace.contains(&format!("Called {{ occurrence: {first}, attempt: 2,")),
+        "{trace}"
+    );
+}
+
 #[test]
 fn an_outcome_written_without_compare_and_swap_runs_an_attempt_twice() {
     let trace = counterexample(
@@ -77,10 +99,7 @@ fn an_outcome_written_without_compare_and_swap_runs_an_attempt_twice() {
 
 #[test]
 fn a_vanished_reserver_with_no_later_tick_is_found_unsettled() {
-    let trace = counterexample(
-        JobProtocol::faulty(0).without_last(),
-        "an occurrence whose reserver vanished is run or recorded",
-    );
+    let trace = counterexample(JobProtocol::faulty(0).without_last(), LIVENESS);
     // A reservation is made and nothing after it writes its outcome.
     assert!(
         trace.contains("occurrences/001795096800 if-none-match=* -> 201"),

@@ -128,6 +128,7 @@ fn bounded_checks() -> Vec<Report> {
         for (what, protocol) in [
             ("a late tick", JobProtocol::bounded(retries)),
             ("one fault, one crash", JobProtocol::faulty(retries)),
+            ("a brand-new job, one crash", JobProtocol::fresh(retries)),
         ] {
             let name = format!("job protocol, {retries} retries, {what}");
             announce(&name);

@@ -1,0 +1,193 @@
+//! `POST /api/jobs/{job}/rerun {"occurrence": "..."}`: one more attempt of a `failed` or
+//! `missed` occurrence, on purpose: the same idempotency key, a new fencing token (above every
+//! earlier one of the job), trigger `rerun`, at most once per attempt like every run.
+
+use leasegate::{Counting, StatusCode, Transport};
+use leasegate_spin::timer::{Source, Tick};
+use leasegate_spin::web::rfc3339;
+use leasegate_spin::Context;
+
+use crate::error::JobError;
+use crate::log::read_log;
+use crate::reservation::{
+    attempt_of, head, outcome_of, reserve, Reservation, Reserved, RunStatus, MAX_ATTEMPTS,
+};
+use crate::run::{run_reserved, Decision, TickOutcome};
+use crate::settings::Settings;
+use crate::walk::CatchUpReport;
+use crate::{at, unix};
+
+/// Why a rerun was refused: its answer's status, error code and message.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub(crate) status: StatusCode,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+}
+
+fn refused(code: &'static str, message: String) -> Result<TickOutcome, Refused> {
+    Err(Refused {
+        status: StatusCode::CONFLICT,
+        code,
+        message,
+    })
+}
+
+/// What a rerun of an occurrence came to: a run (its outcome, as a tick's), or a refusal (the
+/// occurrence succeeded, is running, never ran, is too old or before the job's history).
+pub(crate) async fn rerun<T: Transport>(
+    ctx: &Context<'_, T>,
+    settings: &Settings,
+    occurrence: u64,
+) -> Result<TickOutcome, Refused> {
+    let transport = (ctx.connect)(settings.storage.timeout);
+    let counting = Counting::new(&transport);
+    let job = (ctx.connect)(settings.timeout);
+    let blobs = settings.storage.blobs(&counting);
+    let outcome = |decision: Result<Decision, JobError>| TickOutcome {
+        occurrence,
+        decision,
+        round_trips: counting.sent(),
+        catch_up: CatchUpReport::default(),
+    };
+    let tick = Tick {
+        at: at(occurrence),
+        source: Source::Rerun,
+        past_due: true,
+    };
+    let when = rfc3339(at(occurrence));
+    let blob = match settings.reservation(occurrence) {
+        Ok(blob) => blob,
+        Err(e) => return Ok(outcome(Err(e.into()))),
+    };
+    let (props, date) = match head(&blobs, &blob, ctx.now).await {
+        Ok(read) => read,
+        Err(e) => return Ok(outcome(Err(e.into()))),
+    };
+    let server_now = date.unwrap_or(ctx.now);
+    if occurrence < unix(server_now).saturating_sub(settings.retention.as_secs()) {
+        return refused(
+            "occurrence_too_old",
+            format!(
+                "occurrence {when} is older than job_retention_seconds ({} s): its reservation \
+                 may be gone, so it is not run again",
+                settings.retention.as_secs()
+            ),
+        );
+    }
+    let (reservation, attempt, reserved_at) = match props {
+        Some(props) => {
+            let attempt = match outcome_of(&props.metadata) {
+                Some(RunStatus::Failed) => attempt_of(&props.metadata).saturating_add(1),
+                Some(RunStatus::Missed) => 1,
+                Some(RunStatus::Succeeded) => return refused(
+                    "occurrence_succeeded",
+                    format!(
+                        "occurrence {when} succeeded: a rerun is for one that failed or was missed"
+                    ),
+                ),
+                Some(status @ (RunStatus::SkippedPaused | RunStatus::SkippedOverlap)) => {
+                    return refused(
+                        "occurrence_not_run",
+                        format!(
+                            "occurrence {when} never ran ({status}): POST /api/jobs/{}/backfill \
+                             runs it",
+                            settings.job
+                        ),
+                    )
+                }
+                other => {
+                    return refused(
+                        "occurrence_running",
+                        format!(
+                            "occurrence {when} is {}: its run is going or its reserver is at \
+                             work, and the takeover rule settles it if they vanished",
+                            other.map_or("reserved, without an outcome yet".into(), |s| s
+                                .to_string())
+                        ),
+                    )
+                }
+            };
+            if attempt > MAX_ATTEMPTS {
+                return refused(
+                    "occurrence_attempts_spent",
+                    format!("occurrence {when} has had {MAX_ATTEMPTS} attempts, the most it may"),
+                );
+            }
+            let reserved_at = props.last_modified.unwrap_or(server_now);
+            let reservation = Reservation {
+                blob,
+                etag: props.etag,
+                metadata: props.metadata,
+                created: false,
+            };
+            (reservation, attempt, reserved_at)
+        }
+        None => {
+            // No reservation: recorded missed in the log (an entry, or below its watermark),
+            // or not decided yet, or before the job's history.
+            let log = match read_log(&blobs, settings, ctx.now).await {
+                Ok((log, _, _)) => log,
+                Err(e) => return Ok(outcome(Err(e))),
+            };
+            let entry = log.entries.iter().find(|e| e.occurrence_unix == occurrence);
+            let missed = match entry {
+                Some(e) => e.status == RunStatus::Missed,
+                None => {
+                    log.history_begun()
+                        && occurrence <= log.settled_through
+                        && occurrence >= log.cleaned_before
+                        && occurrence >= log.history_from
+                }
+            };
+            if !missed {
+                let why = match entry {
+                    Some(e) => format!("the log records it {}", e.status),
+                    None if !log.history_begun() || occurrence < log.history_from => format!(
+                        "it was due before the job's history began: POST /api/jobs/{}/backfill \
+                         with \"beforeHistory\": true runs it",
+                        settings.job
+                    ),
+                    None => "it is not settled yet (no winner has looked at it)".into(),
+                };
+                return refused(
+                    "occurrence_not_missed",
+                    format!("occurrence {when} has no reservation and {why}"),
+                );
+            }
+            let nonce = (ctx.new_lease_id)().to_string();
+            let reserved = reserve(
+                &blobs,
+                settings,
+                occurrence,
+                ("rerun", true),
+                &nonce,
+                ctx.now,
+            );
+            match reserved.await {
+                Ok(Reserved::Created(reservation, t)) => (reservation, 1, t),
+                Ok(Reserved::Exists) => {
+                    return refused(
+                        "occurrence_running",
+                        format!("occurrence {when} was reserved meanwhile: ask again to see it"),
+                    )
+                }
+                Err(e) => return Ok(outcome(Err(e))),
+            }
+        }
+    };
+    let ran = run_reserved(
+        ctx,
+        &blobs,
+        &job,
+        settings,
+        &tick,
+        occurrence,
+        (reserved_at, server_now),
+        reservation,
+        false,
+        attempt,
+    )
+    .await;
+    Ok(outcome(ran.map(|(decision, _)| decision)))
+}
