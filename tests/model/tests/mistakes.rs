@@ -79,8 +79,18 @@ fn tokens_by_occurrence_go_back_for_a_retry_after_a_newer_run() {
 
 #[test]
 fn an_outcome_written_without_compare_and_swap_runs_an_attempt_twice() {
+    // Two late ticks find the first tick's reservation left without an outcome (its tick
+    // vanished) past its deadline: only the outcome's compare-and-swap keeps them from both
+    // running it. (With one late tick, the run-deadline check before the job's call already
+    // stops a reserver that comes back too late.)
+    let mut protocol =
+        JobProtocol::bounded(0).with_mistake(job::Mistake::OutcomeWithoutCompareAndSwap);
+    let mut second = protocol.tickers[1].clone();
+    second.instance = "node-e";
+    protocol.tickers.insert(2, second);
+    protocol.crashes = 1;
     let trace = counterexample(
-        JobProtocol::bounded(0).with_mistake(job::Mistake::OutcomeWithoutCompareAndSwap),
+        protocol,
         "each attempt of an occurrence is called at most once",
     );
     let occurrence = leasegate_model::world::START;
