@@ -429,3 +429,22 @@ fn rerun_runs_a_failed_or_missed_occurrence_again() {
     assert_eq!(rerun(ADMIN_AUTH, &named(o2)).status, 409);
     app.assert_no_trap();
 }
+
+/// Issue 47, item 10: pausing a paused job says so (it stays paused since the first pause, and
+/// the answer names the note it replaced); resuming says whether it was paused.
+#[test]
+fn pausing_a_paused_job_says_what_it_replaced() {
+    let app = App::start("repause", &[("instance_id", "node-p")]);
+    let first = post(&app, "pause", ADMIN_AUTH, r#"{"note": "migration"}"#);
+    assert_eq!(first.status, 200, "{}", first.text);
+    assert_eq!(first.json["alreadyPaused"], false, "{}", first.text);
+    let second = post(&app, "pause", ADMIN_AUTH, r#"{"note": "still migrating"}"#);
+    assert_eq!(second.json["alreadyPaused"], true, "{}", second.text);
+    assert_eq!(second.json["previousNote"], "migration", "{}", second.text);
+    assert_eq!(second.json["note"], "still migrating", "{}", second.text);
+    assert_eq!(second.json["since"], first.json["since"], "{}", second.text);
+    let resumed = post(&app, "resume", ADMIN_AUTH, "");
+    assert_eq!(resumed.json["wasPaused"], true, "{}", resumed.text);
+    let again = post(&app, "resume", ADMIN_AUTH, "");
+    assert_eq!(again.json["wasPaused"], false, "{}", again.text);
+}

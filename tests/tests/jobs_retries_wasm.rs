@@ -362,6 +362,18 @@ fn a_job_longer_than_the_budget_is_retried_and_caught_up() {
         first.text
     );
     assert_eq!(first.json["catchUp"]["more"], true, "{}", first.text);
+    // Reported as a retry, not as a caught-up run (issue 47, item 10).
+    let retried = &first.json["catchUp"]["retried"];
+    assert_eq!(retried.as_array().map(Vec::len), Some(1), "{}", first.text);
+    assert_eq!(retried[0]["attempt"], 2, "{}", first.text);
+    assert_eq!(first.json["catchUp"]["ran"], json!([]), "{}", first.text);
+    // The answer's end is the log's (item 10: they differed by a second).
+    assert_eq!(
+        first.json["entry"]["finishedAt"],
+        log_entry(&app, o4)["finishedAt"],
+        "{}",
+        first.text
+    );
     let o5 = leasegate_tests::jobs::next_period(PERIOD, o4);
     let second = tick_now();
     assert_eq!(
@@ -470,7 +482,12 @@ fn tokens_rise_in_the_order_the_job_is_called() {
         ADMIN_AUTH,
         &json!({"from": rfc3339(o1 + PERIOD), "to": rfc3339(o1 + 2 * PERIOD)}).to_string(),
     );
-    assert_eq!(fill.json["ran"].as_array().map(Vec::len), Some(2), "{}", fill.text);
+    assert_eq!(
+        fill.json["ran"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        fill.text
+    );
     let calls: Vec<(u64, u64)> = app
         .sink
         .received()
@@ -490,6 +507,14 @@ fn tokens_rise_in_the_order_the_job_is_called() {
     );
     // An on-time run keeps its occurrence's token (as before this rule).
     assert_eq!(calls[0].1, o1 << 16);
+    // The counters count what happened, each event once (docs/timer-functions.md, "Status"):
+    // O2 and O3 were recorded missed, then ran when backfilled; O1 failed, then its retry ran.
+    let counters = leasegate_tests::jobs::status(&app)["counters"].clone();
+    assert_eq!(
+        counters,
+        json!({"ran": 5, "failed": 1, "retried": 1, "skippedOverlap": 0, "skippedPaused": 0, "missed": 2}),
+        "{counters}"
+    );
     // Each run's entry in the log holds the token the job received.
     for (o, token) in &calls[1..] {
         let entry = log_entry(&app, *o);

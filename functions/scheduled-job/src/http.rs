@@ -101,8 +101,14 @@ pub fn describe(
                 }
                 Decision::TooEarly { early } => {
                     v["error"] = json!("occurrence_too_early");
+                    // An operator's time came from the caller; a scheduler's, from this
+                    // instance's clock.
+                    let whose = match tick.source {
+                        Source::Manual => "the time the tick named (at) is ahead",
+                        _ => "is this instance's clock ahead?",
+                    };
                     v["message"] = json!(format!(
-                        "the occurrence is more than {} s ahead of the storage server's clock (job_early_seconds): is this instance's clock ahead?",
+                        "the occurrence is more than {} s ahead of the storage server's clock (job_early_seconds): {whose}",
                         early.as_secs()
                     ));
                     StatusCode::CONFLICT
@@ -125,9 +131,10 @@ pub fn describe(
         }
     };
     let c = &outcome.catch_up;
-    if !c.ran.is_empty() || c.missed > 0 || c.more {
+    if !c.ran.is_empty() || !c.retried.is_empty() || c.missed > 0 || c.more {
         v["catchUp"] = json!({
             "ran": c.ran,
+            "retried": c.retried,
             "missed": c.missed,
             "more": c.more,
         });
@@ -532,8 +539,11 @@ async fn pause<T: Transport>(
 ) -> Response {
     let transport = (ctx.connect)(settings.storage.timeout);
     let blobs = settings.storage.blobs(&transport);
+    // What the pause replaced, for the answer (a note replaced is said, never silent).
+    let before = std::cell::RefCell::new(None);
     let changed = change_log(&blobs, settings, ctx.now, |log, read_at| {
         log.job = settings.job.clone();
+        *before.borrow_mut() = log.paused.clone();
         log.paused = match &pausing {
             Some(note) => Some(Paused {
                 since: log
@@ -550,12 +560,22 @@ async fn pause<T: Transport>(
     .await;
     match changed {
         Ok(Ok(LogWrite { log, .. })) => {
-            let v = json!({
+            let mut v = json!({
                 "job": settings.job,
                 "paused": log.paused.is_some(),
                 "since": log.paused.as_ref().map(|p| p.since.clone()),
                 "note": log.paused.as_ref().and_then(|p| p.note.clone()),
             });
+            let before = before.borrow().clone();
+            match (&pausing, before) {
+                // Paused already: kept since then, its note replaced by this one.
+                (Some(_), Some(was)) => {
+                    v["alreadyPaused"] = json!(true);
+                    v["previousNote"] = json!(was.note);
+                }
+                (Some(_), None) => v["alreadyPaused"] = json!(false),
+                (None, was) => v["wasPaused"] = json!(was.is_some()),
+            }
             log_line(json!({
                 "fn": ScheduledJob::NAME,
                 "job": settings.job,
@@ -690,6 +710,34 @@ mod tests {
         let request = Request::new(leasegate::Method::POST, "/api/jobs/j/tick")
             .with_body(body.as_bytes().to_vec());
         tick_ask(&request)
+    }
+
+    /// Issue 47, item 10: a too-early occurrence an admin named by `at` is said to come from
+    /// the caller's time, not from this instance's clock.
+    #[test]
+    fn a_too_early_answer_says_whose_time_was_ahead() {
+        let s = crate::settings::tests::settings(60, 0, 300);
+        let outcome = TickOutcome {
+            occurrence: 1_800_000_000,
+            decision: Ok(Decision::TooEarly {
+                early: std::time::Duration::from_secs(300),
+            }),
+            round_trips: 1,
+            catch_up: Default::default(),
+        };
+        let message = |source| {
+            let tick = Tick {
+                at: at(1_800_000_000),
+                source,
+                past_due: false,
+            };
+            let (status, v) = describe(&s, &tick, &outcome, Instant::now());
+            assert_eq!(status, StatusCode::CONFLICT);
+            v["message"].as_str().unwrap().to_string()
+        };
+        assert!(message(Source::Manual).contains("the time the tick named (at) is ahead"));
+        assert!(!message(Source::Manual).contains("this instance's clock"));
+        assert!(message(Source::Cron).contains("is this instance's clock ahead?"));
     }
 
     #[test]

@@ -90,6 +90,13 @@ impl TimerFunction for ScheduledJob {
         Settings::load(vars)
     }
 
+    /// The job, as `job_name` names it (so a line about settings that cannot be used says
+    /// which job's).
+    fn names(vars: &dyn Variables) -> Vec<(&'static str, String)> {
+        let job = leasegate_spin::config::var(vars, "job_name").unwrap_or_else(|| "job".into());
+        vec![("job", job)]
+    }
+
     /// The event's own time: the occurrence it stands for.
     fn cron_time(timestamp: u64, _now: SystemTime) -> Result<SystemTime, String> {
         let latest = unix(timer::latest_time());
@@ -144,6 +151,32 @@ impl TimerFunction for ScheduledJob {
     ) -> Response {
         let rest = request.path().strip_prefix(ROUTE_PREFIX).unwrap_or("");
         http::api(ctx, request, rest, power, started).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 47, item 10: the cron trigger's `not_configured` line names the job.
+    #[test]
+    fn the_not_configured_line_names_the_job() {
+        let vars: std::collections::HashMap<String, String> = [
+            ("job_name", "invoice-export"),
+            ("job_schedule", "0 61 * * * *"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let e = Settings::load(&vars).unwrap_err();
+        let line = timer::not_configured_line::<ScheduledJob>(&vars, &e);
+        assert_eq!(line["fn"], "scheduled-job");
+        assert_eq!(line["job"], "invoice-export");
+        assert_eq!(line["error"], "not_configured");
+        assert!(
+            line["message"].as_str().unwrap().contains("variable"),
+            "{line}"
+        );
     }
 }
 

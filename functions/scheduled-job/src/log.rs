@@ -70,7 +70,7 @@ pub struct Log {
     /// Every occurrence of the schedule up to this one (Unix seconds) is settled: it has an
     /// outcome, or nobody reserved it. A winning tick looks at the occurrences after it
     /// (bounded) and settles a reservation its reserver left without an outcome
-    /// ([`settle_earlier`]). 0: not known yet (a log written by an older version).
+    /// (`settle_earlier`). 0: not known yet (a log written by an older version).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub settled_through: u64,
     /// What the log has recorded since it began counting (a log of an older version: since
@@ -623,7 +623,7 @@ impl Log {
 }
 
 /// Moves the log's `settled_through` watermark up: over the occurrences that have an entry,
-/// and up to `through` (occurrences [`settle_earlier`] found settled). A log without one (new,
+/// and up to `through` (occurrences `settle_earlier` found settled). A log without one (new,
 /// or rewritten by an older version) starts just before its oldest entry, so the gaps between
 /// its entries are looked at once (a new log: just before `newest`). The watermark never lags
 /// more than [`Settings::lookback`] behind `server_now` (the storage server's clock).

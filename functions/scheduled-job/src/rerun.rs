@@ -80,12 +80,14 @@ pub(crate) async fn rerun<T: Transport>(
             let attempt = match outcome_of(&props.metadata) {
                 Some(RunStatus::Failed) => attempt_of(&props.metadata).saturating_add(1),
                 Some(RunStatus::Missed) => 1,
-                Some(RunStatus::Succeeded) => return refused(
-                    "occurrence_succeeded",
-                    format!(
+                Some(RunStatus::Succeeded) => {
+                    return refused(
+                        "occurrence_succeeded",
+                        format!(
                         "occurrence {when} succeeded: a rerun is for one that failed or was missed"
                     ),
-                ),
+                    )
+                }
                 Some(status @ (RunStatus::SkippedPaused | RunStatus::SkippedOverlap)) => {
                     return refused(
                         "occurrence_not_run",

@@ -74,10 +74,10 @@ pub(crate) struct Reservation {
     pub(crate) created: bool,
 }
 
-/// The fencing token of an occurrence's run: the occurrence in Unix seconds times 2^16 (the
-/// scale of the lease tokens, which are server seconds times 2^16), so tokens rise with the
-/// occurrence whatever the overlap policy and whenever each run starts. One run per occurrence
-/// (its reservation's outcome), so one token per run.
+/// The occurrence's own fencing token: its Unix seconds times 2^16 (the scale of the lease
+/// tokens, which are server seconds times 2^16). The token an on-time run is issued; a run
+/// that starts after a later occurrence's is issued one above that run's instead
+/// ([`crate::Log`]'s `highest_token`).
 pub fn occurrence_token(occurrence: u64) -> Result<u64, leasegate::Error> {
     occurrence
         .checked_mul(1 << 16)
@@ -89,9 +89,9 @@ pub fn occurrence_token(occurrence: u64) -> Result<u64, leasegate::Error> {
         })
 }
 
-/// The fencing token of an occurrence's attempt (1 for the first): `occurrence x 2^16 +
-/// attempt - 1`. The first attempt's is [`occurrence_token`]'s; each later attempt's is above
-/// every earlier one's and below the next occurrence's (attempts stay below 2^16).
+/// An occurrence's own token for an attempt (1 for the first): `occurrence x 2^16 + attempt -
+/// 1`, the floor of the token the attempt's run is issued. The first attempt's is
+/// [`occurrence_token`]'s (attempts stay below 2^16).
 pub fn attempt_token(occurrence: u64, attempt: u32) -> Result<u64, leasegate::Error> {
     let attempt = attempt.clamp(1, MAX_ATTEMPTS);
     occurrence_token(occurrence)?

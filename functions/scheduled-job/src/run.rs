@@ -1334,6 +1334,42 @@ mod tests {
     use super::*;
     use crate::reservation::ReservationBody;
 
+    /// Issue 47, item 10: the job's request as docs/timer-functions.md documents it names every
+    /// field the job receives (it lacked `attempt`).
+    #[test]
+    fn the_documented_job_request_has_every_field() {
+        let docs = include_str!("../../../docs/timer-functions.md");
+        let line = docs
+            .lines()
+            .find(|l| l.contains("The run POSTs `{"))
+            .expect("the job request's line");
+        let documented = line.split("`{").nth(1).and_then(|s| s.split("}`").next());
+        let documented: Vec<&str> = documented
+            .unwrap_or_default()
+            .split(',')
+            .map(|f| f.trim().trim_matches('"'))
+            .collect();
+        let call = serde_json::to_value(JobRequest {
+            job: "j",
+            occurrence: "o",
+            occurrence_unix: 1,
+            fencing_token: Some(1),
+            idempotency_key: "k",
+            instance: "i",
+            trigger: "cron",
+            past_due: false,
+            attempt: 1,
+        })
+        .unwrap();
+        let sent: Vec<&str> = call
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(documented, sent, "docs: {line}");
+    }
+
     #[test]
     fn records_keep_their_field_names() {
         let body = serde_json::to_string(&ReservationBody {

@@ -221,7 +221,7 @@ impl Settings {
     }
 
     /// How long a reservation's reserver has to write its outcome: the job's lease term (see
-    /// [`crate::reservation::takeover`]).
+    /// `reservation::takeover`).
     pub fn reservation_deadline(&self) -> Duration {
         term_length(self.lease_term)
     }

@@ -45,12 +45,23 @@ pub(crate) fn budget_spent(runs: usize, since: Instant, timeout: Duration) -> bo
 /// What a winning tick did for the occurrences before its own that no tick had settled.
 #[derive(Debug, Default)]
 pub struct CatchUpReport {
-    /// The missed occurrences it ran (`job_catch_up = all`), oldest first: their entries.
+    /// The earlier occurrences it ran for the first time (missed ones with `job_catch_up =
+    /// all`, a buffered one), oldest first: their entries.
     pub ran: Vec<LogEntry>,
+    /// The later attempts it ran (`job_retries`: a failed attempt retried, a vanished run
+    /// taken over), oldest first: their entries.
+    pub retried: Vec<LogEntry>,
     /// How many it recorded `missed`.
     pub missed: u64,
     /// Whether some are left for the next ticks (its bounds were reached).
     pub more: bool,
+}
+
+impl CatchUpReport {
+    /// The runs it made.
+    fn runs(&self) -> usize {
+        self.ran.len() + self.retried.len()
+    }
 }
 
 /// An occurrence the walk settled, for the log: recorded `missed`, or a run's result brought
@@ -202,7 +213,7 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
             // No deployment ticked it.
             let in_window = o + settings.catch_up_window.as_secs() >= unix(server_now);
             if settings.catch_up == CatchUp::All && in_window {
-                if budget_spent(report.ran.len(), started, settings.timeout) {
+                if budget_spent(report.runs(), started, settings.timeout) {
                     report.more = true;
                     break;
                 }
@@ -324,7 +335,7 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
                 }
             }
             Takeover::Run { attempt } => {
-                if budget_spent(report.ran.len(), started, settings.timeout) {
+                if budget_spent(report.runs(), started, settings.timeout) {
                     report.more = true;
                     break;
                 }
@@ -351,7 +362,10 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
                     break;
                 };
                 let open = entry.status == RunStatus::Failed && attempt <= settings.retries;
-                report.ran.push(entry);
+                match entry.attempt.unwrap_or(1) {
+                    1 => report.ran.push(entry),
+                    _ => report.retried.push(entry),
+                }
                 if open {
                     // Failed again with attempts left: a later winner retries after the delay.
                     break;

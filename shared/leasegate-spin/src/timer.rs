@@ -53,6 +53,13 @@ pub trait TimerFunction {
         Ok(now)
     }
 
+    /// What the function acts on, for the log line of settings that cannot be used (a job's
+    /// `job`, say), read from the variables as far as they go. None by default.
+    fn names(vars: &dyn Variables) -> Vec<(&'static str, String)> {
+        let _ = vars;
+        Vec::new()
+    }
+
     /// One tick: its status and answer.
     async fn tick<T: Transport>(
         ctx: &Context<'_, T>,
@@ -112,9 +119,7 @@ pub async fn handle_cron<F: TimerFunction, T: Transport>(
 ) -> Result<(), String> {
     let started = Instant::now();
     let settings = F::load(ctx.variables).map_err(|e| {
-        log_line(
-            serde_json::json!({"fn": F::NAME, "error": "not_configured", "message": format!("{e}")}),
-        );
+        log_line(not_configured_line::<F>(ctx.variables, &e));
         e.to_string()
     })?;
     let tick = Tick {
@@ -129,6 +134,21 @@ pub async fn handle_cron<F: TimerFunction, T: Transport>(
     } else {
         Err(F::failure(&answer))
     }
+}
+
+/// The log line of a tick whose settings cannot be used: the function, what it acts on
+/// ([`TimerFunction::names`]) and why.
+pub fn not_configured_line<F: TimerFunction>(
+    vars: &dyn Variables,
+    e: &ConfigError,
+) -> serde_json::Value {
+    let mut line = serde_json::json!({"fn": F::NAME});
+    for (key, value) in F::names(vars) {
+        line[key] = serde_json::json!(value);
+    }
+    line["error"] = serde_json::json!("not_configured");
+    line["message"] = serde_json::json!(e.to_string());
+    line
 }
 
 /// Whether `path` is `route` (with or without a trailing `/`) or below it.
