@@ -35,7 +35,13 @@ fn status(token: &str, args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn status_of_a_ticked_job() {
-    let app = App::start("clistatus", &[("instance_id", "node-s")]);
+    let app = App::start(
+        "clistatus",
+        &[("instance_id", "node-s"), ("job_period_seconds", "5")],
+    );
+    // A scheduler's tick on time (a job's history begins at its first tick: a first tick
+    // later than the tick tolerance runs nothing).
+    leasegate_tests::jobs::next_period(5, 0);
     let ticked = tick(&app, TIMER_AUTH, None);
     assert_eq!(ticked.status, 200, "{}", ticked.text);
     let occurrence = occurrence_of(&ticked);

@@ -140,7 +140,8 @@ fn a_local_time_repeated_by_fall_back_runs_once_at_its_first_instant() {
 }
 
 /// ... and at the second 01:30 (01:30 EST, 06:30:00 UTC) nothing runs: deployments ticking then
-/// find the first one (an hour past, recorded missed with `job_catch_up = none`), no new one.
+/// find the first one, an hour past, no new one. These deployments are new: their first ticks
+/// begin the job's history, so the first 01:30, due before it, is not recorded either.
 #[test]
 fn the_second_pass_of_a_repeated_local_time_runs_nothing() {
     let start = "2026-11-01T06:29:45Z";
@@ -154,11 +155,11 @@ fn the_second_pass_of_a_repeated_local_time_runs_nothing() {
     let s = status(&observer);
     let entries = s["reservations"].as_array().unwrap();
     assert!(entries.iter().all(|e| e["occurrenceUnix"] != second), "{s}");
-    // The one the ticks named: the first 01:30, an hour late, recorded missed (not run).
+    // The one the ticks named: the first 01:30, an hour before the job's history began (its
+    // first tick): neither run nor recorded missed.
     let first = unix("2026-11-01T05:30:00Z");
-    let e = entries
-        .iter()
-        .find(|e| e["occurrenceUnix"] == first)
-        .unwrap_or_else(|| panic!("no entry for 05:30Z: {s}"));
-    assert_eq!(e["status"], "missed", "{s}");
+    assert!(entries.iter().all(|e| e["occurrenceUnix"] != first), "{s}");
+    assert_eq!(s["counters"]["missed"], 0, "{s}");
+    let history = s["historyFrom"].as_str().unwrap_or_else(|| panic!("{s}"));
+    assert!(history > "2026-11-01T06:29", "{s}");
 }

@@ -191,11 +191,12 @@ fn a_time_with_a_multibyte_character_is_a_clear_400() {
 fn a_first_azure_invocation_with_a_never_ran_last_runs() {
     let app = start(
         "revnever",
-        &[("instance_id", "node-n")],
+        &[("instance_id", "node-n"), ("job_period_seconds", "5")],
         Manifest::Azure,
         None,
     );
-    let now = unix_now() / 60 * 60;
+    // The host invokes at the occurrence (the job's first tick, which begins its history).
+    let now = leasegate_tests::jobs::next_period(5, 0);
     let body = json!({
         "Data": {"timer": {
             "Schedule": {"AdjustForDST": true},

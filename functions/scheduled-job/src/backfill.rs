@@ -118,6 +118,7 @@ pub async fn backfill<T: Transport>(
                             RunStatus::Missed
                                 | RunStatus::SkippedPaused
                                 | RunStatus::SkippedOverlap
+                                | RunStatus::BeforeHistory
                         )
                     );
                 if never_ran {

@@ -159,7 +159,10 @@ impl Counters {
             RunStatus::SkippedOverlap => self.skipped_overlap += 1,
             RunStatus::SkippedPaused => self.skipped_paused += 1,
             RunStatus::Missed => self.missed += 1,
-            RunStatus::Running | RunStatus::Pending | RunStatus::Other(_) => {}
+            RunStatus::Running
+            | RunStatus::Pending
+            | RunStatus::BeforeHistory
+            | RunStatus::Other(_) => {}
         }
     }
 }

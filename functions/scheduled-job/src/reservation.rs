@@ -322,6 +322,9 @@ pub enum RunStatus {
     /// Kept for later (`job_overlap = buffer_one`): the previous run still held the job's lease
     /// when it was due; the first tick after that run ends runs it.
     Pending,
+    /// Due before the job's history began (its first tick came later): not run, not recorded
+    /// missed; kept on the reservation only, so that later ticks of it stop at one read.
+    BeforeHistory,
     /// Another value (a newer version's), kept as written.
     Other(String),
 }
@@ -337,6 +340,7 @@ impl RunStatus {
             RunStatus::Missed => "missed",
             RunStatus::SkippedPaused => "skipped_paused",
             RunStatus::Pending => "pending",
+            RunStatus::BeforeHistory => "before_history",
             RunStatus::Other(other) => other,
         }
     }
@@ -351,6 +355,7 @@ impl RunStatus {
             "missed" => RunStatus::Missed,
             "skipped_paused" => RunStatus::SkippedPaused,
             "pending" => RunStatus::Pending,
+            "before_history" => RunStatus::BeforeHistory,
             other => RunStatus::Other(other.to_string()),
         }
     }
@@ -423,7 +428,12 @@ pub(crate) async fn commit<T: Transport>(
             (Some(RunStatus::Failed | RunStatus::Running), Over::Attempt(a))
                 if attempt_of(&seen.metadata) == a => {}
             (
-                Some(RunStatus::Missed | RunStatus::SkippedPaused | RunStatus::SkippedOverlap),
+                Some(
+                    RunStatus::Missed
+                    | RunStatus::SkippedPaused
+                    | RunStatus::SkippedOverlap
+                    | RunStatus::BeforeHistory,
+                ),
                 Over::NeverRan,
             ) => {}
             (Some(run), _) => return Ok(Commit::Settled(run)),
@@ -615,6 +625,7 @@ mod tests {
             ("missed", RunStatus::Missed),
             ("skipped_paused", RunStatus::SkippedPaused),
             ("pending", RunStatus::Pending),
+            ("before_history", RunStatus::BeforeHistory),
             ("paused_by_v9", RunStatus::Other("paused_by_v9".into())),
         ] {
             assert_eq!(RunStatus::parse(word), status);

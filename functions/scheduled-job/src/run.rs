@@ -523,6 +523,8 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         reserved_by: reserved_by.clone(),
         reason: if *run == RunStatus::Missed {
             "it was recorded missed: its reserver wrote no outcome by its deadline".into()
+        } else if *run == RunStatus::BeforeHistory {
+            "it was due before the job's history began (its first tick): not run".into()
         } else if reserved_by.as_deref() == Some(settings.instance_id.as_str()) {
             format!("this instance settled it on an earlier tick ({run})")
         } else {
@@ -534,8 +536,12 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     if attempt == 1 {
         match outcome_of(&reservation.metadata) {
             None | Some(RunStatus::Pending) => {}
-            Some(RunStatus::Missed | RunStatus::SkippedPaused | RunStatus::SkippedOverlap)
-                if tick.source == Source::Backfill => {}
+            Some(
+                RunStatus::Missed
+                | RunStatus::SkippedPaused
+                | RunStatus::SkippedOverlap
+                | RunStatus::BeforeHistory,
+            ) if tick.source == Source::Backfill => {}
             Some(RunStatus::Missed) if tick.source == Source::Rerun => {}
             Some(run) => return Ok((settled(&run), None)),
         }
@@ -845,7 +851,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
             return Err(e);
         }
         Ok(Err(refusal)) => {
-            uncommit(blobs, &reservation, &written, ctx.now).await;
+            undo(blobs, (&reservation, &written), &refusal, ctx.now).await;
             release().await;
             return Ok((refused_by_log(settings, refusal), None));
         }
@@ -1023,7 +1029,7 @@ async fn buffer<T, S: Transport>(
             Ok((Decision::Overlapped { entry }, None))
         }
         Ok(Err(refusal)) => {
-            uncommit(blobs, reservation, &written, ctx.now).await;
+            undo(blobs, (reservation, &written), &refusal, ctx.now).await;
             Ok((refused_by_log(settings, refusal), None))
         }
     }
@@ -1072,7 +1078,7 @@ async fn record_not_run<S: Transport>(
     .await
     {
         Ok(Err(refusal)) => {
-            uncommit(blobs, reservation, &written, now).await;
+            undo(blobs, (reservation, &written), &refusal, now).await;
             Ok(Err(NotRecorded::Refused(refusal)))
         }
         Ok(Ok(_)) | Err(_) => Ok(Ok(())),
@@ -1113,6 +1119,24 @@ async fn skip_paused<T, S: Transport>(
     )
     .await?;
     Ok((Decision::Paused { entry }, None))
+}
+
+/// Undoes this tick's outcome after the log refused its entry: taken back
+/// ([`crate::reservation::uncommit`]), except for an occurrence due before the job's history,
+/// whose reservation is marked `before_history` (not recorded missed anywhere): a later tick
+/// of it, late, stops at the read it makes first. Best effort.
+async fn undo<S: Transport>(
+    blobs: &BlobClient<&S>,
+    (reservation, written): (&Reservation, &Reservation),
+    refusal: &LogRefusal,
+    now: SystemTime,
+) {
+    if let LogRefusal::BeforeHistory(_) = refusal {
+        if let Ok(true) = overwrite_outcome(blobs, written, &RunStatus::BeforeHistory, now).await {
+            return;
+        }
+    }
+    uncommit(blobs, reservation, written, now).await;
 }
 
 /// Writes `status` over the outcome this tick wrote (`written`), by compare-and-swap: a
