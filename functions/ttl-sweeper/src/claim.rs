@@ -473,7 +473,11 @@ async fn next_page<S: Transport>(
     let more = match phase {
         Phase::Find => {
             let (mut found, at) = match pending {
-                Some(p) => (p.blobs, timer::parse_time(&p.at).unwrap_or(server_now)),
+                // The rest of a find: its marker (where the next find starts) stays.
+                Some(p) => {
+                    entry.marker = marker;
+                    (p.blobs, timer::parse_time(&p.at).unwrap_or(server_now))
+                }
                 None => {
                     let (found, at) = find(blobs, entry, marker, server_now, now).await?;
                     entry.marker = found.next_marker;
@@ -630,6 +634,53 @@ mod tests {
         );
         let back: ContainerEntry = serde_json::from_value(v).unwrap();
         assert_eq!(back, entry);
+    }
+
+    /// Review: a find's `NextMarker` stays in the entry while the rest of that find is claimed
+    /// page by page, so the pass goes on past the find's 5,000 (it was dropped, and the pass
+    /// ended there). No request: the claim comes from what the entry kept.
+    #[test]
+    fn a_finds_next_marker_is_kept_while_its_pending_blobs_are_claimed() {
+        use super::*;
+        use crate::settings::tests::settings;
+        struct NoStorage;
+        impl leasegate::Transport for NoStorage {
+            async fn send(
+                &self,
+                _: leasegate::Request,
+            ) -> Result<leasegate::Response, leasegate::TransportError> {
+                panic!("the rest of a find is claimed without a request")
+            }
+        }
+        let s = settings(&[("ttl_containers", "logs"), ("ttl_find", "tags")]).unwrap();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        let blobs: Vec<(String, String)> = (0..250)
+            .map(|k| (format!("r/{k:04}.csv"), "2033-05-18T03:00:00Z".into()))
+            .collect();
+        let mut entry = ContainerEntry {
+            container: "logs".into(),
+            prefix: String::new(),
+            kind: Kind::Ttl,
+            status: ScanStatus::Current,
+            marker: Some("NEXT".into()),
+            off: false,
+            find: Some("tags".into()),
+            listed_at: None,
+            pending: Some(Pending {
+                at: rfc3339(now),
+                blobs,
+            }),
+        };
+        let client = BlobClient::new(
+            NoStorage,
+            leasegate::Account::development("http://127.0.0.1:10000/devstoreaccount1").unwrap(),
+            ContainerName::try_new("logs").unwrap(),
+        );
+        let claimed = pollster::block_on(next_page(&client, &s, &mut entry, now, now)).unwrap();
+        let found = claimed.found.expect("found blobs");
+        assert_eq!(found.blobs.len(), 100);
+        assert_eq!(entry.pending.as_ref().map(|p| p.blobs.len()), Some(150));
+        assert_eq!(entry.marker.as_deref(), Some("NEXT"));
     }
 
     /// Past the names the state can remember, an unusable name is not reported by name (it
