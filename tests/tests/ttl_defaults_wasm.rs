@@ -605,3 +605,65 @@ fn a_default_pass_costs_its_listing_only_once_per_interval() {
     );
     assert_eq!(second.json["storageRoundTrips"], 4, "{}", second.text);
 }
+
+/// Review of issue 48: a mark landing while an unmark is between its two writes (its metadata
+/// written, its tag write held at the proxy) keeps its tag: the unmark removes the tag only if
+/// it is still the one it read (`x-ms-if-tags`). Before, the unmark's tag write took the new
+/// mark's tag away, and `ttl_find = tags` never found the blob.
+#[test]
+fn a_mark_racing_an_unmark_keeps_its_tag() {
+    let c = unique_container("ttlremark");
+    create_container(&c);
+    let app = defaults("ttl-remark", &c, &[], None);
+    let n = "reports/2026/02/b.csv";
+    put(&c, n, b"day,total", &[]);
+    let mark = |secs: u64| {
+        call(
+            "PUT",
+            &app.url(&format!("/api/ttl/{c}/{n}")),
+            &[ADMIN_AUTH, ("content-type", "application/json")],
+            json!({"ttlSeconds": secs}).to_string().as_bytes(),
+        )
+    };
+    assert_eq!(mark(3600).status, 200);
+    // The unmark's tag write (the first tags write from now on) waits 2 s at the proxy,
+    // within the storage timeout.
+    let write = format!("PUT /devstoreaccount1/{c}/{n}?comp=tags");
+    app.storage.fault_once(
+        &write,
+        leasegate_tests::proxy::Fault::Delay(Duration::from_secs(2)),
+    );
+    let writes = || {
+        app.storage
+            .seen()
+            .iter()
+            .filter(|s| format!("{} {}", s.method, s.target).contains(&write))
+            .count()
+    };
+    let before = writes();
+    let remarked = std::thread::scope(|s| {
+        let unmarking = s.spawn(|| unmark(&app, &c, n, ADMIN_AUTH));
+        leasegate_tests::wait_for(
+            "the unmark's held tag write",
+            Duration::from_secs(10),
+            || (writes() > before).then_some(()),
+        );
+        let remarked = mark(7200);
+        let unmarked = unmarking.join().unwrap();
+        assert_eq!(unmarked.status, 200, "{}", unmarked.text);
+        remarked
+    });
+    assert_eq!(remarked.status, 200, "{}", remarked.text);
+    let props = properties(&c, n).unwrap();
+    let ttl = props
+        .metadata
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("TimeToLive"));
+    assert!(ttl.is_some(), "the mark's metadata: {:?}", props.metadata);
+    let t = tags(&c, n);
+    assert_eq!(
+        t.get(TAG).map(String::as_str),
+        ttl.map(|(_, v)| v.as_str()),
+        "the mark's tag is kept: {t:?}"
+    );
+}

@@ -6,7 +6,7 @@
 
 use std::time::SystemTime;
 
-use leasegate::ops::{GetBlobTags, SetBlobTags, Tags, WriteOutcome};
+use leasegate::ops::{tag_equals, GetBlobTags, IfTags, Refusal, SetBlobTags, Tags, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::{BlobName, ContainerName, LeaseId, Transport};
 
@@ -53,6 +53,46 @@ pub(crate) async fn set_expiry_tag<S: Transport>(
     };
     match blobs.execute(&set, now).await?.0 {
         WriteOutcome::Written(_) => Ok(true),
+        WriteOutcome::Refused(r) => Err(leasegate::Error::InvalidArgument(format!(
+            "storage refused the expiry tag ({r:?})"
+        ))),
+    }
+}
+
+/// Removes the expiry tag of `blob` (keeping its other tags) unless it changed since it was
+/// read: the write carries `x-ms-if-tags` on the value read, so a re-mark that landed meanwhile
+/// (its tag written after this unmark's metadata) is kept, not undone. `Ok(true)`: removed;
+/// `Ok(false)`: there was none, or a re-mark won.
+pub(crate) async fn clear_expiry_tag_unless_remarked<S: Transport>(
+    blobs: &BlobClient<S>,
+    container: &ContainerName,
+    blob: &BlobName,
+    tag_count: Option<u32>,
+    now: SystemTime,
+) -> Result<bool, leasegate::Error> {
+    if tag_count == Some(0) {
+        return Ok(false);
+    }
+    let get = GetBlobTags {
+        container: container.clone(),
+        blob: blob.clone(),
+    };
+    let mut tags = blobs.execute(&get, now).await?.0.unwrap_or_default();
+    let Some(read) = tags.remove(EXPIRES_TAG) else {
+        return Ok(false);
+    };
+    let set = IfTags {
+        op: SetBlobTags {
+            container: container.clone(),
+            blob: blob.clone(),
+            tags,
+            lease_id: None,
+        },
+        condition: tag_equals(EXPIRES_TAG, &read)?,
+    };
+    match blobs.execute(&set, now).await?.0 {
+        WriteOutcome::Written(_) => Ok(true),
+        WriteOutcome::Refused(Refusal::ConditionFailed) => Ok(false),
         WriteOutcome::Refused(r) => Err(leasegate::Error::InvalidArgument(format!(
             "storage refused the expiry tag ({r:?})"
         ))),

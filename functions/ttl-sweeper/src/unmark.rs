@@ -13,7 +13,7 @@ use leasegate_spin::web;
 use leasegate_spin::{log_line, Context};
 
 use crate::error::tags_forbidden;
-use crate::index::set_expiry_tag;
+use crate::index::clear_expiry_tag_unless_remarked;
 use crate::mark::{swept, target, unwritable};
 use crate::settings::Settings;
 use crate::{DEAD_BLOB_CONTAINER, EXPIRES_TAG, TIME_TO_LIVE};
@@ -120,37 +120,31 @@ pub(crate) async fn unmark<T: Transport>(ctx: &Context<'_, T>, request: &Request
     let consequence = "the mark was removed, the expiry tag was not (harmless: the sweeper keeps \
                        a blob without TimeToLive and clears its tag when it finds it; unmark \
                        again to remove it)";
-    let tagged = match set_expiry_tag(
-        &blobs,
-        &container,
-        &blob,
-        None,
-        props.tag_count,
-        None,
-        None,
-        ctx.now,
-    )
-    .await
-    {
-        Ok(cleared) => {
-            if cleared {
-                removed.push(EXPIRES_TAG);
+    // The tag only if it is still the one this unmark read: a mark that raced in after the
+    // metadata's write (and wrote its own tag) wins.
+    let tagged =
+        match clear_expiry_tag_unless_remarked(&blobs, &container, &blob, props.tag_count, ctx.now)
+            .await
+        {
+            Ok(cleared) => {
+                if cleared && !remarked_meanwhile(&blobs, &container, &blob, ctx.now).await {
+                    removed.push(EXPIRES_TAG);
+                }
+                Some(false)
             }
-            Some(false)
-        }
-        // `ttl_find = list` does without tags (an account without tag rights): not known.
-        Err(_) if !settings.find.uses_tags() => None,
-        Err(e) if web::is_forbidden(&e) => return tags_forbidden(&e, consequence),
-        Err(e) => {
-            return web::json(
-                web::storage_status(&e),
-                &json!({
-                    "error": web::storage_error_code(&e),
-                    "message": web::storage_failed(&e, consequence),
-                }),
-            )
-        }
-    };
+            // `ttl_find = list` does without tags (an account without tag rights): not known.
+            Err(_) if !settings.find.uses_tags() => None,
+            Err(e) if web::is_forbidden(&e) => return tags_forbidden(&e, consequence),
+            Err(e) => {
+                return web::json(
+                    web::storage_status(&e),
+                    &json!({
+                        "error": web::storage_error_code(&e),
+                        "message": web::storage_failed(&e, consequence),
+                    }),
+                )
+            }
+        };
     log_line(
         json!({"fn": "ttl-sweeper", "decision": "unmarked", "container": container.as_str(), "removed": removed}),
     );
@@ -165,4 +159,44 @@ pub(crate) async fn unmark<T: Transport>(ctx: &Context<'_, T>, request: &Request
             "removed": removed,
         }),
     )
+}
+
+/// After this unmark removed the expiry tag: whether a mark landed between its metadata's write
+/// and the tag's (its `TimeToLive` is there now). Then its tag is written again from the
+/// metadata (one read, and a write if so): Azure refuses the unmark's tag write by its
+/// `x-ms-if-tags` condition, but Azurite ignores that condition on Set Blob Tags, and the
+/// mark's tag would be gone.
+async fn remarked_meanwhile<S: Transport>(
+    blobs: &leasegate::BlobClient<S>,
+    container: &leasegate::ContainerName,
+    blob: &leasegate::BlobName,
+    now: std::time::SystemTime,
+) -> bool {
+    let head = GetProperties {
+        container: container.clone(),
+        blob: blob.clone(),
+    };
+    let Ok((Some(props), _)) = blobs.execute(&head, now).await else {
+        return false;
+    };
+    let Some(expires) = props
+        .metadata
+        .get(TIME_TO_LIVE)
+        .and_then(|t| leasegate_spin::timer::parse_time(t))
+    else {
+        return false;
+    };
+    let value = web::rfc3339(expires);
+    let _ = crate::index::set_expiry_tag(
+        blobs,
+        container,
+        blob,
+        None,
+        props.tag_count,
+        Some(&value),
+        None,
+        now,
+    )
+    .await;
+    true
 }
