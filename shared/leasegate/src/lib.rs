@@ -82,7 +82,7 @@ pub mod token;
 pub mod transport;
 pub mod types;
 
-pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken};
+pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken, TableEndpoint};
 pub use blob::BlobClient;
 pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};
 pub use message::{Headers, Method, Request, Response, StatusCode};
