@@ -329,7 +329,7 @@ impl Azurite {
         SHARED.get_or_init(Azurite::start_oauth)
     }
 
-    /// The blob port.
+    /// The port it listens on (the blob or the table service's).
     pub fn port(&self) -> u16 {
         self.port
     }
