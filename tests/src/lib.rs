@@ -40,9 +40,28 @@ pub mod spin;
 pub mod stub;
 pub mod tls;
 
-/// A running Azurite blob service.
+/// Which of Azurite's services one runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// `azurite-blob`.
+    Blob,
+    /// `azurite-table`.
+    Table,
+}
+
+impl Service {
+    fn name(self) -> &'static str {
+        match self {
+            Service::Blob => "blob",
+            Service::Table => "table",
+        }
+    }
+}
+
+/// A running Azurite blob service (or, [`Azurite::shared_table`], its table service).
 #[derive(Debug)]
 pub struct Azurite {
+    service: Service,
     /// The wrapper `run.js` (under `faketime` for a clock offset); `None` until started.
     child: Mutex<Option<Child>>,
     /// Held open: Azurite's wrapper stops Azurite when this pipe closes (our process ends, or
@@ -146,10 +165,41 @@ impl Azurite {
         restartable: bool,
         two_accounts: bool,
     ) -> Azurite {
+        Azurite::start_service(
+            Service::Blob,
+            oauth,
+            clock_offset_ms,
+            restartable,
+            two_accounts,
+        )
+    }
+
+    /// Starts a new Azurite table service (`azurite-table`, from the same pinned package) on a
+    /// free port, like [`Azurite::start`]: its own data folder, `--disableTelemetry`.
+    pub fn start_table() -> Azurite {
+        Azurite::start_service(Service::Table, false, 0, false, false)
+    }
+
+    /// One Azurite table service shared by every test of this test binary (each test uses its
+    /// own table). Its [`Azurite::account`] is the development account with this table
+    /// endpoint (from a connection string with `TableEndpoint`).
+    pub fn shared_table() -> &'static Azurite {
+        static SHARED: OnceLock<Azurite> = OnceLock::new();
+        SHARED.get_or_init(Azurite::start_table)
+    }
+
+    fn start_service(
+        service: Service,
+        oauth: bool,
+        clock_offset_ms: i64,
+        restartable: bool,
+        two_accounts: bool,
+    ) -> Azurite {
         let mut last_error = String::new();
         for _ in 0..5 {
             let port = free_port();
             let azurite = Azurite {
+                service,
                 child: Mutex::new(None),
                 stdin: Mutex::new(None),
                 port,
@@ -174,7 +224,8 @@ impl Azurite {
     /// on failure it is killed and the error says why.
     fn spawn(&self) -> Result<(), String> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("azurite");
-        let main = root.join("node_modules/azurite/dist/src/blob/main.js");
+        let service = self.service.name();
+        let main = root.join(format!("node_modules/azurite/dist/src/{service}/main.js"));
         assert!(
             main.exists(),
             "Azurite is not installed: run `npm ci --prefix tests/azurite` (scripts/dev.sh does)"
@@ -189,12 +240,11 @@ impl Azurite {
             None => Command::new("node"),
         };
         cmd.arg(root.join("run.js"))
-            .args([
-                "--blobHost",
-                "127.0.0.1",
-                "--blobPort",
-                &self.port.to_string(),
-            ])
+            .env("LEASEGATE_AZURITE_SERVICE", service)
+            .arg(format!("--{service}Host"))
+            .arg("127.0.0.1")
+            .arg(format!("--{service}Port"))
+            .arg(self.port.to_string())
             .arg("--location")
             .arg(dir)
             // --disableTelemetry: Azurite otherwise sends usage data to an outside service.
@@ -279,7 +329,7 @@ impl Azurite {
         SHARED.get_or_init(Azurite::start_oauth)
     }
 
-    /// The blob port.
+    /// The port it listens on (the blob or the table service's).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -316,11 +366,16 @@ impl Azurite {
         }
     }
 
-    /// A connection string for the development account on this Azurite.
+    /// A connection string for the development account on this Azurite: its `BlobEndpoint`,
+    /// or for a table service its `TableEndpoint`.
     pub fn connection_string(&self) -> String {
         let protocol = if self.oauth { "https" } else { "http" };
+        let key = match self.service {
+            Service::Blob => "BlobEndpoint",
+            Service::Table => "TableEndpoint",
+        };
         format!(
-            "DefaultEndpointsProtocol={protocol};AccountName={};AccountKey={};BlobEndpoint={};",
+            "DefaultEndpointsProtocol={protocol};AccountName={};AccountKey={};{key}={};",
             leasegate::account::DEV_ACCOUNT_NAME,
             leasegate::account::DEV_ACCOUNT_KEY,
             self.endpoint()
@@ -331,7 +386,12 @@ impl Azurite {
     /// endpoint: a client must trust [`tls::TestCa`]; a plain client goes through
     /// [`proxy::Proxy::start_to_tls`] with an account at the proxy's origin instead).
     pub fn account(&self) -> Account {
-        Account::development(&self.endpoint()).expect("valid endpoint")
+        match self.service {
+            Service::Blob => Account::development(&self.endpoint()).expect("valid endpoint"),
+            // Its blob endpoint is the one derived from the account name: not this Azurite.
+            Service::Table => Account::from_connection_string(&self.connection_string())
+                .expect("valid connection string"),
+        }
     }
 
     /// Stops Azurite now (fault tests) and waits for it: closes the pipe its wrapper

@@ -1,4 +1,4 @@
-//! Storage accounts: connection strings, blob endpoints and credentials.
+//! Storage accounts: connection strings, blob and table endpoints, and credentials.
 //!
 //! Keys, SAS tokens and bearer tokens are secrets: their `Debug` output is redacted, they have no `Display`,
 //! and no error message of this crate ever holds them.
@@ -104,46 +104,57 @@ pub struct BlobEndpoint {
     base_path: String,
 }
 
+/// Parses a service endpoint URL (`scheme://host[:port][/account]`) into its scheme
+/// (lowercased), authority and base path (no trailing slash). A query or fragment is refused.
+fn parse_endpoint(url: &str) -> Result<(String, String, String), Error> {
+    let url = url.trim();
+    let (scheme, rest) = crate::message::split_scheme(url)
+        .filter(|(s, _)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric()))
+        .ok_or_else(|| Error::Endpoint("no scheme (http:// or https://)".into()))?;
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "http" && scheme != "https" {
+        return Err(Error::Endpoint("scheme must be http or https".into()));
+    }
+    let (authority, path) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    if authority.is_empty() {
+        return Err(Error::Endpoint("no host".into()));
+    }
+    if authority.contains('@') {
+        return Err(Error::Endpoint(
+            "user info in the URL is not allowed".into(),
+        ));
+    }
+    if path.contains('?') {
+        return Err(Error::Endpoint(
+            "a query is not allowed in an endpoint (give a SAS separately)".into(),
+        ));
+    }
+    if path.contains('#') {
+        return Err(Error::Endpoint(
+            "a fragment is not allowed in an endpoint".into(),
+        ));
+    }
+    let host_ok = authority
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~:[]".contains(&b));
+    if !host_ok || !path.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::Endpoint("not a URL".into()));
+    }
+    Ok((
+        scheme,
+        authority.to_string(),
+        path.trim_end_matches('/').to_string(),
+    ))
+}
+
 impl BlobEndpoint {
     /// Parses an endpoint URL (`scheme://host[:port][/account]`). A query or fragment is refused.
     pub fn try_new(url: &str) -> Result<Self, Error> {
-        let url = url.trim();
-        let (scheme, rest) = crate::message::split_scheme(url)
-            .filter(|(s, _)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric()))
-            .ok_or_else(|| Error::Endpoint("no scheme (http:// or https://)".into()))?;
-        let scheme = scheme.to_ascii_lowercase();
-        if scheme != "http" && scheme != "https" {
-            return Err(Error::Endpoint("scheme must be http or https".into()));
-        }
-        let (authority, path) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
-        if authority.is_empty() {
-            return Err(Error::Endpoint("no host".into()));
-        }
-        if authority.contains('@') {
-            return Err(Error::Endpoint(
-                "user info in the URL is not allowed".into(),
-            ));
-        }
-        if path.contains('?') {
-            return Err(Error::Endpoint(
-                "a query is not allowed in an endpoint (give a SAS separately)".into(),
-            ));
-        }
-        if path.contains('#') {
-            return Err(Error::Endpoint(
-                "a fragment is not allowed in an endpoint".into(),
-            ));
-        }
-        let host_ok = authority
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~:[]".contains(&b));
-        if !host_ok || !path.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(Error::Endpoint("not a URL".into()));
-        }
+        let (scheme, authority, base_path) = parse_endpoint(url)?;
         Ok(BlobEndpoint {
             scheme,
-            authority: authority.to_string(),
-            base_path: path.trim_end_matches('/').to_string(),
+            authority,
+            base_path,
         })
     }
 
@@ -179,22 +190,83 @@ impl BlobEndpoint {
     }
 }
 
-/// A storage account: its name, blob endpoint and credential.
+/// The Table service endpoint: `https://{account}.table.core.windows.net` (host style) or
+/// `http://127.0.0.1:10002/devstoreaccount1` (path style, as Azurite's table emulator serves
+/// it). Parsed by the same rules as a [`BlobEndpoint`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableEndpoint {
+    scheme: String,
+    authority: String,
+    base_path: String,
+}
+
+impl TableEndpoint {
+    /// Parses an endpoint URL (`scheme://host[:port][/account]`). A query or fragment is refused.
+    pub fn try_new(url: &str) -> Result<Self, Error> {
+        let (scheme, authority, base_path) = parse_endpoint(url)?;
+        Ok(TableEndpoint {
+            scheme,
+            authority,
+            base_path,
+        })
+    }
+
+    /// The standard Azure endpoint `{protocol}://{account}.table.{suffix}`.
+    pub fn azure(protocol: &str, account: &str, suffix: &str) -> Result<Self, Error> {
+        Self::try_new(&format!("{protocol}://{account}.table.{suffix}"))
+    }
+
+    /// The origin (`scheme://host[:port]`), as Spin's `allowed_outbound_hosts` wants it.
+    pub fn origin(&self) -> String {
+        format!("{}://{}", self.scheme, self.authority)
+    }
+
+    /// The endpoint's URL in full, origin and base path, without a trailing slash.
+    pub fn base_url(&self) -> String {
+        self.url("")
+    }
+
+    /// True for path-style endpoints (the account is the first path segment).
+    pub fn is_path_style(&self) -> bool {
+        !self.base_path.is_empty()
+    }
+
+    /// The URL of a path below the endpoint; `encoded_path` starts with `/` and is already
+    /// percent-encoded.
+    pub(crate) fn url(&self, encoded_path: &str) -> String {
+        format!(
+            "{}://{}{}{}",
+            self.scheme, self.authority, self.base_path, encoded_path
+        )
+    }
+}
+
+/// A storage account: its name, blob endpoint, table endpoint (if known) and credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
     name: String,
     endpoint: BlobEndpoint,
+    table_endpoint: Option<TableEndpoint>,
     credential: Credential,
 }
 
 impl Account {
-    /// An account from its parts. SharedKey needs the real account name (it is signed).
+    /// An account from its parts, with no table endpoint ([`Account::with_table_endpoint`]
+    /// adds one). SharedKey needs the real account name (it is signed).
     pub fn new(name: &str, endpoint: BlobEndpoint, credential: Credential) -> Self {
         Account {
             name: name.to_string(),
             endpoint,
+            table_endpoint: None,
             credential,
         }
+    }
+
+    /// The account with this Table service endpoint (the same credential signs both services'
+    /// requests, each by its own rules).
+    pub fn with_table_endpoint(mut self, endpoint: TableEndpoint) -> Self {
+        self.table_endpoint = Some(endpoint);
+        self
     }
 
     /// Azurite's development account at `endpoint` (for example `http://127.0.0.1:10000/devstoreaccount1`).
@@ -210,14 +282,21 @@ impl Account {
     ///
     /// Understands `UseDevelopmentStorage=true` (with optional `DevelopmentStorageProxyUri`),
     /// `DefaultEndpointsProtocol`, `AccountName`, `AccountKey`, `EndpointSuffix`,
-    /// `BlobEndpoint` and `SharedAccessSignature`; the other services' endpoints are ignored.
-    /// Keys are case-insensitive; values may contain `=`. Error messages name keys, never values.
+    /// `BlobEndpoint`, `TableEndpoint` and `SharedAccessSignature`; the queue, file and DFS
+    /// endpoints are ignored. Keys are case-insensitive; values may contain `=`. Error messages
+    /// name keys, never values.
+    ///
+    /// The table endpoint is `TableEndpoint` when given; else, for development storage,
+    /// Azurite's `http://127.0.0.1:10002/devstoreaccount1`; else, with an `AccountName`, the
+    /// standard `{protocol}://{account}.table.{suffix}`; else (a SAS and a blob endpoint only)
+    /// there is none.
     pub fn from_connection_string(s: &str) -> Result<Self, Error> {
         let mut protocol = None;
         let mut name = None;
         let mut key = None;
         let mut suffix = None;
         let mut blob_endpoint = None;
+        let mut table_endpoint = None;
         let mut sas = None;
         let mut dev = false;
         let mut dev_proxy = None;
@@ -247,14 +326,15 @@ impl Account {
                     }
                 }
                 "developmentstorageproxyuri" => dev_proxy = Some(v.to_string()),
-                "queueendpoint" | "tableendpoint" | "fileendpoint" | "dfsendpoint" => {}
+                "tableendpoint" => table_endpoint = Some(v.to_string()),
+                "queueendpoint" | "fileendpoint" | "dfsendpoint" => {}
                 // The name is not echoed: a value that lost its `Key=` (an account key, a SAS)
                 // would be the name.
                 _ => {
                     return Err(Error::ConnectionString(format!(
                         "setting #{} is not one of AccountName, AccountKey, \
                          DefaultEndpointsProtocol, EndpointSuffix, BlobEndpoint, \
-                         SharedAccessSignature, UseDevelopmentStorage",
+                         TableEndpoint, SharedAccessSignature, UseDevelopmentStorage",
                         index + 1
                     )))
                 }
@@ -265,11 +345,14 @@ impl Account {
             let base = base.trim_end_matches('/');
             let endpoint =
                 blob_endpoint.unwrap_or_else(|| format!("{base}:10000/{DEV_ACCOUNT_NAME}"));
+            let table =
+                table_endpoint.unwrap_or_else(|| format!("{base}:10002/{DEV_ACCOUNT_NAME}"));
             return Ok(Account::new(
                 DEV_ACCOUNT_NAME,
                 BlobEndpoint::try_new(&endpoint)?,
                 Credential::SharedKey(AccountKey::try_new(DEV_ACCOUNT_KEY)?),
-            ));
+            )
+            .with_table_endpoint(TableEndpoint::try_new(&table)?));
         }
         let credential = match (key, sas) {
             (Some(_), Some(_)) => {
@@ -324,7 +407,20 @@ impl Account {
                 "AccountName must be 3 to 24 lowercase letters and digits".into(),
             ));
         }
-        Ok(Account::new(&name, endpoint, credential))
+        let table = match (&table_endpoint, name.is_empty()) {
+            (Some(url), _) => Some(TableEndpoint::try_new(url)?),
+            (None, false) => Some(TableEndpoint::azure(
+                protocol.as_deref().unwrap_or("https"),
+                &name,
+                suffix.as_deref().unwrap_or("core.windows.net"),
+            )?),
+            (None, true) => None,
+        };
+        let account = Account::new(&name, endpoint, credential);
+        Ok(match table {
+            Some(table) => account.with_table_endpoint(table),
+            None => account,
+        })
     }
 
     /// The account name (empty when only a SAS and an endpoint were given).
@@ -335,6 +431,11 @@ impl Account {
     /// The blob endpoint.
     pub fn endpoint(&self) -> &BlobEndpoint {
         &self.endpoint
+    }
+
+    /// The Table service endpoint, if the account has one.
+    pub fn table_endpoint(&self) -> Option<&TableEndpoint> {
+        self.table_endpoint.as_ref()
     }
 
     /// The credential.
@@ -356,6 +457,60 @@ mod tests {
         assert_eq!(
             a.endpoint().url("/c/b"),
             "http://127.0.0.1:10000/devstoreaccount1/c/b"
+        );
+        let table = a.table_endpoint().expect("development storage has tables");
+        assert_eq!(table.base_url(), "http://127.0.0.1:10002/devstoreaccount1");
+        assert!(table.is_path_style());
+        let proxied = Account::from_connection_string(
+            "UseDevelopmentStorage=true;DevelopmentStorageProxyUri=http://10.0.0.5",
+        )
+        .unwrap();
+        assert_eq!(
+            proxied.table_endpoint().unwrap().base_url(),
+            "http://10.0.0.5:10002/devstoreaccount1"
+        );
+    }
+
+    #[test]
+    fn table_endpoints_from_connection_strings() {
+        let cs = format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_ACCOUNT_KEY};\
+             BlobEndpoint=http://127.0.0.1:41234/devstoreaccount1;TableEndpoint=http://127.0.0.1:41236/devstoreaccount1/"
+        );
+        let a = Account::from_connection_string(&cs).unwrap();
+        let t = a.table_endpoint().unwrap();
+        assert_eq!(t.origin(), "http://127.0.0.1:41236");
+        assert_eq!(
+            t.url("/Tables"),
+            "http://127.0.0.1:41236/devstoreaccount1/Tables"
+        );
+        // Derived from the account name and suffix when not given.
+        let a = Account::from_connection_string(
+            "AccountName=myacct;AccountKey=a2V5;EndpointSuffix=core.chinacloudapi.cn",
+        )
+        .unwrap();
+        assert_eq!(
+            a.table_endpoint().unwrap().base_url(),
+            "https://myacct.table.core.chinacloudapi.cn"
+        );
+        assert!(!a.table_endpoint().unwrap().is_path_style());
+        // A SAS and a blob endpoint only: no table endpoint to guess.
+        let a = Account::from_connection_string(
+            "BlobEndpoint=https://myacct.blob.core.windows.net;SharedAccessSignature=sv=1&sig=x",
+        )
+        .unwrap();
+        assert_eq!(a.table_endpoint(), None);
+        let err = Account::from_connection_string(
+            "AccountName=myacct;AccountKey=a2V5;TableEndpoint=ftp://x",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("http or https"), "{err}");
+        // Not derived by Account::new: only what the caller gives.
+        assert_eq!(
+            Account::development("http://127.0.0.1:10000/devstoreaccount1")
+                .unwrap()
+                .table_endpoint(),
+            None
         );
     }
 

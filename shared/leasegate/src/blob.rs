@@ -37,8 +37,8 @@ use std::time::SystemTime;
 use crate::message::{Request, Response};
 use crate::names::ContainerName;
 use crate::ops::{server_date, token_refused, Operation};
-use crate::signing::{authorize, authorize_with};
-use crate::{Account, Credential, Error, TokenSource, Transport};
+use crate::signing::authorize_with;
+use crate::{AccessToken, Account, Credential, Error, TokenSource, Transport};
 
 /// Blobs of one container, reached through a [`Transport`] with an [`Account`]'s credential.
 #[derive(Debug, Clone)]
@@ -94,28 +94,44 @@ impl<T: Transport> BlobClient<T> {
         request: Result<Request, Error>,
         now: SystemTime,
     ) -> Pin<Box<dyn Future<Output = Result<Response, Error>> + '_>> {
-        Box::pin(async move {
-            let mut request = request?;
-            let date = self.transport.now().unwrap_or(now);
-            let Credential::Bearer(source) = self.account.credential() else {
-                authorize(&mut request, &self.account, date)?;
-                return Ok(self.transport.send(request).await?);
-            };
-            // A token storage refuses (expired, revoked) did nothing: the request goes once
-            // more with a new one (a fixed token has none). A refusal of the new one is the
-            // caller's answer.
-            let fixed = matches!(source, TokenSource::Fixed(_));
-            let mut refresh = false;
-            loop {
-                let token = self.transport.access_token(source, refresh).await?;
-                let mut attempt = request.clone();
-                authorize_with(&mut attempt, &self.account, date, Some(&token))?;
-                let response = self.transport.send(attempt).await?;
-                if refresh || fixed || !token_refused(&response) {
-                    return Ok(response);
-                }
-                refresh = true;
-            }
-        })
+        Box::pin(send_authorized(
+            &self.transport,
+            &self.account,
+            request,
+            now,
+            authorize_with,
+        ))
+    }
+}
+
+/// Signs `request` with `authorize` (the Blob or the Table service's rules) and sends it: dated
+/// by the transport's clock when it has one ([`Transport::now`]), else with `now`. With a
+/// bearer credential, a token storage refuses (expired, revoked) did nothing: the request goes
+/// once more with a new one (a fixed token has none); a refusal of the new one is the
+/// caller's answer.
+pub(crate) async fn send_authorized<T: Transport>(
+    transport: &T,
+    account: &Account,
+    request: Result<Request, Error>,
+    now: SystemTime,
+    authorize: fn(&mut Request, &Account, SystemTime, Option<&AccessToken>) -> Result<(), Error>,
+) -> Result<Response, Error> {
+    let mut request = request?;
+    let date = transport.now().unwrap_or(now);
+    let Credential::Bearer(source) = account.credential() else {
+        authorize(&mut request, account, date, None)?;
+        return Ok(transport.send(request).await?);
+    };
+    let fixed = matches!(source, TokenSource::Fixed(_));
+    let mut refresh = false;
+    loop {
+        let token = transport.access_token(source, refresh).await?;
+        let mut attempt = request.clone();
+        authorize(&mut attempt, account, date, Some(&token))?;
+        let response = transport.send(attempt).await?;
+        if refresh || fixed || !token_refused(&response) {
+            return Ok(response);
+        }
+        refresh = true;
     }
 }

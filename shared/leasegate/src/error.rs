@@ -24,9 +24,16 @@ pub enum ErrorClass {
     BlobMissing,
     /// `ContainerNotFound`.
     ContainerMissing,
-    /// `BlobAlreadyExists`, `ContainerAlreadyExists`.
+    /// `TableNotFound`, `TableBeingDeleted` (Table service).
+    TableMissing,
+    /// The Table service's `ResourceNotFound` for an entity: a point read, update, merge or
+    /// delete of an entity that is not there (classified so by [`crate::table`] only).
+    EntityMissing,
+    /// `BlobAlreadyExists`, `ContainerAlreadyExists`; the Table service's
+    /// `EntityAlreadyExists`, `TableAlreadyExists`.
     AlreadyExists,
-    /// A conditional header (`If-Match`, `If-None-Match`, ...) did not hold: `ConditionNotMet`.
+    /// A conditional header (`If-Match`, `If-None-Match`, ...) did not hold: `ConditionNotMet`
+    /// (the Table service: `UpdateConditionNotSatisfied`).
     PreconditionFailed,
     /// 403 (or 401): the signature, key, SAS or token was refused, or the identity lacks a role.
     Auth,
@@ -58,10 +65,15 @@ impl ErrorClass {
             | "LeaseNotPresentWithContainerOperation" => ErrorClass::LeaseLost,
             "BlobNotFound" => ErrorClass::BlobMissing,
             "ContainerNotFound" | "ContainerBeingDeleted" => ErrorClass::ContainerMissing,
-            "BlobAlreadyExists" | "ContainerAlreadyExists" => ErrorClass::AlreadyExists,
-            "ConditionNotMet" | "TargetConditionNotMet" | "SourceConditionNotMet" => {
-                ErrorClass::PreconditionFailed
-            }
+            "TableNotFound" | "TableBeingDeleted" => ErrorClass::TableMissing,
+            "BlobAlreadyExists"
+            | "ContainerAlreadyExists"
+            | "EntityAlreadyExists"
+            | "TableAlreadyExists" => ErrorClass::AlreadyExists,
+            "ConditionNotMet"
+            | "TargetConditionNotMet"
+            | "SourceConditionNotMet"
+            | "UpdateConditionNotSatisfied" => ErrorClass::PreconditionFailed,
             "AuthenticationFailed"
             | "InvalidAuthenticationInfo"
             | "KeyBasedAuthenticationNotPermitted"
@@ -139,6 +151,11 @@ pub(crate) fn status_name(status: StatusCode) -> String {
         Some(reason) => format!("{} {reason}", status.as_u16()),
         None => status.as_u16().to_string(),
     }
+}
+
+/// ` at operation {index}`, for a batch's error message.
+fn at_operation(index: Option<usize>) -> String {
+    index.map_or(String::new(), |i| format!(" at operation {i}"))
 }
 
 /// What went wrong below the HTTP layer: the request may or may not have reached storage.
@@ -219,6 +236,16 @@ pub enum Error {
     /// Storage answered with an error.
     #[error("{0}")]
     Storage(StorageError),
+    /// An entity group transaction (a table batch) failed as a whole with an error that is
+    /// not a refused condition: `index` is the operation storage named (from 0), when it did.
+    /// Nothing of the batch was written.
+    #[error("table batch failed{}: {error}", at_operation(*.index))]
+    Batch {
+        /// The operation storage named.
+        index: Option<usize>,
+        /// Its error.
+        error: StorageError,
+    },
     /// A lock blob holds something this crate will not act on (a malformed or out-of-range
     /// claim in its metadata); the message names the field. An operator can break and release
     /// the lock, or delete the blob (tokens stay increasing: see the fencing rule).
@@ -255,7 +282,7 @@ impl Error {
     /// The classification of a storage error, if this is one.
     pub fn class(&self) -> Option<ErrorClass> {
         match self {
-            Error::Storage(e) => Some(e.class),
+            Error::Storage(e) | Error::Batch { error: e, .. } => Some(e.class),
             _ => None,
         }
     }
@@ -264,7 +291,7 @@ impl Error {
     /// unreadable answers): callers that must not act twice fail closed.
     pub fn outcome_unknown(&self) -> bool {
         match self {
-            Error::Storage(e) => e.class.outcome_unknown(),
+            Error::Storage(e) | Error::Batch { error: e, .. } => e.class.outcome_unknown(),
             Error::Transport(_) | Error::UnexpectedResponse { .. } => true,
             _ => false,
         }

@@ -6,13 +6,16 @@
 //! `Date` header, never by the caller's clock.
 //!
 //! Layers, bottom up:
-//! * [`account`]: connection strings, endpoints (host style and Azurite's path style),
+//! * [`account`]: connection strings, blob and table endpoints (host style and Azurite's path style),
 //!   credentials (SharedKey, SAS, Entra ID bearer tokens); secrets never print.
 //! * [`token`]: Entra ID token sources (managed identity, client secret): the token request
 //!   and its answer.
 //! * [`signing`]: SharedKey string-to-sign and signature, service SAS generation.
 //! * [`ops`]: one request builder and one response parser per Blob operation, with outcomes
 //!   classified by `x-ms-error-code` ([`ErrorClass`]).
+//! * [`table`]: Azure Table storage the same way: the Table service's SharedKey, entity
+//!   writes, point reads, queries and entity group transactions (`$batch`) answered per
+//!   operation.
 //! * [`lease`]: the algorithms a stateless caller needs: acquire (re-acquire extends), release
 //!   (safe to retry), break, inspect, fencing tokens that never go back, and windows of any
 //!   length through a lease record; one holder per lock whatever window each caller asks for.
@@ -78,11 +81,12 @@ pub mod message;
 pub mod names;
 pub mod ops;
 pub mod signing;
+pub mod table;
 pub mod token;
 pub mod transport;
 pub mod types;
 
-pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken};
+pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken, TableEndpoint};
 pub use blob::BlobClient;
 pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};
 pub use message::{Headers, Method, Request, Response, StatusCode};
