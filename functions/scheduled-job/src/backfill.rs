@@ -10,7 +10,9 @@ use leasegate_spin::Context;
 use crate::at;
 use crate::error::JobError;
 use crate::log::{read_log, LogEntry};
-use crate::reservation::{attempt_of, head, outcome_of, Reservation, RunStatus};
+use crate::reservation::{
+    attempt_of, head, outcome_of, takeover, Reservation, RunStatus, Takeover,
+};
 use crate::run::{run_reserved, Decision};
 use crate::settings::Settings;
 use crate::walk::{budget_spent, catch_up_one};
@@ -110,19 +112,25 @@ pub async fn backfill<T: Transport>(
         let entry = match props {
             None => catch_up_one(ctx, &blobs, &job, settings, &tick, o).await,
             Some(props) => {
-                // (An attempt above the first means an earlier one ran.)
+                // (An attempt above the first means an earlier one ran.) A reservation left
+                // without an outcome past its reserver's deadline (a tick whose log write
+                // failed put it back so) never ran either.
+                let server_now = date.unwrap_or(ctx.now);
+                let abandoned = outcome_of(&props.metadata).is_none()
+                    && takeover(&props, server_now, settings, false)
+                        == Takeover::Run { attempt: 1 };
                 let never_ran = attempt_of(&props.metadata) == 1
-                    && matches!(
-                        outcome_of(&props.metadata),
-                        Some(
-                            RunStatus::Missed
-                                | RunStatus::SkippedPaused
-                                | RunStatus::SkippedOverlap
-                                | RunStatus::BeforeHistory
-                        )
-                    );
+                    && (abandoned
+                        || matches!(
+                            outcome_of(&props.metadata),
+                            Some(
+                                RunStatus::Missed
+                                    | RunStatus::SkippedPaused
+                                    | RunStatus::SkippedOverlap
+                                    | RunStatus::BeforeHistory
+                            )
+                        ));
                 if never_ran {
-                    let server_now = date.unwrap_or(ctx.now);
                     let t = props.last_modified.unwrap_or(server_now);
                     let reservation = Reservation {
                         blob,

@@ -279,6 +279,31 @@ pub(crate) async fn api<T: Transport>(
             past_due: true,
         };
         return match rerun(ctx, &settings, occurrence).await {
+            // Another tick acted on it meanwhile (a race lost, a run holding the job's lease):
+            // nothing ran; said as a refusal, with why.
+            Ok(TickOutcome {
+                decision: Ok(Decision::Skipped { reason, .. }),
+                ..
+            }) => web::error(
+                StatusCode::CONFLICT,
+                "occurrence_changed",
+                format!("the occurrence was not run again: {reason}"),
+            ),
+            Ok(TickOutcome {
+                decision:
+                    Ok(Decision::InProgress { retry_after } | Decision::NotDue { retry_after }),
+                ..
+            }) => {
+                let mut r = web::error(
+                    StatusCode::CONFLICT,
+                    "occurrence_running",
+                    "a run holds the job's lease: the occurrence was not run again; ask again \
+                     once it ends",
+                );
+                r.headers_mut()
+                    .insert("retry-after", retry_after.as_secs().max(1).to_string());
+                r
+            }
             Ok(outcome) => answer(&settings, &tick, &outcome, started),
             Err(r) => web::error(r.status, r.code, r.message),
         };
@@ -738,6 +763,31 @@ mod tests {
         assert!(message(Source::Manual).contains("the time the tick named (at) is ahead"));
         assert!(!message(Source::Manual).contains("this instance's clock"));
         assert!(message(Source::Cron).contains("is this instance's clock ahead?"));
+    }
+
+    /// Review of issue 47: times before 1970 in a rerun's or a tick's body are a clear 400,
+    /// not a trap (formatting them panicked).
+    #[test]
+    fn times_before_1970_are_refused_not_a_trap() {
+        let s = crate::settings::tests::settings(60, 0, 300);
+        let body = |b: &str| {
+            Request::new(leasegate::Method::POST, "/api/jobs/j/rerun")
+                .with_body(b.as_bytes().to_vec())
+        };
+        for b in [
+            r#"{"occurrence":"1970-01-01T00:00:30+01:00"}"#,
+            r#"{"occurrence":"1969-12-31T23:59:00Z"}"#,
+        ] {
+            let e = rerun_occurrence(&body(b), &s, at(1_800_000_000)).unwrap_err();
+            assert!(e.contains("RFC 3339"), "{b}: {e}");
+        }
+        assert!(tick_body(r#"{"at": "1969-12-31T23:59:00Z"}"#).is_err());
+        assert_eq!(
+            leasegate_spin::web::rfc3339(
+                SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(9)
+            ),
+            "1970-01-01T00:00:00Z"
+        );
     }
 
     #[test]

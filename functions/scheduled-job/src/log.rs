@@ -228,9 +228,6 @@ pub(crate) struct LogWrite {
     /// [`Settings::clean_up_stride`]: the reservations below it are deleted now (set by
     /// [`update`], the end of a run).
     pub clean_up: bool,
-    /// Whether this write began the job's history ([`Log::history_from`]: set by [`append`],
-    /// the first tick's).
-    pub began_history: bool,
     etag: Option<leasegate::ETag>,
     answered: Instant,
 }
@@ -242,7 +239,6 @@ impl LogWrite {
             date,
             log,
             clean_up: false,
-            began_history: false,
             etag,
             answered: Instant::now(),
         }
@@ -317,7 +313,6 @@ pub(crate) async fn change_log_from<T: Transport, R>(
                     date: w.server_date.or(date).unwrap_or(now),
                     log,
                     clean_up: false,
-                    began_history: false,
                     etag: w.etag,
                     answered: Instant::now(),
                 }))
@@ -455,10 +450,8 @@ pub(crate) async fn append<T: Transport>(
         reserved_on_time,
     } = from;
     let occurrence = entry.occurrence_unix;
-    let began = std::cell::Cell::new(false);
     let before = std::cell::Cell::new(None);
     let written = change_log_from(blobs, settings, now, known, |log, read_at| {
-        began.set(false);
         before.set(None);
         if occurrence < log.cleaned_before {
             return Err(LogRefusal::TooOld);
@@ -472,13 +465,17 @@ pub(crate) async fn append<T: Transport>(
         if !log.history_begun() {
             let from = history_start(settings, occurrence, reserved_on_time, read_at);
             log.history_from = from;
-            began.set(true);
+            // Winners look from one occurrence further back than this one: a tick that
+            // reserved it on time and vanished before any log existed left it there, and it is
+            // then in the history (walk.rs settles it); one nobody reserved is passed over.
+            log.settled_through = settings
+                .previous_occurrence(settings.previous_occurrence(occurrence))
+                .max(1);
             if occurrence < from && !operator {
                 // Due before the job's history: the log begins it, and records nothing of this
                 // occurrence (everything up to it is before the history, so no winner counts it
                 // missed).
                 log.job = settings.job.clone();
-                log.settled_through = occurrence.max(1);
                 before.set(Some(from));
                 return Ok(());
             }
@@ -521,7 +518,10 @@ pub(crate) async fn append<T: Transport>(
         }
         // A later attempt of an occurrence the watermark passed (its failure was final then):
         // the watermark goes back before it, so winners look at it again until it settles.
-        if entry.status == RunStatus::Running && occurrence <= log.settled_through {
+        if entry.status == RunStatus::Running
+            && entry.attempt.unwrap_or(1) > 1
+            && occurrence <= log.settled_through
+        {
             log.settled_through = settings.previous_occurrence(occurrence).max(1);
         }
         let mut entry = entry.clone();
@@ -543,10 +543,7 @@ pub(crate) async fn append<T: Transport>(
     .await?;
     Ok(match (written, before.get()) {
         (Ok(_), Some(from)) => Err(LogRefusal::BeforeHistory(from)),
-        (Ok(written), None) => Ok(LogWrite {
-            began_history: began.get(),
-            ..written
-        }),
+        (Ok(written), None) => Ok(written),
         (Err(refusal), _) => Err(refusal),
     })
 }
@@ -812,7 +809,6 @@ mod tests {
             date,
             log: log.clone(),
             clean_up: false,
-            began_history: false,
             etag: Some(leasegate::ETag::new("\"0x8D\"")),
             answered,
         };

@@ -10,7 +10,8 @@ use leasegate_spin::Context;
 use crate::error::JobError;
 use crate::log::read_log;
 use crate::reservation::{
-    attempt_of, head, outcome_of, reserve, Reservation, Reserved, RunStatus, MAX_ATTEMPTS,
+    attempt_of, head, outcome_of, reserve, takeover, Reservation, Reserved, RunStatus, Takeover,
+    MAX_ATTEMPTS,
 };
 use crate::run::{run_reserved, Decision, TickOutcome};
 use crate::settings::Settings;
@@ -77,9 +78,13 @@ pub(crate) async fn rerun<T: Transport>(
     }
     let (reservation, attempt, reserved_at) = match props {
         Some(props) => {
+            // Left without an outcome past its reserver's deadline: it never ran.
+            let abandoned = outcome_of(&props.metadata).is_none()
+                && takeover(&props, server_now, settings, false) == Takeover::Run { attempt: 1 };
             let attempt = match outcome_of(&props.metadata) {
                 Some(RunStatus::Failed) => attempt_of(&props.metadata).saturating_add(1),
                 Some(RunStatus::Missed) => 1,
+                None if abandoned => 1,
                 Some(RunStatus::Succeeded) => {
                     return refused(
                         "occurrence_succeeded",

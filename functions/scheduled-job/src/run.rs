@@ -879,7 +879,6 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     entry.reason = reason;
     let left = release().await;
     let started_lock = started_log.log.lock.clone();
-    let began_history = started_log.began_history;
     let keep = left.as_ref().map(|state| KeepLock {
         state,
         over: Some(started_lock),
@@ -895,8 +894,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     )
     .await;
     let log = match finished {
-        Ok(mut written) => {
-            written.began_history = began_history;
+        Ok(written) => {
             // The end as the log records it, to the answer (the same instant).
             entry.finished_at = written
                 .log
@@ -1004,9 +1002,10 @@ async fn buffer<T, S: Transport>(
     .await
     {
         Ok(Ok(_)) => Ok((Decision::Buffered { entry }, None)),
-        // The log must know what is buffered (one at most): undone, a later tick decides.
+        // The log must know what is buffered (one at most): undone, a later tick decides. The
+        // reservation is put back, not deleted (the log may hold the entry).
         Err(e) => {
-            uncommit(blobs, reservation, &written, ctx.now).await;
+            restore(blobs, reservation, &written, ctx.now).await;
             Err(e)
         }
         Ok(Err(LogRefusal::Buffered(other))) => {
@@ -1077,6 +1076,10 @@ async fn record_not_run<S: Transport>(
     )
     .await
     {
+        // At or below the watermark with no entry: a winner counted the occurrence settled,
+        // perhaps by this very outcome on its reservation. The outcome stays (it is the record;
+        // undoing it would lose the occurrence).
+        Ok(Err(LogRefusal::Settled)) => Ok(Ok(())),
         Ok(Err(refusal)) => {
             undo(blobs, (reservation, &written), &refusal, now).await;
             Ok(Err(NotRecorded::Refused(refusal)))

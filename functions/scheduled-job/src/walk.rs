@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime};
 use crate::error::JobError;
 use crate::log::{advance_settled, change_log, change_log_from, open, LogEntry, LogWrite};
 use crate::reservation::{
-    attempt_of, attempt_token, commit, head, outcome_of, reserve, takeover, Commit, Over,
-    Reservation, Reserved, RunStatus, Takeover, META_RESERVED_BY,
+    attempt_of, attempt_token, commit, head, outcome_of, reserve, reserved_on_time, takeover,
+    Commit, Over, Reservation, Reserved, RunStatus, Takeover, META_RESERVED_BY,
 };
 use crate::run::{finished_in_log, run_reserved, Decision};
 use crate::settings::{CatchUp, Settings};
@@ -174,28 +174,22 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
             report.more = true;
             break;
         }
-        let settled = log
-            .entries
-            .iter()
-            .any(|e| e.occurrence_unix == next && !open(e, settings));
-        if next >= log.cleaned_before && !settled {
+        let entry = log.entries.iter().find(|e| e.occurrence_unix == next);
+        let settled = entry.is_some_and(|e| !open(e, settings));
+        // (One the log dropped, with no entry now, was logged once: settled.)
+        let trimmed = entry.is_none() && next <= log.trimmed_through;
+        if next >= log.cleaned_before && !settled && !trimmed {
             candidates.push(next);
         }
         next = settings.next_occurrence(next);
     }
-    // This tick's run began the job's history: a tick of the occurrence before may have
-    // reserved it and vanished before any log existed. Its reservation is read; if it is there,
-    // the history begins with it and the walk settles it (or leaves it to a later winner).
-    let earlier = match written.began_history {
-        true => reserved_before(ctx, blobs, settings, occurrence).await,
-        false => None,
-    };
-    candidates.splice(0..0, earlier);
     if candidates.is_empty() {
         return report;
     }
     let mut missed = Vec::new();
     let mut through = 0;
+    // Occurrences before the job's history that a tick reserved on time: in it after all.
+    let mut extended = Vec::new();
     for o in candidates {
         let Ok(blob) = settings.reservation(o) else {
             break;
@@ -204,6 +198,19 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
             break;
         };
         let server_now = date.unwrap_or(ctx.now);
+        // Before the job's history (the one before its first logged occurrence, which the walk
+        // looks at once): nothing to settle, unless a tick reserved it on time (the first
+        // tick, which vanished before any log existed): then it is in the history. A late
+        // tick's reservation there is the clean-up's.
+        if o < log.history_from {
+            match &props {
+                Some(p) if reserved_on_time(&p.metadata) => extended.push(o),
+                _ => {
+                    through = o;
+                    continue;
+                }
+            }
+        }
         let Some(props) = props else {
             // Nobody reserved it. Not due yet by the storage server's clock (give or take the
             // tick tolerance: a tick this winner ran ahead, an admin's): nothing to say yet.
@@ -374,7 +381,7 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
         }
         through = o;
     }
-    if through == 0 && earlier.is_none() {
+    if through == 0 && extended.is_empty() {
         return report;
     }
     let known = (!wrote).then(|| written.clone());
@@ -384,8 +391,8 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
                 log.counters.count(&m.entry.status);
             }
         }
-        if let Some(prev) = earlier {
-            extend_history(log, settings, prev, through);
+        for o in &extended {
+            extend_history(log, settings, *o);
         }
         advance_settled(log, settings, occurrence, through, read_at);
         Ok::<(), ()>(())
@@ -400,29 +407,10 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
     report
 }
 
-/// The occurrence before `occurrence`, when it has a reservation: the tick that made it came
-/// before the one that began the job's history (it vanished before its run's log write).
-async fn reserved_before<T, S: Transport>(
-    ctx: &Context<'_, T>,
-    blobs: &BlobClient<&S>,
-    settings: &Settings,
-    occurrence: u64,
-) -> Option<u64> {
-    let prev = settings.previous_occurrence(occurrence);
-    let blob = settings.reservation(prev).ok().filter(|_| prev != 0)?;
-    let (props, _) = head(blobs, &blob, ctx.now).await.ok()?;
-    props.map(|_| prev)
-}
-
-/// Begins the job's history at `prev` (a reservation found before it): the watermark stays
-/// before `prev` unless the walk settled it (`through`).
-fn extend_history(log: &mut crate::log::Log, settings: &Settings, prev: u64, through: u64) {
-    let tolerance = settings.tick_tolerance(at(prev)).as_secs();
-    log.history_from = log.history_from.min(prev.saturating_sub(tolerance).max(1));
-    if through < prev {
-        let before = settings.previous_occurrence(prev).max(1);
-        log.settled_through = log.settled_through.min(before);
-    }
+/// Begins the job's history at `o` (before it, a reservation a tick made on time was found).
+fn extend_history(log: &mut crate::log::Log, settings: &Settings, o: u64) {
+    let tolerance = settings.tick_tolerance(at(o)).as_secs();
+    log.history_from = log.history_from.min(o.saturating_sub(tolerance).max(1));
 }
 
 /// Settles a reservation without a run (the takeover rule's [`Takeover::Settle`]): `missed` on
@@ -619,9 +607,7 @@ pub(crate) async fn catch_up_one<T, S: Transport, J: Transport>(
     .await
     .ok()?;
     match decision {
-        Decision::Ran { entry }
-        | Decision::JobFailed { entry }
-        | Decision::Overlapped { entry } => Some(entry),
+        Decision::Ran { entry } | Decision::JobFailed { entry } => Some(entry),
         _ => None,
     }
 }

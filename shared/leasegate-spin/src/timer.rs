@@ -288,7 +288,9 @@ pub fn server_time_since(date: SystemTime, answered: Instant) -> SystemTime {
 /// Reads a time as Azure Functions writes them, leniently: RFC 3339 with any fraction and `Z`,
 /// `+00:00`, another offset or none (UTC), `T` or a space between date and time.
 pub fn parse_time(s: &str) -> Option<SystemTime> {
-    parse_any_time(s.trim()).filter(|t| *t <= latest_time())
+    // Times before 1970 are refused too: nothing leasegate keeps is that old, and they cannot
+    // be written back in the forms the answers use.
+    parse_any_time(s.trim()).filter(|t| *t <= latest_time() && *t >= SystemTime::UNIX_EPOCH)
 }
 
 /// The latest trigger time accepted: 9000-01-01 (occurrences, expiries and the log's times

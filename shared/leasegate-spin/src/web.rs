@@ -125,7 +125,9 @@ pub fn too_large(limit: usize) -> Response {
 /// 3339 cannot write) are written as its last second rather than failing.
 pub fn rfc3339(t: std::time::SystemTime) -> String {
     let last = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(253_402_300_799);
-    humantime::format_rfc3339_seconds(t.min(last)).to_string()
+    // (humantime panics below 1970: a time before it is written as 1970's first second.)
+    let t = t.clamp(std::time::SystemTime::UNIX_EPOCH, last);
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// Lowercase hexadecimal of `bytes` (digests in keys and ids).

@@ -141,6 +141,21 @@ impl JobProtocol {
         }
     }
 
+    /// A brand-new job whose first tick is slow: the next occurrence's tick comes while it is at
+    /// work (its outcome not written yet, the log not yet there), then a third occurrence's
+    /// tick settles what they left; no crash (the interleavings alone).
+    pub fn fresh_slow_first(retries: u32) -> Self {
+        JobProtocol {
+            tickers: vec![
+                ticker("node-a", 0, 0, 0, false),
+                ticker("node-c", 0, 1, PERIOD, false),
+                ticker("node-d", 0, 2, 2 * PERIOD + 2, true),
+            ],
+            crashes: 0,
+            ..JobProtocol::fresh(retries)
+        }
+    }
+
     /// Without the last tick (nothing settles what the others leave: the liveness property must
     /// then fail, which shows it can).
     pub fn without_last(mut self) -> Self {
@@ -242,6 +257,11 @@ async fn run_tick(i: usize, protocol: JobProtocol, io: Io<Note>) {
     io.note(Note::Decided(format!("{:?}", outcome.decision)));
 }
 
+/// A write of the job's log.
+fn is_log_write(request: &WireRequest) -> bool {
+    request.method == "PUT" && request.path().ends_with("/jobs/job/log.json")
+}
+
 /// The outcome `running` written on a reservation.
 fn is_running_write(request: &WireRequest) -> bool {
     request.method == "PUT"
@@ -332,32 +352,41 @@ impl Protocol for JobProtocol {
         WireResponse::new(200)
     }
 
-    /// A run's start written to the log: each `running` entry's token is issued when the
-    /// write that first holds it lands.
+    /// The log as it was before a write of it.
+    fn before(&self, request: &WireRequest, storage: &Storage) -> Option<Vec<u8>> {
+        is_log_write(request).then(|| {
+            storage
+                .blob("leasegate", "jobs/job/log.json")
+                .map(|b| b.body.clone())
+                .unwrap_or_default()
+        })
+    }
+
+    /// A run's start written to the log: each `running` entry the write adds (not in the log
+    /// before it, as that entry) is a token issued then, even if the same token was issued
+    /// before (which the token property then catches).
     fn observe(
         &self,
         i: usize,
         request: &WireRequest,
         response: &WireResponse,
+        before: Option<Vec<u8>>,
         log: &mut Vec<(usize, Note)>,
     ) {
-        if request.method != "PUT" || !request.path().ends_with("/jobs/job/log.json") {
-            return;
-        }
-        if !(200..300).contains(&response.status) {
+        if !is_log_write(request) || !(200..300).contains(&response.status) {
             return;
         }
         let Ok(written) = serde_json::from_slice::<scheduled_job::Log>(&request.body) else {
             return;
         };
+        let before: Option<scheduled_job::Log> =
+            before.and_then(|b| serde_json::from_slice(&b).ok());
         for entry in written.entries {
             let Some(token) = entry.fencing_token else {
                 continue;
             };
-            let new = !log
-                .iter()
-                .any(|(_, n)| matches!(n, Note::Issued { token: t } if *t == token));
-            if entry.status == scheduled_job::RunStatus::Running && new {
+            let known = before.as_ref().is_some_and(|b| b.entries.contains(&entry));
+            if entry.status == scheduled_job::RunStatus::Running && !known {
                 log.push((i, Note::Issued { token }));
             }
         }
@@ -514,8 +543,15 @@ fn settled(model: &World<JobProtocol>, state: &State<Note>) -> bool {
     // not in the history, nothing to settle (a reservation a late first tick left as it
     // vanished is deleted by the clean-up in time, like every reservation).
     let before_history = |occurrence: u64| {
+        let reservation = state.storage.blob(
+            "leasegate",
+            &format!("jobs/job/occurrences/{occurrence:012}"),
+        );
         log.as_ref()
             .is_some_and(|log| occurrence < log.history_from)
+            && reservation.is_none_or(|b| {
+                b.metadata.get("leasegate_past_due").map(String::as_str) == Some("true")
+            })
     };
     let none_open = log
         .as_ref()

@@ -314,13 +314,21 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// A planted mistake: rewrites a request on its way (only the tests' mutants do).
     fn mutate(&self, _request: &mut WireRequest) {}
 
+    /// What of storage [`Protocol::observe`] wants as it was before `request` is applied (a
+    /// blob's body, say): `None` by default.
+    fn before(&self, _request: &WireRequest, _storage: &Storage) -> Option<Vec<u8>> {
+        None
+    }
+
     /// Storage applied caller `i`'s `request` and answered `response` (whether or not the
-    /// answer reaches the caller): notes what the properties judge at that moment in `log`.
+    /// answer reaches the caller); `before` is what [`Protocol::before`] kept: notes what the
+    /// properties judge at that moment in `log`.
     fn observe(
         &self,
         _i: usize,
         _request: &WireRequest,
         _response: &WireResponse,
+        _before: Option<Vec<u8>>,
         _log: &mut Vec<(usize, Self::Note)>,
     ) {
     }
@@ -412,9 +420,10 @@ impl<P: Protocol> World<P> {
             return self.protocol.outside(i, &request, &mut state.log);
         }
         self.protocol.mutate(&mut request);
+        let before = self.protocol.before(&request, &state.storage);
         let response = state.storage.handle(&request);
         self.protocol
-            .observe(i, &request, &response, &mut state.log);
+            .observe(i, &request, &response, before, &mut state.log);
         response
     }
 }

@@ -162,6 +162,15 @@ fn deep_checks(time: Duration, seed: Option<u64>) -> Vec<Report> {
     announce(name);
     reports.push(done(run::exhaustive(name, job.clone(), 2, quarter)));
 
+    let name = "job protocol, a brand-new job, a slow first tick (exhaustive)";
+    announce(name);
+    reports.push(done(run::exhaustive(
+        name,
+        JobProtocol::fresh_slow_first(0),
+        2,
+        quarter,
+    )));
+
     lease.faults = 4;
     lease.advances = 4;
     let name = format!("claim protocol, 4 faults, 4 clock advances (random walks, seed {seed})");
