@@ -159,3 +159,79 @@ fn a_run_whose_log_write_took_most_of_its_lease_is_not_called() {
     assert_eq!(log_entry(&app, occurrence)["status"], "succeeded");
     app.assert_no_trap();
 }
+
+/// Issue 47, item 1, where the read-back fails too: the run's first log write lands but its
+/// answer is lost, and the read of the log that would tell is refused. The tick answers 503,
+/// calls nothing and puts the reservation back without an outcome (it used to delete it, while
+/// the log said `running`). Another deployment's winner of a later occurrence, after the
+/// reservation's deadline (the lease term, 2 + 4 x 2 + 10 = 20 s), records the occurrence
+/// `missed`, in its reservation and in its log entry (replacing the stale `running`), counted.
+#[test]
+fn a_lost_log_write_whose_read_back_fails_is_settled_by_a_later_winner() {
+    let a = start();
+    let b = App::start_with(
+        "lostans",
+        &[
+            ("instance_id", "node-m"),
+            ("job_period_seconds", "3"),
+            ("job_timeout_seconds", "2"),
+            ("storage_timeout_ms", "2000"),
+        ],
+        leasegate_tests::app::Setup {
+            container: Some(a.container.clone()),
+            ..leasegate_tests::app::Setup::default()
+        },
+    );
+    let mut last = next_period(PERIOD, 0);
+    assert_eq!(tick(&a, TIMER_AUTH, None).json["decision"], "ran");
+    let occurrence = next_period(PERIOD, last);
+    last = occurrence;
+    let log = format!(
+        "/devstoreaccount1/{}/jobs/{JOB}/log.json",
+        a.container.as_str()
+    );
+    a.storage
+        .fault_once(&format!("PUT {log}"), Fault::LoseAnswer);
+    // The prefetch of the log passes; the read-back after the lost answer is refused.
+    a.storage
+        .fault_nth(&format!("GET {log}"), Fault::Status(503), 2);
+    let failed = tick(&a, TIMER_AUTH, None);
+    a.storage.set_fault(None);
+    assert_eq!(failed.status, 503, "{}", failed.text);
+    assert_eq!(runs(&[&a, &b]).get(&occurrence), None, "the job was called");
+    assert_eq!(
+        outcome_of(&a, occurrence),
+        None,
+        "put back without an outcome"
+    );
+    let blob = format!("jobs/{JOB}/occurrences/{occurrence:012}");
+    assert!(
+        leasegate_tests::blobs::properties(&a, &blob).is_some(),
+        "kept"
+    );
+    assert_eq!(
+        log_entry(&a, occurrence)["status"],
+        "running",
+        "the log holds the start"
+    );
+    // node-b wins the occurrences after the deadline; its walk settles the stale one.
+    let deadline = occurrence + 21;
+    leasegate_tests::wait_for(
+        "the reservation's deadline",
+        Duration::from_secs(40),
+        || (leasegate_tests::unix_now() > deadline).then_some(()),
+    );
+    let mut missed = 0;
+    for _ in 0..2 {
+        last = next_period(PERIOD, last);
+        let won = tick(&b, TIMER_AUTH, None);
+        assert_eq!(won.json["decision"], "ran", "{}", won.text);
+        missed += won.json["catchUp"]["missed"].as_u64().unwrap_or(0);
+    }
+    assert_eq!(outcome_of(&a, occurrence).as_deref(), Some("missed"));
+    assert_eq!(log_entry(&a, occurrence)["status"], "missed");
+    assert!(missed >= 1, "counted missed");
+    assert_eq!(runs(&[&a, &b]).get(&occurrence), None);
+    a.assert_no_trap();
+    b.assert_no_trap();
+}
