@@ -8,12 +8,13 @@ use leasegate_spin::timer::{Source, Tick};
 use leasegate_spin::Context;
 
 use crate::at;
+use crate::attempt::run_reserved;
 use crate::error::JobError;
 use crate::log::{read_log, LogEntry};
 use crate::reservation::{
     attempt_of, head, outcome_of, takeover, Reservation, RunStatus, Takeover,
 };
-use crate::run::{run_reserved, Decision};
+use crate::run::Decision;
 use crate::settings::Settings;
 use crate::walk::{budget_spent, catch_up_one};
 

@@ -30,6 +30,7 @@ use leasegate_spin::config::{ConfigError, Variables};
 use leasegate_spin::timer::{self, Tick, TimerFunction};
 use leasegate_spin::{log_line, Context};
 
+mod attempt;
 mod backfill;
 mod error;
 mod http;

@@ -7,13 +7,14 @@ use leasegate_spin::timer::{Source, Tick};
 use leasegate_spin::web::rfc3339;
 use leasegate_spin::Context;
 
+use crate::attempt::run_reserved;
 use crate::error::JobError;
 use crate::log::read_log;
 use crate::reservation::{
     attempt_of, head, outcome_of, reserve, takeover, Reservation, Reserved, RunStatus, Takeover,
     MAX_ATTEMPTS,
 };
-use crate::run::{run_reserved, Decision, TickOutcome};
+use crate::run::{Decision, TickOutcome};
 use crate::settings::Settings;
 use crate::walk::CatchUpReport;
 use crate::{at, unix};

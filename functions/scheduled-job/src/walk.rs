@@ -11,13 +11,14 @@ use leasegate_spin::web::rfc3339;
 use leasegate_spin::Context;
 use std::time::{Duration, SystemTime};
 
+use crate::attempt::run_reserved;
 use crate::error::JobError;
 use crate::log::{advance_settled, change_log, change_log_from, open, LogEntry, LogWrite};
 use crate::reservation::{
     attempt_of, attempt_token, commit, head, outcome_of, reserve, reserved_on_time, takeover,
     Commit, Over, Reservation, Reserved, RunStatus, Takeover, META_RESERVED_BY,
 };
-use crate::run::{finished_in_log, run_reserved, Decision};
+use crate::run::{finished_in_log, Decision};
 use crate::settings::{CatchUp, Settings};
 use crate::{at, unix};
 
