@@ -25,9 +25,9 @@ use crate::run::{call_job, Decision, DUE_GRACE_SECS};
 use crate::settings::{term_length, Overlap, Settings};
 use crate::{at, unix};
 
-/// Steps 3 to 6 of [`run_tick`], once the occurrence is reserved and in range. With the
-/// decision, the log as the run's end wrote it (`None`: this tick did not run the job).
-/// `skip_late`: record the occurrence missed instead of running it (`job_catch_up = none`).
+/// Steps 3 to 6 of a tick, once the occurrence is reserved and in range. With the decision,
+/// the log as the run's end wrote it (`None`: this tick did not run the job). `skip_late`:
+/// record the occurrence missed instead of running it (`job_catch_up = none`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
@@ -41,66 +41,145 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     skip_late: bool,
     attempt: u32,
 ) -> Result<(Decision, Option<LogWrite>), JobError> {
-    let reserved_by = reservation.metadata.get(META_RESERVED_BY).cloned();
-    let settled = |run: &RunStatus| Decision::Skipped {
-        reserved_by: reserved_by.clone(),
-        reason: if *run == RunStatus::Missed {
-            "it was recorded missed: its reserver wrote no outcome by its deadline".into()
-        } else if *run == RunStatus::BeforeHistory {
-            "it was due before the job's history began (its first tick): not run".into()
-        } else if reserved_by.as_deref() == Some(settings.instance_id.as_str()) {
-            format!("this instance settled it on an earlier tick ({run})")
-        } else {
-            format!("it was settled after its reserver's deadline ({run})")
-        },
+    let a = Attempt {
+        ctx,
+        blobs,
+        settings,
+        tick,
+        occurrence,
+        server_now,
+        reserved_by: reservation.metadata.get(META_RESERVED_BY).cloned(),
+        reservation,
+        attempt,
+        nonce: (ctx.new_lease_id)().to_string(),
     };
     // 3. A reservation with an outcome already is settled: `skipped` (a later attempt writes
-    // over the previous one's, see 4). Otherwise the job's lease (below).
-    if attempt == 1 {
-        match outcome_of(&reservation.metadata) {
-            None | Some(RunStatus::Pending) => {}
+    // over the previous one's, see 4).
+    if let Some(run) = a.settled_already() {
+        return Ok((a.settled(&run), None));
+    }
+    let entry = a.entry(reserved_at)?;
+    if skip_late {
+        return a.record_late(entry).await;
+    }
+    let mut lease = a.take_lease().await?;
+    if let Some(busy) = lease.busy.take() {
+        return a.when_busy(busy, entry, lease.prefetched).await;
+    }
+    a.run(job, entry, lease).await
+}
+
+/// One attempt of a reserved occurrence: what every step reads.
+struct Attempt<'a, T, S> {
+    ctx: &'a Context<'a, T>,
+    blobs: &'a BlobClient<&'a S>,
+    settings: &'a Settings,
+    tick: &'a Tick,
+    occurrence: u64,
+    /// The storage server's clock when the reservation was created or read (at or before the
+    /// outcome `running`).
+    server_now: SystemTime,
+    reservation: Reservation,
+    reserved_by: Option<String>,
+    attempt: u32,
+    /// This tick's nonce on the outcome it writes.
+    nonce: String,
+}
+
+/// The job's lease as a run holds it (none with `job_overlap = allow`) or held by another, the
+/// log as read before it was taken, and the lock's name for the release.
+struct Lease<'a, S> {
+    held: Option<Acquired>,
+    busy: Option<Busy>,
+    prefetched: Option<LogWrite>,
+    locks: Locks<&'a S>,
+    name: LockName,
+}
+
+/// The job's lease held by another.
+struct Busy {
+    retry_after: Option<Duration>,
+    holder: Option<leasegate::lease::Holder>,
+}
+
+impl<'a, T, S: Transport> Attempt<'a, T, S> {
+    /// Skipped: settled already, with this outcome.
+    fn settled(&self, run: &RunStatus) -> Decision {
+        let mine = self.reserved_by.as_deref() == Some(self.settings.instance_id.as_str());
+        Decision::Skipped {
+            reserved_by: self.reserved_by.clone(),
+            reason: if *run == RunStatus::Missed {
+                "it was recorded missed: its reserver wrote no outcome by its deadline".into()
+            } else if *run == RunStatus::BeforeHistory {
+                "it was due before the job's history began (its first tick): not run".into()
+            } else if mine {
+                format!("this instance settled it on an earlier tick ({run})")
+            } else {
+                format!("it was settled after its reserver's deadline ({run})")
+            },
+        }
+    }
+
+    /// The outcome that settles the occurrence before anything is written, if any: a first
+    /// attempt finds none (or `pending`); a backfill runs one that never ran, a rerun one
+    /// recorded `missed`.
+    fn settled_already(&self) -> Option<RunStatus> {
+        if self.attempt > 1 {
+            return None;
+        }
+        match outcome_of(&self.reservation.metadata) {
+            None | Some(RunStatus::Pending) => None,
             Some(
                 RunStatus::Missed
                 | RunStatus::SkippedPaused
                 | RunStatus::SkippedOverlap
                 | RunStatus::BeforeHistory,
-            ) if tick.source == Source::Backfill => {}
-            Some(RunStatus::Missed) if tick.source == Source::Rerun => {}
-            Some(run) => return Ok((settled(&run), None)),
+            ) if self.tick.source == Source::Backfill => None,
+            Some(RunStatus::Missed) if self.tick.source == Source::Rerun => None,
+            Some(run) => Some(run),
         }
     }
-    // A backfill runs an occurrence that never ran (none, `missed`, `skipped_*`); a rerun's
-    // first attempt, one recorded `missed`.
-    let never_ran =
-        tick.source == Source::Backfill || (tick.source == Source::Rerun && attempt == 1);
-    let over = if never_ran {
-        Over::NeverRan
-    } else if attempt > 1 {
-        Over::Attempt(attempt - 1)
-    } else {
-        Over::Nothing
-    };
-    let token = attempt_token(occurrence, attempt)?;
-    let mut entry = LogEntry {
-        occurrence: rfc3339(at(occurrence)),
-        occurrence_unix: occurrence,
-        instance: settings.instance_id.clone(),
-        reserved_at: rfc3339(reserved_at),
-        status: RunStatus::Running,
-        fencing_token: Some(token),
-        trigger: tick.source.as_str().into(),
-        past_due: tick.past_due,
-        finished_at: None,
-        reason: None,
-        attempt: Some(attempt),
-    };
-    let nonce = (ctx.new_lease_id)().to_string();
-    // `job_catch_up = none` and the tick is late: recorded missed (its outcome, then the log).
-    if skip_late {
+
+    /// The outcome this attempt may write over.
+    fn over(&self) -> Over {
+        let source = self.tick.source;
+        if source == Source::Backfill || (source == Source::Rerun && self.attempt == 1) {
+            Over::NeverRan
+        } else if self.attempt > 1 {
+            Over::Attempt(self.attempt - 1)
+        } else {
+            Over::Nothing
+        }
+    }
+
+    /// The attempt's log entry as it starts: `running`, with its occurrence's own token (the
+    /// log issues the run's).
+    fn entry(&self, reserved_at: SystemTime) -> Result<LogEntry, JobError> {
+        Ok(LogEntry {
+            occurrence: rfc3339(at(self.occurrence)),
+            occurrence_unix: self.occurrence,
+            instance: self.settings.instance_id.clone(),
+            reserved_at: rfc3339(reserved_at),
+            status: RunStatus::Running,
+            fencing_token: Some(attempt_token(self.occurrence, self.attempt)?),
+            trigger: self.tick.source.as_str().into(),
+            past_due: self.tick.past_due,
+            finished_at: None,
+            reason: None,
+            attempt: Some(self.attempt),
+        })
+    }
+
+    /// `job_catch_up = none` and the tick is late: recorded missed (its outcome, then the log).
+    async fn record_late(
+        &self,
+        mut entry: LogEntry,
+    ) -> Result<(Decision, Option<LogWrite>), JobError> {
+        let settings = self.settings;
         entry.status = RunStatus::Missed;
         entry.fencing_token = None;
-        entry.finished_at = Some(rfc3339(server_now));
-        let late_by = unix(ctx.now).saturating_sub(occurrence);
+        entry.finished_at = Some(rfc3339(self.server_now));
+        let late_by = unix(self.ctx.now).saturating_sub(self.occurrence);
         entry.reason = Some(if late_by > settings.catch_up_window.as_secs() {
             format!(
                 "ticked {late_by} s late, beyond job_catch_up_window_seconds ({} s): not run",
@@ -109,332 +188,331 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         } else {
             format!("ticked {late_by} s late and job_catch_up is none: not run")
         });
-        return Ok(
-            match record_not_run(blobs, settings, &reservation, &entry, &nonce, None, ctx.now)
-                .await?
-            {
-                Err(NotRecorded::Settled(run)) => (settled(&run), None),
-                Err(NotRecorded::Refused(refusal)) => (refused_by_log(settings, refusal), None),
-                Ok(()) => (Decision::Missed { entry }, None),
-            },
+        let recorded = record_not_run(
+            self.blobs,
+            settings,
+            &self.reservation,
+            &entry,
+            &self.nonce,
+            None,
+            self.ctx.now,
         );
+        Ok(match recorded.await? {
+            Err(NotRecorded::Settled(run)) => (self.settled(&run), None),
+            Err(NotRecorded::Refused(refusal)) => (refused_by_log(settings, refusal), None),
+            Ok(()) => (Decision::Missed { entry }, None),
+        })
     }
-    // Still 3: the job's lease (skip: one run at a time), labelled with the instance and the
-    // occurrence, so that a tick finding its own occurrence's run in it leaves that run alone.
-    let job_locks =
-        Locks::from_client(blobs.clone()).with_prefix(&format!("jobs/{}/", settings.job));
-    let lock_name = LockName::try_new("lock")?;
-    let label = format!("{} {occurrence}", settings.instance_id);
-    let lease_id = (ctx.new_lease_id)();
-    // A storage failure before the outcome `running` is written takes back the reservation
-    // this tick created (at the ETag its create left: untouched since), so that a retry of
-    // the tick's 503 reserves the occurrence afresh and runs it. (Where the take-back fails
-    // too, the retry finds the reservation: `read_when_reserved` reads it after a failed tick
-    // of this deployment.)
-    let failed = |e: JobError| {
-        let reservation = &reservation;
-        async move {
-            if reservation.created {
-                take_back(blobs, reservation, ctx.now).await;
-            }
-            e
+
+    /// A storage failure before the outcome `running` is written takes back the reservation
+    /// this tick created (at its create's ETag): a retry of the tick's 503 reserves afresh.
+    async fn failed(&self, e: JobError) -> JobError {
+        if self.reservation.created {
+            take_back(self.blobs, &self.reservation, self.ctx.now).await;
         }
-    };
-    // The log first, when there is a lease to take: the job's lease as the latest run's claim
-    // left it is kept there, and the lease is acquired from it without a read of its own (a
-    // lock blob written since costs the refused request and a read; a 409 tells whose it is).
-    // The log's own write below starts from this read. Its `Date` dates the kept state (none:
-    // the lease is acquired with a read first).
-    let (prefetched, dated) = match settings.overlap {
-        Overlap::Allow => (None, None),
-        Overlap::Skip | Overlap::BufferOne => {
-            match read_log_dated(blobs, settings, ctx.now).await {
-                Ok((log, etag, date)) => (
-                    Some(LogWrite::read(log, etag, date.unwrap_or(ctx.now))),
-                    date,
-                ),
-                Err(e) => return Err(failed(e).await),
-            }
+        e
+    }
+
+    /// Still 3: the job's lease (skip: one run at a time), labelled with the instance and the
+    /// occurrence, taken from the state the log keeps (the log read first: its write starts
+    /// from this read), with one more try after a lost answer.
+    async fn take_lease(&self) -> Result<Lease<'a, S>, JobError> {
+        let (ctx, settings) = (self.ctx, self.settings);
+        let locks =
+            Locks::from_client(self.blobs.clone()).with_prefix(&format!("jobs/{}/", settings.job));
+        let name = LockName::try_new("lock")?;
+        if settings.overlap == Overlap::Allow {
+            return Ok(Lease {
+                held: None,
+                busy: None,
+                prefetched: None,
+                locks,
+                name,
+            });
         }
-    };
-    let kept = prefetched
-        .as_ref()
-        .and_then(|p| Some((p.kept_lock()?, dated?)));
-    let take = |kept| {
-        job_locks.acquire_from_kept(
-            kept,
-            &lock_name,
-            settings.lease_term,
-            lease_id,
-            IdOrigin::Fresh,
-            &label,
+        let (prefetched, dated) = match read_log_dated(self.blobs, settings, ctx.now).await {
+            Ok((log, etag, date)) => (LogWrite::read(log, etag, date.unwrap_or(ctx.now)), date),
+            Err(e) => return Err(self.failed(e).await),
+        };
+        let kept = prefetched.kept_lock().zip(dated);
+        let label = format!("{} {}", settings.instance_id, self.occurrence);
+        let lease_id = (ctx.new_lease_id)();
+        let take = |kept| {
+            locks.acquire_from_kept(
+                kept,
+                &name,
+                settings.lease_term,
+                lease_id,
+                IdOrigin::Fresh,
+                &label,
+                ctx.now,
+            )
+        };
+        let acquired = match take(kept.as_ref().map(|(kept, date)| (kept, *date))).await {
+            // A lost answer or a 5xx: the core gave back what storage may have granted (a
+            // fresh id's rule); taken once more, from a read, before the tick gives up.
+            Err(e) if e.outcome_unknown() => take(None).await,
+            taken => taken,
+        };
+        let (held, busy) = match acquired {
+            Err(e) => return Err(self.failed(e.into()).await),
+            Ok(Acquire::Acquired(held)) => (Some(held), None),
+            Ok(Acquire::Busy {
+                retry_after,
+                holder,
+                ..
+            }) => (
+                None,
+                Some(Busy {
+                    retry_after,
+                    holder,
+                }),
+            ),
+        };
+        Ok(Lease {
+            held,
+            busy,
+            prefetched: Some(prefetched),
+            locks,
+            name,
+        })
+    }
+
+    /// The job's lease is held by another: wait (a later attempt; this occurrence's own run),
+    /// buffer, or skip it as an overlap once it is due.
+    async fn when_busy(
+        &self,
+        busy: Busy,
+        mut entry: LogEntry,
+        prefetched: Option<LogWrite>,
+    ) -> Result<(Decision, Option<LogWrite>), JobError> {
+        let (ctx, blobs, settings) = (self.ctx, self.blobs, self.settings);
+        let Busy {
+            holder,
+            retry_after,
+        } = busy;
+        let in_progress = || {
+            let wait = retry_after.unwrap_or(term_length(settings.lease_term));
+            Decision::InProgress {
+                retry_after: wait.max(Duration::from_secs(1)),
+            }
+        };
+        // A later attempt that finds any run in the lease waits for it (a retry never records a
+        // skip): not settled, a later tick retries.
+        if self.attempt > 1 {
+            return Ok((in_progress(), None));
+        }
+        let other = holder
+            .as_ref()
+            .filter(|h| label_occurrence(&h.label) != Some(self.occurrence));
+        let Some(h) = other else {
+            // This occurrence's lease (or one with no claim yet): settled only if the
+            // reservation now shows an outcome. Else its holder may be dead (its outcome write
+            // and its release failed): not settled, retried once the lease ends. A reservation
+            // this tick created is taken back, so that none without an outcome is left where
+            // no walk may look (an occurrence before the job's history).
+            let (props, _) = head(blobs, &self.reservation.blob, ctx.now).await?;
+            if let Some(run) = props.as_ref().and_then(|p| outcome_of(&p.metadata)) {
+                return Ok((self.settled(&run), None));
+            }
+            if self.reservation.created {
+                take_back(blobs, &self.reservation, ctx.now).await;
+            }
+            return Ok((in_progress(), None));
+        };
+        // Buffered already: it waits for the run going to end.
+        if outcome_of(&self.reservation.metadata) == Some(RunStatus::Pending) {
+            let reason = "it is buffered (job_overlap = buffer_one): it runs when the previous \
+                          run ends";
+            let skipped = Decision::Skipped {
+                reserved_by: self.reserved_by.clone(),
+                reason: reason.into(),
+            };
+            return Ok((skipped, None));
+        }
+        // Another occurrence's run: this occurrence is skipped, once, but only once it is due
+        // (by the storage server's clock, give or take its second): a tick ahead of it records
+        // nothing, and a tick once it is due decides.
+        let due_in = self.occurrence.saturating_sub(unix(self.server_now));
+        if due_in > DUE_GRACE_SECS {
+            if self.reservation.created {
+                take_back(blobs, &self.reservation, ctx.now).await;
+            }
+            let retry_after = Duration::from_secs(due_in);
+            return Ok((Decision::NotDue { retry_after }, None));
+        }
+        let (reservation, nonce) = (&self.reservation, &self.nonce);
+        if settings.overlap == Overlap::BufferOne {
+            let known = (reservation, prefetched);
+            return buffer(ctx, blobs, settings, entry, known, nonce, &h.label).await;
+        }
+        entry.status = RunStatus::SkippedOverlap;
+        entry.fencing_token = None;
+        entry.reason = Some("the previous run still holds the job's lease".into());
+        let recorded = record_not_run(
+            blobs,
+            settings,
+            reservation,
+            &entry,
+            nonce,
+            prefetched,
+            ctx.now,
+        );
+        Ok(match recorded.await? {
+            Err(NotRecorded::Settled(run)) => (self.settled(&run), None),
+            Err(NotRecorded::Refused(refusal)) => (refused_by_log(settings, refusal), None),
+            Ok(()) => (Decision::Overlapped { entry }, None),
+        })
+    }
+
+    /// 4 to 6: the outcome `running`, the log's start (which issues the token), the job's call
+    /// if its run can end in time, the release, the result in the log and on the reservation.
+    async fn run<J: Transport>(
+        &self,
+        job: &J,
+        mut entry: LogEntry,
+        lease: Lease<'a, S>,
+    ) -> Result<(Decision, Option<LogWrite>), JobError> {
+        let (ctx, blobs, settings) = (self.ctx, self.blobs, self.settings);
+        let occurrence = self.occurrence;
+        // The holder's own release: at the ETag its acquire left, no read first, answering the
+        // lease as the release left it (a record cleared at a new ETag), for the log to keep:
+        // the next run takes it from there with one write.
+        let release = || async {
+            let held = lease.held.as_ref()?;
+            let released = lease
+                .locks
+                .release_keeping(&lease.name, held, ctx.now)
+                .await;
+            released.ok()?.1
+        };
+        // 4. The outcome "running" on the reservation: the one tick that writes it runs the
+        // job.
+        let running = RunStatus::Running;
+        let over = (self.attempt, self.over());
+        let written = match commit(
+            blobs,
+            &self.reservation,
+            &running,
+            &self.nonce,
+            over,
             ctx.now,
         )
-    };
-    let acquired = match settings.overlap {
-        Overlap::Allow => None,
-        Overlap::Skip | Overlap::BufferOne => {
-            match take(kept.as_ref().map(|(kept, date)| (kept, *date))).await {
-                // A lost answer or a 5xx: the core gave back what storage may have granted (a
-                // fresh id's rule); taken once more, from a read, before the tick gives up.
-                Err(e) if e.outcome_unknown() => Some(take(None).await),
-                taken => Some(taken),
+        .await
+        {
+            Ok(Commit::Written(w)) => w,
+            Ok(Commit::Settled(run)) => {
+                release().await;
+                return Ok((self.settled(&run), None));
             }
-        }
-    };
-    let held = match acquired {
-        None => None,
-        Some(Err(e)) => return Err(failed(e.into()).await),
-        Some(Ok(acquired)) => match acquired {
-            Acquire::Acquired(held) => Some(held),
-            // A later attempt that finds any run in the lease waits for it (a retry never records
-            // a skip): not settled, a later tick retries.
-            Acquire::Busy { retry_after, .. } if attempt > 1 => {
-                let wait = retry_after.unwrap_or(term_length(settings.lease_term));
+            Err(e) => {
+                release().await;
+                return Err(self.failed(e).await);
+            }
+        };
+        // 5. Log the run before it starts, so a run that never ends still shows.
+        let kept_lock = lease.held.as_ref().and_then(Acquired::held_state);
+        // The job's lease as the log kept it when this tick read it.
+        let read_lock = lease.prefetched.as_ref().map(|p| p.log.lock.clone());
+        let keep = kept_lock
+            .as_ref()
+            .map(|state| KeepLock { state, over: None });
+        let from = Append::from(lease.prefetched.clone(), keep, &self.reservation);
+        let started_log = match append(blobs, settings, &entry, from, ctx.now).await {
+            Ok(Ok(written)) => written,
+            // Paused: not run. A retry is not an occurrence of its own: the previous attempt's
+            // `failed` is put back and the retry waits for the resume.
+            Ok(Err(LogRefusal::Paused(_))) if self.attempt > 1 => {
+                uncommit(blobs, &self.reservation, &written, ctx.now).await;
+                release().await;
+                let reason = format!(
+                    "the job is paused: attempt {} waits for POST /api/jobs/{}/resume",
+                    self.attempt, settings.job
+                );
+                let reserved_by = self.reserved_by.clone();
                 return Ok((
-                    Decision::InProgress {
-                        retry_after: wait.max(Duration::from_secs(1)),
+                    Decision::Skipped {
+                        reserved_by,
+                        reason,
                     },
                     None,
                 ));
             }
-            Acquire::Busy {
-                holder: Some(h), ..
-            } if label_occurrence(&h.label) != Some(occurrence) => {
-                // Buffered already: it waits for the run going to end.
-                if outcome_of(&reservation.metadata) == Some(RunStatus::Pending) {
-                    return Ok((
-                        Decision::Skipped {
-                            reserved_by: reserved_by.clone(),
-                            reason: "it is buffered (job_overlap = buffer_one): it runs when \
-                                     the previous run ends"
-                                .into(),
-                        },
-                        None,
-                    ));
-                }
-                // Another occurrence's run: this occurrence is skipped, once, but only once it
-                // is due (by the storage server's clock, give or take its second): a tick ahead
-                // of it records nothing, and a tick once it is due decides.
-                let due_in = occurrence.saturating_sub(unix(server_now));
-                if due_in > DUE_GRACE_SECS {
-                    if reservation.created {
-                        take_back(blobs, &reservation, ctx.now).await;
-                    }
-                    return Ok((
-                        Decision::NotDue {
-                            retry_after: Duration::from_secs(due_in),
-                        },
-                        None,
-                    ));
-                }
-                if settings.overlap == Overlap::BufferOne {
-                    return buffer(
-                        ctx,
-                        blobs,
-                        settings,
-                        entry,
-                        (&reservation, prefetched),
-                        &nonce,
-                        &h.label,
-                    )
-                    .await;
-                }
-                entry.status = RunStatus::SkippedOverlap;
-                entry.fencing_token = None;
-                entry.reason = Some("the previous run still holds the job's lease".into());
-                let recorded = record_not_run(
-                    blobs,
-                    settings,
-                    &reservation,
-                    &entry,
-                    &nonce,
-                    prefetched,
-                    ctx.now,
-                )
-                .await?;
-                return Ok(match recorded {
-                    Err(NotRecorded::Settled(run)) => (settled(&run), None),
-                    Err(NotRecorded::Refused(refusal)) => (refused_by_log(settings, refusal), None),
-                    Ok(()) => (Decision::Overlapped { entry }, None),
+            // The outcome becomes `skipped_paused` (over this tick's `running`), the lease kept
+            // in place of the state this tick acquired from, as read: a run that took the lease
+            // since has kept a newer one.
+            Ok(Err(LogRefusal::Paused(paused))) => {
+                let left = release().await;
+                let keep = left.as_ref().or(kept_lock.as_ref()).map(|state| KeepLock {
+                    state,
+                    over: Some(read_lock.flatten()),
                 });
+                return skip_paused(ctx, blobs, settings, entry, (&written, keep), &paused).await;
             }
-            Acquire::Busy { retry_after, .. } => {
-                // This occurrence's lease (or one with no claim yet): settled only if the
-                // reservation now shows an outcome. Else its holder may be dead (its outcome
-                // write and its release failed): not settled, retried once the lease ends.
-                let (props, _) = head(blobs, &reservation.blob, ctx.now).await?;
-                if let Some(run) = props.as_ref().and_then(|p| outcome_of(&p.metadata)) {
-                    return Ok((settled(&run), None));
-                }
-                // A reservation this tick created is taken back (at its create's ETag): the
-                // retry reserves afresh, and no reservation without an outcome is left where
-                // no walk may look (an occurrence before the job's history).
-                if reservation.created {
-                    take_back(blobs, &reservation, ctx.now).await;
-                }
-                let wait = retry_after.unwrap_or(term_length(settings.lease_term));
-                return Ok((
-                    Decision::InProgress {
-                        retry_after: wait.max(Duration::from_secs(1)),
-                    },
-                    None,
-                ));
+            // Storage failed and the log may hold the run's start (a lost answer the read back
+            // could not settle): the reservation is put back as it was before the outcome,
+            // never deleted, for the takeover rule to settle with the log.
+            Err(e) => {
+                restore(blobs, &self.reservation, &written, ctx.now).await;
+                release().await;
+                return Err(e);
             }
-        },
-    };
-    // The holder's own release: at the ETag its acquire left, no read first. With the lease
-    // as the release left it (a record cleared at a new ETag), for the log to keep: the next
-    // run takes it from there with one write.
-    let release = || {
-        let (job_locks, lock_name, held) = (&job_locks, &lock_name, &held);
-        async move {
-            let held = held.as_ref()?;
-            job_locks
-                .release_keeping(lock_name, held, ctx.now)
-                .await
-                .ok()?
-                .1
-        }
-    };
-    // 4. The outcome "running" on the reservation: the one tick that writes it runs the job.
-    let running = RunStatus::Running;
-    let written = match commit(
-        blobs,
-        &reservation,
-        &running,
-        &nonce,
-        (attempt, over),
-        ctx.now,
-    )
-    .await
-    {
-        Ok(Commit::Written(w)) => w,
-        Ok(Commit::Settled(run)) => {
+            Ok(Err(refusal)) => {
+                undo(blobs, (&self.reservation, &written), &refusal, ctx.now).await;
+                release().await;
+                return Ok((refused_by_log(settings, refusal), None));
+            }
+        };
+        // 6. The job is called only if its run can end within the job's lease and the run's
+        // deadline (when other ticks take it for vanished), by the storage server's clock:
+        // slow storage before the call must not let it outlive them.
+        if let Err(slow) = time_left(
+            settings,
+            lease.held.as_ref(),
+            self.server_now,
+            started_log.date,
+        ) {
+            restore(blobs, &self.reservation, &written, ctx.now).await;
             release().await;
-            return Ok((settled(&run), None));
+            return Err(slow);
         }
-        Err(e) => {
-            release().await;
-            return Err(failed(e).await);
-        }
-    };
-    // 5. Log the run before it starts, so a run that never ends still shows; the log refuses an
-    // occurrence below its clean-up watermark. Either refusal, or a storage failure, undoes
-    // the outcome: the job was not called, and a later tick decides afresh.
-    let kept_lock = held.as_ref().and_then(Acquired::held_state);
-    // The job's lease as the log kept it when this tick read it.
-    let read_lock = prefetched.as_ref().map(|p| p.log.lock.clone());
-    let keep = kept_lock
-        .as_ref()
-        .map(|state| KeepLock { state, over: None });
-    let started_log = match append(
-        blobs,
-        settings,
-        &entry,
-        Append::from(prefetched, keep, &reservation),
-        ctx.now,
-    )
-    .await
-    {
-        Ok(Ok(written)) => written,
-        // Paused: not run; the outcome becomes `skipped_paused` (over this tick's `running`).
-        // A retry is not an occurrence of its own: the previous attempt's `failed` is put back
-        // and the retry waits for the resume.
-        Ok(Err(LogRefusal::Paused(_))) if attempt > 1 => {
-            uncommit(blobs, &reservation, &written, ctx.now).await;
-            release().await;
-            return Ok((
-                Decision::Skipped {
-                    reserved_by,
-                    reason: format!(
-                        "the job is paused: attempt {attempt} waits for POST /api/jobs/{}/resume",
-                        settings.job
-                    ),
-                },
-                None,
-            ));
-        }
-        Ok(Err(LogRefusal::Paused(paused))) => {
-            // Kept in place of the state this tick acquired from, as read: a run that took the
-            // lease since has kept a newer one.
-            let left = release().await;
-            let keep = left.as_ref().or(kept_lock.as_ref()).map(|state| KeepLock {
-                state,
-                over: Some(read_lock.flatten()),
-            });
-            return skip_paused(ctx, blobs, settings, entry, (&written, keep), &paused).await;
-        }
-        // Storage failed and the log may hold the run's start (a lost answer the read back
-        // could not settle): the reservation is put back as it was before the outcome, never
-        // deleted, for the takeover rule to settle with the log.
-        Err(e) => {
-            restore(blobs, &reservation, &written, ctx.now).await;
-            release().await;
-            return Err(e);
-        }
-        Ok(Err(refusal)) => {
-            undo(blobs, (&reservation, &written), &refusal, ctx.now).await;
-            release().await;
-            return Ok((refused_by_log(settings, refusal), None));
-        }
-    };
-    // 6. Call the job, release its lease, then record the result in the log (raising the
-    // clean-up watermark) and on the reservation, settle earlier occurrences and clean up below
-    // the watermark. The release goes first: the log keeps the lease as the release left it
-    // (a record cleared at a new ETag), and the next run acquires from it with one write.
-    // The job is called only if its run can end within the job's lease and the run's deadline
-    // (when other ticks take it for vanished), by the storage server's clock: slow storage
-    // before the call (retried writes, lost answers read back) must not let it outlive them.
-    if let Err(slow) = time_left(settings, held.as_ref(), server_now, started_log.date) {
-        restore(blobs, &reservation, &written, ctx.now).await;
-        release().await;
-        return Err(slow);
-    }
-    // The token the log's compare-and-swap issued: above every earlier run's.
-    entry.fencing_token = started_log.log.token_of(occurrence).or(entry.fencing_token);
-    let result = call_job(job, settings, &entry).await;
-    let (status, reason) = match &result {
-        Ok(()) => (RunStatus::Succeeded, None),
-        Err(reason) => (RunStatus::Failed, Some(reason.clone())),
-    };
-    entry.status = status.clone();
-    entry.reason = reason;
-    let left = release().await;
-    let started_lock = started_log.log.lock.clone();
-    let keep = left.as_ref().map(|state| KeepLock {
-        state,
-        over: Some(started_lock),
-    });
-    // The log first (a takeover reads it before acting), then the reservation.
-    let finished = update(blobs, settings, &entry, (Some(started_log), keep), ctx.now).await;
-    record_result(
-        blobs,
-        &written,
-        (&status, entry.fencing_token),
-        &nonce,
-        ctx.now,
-    )
-    .await;
-    let log = match finished {
-        Ok(written) => {
+        // The token the log's compare-and-swap issued: above every earlier run's.
+        entry.fencing_token = started_log.log.token_of(occurrence).or(entry.fencing_token);
+        let result = call_job(job, settings, &entry).await;
+        let (status, reason) = match &result {
+            Ok(()) => (RunStatus::Succeeded, None),
+            Err(reason) => (RunStatus::Failed, Some(reason.clone())),
+        };
+        entry.status = status.clone();
+        entry.reason = reason;
+        // Release first: the log keeps the lease as the release left it. Then the log (a
+        // takeover reads it before acting), then the reservation.
+        let left = release().await;
+        let started_lock = started_log.log.lock.clone();
+        let keep = left.as_ref().map(|state| KeepLock {
+            state,
+            over: Some(started_lock),
+        });
+        let finished = update(blobs, settings, &entry, (Some(started_log), keep), ctx.now).await;
+        let result_of = (&status, entry.fencing_token);
+        record_result(blobs, &written, result_of, &self.nonce, ctx.now).await;
+        let log = finished.ok().inspect(|written| {
             // The end as the log records it, to the answer (the same instant).
-            entry.finished_at = written
+            let end = written
                 .log
                 .entries
                 .iter()
-                .find(|e| e.occurrence_unix == occurrence)
+                .find(|e| e.occurrence_unix == occurrence);
+            entry.finished_at = end
                 .and_then(|e| e.finished_at.clone())
                 .or_else(|| Some(rfc3339(written.date)));
-            Some(written)
-        }
-        Err(_) => None,
-    };
-    let decision = match result {
-        Ok(()) => Decision::Ran { entry },
-        Err(_) => Decision::JobFailed { entry },
-    };
-    Ok((decision, log))
+        });
+        let decision = match result {
+            Ok(()) => Decision::Ran { entry },
+            Err(_) => Decision::JobFailed { entry },
+        };
+        Ok((decision, log))
+    }
 }
 
 /// What a run's call needs ahead of it beyond the job's timeout: `Date` is whole seconds, and
