@@ -133,6 +133,18 @@ pub struct TickOutcome {
     pub catch_up: CatchUpReport,
 }
 
+/// How [`run_tick`] treats its occurrence.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Asked {
+    /// Record it missed instead of running it (late, and `job_catch_up = none` or beyond the
+    /// window).
+    pub(crate) skip_late: bool,
+    /// A run now: only a fresh occurrence (one that exists is not touched).
+    pub(crate) fresh_only: bool,
+    /// Read the reservation found reserved already, to name its reserver.
+    pub(crate) name_reserver: bool,
+}
+
 /// What the caller of a tick asked for, beyond the tick itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ask {
@@ -207,7 +219,11 @@ async fn run_occurrence<T: Transport>(
         settings,
         &this,
         occurrence,
-        (skip_late, fresh_only, ask.name_reserver),
+        Asked {
+            skip_late,
+            fresh_only,
+            name_reserver: ask.name_reserver,
+        },
     )
     .await
     {
@@ -260,8 +276,13 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     settings: &Settings,
     tick: &Tick,
     occurrence: u64,
-    (skip_late, fresh_only, name_reserver): (bool, bool, bool),
+    asked: Asked,
 ) -> Result<(Decision, Option<LogWrite>), JobError> {
+    let Asked {
+        skip_late,
+        fresh_only,
+        name_reserver,
+    } = asked;
     let s = &settings.storage;
     let blobs = BlobClient::new(storage, s.account.clone(), s.container.clone());
     let blob = settings.reservation(occurrence)?;
@@ -324,91 +345,14 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             Reserved::Exists => Reserve::Found(Box::new(head(&blobs, &blob, ctx.now).await?)),
         },
     };
-    let mut attempt = 1;
-    let (reserved_at, server_now, reservation) = match reserved {
-        Reserve::Created(r, t) => (t, t, r),
+    let (reserved_at, server_now, reservation, attempt) = match reserved {
+        Reserve::Created(r, t) => (t, t, r, 1),
         Reserve::Found(found) => {
             let (props, date) = *found;
-            let props = props.unwrap_or_default();
-            let server_now = date.unwrap_or(ctx.now);
-            let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
-            let mine = reserved_by.as_deref() == Some(settings.instance_id.as_str());
-            // This instance reserved it on an earlier tick (or another tick of it is at work
-            // on it now); or the takeover rule lets any instance act: its reserver left it
-            // without an outcome past its deadline, its runner vanished, or its run failed
-            // with attempts left. The outcome's compare-and-swap lets one tick act.
-            let decided = takeover(&props, server_now, settings, false);
-            let r = Reservation {
-                blob: blob.clone(),
-                etag: props.etag.clone(),
-                metadata: props.metadata.clone(),
-                created: false,
-            };
-            if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_))
-                && finished_in_log(ctx, &blobs, settings, occurrence, &r, &props).await?
-            {
-                return Ok((
-                    Decision::Skipped {
-                        reserved_by,
-                        reason: "its run finished (the log says so; its reservation was \
-                                 brought in line)"
-                            .into(),
-                    },
-                    None,
-                ));
+            match found_reserved(ctx, &blobs, settings, tick, occurrence, props, date).await? {
+                Ok(found) => found,
+                Err(decision) => return Ok((decision, None)),
             }
-            match decided {
-                Takeover::Run { attempt: a } => attempt = a,
-                Takeover::No if mine => {}
-                Takeover::No => {
-                    return Ok((
-                        Decision::Skipped {
-                            reserved_by,
-                            reason: "another instance reserved it".into(),
-                        },
-                        None,
-                    ))
-                }
-                Takeover::Wait(wait) => {
-                    return Ok((
-                        Decision::Skipped {
-                            reserved_by,
-                            reason: format!(
-                                "attempt {} failed: attempt {} may start in {} s \
-                                 (job_retry_delay_seconds)",
-                                attempt_of(&props.metadata),
-                                attempt_of(&props.metadata) + 1,
-                                wait.as_secs().max(1)
-                            ),
-                        },
-                        None,
-                    ))
-                }
-                Takeover::Settle(status) => {
-                    let entry = settle_vanished(
-                        ctx, &blobs, settings, tick, occurrence, &r, &props, status, server_now,
-                    )
-                    .await?;
-                    return Ok((
-                        Decision::Skipped {
-                            reserved_by,
-                            reason: match entry {
-                                Some(e) => e.reason.unwrap_or_default(),
-                                None => "settled by another tick".into(),
-                            },
-                        },
-                        None,
-                    ));
-                }
-            }
-            let t = props.last_modified.unwrap_or(ctx.now);
-            let r = Reservation {
-                blob,
-                etag: props.etag,
-                metadata: props.metadata,
-                created: false,
-            };
-            (t, date.unwrap_or(ctx.now), r)
         }
     };
     // 2. Occurrences too far from the storage server's clock are refused, every time: the
@@ -443,6 +387,73 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         attempt,
     )
     .await
+}
+
+/// Step 1's end for a reservation that exists (read, or refused and then read): the takeover
+/// rule says whether this tick acts, and on which attempt. `Ok(Err)`: the decision, nothing
+/// more to do.
+async fn found_reserved<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    tick: &Tick,
+    occurrence: u64,
+    props: Option<BlobProperties>,
+    date: Option<SystemTime>,
+) -> Result<Result<(SystemTime, SystemTime, Reservation, u32), Decision>, JobError> {
+    let props = props.unwrap_or_default();
+    let server_now = date.unwrap_or(ctx.now);
+    let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
+    let mine = reserved_by.as_deref() == Some(settings.instance_id.as_str());
+    let skipped = |reason: String| {
+        Ok(Err(Decision::Skipped {
+            reserved_by: reserved_by.clone(),
+            reason,
+        }))
+    };
+    // This instance reserved it on an earlier tick (or another tick of it is at work on it
+    // now); or the takeover rule lets any instance act: its reserver left it without an
+    // outcome past its deadline, its runner vanished, or its run failed with attempts left.
+    // The outcome's compare-and-swap lets one tick act.
+    let decided = takeover(&props, server_now, settings, false);
+    let r = Reservation {
+        blob: settings.reservation(occurrence)?,
+        etag: props.etag.clone(),
+        metadata: props.metadata.clone(),
+        created: false,
+    };
+    if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_))
+        && finished_in_log(ctx, blobs, settings, occurrence, &r, &props).await?
+    {
+        return skipped(
+            "its run finished (the log says so; its reservation was brought in line)".into(),
+        );
+    }
+    let attempt = match decided {
+        Takeover::Run { attempt } => attempt,
+        Takeover::No if mine => 1,
+        Takeover::No => return skipped("another instance reserved it".into()),
+        Takeover::Wait(wait) => {
+            let failed = attempt_of(&props.metadata);
+            return skipped(format!(
+                "attempt {failed} failed: attempt {} may start in {} s (job_retry_delay_seconds)",
+                failed + 1,
+                wait.as_secs().max(1)
+            ));
+        }
+        Takeover::Settle(status) => {
+            let entry = settle_vanished(
+                ctx, blobs, settings, tick, occurrence, &r, &props, status, server_now,
+            )
+            .await?;
+            return skipped(match entry {
+                Some(e) => e.reason.unwrap_or_default(),
+                None => "settled by another tick".into(),
+            });
+        }
+    };
+    let reserved_at = props.last_modified.unwrap_or(ctx.now);
+    Ok(Ok((reserved_at, server_now, r, attempt)))
 }
 
 /// Why a tick that found its occurrence reserved already, and did not read the reservation,

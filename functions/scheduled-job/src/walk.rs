@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::attempt::run_reserved;
 use crate::error::JobError;
-use crate::log::{advance_settled, change_log, change_log_from, open, LogEntry, LogWrite};
+use crate::log::{advance_settled, change_log, change_log_from, open, Log, LogEntry, LogWrite};
 use crate::reservation::{
     attempt_of, attempt_token, commit, head, outcome_of, reserve, reserved_on_time, takeover,
     Commit, Over, Reservation, Reserved, RunStatus, Takeover, META_RESERVED_BY,
@@ -127,150 +127,225 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
     occurrence: u64,
     written: &LogWrite,
 ) -> CatchUpReport {
-    // The budget counts from here, after the tick's own run.
-    let started = Instant::now();
-    let mut report = CatchUpReport::default();
     let log = &written.log;
-    // Whether anything below may have written the log since `written` (a run, a settled
-    // reservation brought in line): then the missed ones are recorded after a read.
-    let mut wrote = false;
-    // A buffered occurrence (`job_overlap = buffer_one`) waited for a run: this one, or one
-    // before it. Run now, `pastDue`.
-    let buffered = log
-        .entries
-        .iter()
-        .filter(|e| e.status == RunStatus::Pending && e.occurrence_unix != occurrence)
-        .map(|e| e.occurrence_unix);
-    for o in buffered.collect::<Vec<_>>() {
-        wrote = true;
-        match run_existing(ctx, blobs, job, settings, tick, o).await {
-            Existing::Ran(entry) => report.ran.push(entry),
-            Existing::NotNow => {}
-            // Its reservation is gone (undone after a lost answer, cleaned up) or says
-            // otherwise: the log's `pending` is brought in line, so it holds nothing.
-            Existing::Other(outcome) => {
-                let _ = change_log(blobs, settings, ctx.now, |log, _| {
-                    for e in log.entries.iter_mut() {
-                        if e.occurrence_unix == o && e.status == RunStatus::Pending {
-                            e.status = outcome.clone().unwrap_or(RunStatus::Missed);
-                            if outcome.is_none() {
-                                e.reason = Some(
-                                    "it was buffered, then its reservation was undone: not run"
-                                        .into(),
-                                );
-                                log.counters.missed += 1;
+    let mut walk = Walk {
+        ctx,
+        blobs,
+        job,
+        settings,
+        tick,
+        // The budget counts from here, after the tick's own run.
+        started: Instant::now(),
+        report: CatchUpReport::default(),
+        wrote: false,
+        missed: Vec::new(),
+        through: 0,
+        extended: Vec::new(),
+    };
+    walk.run_buffered(log, occurrence).await;
+    let candidates = walk.candidates(log, occurrence);
+    if candidates.is_empty() {
+        return walk.report;
+    }
+    for o in candidates {
+        match walk.look_at(log, o).await {
+            Flow::Settled => walk.through = o,
+            Flow::Stop => break,
+        }
+    }
+    walk.finish(written, occurrence).await
+}
+
+/// After one earlier occurrence: on to the next (this one settled), or stop (a later winner
+/// looks again).
+enum Flow {
+    Settled,
+    Stop,
+}
+
+/// A winner's walk over the earlier occurrences: what it reads, and what it found so far.
+struct Walk<'a, T, S, J> {
+    ctx: &'a Context<'a, T>,
+    blobs: &'a BlobClient<&'a S>,
+    job: &'a J,
+    settings: &'a Settings,
+    tick: &'a Tick,
+    started: Instant,
+    report: CatchUpReport,
+    /// Whether the walk may have written the log since the tick's own last write (a run, a
+    /// settled reservation brought in line): then the final change reads it first.
+    wrote: bool,
+    /// What it settled for the log: recorded missed, or brought in line.
+    missed: Vec<Missed>,
+    /// Every occurrence up to this one is settled.
+    through: u64,
+    /// Occurrences before the job's history that a tick reserved on time: in it after all.
+    extended: Vec<u64>,
+}
+
+impl<'a, T, S: Transport, J: Transport> Walk<'a, T, S, J> {
+    /// A buffered occurrence (`job_overlap = buffer_one`) waited for a run: this one, or one
+    /// before it. Run now, `pastDue`.
+    async fn run_buffered(&mut self, log: &Log, occurrence: u64) {
+        let (ctx, blobs, settings) = (self.ctx, self.blobs, self.settings);
+        let buffered: Vec<u64> = log
+            .entries
+            .iter()
+            .filter(|e| e.status == RunStatus::Pending && e.occurrence_unix != occurrence)
+            .map(|e| e.occurrence_unix)
+            .collect();
+        for o in buffered {
+            self.wrote = true;
+            match run_existing(ctx, blobs, self.job, settings, self.tick, o).await {
+                Existing::Ran(entry) => self.report.ran.push(entry),
+                Existing::NotNow => {}
+                // Its reservation is gone (undone after a lost answer, cleaned up) or says
+                // otherwise: the log's `pending` is brought in line, so it holds nothing.
+                Existing::Other(outcome) => {
+                    let _ = change_log(blobs, settings, ctx.now, |log, _| {
+                        for e in log.entries.iter_mut() {
+                            if e.occurrence_unix == o && e.status == RunStatus::Pending {
+                                e.status = outcome.clone().unwrap_or(RunStatus::Missed);
+                                if outcome.is_none() {
+                                    e.reason = Some(
+                                        "it was buffered, then its reservation was undone: \
+                                         not run"
+                                            .into(),
+                                    );
+                                    log.counters.missed += 1;
+                                }
                             }
                         }
-                    }
-                    Ok::<(), ()>(())
-                })
-                .await;
+                        Ok::<(), ()>(())
+                    })
+                    .await;
+                }
             }
         }
     }
-    let mut candidates = Vec::new();
-    let mut next = settings.next_occurrence(log.settled_through);
-    while log.settled_through != 0 && next < occurrence {
-        if candidates.len() == SETTLE_MAX {
-            report.more = true;
-            break;
+
+    /// The occurrences between the watermark and `occurrence` without a settled entry, at
+    /// most [`SETTLE_MAX`] (`more` when there are others).
+    fn candidates(&mut self, log: &Log, occurrence: u64) -> Vec<u64> {
+        let settings = self.settings;
+        let mut candidates = Vec::new();
+        let mut next = settings.next_occurrence(log.settled_through);
+        while log.settled_through != 0 && next < occurrence {
+            if candidates.len() == SETTLE_MAX {
+                self.report.more = true;
+                break;
+            }
+            let entry = log.entries.iter().find(|e| e.occurrence_unix == next);
+            let settled = entry.is_some_and(|e| !open(e, settings));
+            // (One the log dropped, with no entry now, was logged once: settled.)
+            let trimmed = entry.is_none() && next <= log.trimmed_through;
+            if next >= log.cleaned_before && !settled && !trimmed {
+                candidates.push(next);
+            }
+            next = settings.next_occurrence(next);
         }
-        let entry = log.entries.iter().find(|e| e.occurrence_unix == next);
-        let settled = entry.is_some_and(|e| !open(e, settings));
-        // (One the log dropped, with no entry now, was logged once: settled.)
-        let trimmed = entry.is_none() && next <= log.trimmed_through;
-        if next >= log.cleaned_before && !settled && !trimmed {
-            candidates.push(next);
-        }
-        next = settings.next_occurrence(next);
+        candidates
     }
-    if candidates.is_empty() {
-        return report;
-    }
-    let mut missed = Vec::new();
-    let mut through = 0;
-    // Occurrences before the job's history that a tick reserved on time: in it after all.
-    let mut extended = Vec::new();
-    for o in candidates {
-        let Ok(blob) = settings.reservation(o) else {
-            break;
+
+    /// One earlier occurrence: its reservation read, then settled by the rules.
+    async fn look_at(&mut self, log: &Log, o: u64) -> Flow {
+        let Ok(blob) = self.settings.reservation(o) else {
+            return Flow::Stop;
         };
-        let Ok((props, date)) = head(blobs, &blob, ctx.now).await else {
-            break;
+        let Ok((props, date)) = head(self.blobs, &blob, self.ctx.now).await else {
+            return Flow::Stop;
         };
-        let server_now = date.unwrap_or(ctx.now);
+        let server_now = date.unwrap_or(self.ctx.now);
         // Before the job's history (the one before its first logged occurrence, which the walk
         // looks at once): nothing to settle, unless a tick reserved it on time (the first
         // tick, which vanished before any log existed): then it is in the history. A late
         // tick's reservation there is the clean-up's.
         if o < log.history_from {
             match &props {
-                Some(p) if reserved_on_time(&p.metadata) => extended.push(o),
-                _ => {
-                    through = o;
-                    continue;
-                }
+                Some(p) if reserved_on_time(&p.metadata) => self.extended.push(o),
+                _ => return Flow::Settled,
             }
         }
-        let Some(props) = props else {
-            // Nobody reserved it. Not due yet by the storage server's clock (give or take the
-            // tick tolerance: a tick this winner ran ahead, an admin's): nothing to say yet.
-            if o + settings.tick_tolerance(at(o)).as_secs() >= unix(server_now) {
-                break;
+        match props {
+            None => self.unreserved(log, o, server_now).await,
+            Some(props) => self.reserved(log, o, blob, props, server_now).await,
+        }
+    }
+
+    /// Nobody reserved it: caught up (`job_catch_up = all`, within the window) or recorded
+    /// missed; nothing yet if it is not due.
+    async fn unreserved(&mut self, log: &Log, o: u64, server_now: SystemTime) -> Flow {
+        let settings = self.settings;
+        // Not due yet by the storage server's clock (give or take the tick tolerance: a tick
+        // this winner ran ahead, an admin's): nothing to say yet.
+        if o + settings.tick_tolerance(at(o)).as_secs() >= unix(server_now) {
+            return Flow::Stop;
+        }
+        // No deployment ticked it.
+        let in_window = o + settings.catch_up_window.as_secs() >= unix(server_now);
+        if settings.catch_up == CatchUp::All && in_window {
+            if budget_spent(self.report.runs(), self.started, settings.timeout) {
+                self.report.more = true;
+                return Flow::Stop;
             }
-            // No deployment ticked it.
-            let in_window = o + settings.catch_up_window.as_secs() >= unix(server_now);
-            if settings.catch_up == CatchUp::All && in_window {
-                if budget_spent(report.runs(), started, settings.timeout) {
-                    report.more = true;
-                    break;
+            self.wrote = true;
+            let (ctx, blobs) = (self.ctx, self.blobs);
+            return match catch_up_one(ctx, blobs, self.job, settings, self.tick, o).await {
+                Some(entry) => {
+                    self.report.ran.push(entry);
+                    Flow::Settled
                 }
-                wrote = true;
-                match catch_up_one(ctx, blobs, job, settings, tick, o).await {
-                    Some(entry) => report.ran.push(entry),
-                    None => break,
-                }
-                through = o;
-                continue;
-            }
-            // A `running` entry in the log with no reservation: a run's start that a tick of an
-            // older version logged before it deleted the reservation (its first log write's
-            // answer lost). Replaced below if still as seen.
-            let seen = log.entries.iter().find(|e| e.occurrence_unix == o).cloned();
-            missed.push(Missed {
-                seen,
-                settled: false,
-                entry: LogEntry {
-                    occurrence: rfc3339(at(o)),
-                    occurrence_unix: o,
-                    instance: String::new(),
-                    reserved_at: rfc3339(server_now),
-                    status: RunStatus::Missed,
-                    fencing_token: None,
-                    trigger: tick.source.as_str().into(),
-                    past_due: false,
-                    finished_at: Some(rfc3339(server_now)),
-                    reason: Some(if in_window {
-                        format!(
-                            "no deployment ticked it; job_catch_up is {}: recorded by {}",
-                            settings.catch_up.as_str(),
-                            settings.instance_id
-                        )
-                    } else {
-                        format!(
-                            "no deployment ticked it and it is older than \
-                         job_catch_up_window_seconds ({} s): recorded by {}",
-                            settings.catch_up_window.as_secs(),
-                            settings.instance_id
-                        )
-                    }),
-                    attempt: None,
-                },
-            });
-            through = o;
-            continue;
+                None => Flow::Stop,
+            };
+        }
+        let reason = if in_window {
+            format!(
+                "no deployment ticked it; job_catch_up is {}: recorded by {}",
+                settings.catch_up.as_str(),
+                settings.instance_id
+            )
+        } else {
+            format!(
+                "no deployment ticked it and it is older than job_catch_up_window_seconds \
+                 ({} s): recorded by {}",
+                settings.catch_up_window.as_secs(),
+                settings.instance_id
+            )
         };
-        // Reserved: the takeover rule says what this winner may do.
+        // A `running` entry in the log with no reservation: a run's start that a tick of an
+        // older version logged before it deleted the reservation (its first log write's answer
+        // lost). Replaced when recorded if still as seen.
+        let seen = log.entries.iter().find(|e| e.occurrence_unix == o).cloned();
+        self.missed.push(Missed {
+            seen,
+            settled: false,
+            entry: LogEntry {
+                occurrence: rfc3339(at(o)),
+                occurrence_unix: o,
+                instance: String::new(),
+                reserved_at: rfc3339(server_now),
+                status: RunStatus::Missed,
+                fencing_token: None,
+                trigger: self.tick.source.as_str().into(),
+                past_due: false,
+                finished_at: Some(rfc3339(server_now)),
+                reason: Some(reason),
+                attempt: None,
+            },
+        });
+        Flow::Settled
+    }
+
+    /// Reserved: the takeover rule says what this winner may do.
+    async fn reserved(
+        &mut self,
+        log: &Log,
+        o: u64,
+        blob: leasegate::BlobName,
+        props: leasegate::ops::BlobProperties,
+        server_now: SystemTime,
+    ) -> Flow {
+        let (ctx, blobs, settings) = (self.ctx, self.blobs, self.settings);
         let reservation = Reservation {
             blob,
             etag: props.etag.clone(),
@@ -279,22 +354,19 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
         };
         let decided = takeover(&props, server_now, settings, true);
         if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_)) {
-            wrote = true;
+            self.wrote = true;
             match finished_in_log(ctx, blobs, settings, o, &reservation, &props).await {
                 // Its run finished (a result write was lost): brought in line, settled.
-                Ok(true) => {
-                    through = o;
-                    continue;
-                }
+                Ok(true) => return Flow::Settled,
                 Ok(false) => {}
-                Err(_) => break,
+                Err(_) => return Flow::Stop,
             }
         }
         match decided {
-            // Settled; or `running` (its runner within its deadline, or its log write on its
-            // way), or reserved and within its reserver's deadline: a later winner looks again.
+            // `running` (its runner within its deadline, or its log write on its way), or
+            // reserved and within its reserver's deadline: a later winner looks again.
             Takeover::No => match outcome_of(&props.metadata) {
-                Some(RunStatus::Running) | None => break,
+                Some(RunStatus::Running) | None => Flow::Stop,
                 // Settled. A log entry still open for it (its run's end write was lost) is
                 // brought in line with the reservation.
                 Some(outcome) => {
@@ -307,105 +379,117 @@ pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
                         entry.status = outcome;
                         entry.attempt = Some(attempt_of(&props.metadata));
                         entry.finished_at = Some(rfc3339(server_now));
-                        missed.push(Missed {
+                        self.missed.push(Missed {
                             entry,
                             settled: true,
                             seen: None,
                         });
                     }
+                    Flow::Settled
                 }
             },
-            Takeover::Wait(_) => break,
+            Takeover::Wait(_) => Flow::Stop,
             Takeover::Settle(status) => {
-                match settle_vanished(
+                let settled = settle_vanished(
                     ctx,
                     blobs,
                     settings,
-                    tick,
+                    self.tick,
                     o,
                     &reservation,
                     &props,
                     status,
                     server_now,
-                )
-                .await
-                {
+                );
+                match settled.await {
                     Ok(Some(entry)) => {
-                        missed.extend((entry.status == RunStatus::Missed).then_some(Missed {
-                            seen: None,
-                            settled: true,
-                            entry,
-                        }))
+                        if entry.status == RunStatus::Missed {
+                            self.missed.push(Missed {
+                                seen: None,
+                                settled: true,
+                                entry,
+                            });
+                        }
+                        Flow::Settled
                     }
                     // Another tick acted first (took it over, settled it): a later winner
                     // looks again.
-                    Ok(None) | Err(_) => break,
+                    Ok(None) | Err(_) => Flow::Stop,
                 }
             }
             Takeover::Run { attempt } => {
-                if budget_spent(report.runs(), started, settings.timeout) {
-                    report.more = true;
-                    break;
+                if budget_spent(self.report.runs(), self.started, settings.timeout) {
+                    self.report.more = true;
+                    return Flow::Stop;
                 }
                 let this = Tick {
                     at: at(o),
-                    source: tick.source,
+                    source: self.tick.source,
                     past_due: true,
                 };
                 let t = props.last_modified.unwrap_or(server_now);
+                let times = (t, server_now);
                 let ran = run_reserved(
                     ctx,
                     blobs,
-                    job,
+                    self.job,
                     settings,
                     &this,
                     o,
-                    (t, server_now),
+                    times,
                     reservation,
                     false,
                     attempt,
                 )
                 .await;
                 let Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) = ran else {
-                    break;
+                    return Flow::Stop;
                 };
                 let open = entry.status == RunStatus::Failed && attempt <= settings.retries;
                 match entry.attempt.unwrap_or(1) {
-                    1 => report.ran.push(entry),
-                    _ => report.retried.push(entry),
+                    1 => self.report.ran.push(entry),
+                    _ => self.report.retried.push(entry),
                 }
+                // Failed again with attempts left: a later winner retries after the delay.
                 if open {
-                    // Failed again with attempts left: a later winner retries after the delay.
-                    break;
+                    Flow::Stop
+                } else {
+                    Flow::Settled
                 }
             }
         }
-        through = o;
     }
-    if through == 0 && extended.is_empty() {
-        return report;
-    }
-    let known = (!wrote).then(|| written.clone());
-    let changed = change_log_from(blobs, settings, ctx.now, known, |log, read_at| {
-        for m in &missed {
-            if m.record(log) {
-                log.counters.count(&m.entry.status);
+
+    /// Records what the walk settled in the log, in one compare-and-swap (from the tick's own
+    /// last write when the walk wrote nothing since), and moves the watermark.
+    async fn finish(mut self, written: &LogWrite, occurrence: u64) -> CatchUpReport {
+        if self.through == 0 && self.extended.is_empty() {
+            return self.report;
+        }
+        let (settings, through) = (self.settings, self.through);
+        let (missed, extended) = (&self.missed, &self.extended);
+        let known = (!self.wrote).then(|| written.clone());
+        let changed = change_log_from(self.blobs, settings, self.ctx.now, known, |log, read_at| {
+            for m in missed {
+                if m.record(log) {
+                    log.counters.count(&m.entry.status);
+                }
             }
+            for o in extended {
+                extend_history(log, settings, *o);
+            }
+            advance_settled(log, settings, occurrence, through, read_at);
+            Ok::<(), ()>(())
+        })
+        .await;
+        if let Ok(Ok(_)) = changed {
+            self.report.missed = missed
+                .iter()
+                .filter(|m| m.entry.status == RunStatus::Missed)
+                .count() as u64;
         }
-        for o in &extended {
-            extend_history(log, settings, *o);
-        }
-        advance_settled(log, settings, occurrence, through, read_at);
-        Ok::<(), ()>(())
-    })
-    .await;
-    if let Ok(Ok(_)) = changed {
-        report.missed = missed
-            .iter()
-            .filter(|m| m.entry.status == RunStatus::Missed)
-            .count() as u64;
+        self.report
     }
-    report
 }
 
 /// Begins the job's history at `o` (before it, a reservation a tick made on time was found).
