@@ -286,7 +286,28 @@ soak() {
   target/debug/leasegate-soak "$@"
 }
 
+usage() {
+  cat <<'USAGE'
+usage: scripts/dev.sh COMMAND [ARGS...]
+
+  setup      install what is missing: the Rust toolchain and wasm32-wasip2, the pinned Azurite,
+             Spin and its trigger-cron plugin, faketime, PyYAML
+  run        build the components, start Azurite and a webhook sink, serve the app on 127.0.0.1:3000
+  test       every test: unit, signing vectors, the model checker, Azurite, the .wasm under spin up
+  check      the model checker (tests/model); `check --deep` for the larger bounds
+  bench      round trips and decisions per second under spin up (docs/benchmarks.md)
+  ttl-bench  the sweeper on a large container
+  soak       a long run with faults, progress every minute
+  demo       take and show a lease with the CLI against a local Azurite
+  cli        build target/release/leasegate
+  azurite    start Azurite alone until Ctrl-C
+
+  -h, --help  this text
+USAGE
+}
+
 case "${1:-}" in
+  -h | --help | help) usage ;;
   setup) setup ;;
   run) run ;;
   demo) demo ;;
@@ -318,7 +339,8 @@ case "${1:-}" in
     cargo test --workspace --locked --no-fail-fast
     ;;
   *)
-    echo "usage: scripts/dev.sh run|test|check|bench|ttl-bench|soak|demo|cli|setup|azurite" >&2
+    if [ -n "${1:-}" ]; then echo "scripts/dev.sh: unknown command '$1'" >&2; fi
+    usage >&2
     exit 2
     ;;
 esac

@@ -266,3 +266,45 @@ fn every_script_answers_help_and_writes_nothing() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `scripts/dev.sh --help` (and `-h`) prints its commands and exits 0 doing nothing else; an
+/// unknown command exits 2 naming it, with the usage on standard error.
+#[test]
+fn dev_script_answers_help_and_names_an_unknown_command() {
+    for flag in ["--help", "-h"] {
+        let out = Command::new("bash")
+            .arg(root().join("scripts/dev.sh"))
+            .arg(flag)
+            .output()
+            .expect("run bash");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{flag}: {stdout}");
+        assert!(
+            stdout.starts_with("usage: scripts/dev.sh"),
+            "{flag}: {stdout}"
+        );
+        for command in ["setup", "run", "test", "check", "bench", "cli"] {
+            assert!(
+                stdout.contains(&format!("\n  {command} ")),
+                "{flag}: {command}: {stdout}"
+            );
+        }
+        assert!(
+            out.stderr.is_empty(),
+            "{flag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new("bash")
+        .arg(root().join("scripts/dev.sh"))
+        .arg("frob")
+        .output()
+        .expect("run bash");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("scripts/dev.sh: unknown command 'frob'"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
