@@ -281,7 +281,7 @@ pub(crate) fn alert_message(reading: &Reading, threshold: f64) -> String {
 
 /// Step 3: posts the notification (with `Idempotency-Key`); `Err` says why it is not
 /// confirmed (no secret, no URL).
-pub(crate) async fn notify<T: Transport>(
+async fn notify<T: Transport>(
     transport: &T,
     settings: &Settings,
     reading: &Reading,
