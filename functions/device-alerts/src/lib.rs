@@ -6,7 +6,7 @@
 //! 2. [`gate`](fn@gate): each device of the batch once, with its hottest reading at or above the
 //!    threshold, takes its gate: a lease on `alerts/{deviceId}` for `alert_window_seconds`,
 //!    with a fresh lease id per event (so two readings never both win).
-//! 3. [`notify`](gate::notify): a device that won its gate posts the notification, with an idempotency key.
+//! 3. `notify` (in `gate.rs`): a device that won its gate posts the notification, with an idempotency key.
 //! 4. [`answer`](fn@answer): one decision per reading.
 //!
 //! Steps 2 and 3 run per device as one pipeline, devices concurrently, at most `max_in_flight`
