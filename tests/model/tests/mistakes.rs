@@ -12,7 +12,9 @@ fn counterexample<P: Protocol>(protocol: P, property: &'static str) -> String {
         .checker()
         .threads(2)
         .finish_when(HasDiscoveries::AnyOf([property].into()))
-        .timeout(std::time::Duration::from_secs(120))
+        // Found in about a minute on a quiet 2-core machine (the outcome's compare-and-swap
+        // takes the longest); the margin is for a machine building or testing beside it.
+        .timeout(std::time::Duration::from_secs(360))
         .spawn_dfs()
         .join();
     let found: Vec<&str> = checker.discoveries().keys().copied().collect();
