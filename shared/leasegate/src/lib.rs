@@ -76,6 +76,7 @@ struct ReadmeDoctests;
 pub mod account;
 pub mod blob;
 pub mod error;
+pub mod fence;
 pub mod lease;
 pub mod message;
 pub mod names;

@@ -31,6 +31,9 @@ pub struct PutBlob {
     pub condition: Condition,
     /// The lease to write under, when the blob is leased.
     pub lease_id: Option<LeaseId>,
+    /// Index tags to set with the write (`x-ms-tags`; empty: none, and a put **removes** the
+    /// tags an overwritten blob had).
+    pub tags: Tags,
 }
 
 impl PutBlob {
@@ -45,6 +48,7 @@ impl PutBlob {
             metadata: Metadata::new(),
             condition: Condition::None,
             lease_id: None,
+            tags: Tags::new(),
         }
     }
 
@@ -69,6 +73,12 @@ impl PutBlob {
     /// Writes under a lease.
     pub fn with_lease(mut self, lease_id: LeaseId) -> Self {
         self.lease_id = Some(lease_id);
+        self
+    }
+
+    /// Sets the index tags the write gives the blob.
+    pub fn with_tags(mut self, tags: Tags) -> Self {
+        self.tags = tags;
         self
     }
 }
@@ -99,6 +109,7 @@ impl Operation for PutBlob {
         };
         r.opt_header("content-type", self.content_type.as_ref())?
             .opt_header("x-ms-lease-id", lease_header(self.lease_id.as_ref()))?
+            .opt_header("x-ms-tags", tags_header(&self.tags)?)?
             .condition(&self.condition)?
             .metadata(&self.metadata)?
             .finish()

@@ -33,6 +33,26 @@ pub fn check_tag(key: &str, value: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The `x-ms-tags` header of a write that sets `tags` (`key=value&...`, each part
+/// percent-encoded), or `None` for no tags; every tag is checked against storage's rules.
+pub(super) fn tags_header(tags: &Tags) -> Result<Option<String>, Error> {
+    if tags.len() > MAX_TAGS {
+        return Err(Error::InvalidArgument(format!(
+            "a blob carries at most {MAX_TAGS} tags, not {}",
+            tags.len()
+        )));
+    }
+    let encode = |s: &str| {
+        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    };
+    let mut parts = Vec::new();
+    for (key, value) in tags {
+        check_tag(key, value)?;
+        parts.push(format!("{}={}", encode(key), encode(value)));
+    }
+    Ok((!parts.is_empty()).then(|| parts.join("&")))
+}
+
 /// A tag condition `"key" = 'value'` (for [`IfTags`]; the key and value are checked first, so
 /// no quote can end them early).
 pub fn tag_equals(key: &str, value: &str) -> Result<String, Error> {
