@@ -570,6 +570,9 @@ pub struct App {
     /// Under [`Setup::entra`]: a plain-HTTP proxy to the same Azurite (HTTPS behind it), for
     /// the test's own SharedKey reads of blob state ([`App::inspect_account`]).
     pub inspect: Option<Proxy>,
+    /// Under [`Manifest::Ledger`]: the proxy between Spin and the shared Azurite table
+    /// emulator (`table_origin`), for faults on table requests.
+    pub tables: Option<Proxy>,
     /// Folders of generated files (a manifest, the test CA's PEM), removed with the app.
     scratch: Vec<PathBuf>,
 }
@@ -662,11 +665,13 @@ impl App {
             variables.insert("digest_origin".into(), webhook.origin());
             variables.insert("digest_token".into(), DIGEST_TOKEN.into());
         }
+        let mut tables = None;
         if setup.manifest == Manifest::Ledger {
             let declared = manifest_variables(&setup.manifest.path());
             variables.retain(|k, _| declared.contains(k));
-            let tables = Azurite::shared_table().authority();
-            variables.insert("table_origin".into(), format!("http://{tables}"));
+            let proxy = Proxy::start(&Azurite::shared_table().authority());
+            variables.insert("table_origin".into(), proxy.origin());
+            tables = Some(proxy);
             variables.insert("ledger_token".into(), LEDGER_TOKEN.into());
         }
         if let Manifest::Template(_) | Manifest::TemplateCron(_) = setup.manifest {
@@ -769,6 +774,7 @@ impl App {
             tokens,
             azurite,
             inspect,
+            tables,
             scratch,
         }
     }

@@ -17,7 +17,11 @@ use leasegate_tests::{unique_container, Azurite};
 fn blobs() -> BlobClient<Counting<NativeTransport>> {
     let account = Azurite::shared().account();
     let container = unique_container("fence");
-    let client = BlobClient::new(Counting::new(NativeTransport::default()), account, container);
+    let client = BlobClient::new(
+        Counting::new(NativeTransport::default()),
+        account,
+        container,
+    );
     let create = CreateContainer {
         container: client.container().clone(),
     };
@@ -69,16 +73,33 @@ const LOCK: &str = "leasegate/ledger/acme";
 #[test]
 fn a_stale_holders_blob_write_is_refused_by_storage() {
     let client = blobs();
-    let (six, seven, eight) = (Fence::new(LOCK, 6), Fence::new(LOCK, 7), Fence::new(LOCK, 8));
+    let (six, seven, eight) = (
+        Fence::new(LOCK, 6),
+        Fence::new(LOCK, 7),
+        Fence::new(LOCK, 8),
+    );
     let name = "ledger/acme.json";
     // The blob's first write: the tag condition, then a create.
     let first = client.transport().sent();
-    assert!(matches!(write(&client, &seven, name, "{\"t\":7}"), Fenced::Written(_)));
+    assert!(matches!(
+        write(&client, &seven, name, "{\"t\":7}"),
+        Fenced::Written(_)
+    ));
     let first = client.transport().sent() - first;
-    assert!(first <= 2, "a first write is at most 2 requests, took {first}");
+    assert!(
+        first <= 2,
+        "a first write is at most 2 requests, took {first}"
+    );
     let before = client.transport().sent();
-    assert!(matches!(write(&client, &seven, name, "{\"t\":7,\"n\":2}"), Fenced::Written(_)));
-    assert_eq!(client.transport().sent() - before, 1, "a fenced write rides on the put");
+    assert!(matches!(
+        write(&client, &seven, name, "{\"t\":7,\"n\":2}"),
+        Fenced::Written(_)
+    ));
+    assert_eq!(
+        client.transport().sent() - before,
+        1,
+        "a fenced write rides on the put"
+    );
     assert_eq!(
         write(&client, &six, name, "{\"t\":6}"),
         Fenced::FencedOut {
@@ -87,8 +108,16 @@ fn a_stale_holders_blob_write_is_refused_by_storage() {
     );
     assert_eq!(body(&client, name), "{\"t\":7,\"n\":2}");
     assert_eq!(tag(&client, name).as_deref(), Some("00000000000000000007"));
-    assert!(matches!(write(&client, &eight, name, "{\"t\":8}"), Fenced::Written(_)));
-    assert_eq!(write(&client, &seven, name, "{}"), Fenced::FencedOut { newer_token: Some(8) });
+    assert!(matches!(
+        write(&client, &eight, name, "{\"t\":8}"),
+        Fenced::Written(_)
+    ));
+    assert_eq!(
+        write(&client, &seven, name, "{}"),
+        Fenced::FencedOut {
+            newer_token: Some(8)
+        }
+    );
     assert_eq!(body(&client, name), "{\"t\":8}");
     // A holder of another lock cannot compare its token with this lock's: an error, not a write.
     let other = Fence::new("leasegate/ledger/other", 99);
@@ -106,12 +135,19 @@ fn two_holders_first_writes_race_and_the_newer_one_stays() {
     // A client per holder, as two deployments have (the counting transport is not shared).
     let holder = || {
         let account = counted.account().clone();
-        BlobClient::new(NativeTransport::default(), account, counted.container().clone())
+        BlobClient::new(
+            NativeTransport::default(),
+            account,
+            counted.container().clone(),
+        )
     };
     let (client, a_client, b_client) = (holder(), holder(), holder());
     for round in 0..12u64 {
         let name = format!("race/{round}.json");
-        let (older, newer) = (Fence::new(LOCK, 2 * round + 1), Fence::new(LOCK, 2 * round + 2));
+        let (older, newer) = (
+            Fence::new(LOCK, 2 * round + 1),
+            Fence::new(LOCK, 2 * round + 2),
+        );
         let barrier = std::sync::Barrier::new(2);
         let outcomes = std::thread::scope(|s| {
             let a = s.spawn(|| {
@@ -124,7 +160,10 @@ fn two_holders_first_writes_race_and_the_newer_one_stays() {
             });
             (a.join().unwrap(), b.join().unwrap())
         });
-        assert!(matches!(outcomes.1, Fenced::Written(_)), "round {round}: {outcomes:?}");
+        assert!(
+            matches!(outcomes.1, Fenced::Written(_)),
+            "round {round}: {outcomes:?}"
+        );
         assert_eq!(body(&client, &name), "newer", "round {round}: {outcomes:?}");
         assert_eq!(tag(&client, &name), Some(fence::fence_value(newer.token())));
     }
@@ -139,21 +178,36 @@ fn an_unfenced_blob_is_not_overwritten() {
     let plain = put(client.container(), name, "written by hand");
     run(client.execute(&plain, SystemTime::now())).unwrap();
     let op = put(client.container(), name, "fenced");
-    let err = run(fence::write_blob(&client, &Fence::new(LOCK, 3), op, SystemTime::now()))
-        .unwrap_err()
-        .to_string();
+    let err = run(fence::write_blob(
+        &client,
+        &Fence::new(LOCK, 3),
+        op,
+        SystemTime::now(),
+    ))
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("without a fence"), "{err}");
     assert_eq!(body(&client, name), "written by hand");
     // The caller's own tags ride with the fence's; the fence's names are refused.
     let mut tags = Tags::new();
     tags.insert("owner".into(), "billing".into());
     let op = put(client.container(), "tagged.json", "x").with_tags(tags);
-    let written = run(fence::write_blob(&client, &Fence::new(LOCK, 3), op, SystemTime::now()));
+    let written = run(fence::write_blob(
+        &client,
+        &Fence::new(LOCK, 3),
+        op,
+        SystemTime::now(),
+    ));
     assert!(matches!(written, Ok(Fenced::Written(_))), "{written:?}");
     let mut tags = Tags::new();
     tags.insert(FENCE_TAG.into(), "x".into());
     let op = put(client.container(), "tagged.json", "x").with_tags(tags);
-    let refused = run(fence::write_blob(&client, &Fence::new(LOCK, 3), op, SystemTime::now()));
+    let refused = run(fence::write_blob(
+        &client,
+        &Fence::new(LOCK, 3),
+        op,
+        SystemTime::now(),
+    ));
     assert!(refused.is_err());
 }
 
@@ -206,25 +260,54 @@ fn a_stale_holders_table_batch_changes_nothing() {
     let mut two = TableFence::new(Fence::new(LOCK, 2));
     let send = |fence: &mut TableFence, ops| {
         let batch = batch_of(&table, book, ops);
-        run(fence::table_batch(&client, fence, &batch, SystemTime::now())).unwrap()
+        run(fence::table_batch(
+            &client,
+            fence,
+            &batch,
+            SystemTime::now(),
+        ))
+        .unwrap()
     };
     let before = client.transport().sent();
     let first = send(&mut one, vec![entry(book, "1-0", 1)]);
-    assert!(matches!(first, Fenced::Written(BatchFenced::Committed(ref items)) if items.len() == 1));
-    assert_eq!(client.transport().sent() - before, 2, "the fence's read, then the batch");
+    assert!(
+        matches!(first, Fenced::Written(BatchFenced::Committed(ref items)) if items.len() == 1)
+    );
+    assert_eq!(
+        client.transport().sent() - before,
+        2,
+        "the fence's read, then the batch"
+    );
     let before = client.transport().sent();
-    assert!(matches!(send(&mut one, vec![entry(book, "1-1", 1)]), Fenced::Written(_)));
-    assert_eq!(client.transport().sent() - before, 1, "the fence rides on the batch");
-    assert!(matches!(send(&mut two, vec![entry(book, "2-0", 2)]), Fenced::Written(_)));
+    assert!(matches!(
+        send(&mut one, vec![entry(book, "1-1", 1)]),
+        Fenced::Written(_)
+    ));
+    assert_eq!(
+        client.transport().sent() - before,
+        1,
+        "the fence rides on the batch"
+    );
+    assert!(matches!(
+        send(&mut two, vec![entry(book, "2-0", 2)]),
+        Fenced::Written(_)
+    ));
     let stale = send(&mut one, vec![entry(book, "1-2", 1), entry(book, "1-3", 1)]);
-    assert_eq!(stale, Fenced::FencedOut { newer_token: Some(2) });
+    assert_eq!(
+        stale,
+        Fenced::FencedOut {
+            newer_token: Some(2)
+        }
+    );
     assert_eq!(rows(&client, &table), ["1-0", "1-1", "2-0"]);
     // A new tenure of the old token reads the fence and is refused before it sends a batch.
     let mut again = TableFence::new(Fence::new(LOCK, 1));
     let before = client.transport().sent();
     assert_eq!(
         send(&mut again, vec![entry(book, "1-4", 1)]),
-        Fenced::FencedOut { newer_token: Some(2) }
+        Fenced::FencedOut {
+            newer_token: Some(2)
+        }
     );
     assert_eq!(client.transport().sent() - before, 1);
     // The caller's own refusal is told apart from the fence's: the fence held.

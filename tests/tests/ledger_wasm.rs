@@ -220,3 +220,42 @@ fn posts_take_turns_and_bad_input_is_named() {
     ];
     expect_clear_errors(&a, &cases, &["test-ledger-token-4e7a"]);
 }
+
+/// A lost answer on each write of a post in turn (each entry's batch, the blob's put): the
+/// post asks once more, which the fence makes safe, and answers 200 with every entry written
+/// once and the blob holding its token.
+#[test]
+fn a_lost_answer_on_any_write_of_a_post_writes_each_entry_once() {
+    use leasegate_tests::proxy::Fault;
+    let (a, _b, table) = two_deployments("lost");
+    let tables = a.tables.as_ref().expect("the ledger's table proxy");
+    for (n, write) in ["batch 1", "batch 2", "batch 3", "blob"].iter().enumerate() {
+        let book = format!("lost-{n}");
+        match *write {
+            "blob" => a
+                .storage
+                .fault_once(&format!("ledger/{book}.json"), Fault::LoseAnswer),
+            batch => {
+                let k: usize = batch.trim_start_matches("batch ").parse().unwrap();
+                tables.fault_nth("$batch", Fault::LoseAnswer, k);
+            }
+        }
+        let answer = post(&a, &book, 3, 0);
+        assert_eq!(
+            answer.status, 200,
+            "lost answer on {write}: {}",
+            answer.text
+        );
+        assert_eq!(answer.json["written"], 3, "{write}");
+        let token = answer.json[FENCING_TOKEN].as_u64().unwrap();
+        let stored = entries(&table, &book);
+        assert_eq!(stored.len(), 3, "{write}: each entry once");
+        assert!(stored.iter().all(|e| token_of(e) == token), "{write}");
+        assert_eq!(ledger_blob(&a, &book)[FENCING_TOKEN], token, "{write}");
+        let applied = |p: &leasegate_tests::proxy::Proxy| -> usize {
+            p.faults_applied().iter().map(|(_, k)| k).sum()
+        };
+        let lost = applied(&a.storage) + applied(tables);
+        assert_eq!(lost, n + 1, "{write}: the fault was applied");
+    }
+}

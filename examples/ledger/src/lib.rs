@@ -1,5 +1,5 @@
 //! `POST /api/ledger/{book}/post` with `{"entries": N, "pauseMs": P}`: holds the book's lock
-//! (`ledger_window_seconds`, 15 by default), appends N entities to the table `ledger_table`
+//! (the lock blob `books/{book}`, `ledger_window_seconds`, 15 by default), appends N entities to the table `ledger_table`
 //! (PartitionKey the book, each with the holder's `fencingToken`), pausing P ms before each
 //! (the work of a slow batch job), then writes the blob `ledger/{book}.json` holding the
 //! token. **Every write is fenced**: a holder that was paused past its lease, whose book a
@@ -97,7 +97,7 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
     };
     let transport = (ctx.connect)(settings.storage.timeout);
-    let locks = settings.storage.locks(&transport, "ledger/");
+    let locks = settings.storage.locks(&transport, "books/");
     let tables = match TableClient::try_new(&transport, settings.tables.clone()) {
         Ok(t) => t,
         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
