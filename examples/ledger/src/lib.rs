@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
+use leasegate::lease::{Acquire, Acquiring, IdOrigin, Locks, Start, Term};
 use leasegate::ops::PutBlob;
 use leasegate::table::{
     Batch, BatchOperation, CreateTable, EdmValue, Entity, TableClient, TableName, TableRefusal,
@@ -108,16 +108,10 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
     };
     // A fresh lease id per post: each post is a holder of its own.
     let id = (ctx.new_lease_id)();
-    let acquired = locks
-        .acquire_with(
-            &book,
-            term,
-            id,
-            IdOrigin::Fresh,
-            &settings.instance,
-            ctx.now,
-        )
-        .await;
+    let how = Acquiring::new(term, id)
+        .origin(IdOrigin::Fresh)
+        .label(&settings.instance);
+    let acquired = locks.acquire(&book, how, ctx.now).await;
     let held = match acquired {
         Ok(Acquire::Acquired(held)) => held,
         Ok(Acquire::Busy { retry_after, .. }) => {
@@ -149,7 +143,7 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
     let answer = work.post(&fence, &post).await;
     // Given back so that the next post need not wait out the window (best effort: the lease
     // runs out by itself). A holder that was fenced out holds nothing any more.
-    let _ = locks.release_held(&book, &held, ctx.now).await;
+    let _ = (locks.release(&book, held.lease_id, Start::Acquired(&held), ctx.now)).await;
     answer
 }
 

@@ -1,7 +1,7 @@
 //! Native blob leases (15 to 60 s, or infinite), sharing each lock with lease records.
 //!
 //! To take a lock: read the blob (HEAD), or start from a kept state
-//! ([`super::Locks::acquire_from_kept`]); if nobody else holds it (no lease with another's live
+//! ([`super::Start::Kept`]); if nobody else holds it (no lease with another's live
 //! claim, no live record of another), acquire the lease **with `If-Match` on the ETag read**,
 //! so that a record written in between makes storage refuse (412) and the caller reads again;
 //! then write the holder's claim under the new lease. A holder that acquires again with its

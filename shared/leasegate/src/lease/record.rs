@@ -2,7 +2,7 @@
 //!
 //! The record is the holder's claim in the lock blob's metadata, with an expiry
 //! in the storage server's seconds. To take a lock: read the blob (HEAD), or start from a kept
-//! state of a record its holder released ([`super::Locks::acquire_from_kept`]); if nobody
+//! state of a record its holder released ([`super::Start::Kept`]); if nobody
 //! holds it (no lease, no live record of another), write the record with `If-Match` on the ETag read and
 //! **without a lease id**: a record written in between moves the ETag, and a lease taken in
 //! between makes storage refuse a write without its id, so either way the write fails and
