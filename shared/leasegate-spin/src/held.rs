@@ -16,38 +16,31 @@
 
 use std::time::SystemTime;
 
-use leasegate::lease::{
-    Acquire, Acquired, Acquiring, HeldState, IdOrigin, Locks, Release, Start, Term,
-};
+use leasegate::lease::{Acquire, Acquired, Acquiring, HeldState, IdOrigin, Locks, Release, Start};
 use leasegate::{Error, LeaseId, LockName, Transport};
 
 use crate::cache::{Cache, Scope};
 
 /// [`Locks::acquire`] through `cache`: a holder's own id ([`IdOrigin::Known`]) extends from
-/// the state kept of its last call, if there is one ([`Start::Held`]); the grant is kept
-/// for the next call, and a kept state that proved of no more use (another holder's lock now,
-/// a failure) is forgotten.
-#[allow(clippy::too_many_arguments)]
+/// the state kept of its last call, if there is one ([`Start::Held`], in place of `how`'s
+/// start); the grant is kept for the next call, and a kept state that proved of no more use
+/// (another holder's lock now, a failure) is forgotten.
 pub async fn acquire<T: Transport>(
     cache: &dyn Cache,
     locks: &Locks<T>,
     lock: &LockName,
-    term: Term,
-    lease_id: LeaseId,
-    origin: IdOrigin,
-    label: &str,
+    how: Acquiring<'_>,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
     let key = key(locks, lock);
-    let kept = match origin {
-        IdOrigin::Known => recall(cache, &key, lease_id),
+    let kept = match how.origin {
+        IdOrigin::Known => recall(cache, &key, how.lease_id),
         IdOrigin::Fresh => None,
     };
-    let start = kept.as_ref().map_or(Start::Read, Start::Held);
-    let how = Acquiring::new(term, lease_id)
-        .origin(origin)
-        .label(label)
-        .start(start);
+    let how = match &kept {
+        Some(kept) => how.start(Start::Held(kept)),
+        None => how,
+    };
     let acquired = locks.acquire(lock, how, now).await;
     match &acquired {
         Ok(Acquire::Acquired(a)) => keep(cache, &key, a, kept.as_ref()),

@@ -124,13 +124,7 @@ impl<T: Transport> Locks<T> {
         how: Acquiring<'_>,
         now: SystemTime,
     ) -> Result<Acquire, Error> {
-        let Acquiring {
-            term,
-            lease_id,
-            origin,
-            label,
-            start,
-        } = how;
+        let (term, lease_id, start) = (how.term, how.lease_id, how.start);
         let from_read = (None, false);
         let from = match start {
             Start::Read => from_read,
@@ -157,8 +151,7 @@ impl<T: Transport> Locks<T> {
                 }
             }
         };
-        self.acquire_from(lock, term, (lease_id, origin), label, from, now)
-            .await
+        self.acquire_from(lock, &how, from, now).await
     }
 
     /// An extension from `held`, what the holder kept of its last call: the renew and the
@@ -184,23 +177,18 @@ impl<T: Transport> Locks<T> {
         };
         match extended.map_err(|e| self.name_lock(lock, e))? {
             Some(acquired) => Ok(Acquire::Acquired(acquired)),
-            None => {
-                let how = how.start(Start::Read);
-                self.acquire_from(lock, how.term, (id, how.origin), label, (None, false), now)
-                    .await
-            }
+            None => self.acquire_from(lock, &how, (None, false), now).await,
         }
     }
 
     async fn acquire_from(
         &self,
         lock: &LockName,
-        term: Term,
-        (lease_id, origin): (LeaseId, IdOrigin),
-        label: &str,
+        how: &Acquiring<'_>,
         (seen, kept): (Option<Read>, bool),
         now: SystemTime,
     ) -> Result<Acquire, Error> {
+        let label = how.label;
         if label.len() > MAX_LABEL_BYTES || !label.bytes().all(|b| (0x20..0x7f).contains(&b)) {
             return Err(Error::InvalidArgument(format!(
                 "a holder label is at most {} printable ASCII characters",
@@ -208,23 +196,11 @@ impl<T: Transport> Locks<T> {
             )));
         }
         let blob = self.blob_name(lock)?;
-        let outcome = match term {
+        let outcome = match how.term {
             Term::Native(duration) => {
-                native::acquire(
-                    self,
-                    &blob,
-                    duration,
-                    lease_id,
-                    origin,
-                    label,
-                    (seen, kept),
-                    now,
-                )
-                .await
+                native::acquire(self, &blob, duration, how, (seen, kept), now).await
             }
-            Term::Record(length) => {
-                record::acquire(self, &blob, length, lease_id, origin, label, seen, now).await
-            }
+            Term::Record(length) => record::acquire(self, &blob, length, how, seen, now).await,
         };
         outcome.map_err(|e| self.name_lock(lock, e))
     }
