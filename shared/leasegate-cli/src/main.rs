@@ -485,6 +485,4 @@ fn demo(locks: &Locks<&NativeTransport>, key: &HolderKey) -> Result<(), String> 
     Ok(())
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
+use leasegate::time::rfc3339;

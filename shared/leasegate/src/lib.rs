@@ -83,6 +83,7 @@ pub mod names;
 pub mod ops;
 pub mod signing;
 pub mod table;
+pub mod time;
 pub mod token;
 pub mod transport;
 pub mod types;
