@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::future::{select, Either};
 use futures::StreamExt;
-use leasegate::token::{Token, TokenSource};
+use leasegate::token::TokenSource;
 use leasegate::{
     AccessToken, LeaseId, Request, Response, StatusCode, Transport, TransportError,
     TransportErrorKind,
@@ -28,10 +28,11 @@ use spin_sdk::http::{
 };
 use spin_sdk::{key_value, variables};
 
-use crate::cache::{Cache, NoCache};
 use crate::config::Variables;
 use crate::web;
 use crate::Context;
+
+mod tokens;
 
 /// The largest response body [`SpinTransport`] reads by default: 16 MiB. Storage answers of
 /// the lease module are a few KiB at most (a lease record's metadata, an error document, a
@@ -87,118 +88,8 @@ impl Transport for SpinTransport {
         source: &TokenSource,
         refresh: bool,
     ) -> Result<AccessToken, leasegate::Error> {
-        let key = crate::cache::token_key(source);
-        let held = |now| {
-            HELD_TOKEN.with_borrow(|held| match held {
-                Some((k, t)) if *k == key && crate::token::usable(t.expires_at, now) => {
-                    Some(t.value.clone())
-                }
-                _ => None,
-            })
-        };
-        if !refresh {
-            if let Some(token) = held(SystemTime::now()) {
-                return Ok(token);
-            }
-        }
-        // One token request at a time in this invocation: the storage requests a batch sends
-        // at once wait for the first one's token instead of each asking for one.
-        let asking = ASKING.with(std::rc::Rc::clone);
-        let _turn = asking.lock().await;
-        let now = SystemTime::now();
-        if !refresh {
-            if let Some(token) = held(now) {
-                return Ok(token);
-            }
-        }
-        // The source was asked a moment ago (while this request waited, say): its failure is
-        // this request's too, and a token it gave after a refusal serves this refusal too.
-        // Asking again in turn would multiply the wait on a failing endpoint, or the tokens
-        // a batch whose requests storage refused at once asks for.
-        let recent = ASKED.with_borrow(|asked| {
-            asked
-                .as_ref()
-                .filter(|a| a.key == key && now < a.at + SHARED_FOR)
-                .map(|a| (a.refresh, a.failed.clone()))
-        });
-        // With `refresh`, the held token is the one storage refused: not handed out again,
-        // even if no new one can be had.
-        let refused = |e| {
-            if refresh {
-                HELD_TOKEN.with_borrow_mut(|held| *held = None);
-            }
-            e
-        };
-        match recent {
-            Some((_, Some(failed))) => return Err(refused(leasegate::Error::Token(failed))),
-            Some((true, None)) => {
-                if let Some(token) = held(now) {
-                    return Ok(token);
-                }
-            }
-            _ => {}
-        }
-        let store = SpinCache::default();
-        let cache: &dyn Cache = match crate::config::token_cache(&SpinVariables) {
-            Ok(false) => &NoCache,
-            _ => &store,
-        };
-        let token = crate::token::cached(cache, source, now, refresh, async || {
-            let fetched = leasegate::token::fetch(self, source, now).await;
-            let failed = match &fetched {
-                Err(leasegate::Error::Token(e)) => Some(e.clone()),
-                _ => None,
-            };
-            ASKED.with_borrow_mut(|asked| {
-                *asked = Some(Asked {
-                    key: key.clone(),
-                    at: SystemTime::now(),
-                    refresh,
-                    failed,
-                });
-            });
-            let token = fetched?;
-            crate::log_line(serde_json::json!({
-                "event": "access_token_fetched",
-                "source": source.describe(),
-                "refresh": refresh,
-                "expiresInSeconds": token.expires_at.duration_since(now).map(|d| d.as_secs()).unwrap_or(0),
-            }));
-            Ok(token)
-        })
-        .await
-        .map_err(refused)?;
-        HELD_TOKEN.with_borrow_mut(|held| *held = Some((key, token.clone())));
-        Ok(token.value)
+        tokens::access_token(self, source, refresh).await
     }
-}
-
-/// How long the answer of a token request serves the other token requests of the instance
-/// (the `Retry-After` of a `token_unavailable` answer).
-const SHARED_FOR: Duration = Duration::from_secs(5);
-
-/// The last token request of an instance.
-struct Asked {
-    /// The source's store key.
-    key: String,
-    /// When it was answered.
-    at: SystemTime,
-    /// Whether storage had refused the token before it.
-    refresh: bool,
-    /// Its failure, if it failed.
-    failed: Option<leasegate::token::TokenError>,
-}
-
-thread_local! {
-    /// The token this instance handed out last, with its store key: the invocation's later
-    /// storage requests need no store read (Spin gives each invocation its own instance).
-    static HELD_TOKEN: std::cell::RefCell<Option<(String, Token)>> =
-        const { std::cell::RefCell::new(None) };
-    /// The last token request of this instance.
-    static ASKED: std::cell::RefCell<Option<Asked>> = const { std::cell::RefCell::new(None) };
-    /// Held while a token is looked up or fetched.
-    static ASKING: std::rc::Rc<futures::lock::Mutex<()>> =
-        std::rc::Rc::new(futures::lock::Mutex::new(()));
 }
 
 impl SpinTransport {
