@@ -25,28 +25,11 @@ use crate::{EXPIRES_TAG, TIME_TO_LIVE};
 /// shortest lease).
 const FOUND_LEASE_SECS: i64 = 15;
 
-/// A blob found by its expiry tag (`ttl_find = tags`, and the finds of `both`). The find
-/// answer has no ETag or metadata. The blob is deleted (moved first if asked) **only if it is
-/// what was found, and its `TimeToLive` metadata has passed**:
-///
-/// 1. a 15 s lease is acquired with **`x-ms-if-tags: "leasegate_expires_at" = '<found>'`**:
-///    a re-mark of the tag since the find refuses it (Set Blob Tags changes neither ETag nor
-///    `Last-Modified`, so only a tag condition sees it), and while the lease is held nobody
-///    can write the blob, its metadata or its tags (they need the lease id);
-/// 2. under the lease its properties are read (HEAD): a blob written in the second of the find
-///    answer or later (`Last-Modified`) may have been rewritten after it was found and is left
-///    for the next pass; its `TimeToLive` must have passed too (the metadata is the mark, the
-///    tag only an index): a blob without one is kept and its stale tag cleared, a blob whose
-///    `TimeToLive` is later than its tag is kept and its tag set to that time (both under the
-///    lease, its other tags kept), so neither is found again before its time;
-/// 3. it is deleted with the lease id and `If-Match` on the ETag read; otherwise the lease is
-///    released.
-///
-/// Not one delete with both `If-Match` and `x-ms-if-tags`, which Azure documents as enough:
-/// Azurite 3.35 ignores `x-ms-if-tags` when another condition header is present, so that could
-/// not be tested here; the lease holds on both. On Azure the index can lag a write by minutes,
-/// so a blob may be found that much after its time, never before (the query compares with the
-/// storage server's clock).
+/// Sweeps a blob found by its expiry tag (`ttl_find = tags`, and the finds of `both`) **only if
+/// it is what was found and its `TimeToLive` has passed**: a 15 s lease under `x-ms-if-tags`
+/// (the tag as found), a HEAD under the lease, then the delete (the move first, if asked) with
+/// the lease id and `If-Match`, or the lease released. The rules and why not one conditional
+/// delete: docs/ttl-sweeper.md, "Finding expired blobs" ("Only what was found").
 pub(crate) async fn sweep_found<T, S: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<S>,

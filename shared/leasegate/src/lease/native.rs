@@ -146,21 +146,12 @@ pub(super) async fn acquire<T: Transport>(
     Err(super::gave_up("acquire"))
 }
 
-/// Extends `id`'s native lease of `duration` from `grant`, the blob as the holder's own last
-/// write left it, without a read: a renew and the claim's new expiry, each `If-Match` that
-/// write's ETag. `None` when that cannot tell the extension exactly, and the caller acquires as
-/// usual (a read first):
-/// * the grant is not of a lease of `id`'s for `duration` and `label`, or its ETag is unknown;
-/// * storage refuses the renew: the blob changed since (another holder's claim, a bar, a
-///   concurrent call of the same holder's), or the lease was released or broken (a renew takes
-///   back neither, unlike an acquire) or taken by another id;
-/// * the renew landed after the claim's expiry (in the second it names or later): storage
-///   kept the lease that ran out, but a read would tell a new tenure, and the acquire that
-///   follows tells it;
-/// * the claim's write is refused (a concurrent call of the holder wrote first).
-///
-/// The extension's answer is the one an acquire with a read first gives: same token and start,
-/// the new expiry.
+/// Extends `id`'s native lease from `grant` (the blob as the holder's own last write left it)
+/// without a read: a renew and the claim's new expiry, each `If-Match` that write's ETag, with
+/// the answer an acquire after a read would give (same token and start, the new expiry).
+/// `None` whenever that cannot tell the extension exactly (a grant not of this holder's lease,
+/// a renew or claim storage refuses, a renew that landed after the claim's expiry): the caller
+/// then acquires from a read. docs/protocol.md, "Calls from what a holder kept".
 pub(super) async fn extend_at<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
