@@ -98,7 +98,7 @@ pub fn build_components() {
     });
 }
 
-/// Builds the examples `examples/ship-once` and `examples/daily-digest` for wasm32-wasip2 in
+/// Builds the examples `examples/ship-once`, `examples/daily-digest` and `examples/ledger` for wasm32-wasip2 in
 /// release, once per test process.
 pub fn build_example() {
     static BUILT: OnceLock<()> = OnceLock::new();
@@ -113,8 +113,10 @@ pub fn build_example() {
                 "ship-once",
                 "-p",
                 "daily-digest",
+                "-p",
+                "ledger",
             ],
-            "the examples ship-once and daily-digest",
+            "the examples ship-once, daily-digest and ledger",
         )
     });
 }
@@ -321,6 +323,9 @@ pub const TELEMETRY_TOKEN: &str = "test-telemetry-token-91c2";
 pub const SHIP_TOKEN: &str = "test-ship-token-2a6f";
 /// The bearer token the example daily-digest expects.
 pub const DIGEST_TOKEN: &str = "test-digest-token-8c5d";
+
+/// The example ledger's bearer token in tests (`ledger_token`).
+pub const LEDGER_TOKEN: &str = "test-ledger-token-4e7a";
 /// The test app's `lease_id_secret`.
 pub const LEASE_ID_SECRET: &str = "test-lease-id-secret-5d0e";
 /// The bearer token of the test app's timer routes (`/api/jobs/...`).
@@ -353,6 +358,10 @@ pub enum Manifest {
     /// It gets only the variables its manifest declares (`instance_id` = `test-instance`),
     /// `digest_origin` pointing at the webhook proxy and `digest_token` = [`DIGEST_TOKEN`].
     DailyDigest,
+    /// `examples/ledger/spin.toml`: the example of fenced writes. It gets only the variables its
+    /// manifest declares, `table_origin` pointing at the shared Azurite table emulator and
+    /// `ledger_token` = [`LEDGER_TOKEN`].
+    Ledger,
     /// A project made from a `spin new` template: [`template_project`], its `spin.toml`. It
     /// gets only the variables its manifest declares: `work_origin` pointing at the webhook
     /// proxy, `api_token` = [`TEMPLATE_TOKEN`], the timer's `timer_token` = [`TIMER_TOKEN`] and
@@ -371,6 +380,7 @@ impl Manifest {
             Manifest::Cron => root().join("spin-cron.toml"),
             Manifest::ShipOnce => root().join("examples/ship-once/spin.toml"),
             Manifest::DailyDigest => root().join("examples/daily-digest/spin.toml"),
+            Manifest::Ledger => root().join("examples/ledger/spin.toml"),
             Manifest::Template(t) => template_project(t),
             Manifest::TemplateCron(t) => template_project(t).with_file_name("spin-cron.toml"),
             Manifest::Azure => {
@@ -560,6 +570,9 @@ pub struct App {
     /// Under [`Setup::entra`]: a plain-HTTP proxy to the same Azurite (HTTPS behind it), for
     /// the test's own SharedKey reads of blob state ([`App::inspect_account`]).
     pub inspect: Option<Proxy>,
+    /// Under [`Manifest::Ledger`]: the proxy between Spin and the shared Azurite table
+    /// emulator (`table_origin`), for faults on table requests.
+    pub tables: Option<Proxy>,
     /// Folders of generated files (a manifest, the test CA's PEM), removed with the app.
     scratch: Vec<PathBuf>,
 }
@@ -582,7 +595,7 @@ impl App {
     /// Starts the app from `setup`'s manifest, clock and container.
     pub fn start_with(tag: &str, overrides: &[(&str, &str)], setup: Setup) -> App {
         match setup.manifest {
-            Manifest::ShipOnce | Manifest::DailyDigest => build_example(),
+            Manifest::ShipOnce | Manifest::DailyDigest | Manifest::Ledger => build_example(),
             Manifest::Template(t) | Manifest::TemplateCron(t) => {
                 template_project(t);
             }
@@ -651,6 +664,15 @@ impl App {
             variables.retain(|k, _| declared.contains(k));
             variables.insert("digest_origin".into(), webhook.origin());
             variables.insert("digest_token".into(), DIGEST_TOKEN.into());
+        }
+        let mut tables = None;
+        if setup.manifest == Manifest::Ledger {
+            let declared = manifest_variables(&setup.manifest.path());
+            variables.retain(|k, _| declared.contains(k));
+            let proxy = Proxy::start(&Azurite::shared_table().authority());
+            variables.insert("table_origin".into(), proxy.origin());
+            tables = Some(proxy);
+            variables.insert("ledger_token".into(), LEDGER_TOKEN.into());
         }
         if let Manifest::Template(_) | Manifest::TemplateCron(_) = setup.manifest {
             // The timer template's tick token and lease id secret are the test app's
@@ -752,6 +774,7 @@ impl App {
             tokens,
             azurite,
             inspect,
+            tables,
             scratch,
         }
     }

@@ -17,6 +17,8 @@
 //!   ever", their outcomes and their HTTP answers.
 //! * [`occurrence`]: the verb "run this at most once per occurrence of a schedule" ("send the
 //!   digest at 08:00 Berlin time on weekdays, once"), its outcome and its HTTP answer.
+//! * [`fence`]: the verbs "write this blob" and "commit this table batch", fenced: storage
+//!   refuses a stale holder's write.
 //! * [`storage`]: storage steps more than one function takes.
 //! * [`cache`]: the key-value store: every entry's key, and the gate cache (a refusal answered
 //!   without a storage round trip).
@@ -139,6 +141,7 @@ struct RecipesDoctests;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod fence;
 pub mod held;
 pub mod leader;
 pub mod occurrence;

@@ -139,11 +139,10 @@ pub async fn write_blob<T: Transport>(
         condition: fence.tag_condition(),
     };
     let create = put.with_condition(Condition::IfNotExists);
-    match written(client.execute(&tagged, now).await?.0)? {
-        Some(w) => return Ok(Fenced::Written(w)),
-        // Refused: a newer holder's blob, another lock's, an unfenced one, or none yet.
-        None => {}
+    if let Some(w) = written(client.execute(&tagged, now).await?.0)? {
+        return Ok(Fenced::Written(w));
     }
+    // Refused: a newer holder's blob, another lock's, an unfenced one, or (on Azure) none yet.
     match client.execute(&create, now).await?.0 {
         WriteOutcome::Written(w) => return Ok(Fenced::Written(w)),
         WriteOutcome::Refused(Refusal::AlreadyExists) => {}
