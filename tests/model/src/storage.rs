@@ -107,6 +107,10 @@ pub struct Storage {
     /// Leases acquired in a second run out at the end of their last second (acquired late in
     /// it) rather than at its start: at `Date` = grant + duration, such a lease is still held.
     pub leases_last_through_their_second: bool,
+    /// `x-ms-if-tags` on a blob that does not exist lets the request through, unchecked (Azurite
+    /// 3.35: `docs/protocol.md`, "Fenced writes"), rather than refusing it (412, as the model
+    /// takes Azure to do by default).
+    pub if_tags_unchecked_on_missing_blob: bool,
     containers: BTreeSet<String>,
     blobs: BTreeMap<(String, String), Blob>,
     etags: u64,
@@ -136,6 +140,7 @@ impl Storage {
         Storage {
             clock,
             leases_last_through_their_second: false,
+            if_tags_unchecked_on_missing_blob: false,
             containers: BTreeSet::new(),
             blobs: BTreeMap::new(),
             etags: 0,
@@ -281,7 +286,7 @@ impl Storage {
         let Some(blob) = self.blob(container, name) else {
             return error(404, "BlobNotFound");
         };
-        if let Err(e) = Self::tags_condition(Some(blob), r) {
+        if let Err(e) = self.tags_condition(Some(blob), r) {
             return e;
         }
         let with_body = r.method == "GET";
@@ -293,7 +298,7 @@ impl Storage {
     }
 
     /// `If-Match` / `If-None-Match: *` against the blob as it is.
-    fn condition(blob: Option<&Blob>, r: &WireRequest) -> Result<(), WireResponse> {
+    fn condition(&self, blob: Option<&Blob>, r: &WireRequest) -> Result<(), WireResponse> {
         if let Some(want) = r.header("if-match") {
             let want = want.trim_matches('"');
             match blob {
@@ -305,19 +310,21 @@ impl Storage {
         if r.header("if-none-match") == Some("*") && blob.is_some() {
             return Err(error(409, "BlobAlreadyExists"));
         }
-        Self::tags_condition(blob, r)
+        self.tags_condition(blob, r)
     }
 
     /// `x-ms-if-tags` against the blob's tags: 412 `ConditionNotMet` when they do not meet it,
-    /// or when there is no blob (no tags to meet it); 400 when the model cannot read it.
+    /// or when there is no blob (no tags to meet it; Azurite lets the request through then,
+    /// [`Storage::if_tags_unchecked_on_missing_blob`]); 400 when the model cannot read it.
     /// Evaluated beside `If-Match` / `If-None-Match` (all must hold), as Azure does: Azurite
     /// ignores it when another condition rides on the request (`docs/ttl-sweeper.md`).
-    fn tags_condition(blob: Option<&Blob>, r: &WireRequest) -> Result<(), WireResponse> {
+    fn tags_condition(&self, blob: Option<&Blob>, r: &WireRequest) -> Result<(), WireResponse> {
         let Some(condition) = r.header("x-ms-if-tags") else {
             return Ok(());
         };
         let empty = Tags::new();
         match tags::holds(condition, blob.map_or(&empty, |b| &b.tags)) {
+            Some(_) if blob.is_none() && self.if_tags_unchecked_on_missing_blob => Ok(()),
             Some(true) if blob.is_some() => Ok(()),
             Some(_) => Err(error(412, "ConditionNotMet")),
             None => Err(error(400, "InvalidHeaderValue")),
@@ -368,7 +375,7 @@ impl Storage {
     fn put(&mut self, container: &str, name: &str, r: &WireRequest) -> WireResponse {
         let key = (container.to_string(), name.to_string());
         let existing = self.blobs.get(&key);
-        if let Err(e) = Self::condition(existing, r) {
+        if let Err(e) = self.condition(existing, r) {
             return e;
         }
         let lease = match existing {
@@ -407,7 +414,7 @@ impl Storage {
         let Some(existing) = self.blobs.get(&key) else {
             return error(404, "BlobNotFound");
         };
-        if let Err(e) = Self::condition(Some(existing), r) {
+        if let Err(e) = self.condition(Some(existing), r) {
             return e;
         }
         let clear = match self.write_allowed(existing, r) {
@@ -432,7 +439,7 @@ impl Storage {
         let Some(blob) = self.blob(container, name) else {
             return error(404, "BlobNotFound");
         };
-        if let Err(e) = Self::tags_condition(Some(blob), r) {
+        if let Err(e) = self.tags_condition(Some(blob), r) {
             return e;
         }
         WireResponse {
@@ -450,7 +457,7 @@ impl Storage {
         let Some(existing) = self.blobs.get(&key) else {
             return error(404, "BlobNotFound");
         };
-        if let Err(e) = Self::tags_condition(Some(existing), r) {
+        if let Err(e) = self.tags_condition(Some(existing), r) {
             return e;
         }
         if let Err(e) = self.write_allowed(existing, r) {
@@ -471,7 +478,7 @@ impl Storage {
         let Some(existing) = self.blobs.get(&key) else {
             return error(404, "BlobNotFound");
         };
-        if let Err(e) = Self::condition(Some(existing), r) {
+        if let Err(e) = self.condition(Some(existing), r) {
             return e;
         }
         if let Err(e) = self.write_allowed(existing, r) {
@@ -488,7 +495,7 @@ impl Storage {
         let Some(blob) = self.blobs.get(&key) else {
             return error(404, "BlobNotFound");
         };
-        if let Err(e) = Self::condition(Some(blob), r) {
+        if let Err(e) = self.condition(Some(blob), r) {
             return e;
         }
         let state = blob.effective(clock);

@@ -277,6 +277,12 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// The state storage starts in.
     fn storage(&self) -> Storage;
 
+    /// The states storage may start in, each explored ([`Protocol::storage`] alone by
+    /// default): a protocol that depends on a behaviour Azure and Azurite differ on checks both.
+    fn storages(&self) -> Vec<Storage> {
+        vec![self.storage()]
+    }
+
     /// Budgets: faults, clock advances, crashes.
     fn budgets(&self) -> (u8, u8, u8);
 
@@ -459,33 +465,40 @@ impl<P: Protocol> stateright::Model for World<P> {
 
     fn init_states(&self) -> Vec<Self::State> {
         let (faults, advances, crashes) = self.protocol.budgets();
-        let mut state = State {
-            storage: self.protocol.storage(),
-            callers: Vec::new(),
-            in_flight: Vec::new(),
-            log: Vec::new(),
-            faults_left: faults,
-            advances_left: advances,
-            crashes_left: crashes,
-        };
+        let mut callers = Vec::new();
+        let mut log = Vec::new();
         for i in 0..self.protocol.callers() {
             let (status, notes) = replay(&self.protocol, i, &[], &[]);
-            state.callers.push(Caller {
+            callers.push(Caller {
                 answers: Vec::new(),
                 asked: Vec::new(),
                 status,
                 noted: notes.len(),
             });
             for note in notes {
-                state.log.push((i, note));
+                log.push((i, note));
             }
         }
-        // Leases run out at a millisecond of storage's clock: in the second of their expiry,
-        // or through it (a lease acquired late in its second). The model's clock has whole
-        // seconds: both worlds are explored.
-        let mut through = state.clone();
-        through.storage.leases_last_through_their_second = true;
-        vec![state, through]
+        let mut states = Vec::new();
+        for storage in self.protocol.storages() {
+            let state = State {
+                storage,
+                callers: callers.clone(),
+                in_flight: Vec::new(),
+                log: log.clone(),
+                faults_left: faults,
+                advances_left: advances,
+                crashes_left: crashes,
+            };
+            // Leases run out at a millisecond of storage's clock: in the second of their
+            // expiry, or through it (a lease acquired late in its second). The model's clock
+            // has whole seconds: both worlds are explored.
+            let mut through = state.clone();
+            through.storage.leases_last_through_their_second = true;
+            states.push(state);
+            states.push(through);
+        }
+        states
     }
 
     fn actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {

@@ -70,6 +70,23 @@ fn a_tag_condition_refuses_a_lower_token_after_a_higher_one_wrote() {
     let first = blob(&mut s, &if_tags(put("7"), at_most(7)), Some(&fence(7)));
     assert_eq!(first, WriteOutcome::Refused(Refusal::ConditionFailed));
     assert!(s.blob("data", "ledger/book.json").is_none());
+    // Azurite's answer instead: the put lands, its condition unchecked.
+    let mut azurite = s.clone();
+    azurite.if_tags_unchecked_on_missing_blob = true;
+    let landed = blob(
+        &mut azurite,
+        &if_tags(put("7"), at_most(7)),
+        Some(&fence(7)),
+    );
+    assert!(written(&landed));
+    assert_eq!(
+        blob(
+            &mut azurite,
+            &if_tags(put("6"), at_most(6)),
+            Some(&fence(6))
+        ),
+        WriteOutcome::Refused(Refusal::ConditionFailed)
+    );
     // The first write: a create.
     let create = put("7").with_condition(Condition::IfNotExists);
     assert!(written(&blob(&mut s, &create, Some(&fence(7)))));
