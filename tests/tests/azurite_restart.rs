@@ -7,7 +7,7 @@
 use std::net::TcpStream;
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::lease::{Acquire, Acquiring, Locks, Term};
 use leasegate::ops::{build, BlobProperties, GetProperties, Operation};
 use leasegate::{Account, BlobName, ContainerName, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
@@ -19,7 +19,7 @@ fn random_id() -> LeaseId {
 
 fn acquire(locks: &Locks<NativeTransport>, name: &LockName, secs: u64, id: LeaseId) -> Acquire {
     let term = Term::for_window(Duration::from_secs(secs)).unwrap();
-    block_on(locks.acquire(name, term, id, SystemTime::now())).unwrap()
+    block_on(locks.acquire(name, Acquiring::new(term, id), SystemTime::now())).unwrap()
 }
 
 fn token(outcome: &Acquire) -> u64 {

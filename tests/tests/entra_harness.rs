@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::lease::{Acquire, Acquiring, Locks, Term};
 use leasegate::{Account, ContainerName, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::entra::{
@@ -213,7 +213,8 @@ fn shared_key_still_works_on_the_oauth_azurite() {
     let name = LockName::try_new("jobs/nightly").unwrap();
     let term = Term::for_window(Duration::from_secs(15)).unwrap();
     let id = LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes());
-    let outcome = block_on(locks.acquire(&name, term, id, SystemTime::now())).expect("acquire");
+    let outcome = block_on(locks.acquire(&name, Acquiring::new(term, id), SystemTime::now()))
+        .expect("acquire");
     assert!(matches!(outcome, Acquire::Acquired(_)), "{outcome:?}");
     let seen = proxy.seen();
     assert!(!seen.is_empty());

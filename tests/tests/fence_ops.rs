@@ -320,3 +320,71 @@ fn a_stale_holders_table_batch_changes_nothing() {
     );
     assert_eq!(rows(&client, &table), ["1-0", "1-1", "2-0"]);
 }
+
+/// A fence entity deleted after this tenure wrote (a clean-up of the partition) is not
+/// re-created by the older holder: it may have let a newer holder write. A claim advances the
+/// fence with nothing else written, and the fence's own rows cannot be written by a caller.
+#[test]
+fn a_deleted_fence_fails_closed_and_a_claim_fences_first() {
+    use leasegate::table::{DeleteEntity, IfMatch};
+    let (client, table) = tables();
+    let book = "acme";
+    let mut six = TableFence::new(Fence::new(LOCK, 6));
+    let mut seven = TableFence::new(Fence::new(LOCK, 7));
+    let send = |fence: &mut TableFence, ops| {
+        let batch = batch_of(&table, book, ops);
+        run(fence::table_batch(
+            &client,
+            fence,
+            &batch,
+            SystemTime::now(),
+        ))
+        .unwrap()
+    };
+    assert!(matches!(
+        send(&mut six, vec![entry(book, "6-0", 6)]),
+        Fenced::Written(_)
+    ));
+    assert!(matches!(
+        send(&mut seven, vec![entry(book, "7-0", 7)]),
+        Fenced::Written(_)
+    ));
+    let delete = DeleteEntity {
+        table: table.clone(),
+        partition_key: book.into(),
+        row_key: Fence::new(LOCK, 0).row_key(),
+        if_match: IfMatch::Any,
+    };
+    run(client.execute(&delete, SystemTime::now())).unwrap();
+    assert_eq!(
+        send(&mut six, vec![entry(book, "6-1", 6)]),
+        Fenced::FencedOut { newer_token: None }
+    );
+    assert_eq!(rows(&client, &table), ["6-0", "7-0"]);
+    // A claim: the fence at 8 with no row of its own; 7's next batch is refused.
+    let mut eight = TableFence::new(Fence::new(LOCK, 8));
+    let claimed = run(fence::claim_partition(
+        &client,
+        &mut eight,
+        &table,
+        book,
+        SystemTime::now(),
+    ));
+    assert_eq!(claimed.unwrap(), Fenced::Written(()));
+    assert_eq!(
+        send(&mut seven, vec![entry(book, "7-1", 7)]),
+        Fenced::FencedOut {
+            newer_token: Some(8)
+        }
+    );
+    assert_eq!(rows(&client, &table), ["6-0", "7-0"]);
+    let fence_row = Fence::new(LOCK, 0).row_key();
+    let batch = batch_of(&table, book, vec![entry(book, &fence_row, 9)]);
+    let refused = run(fence::table_batch(
+        &client,
+        &mut eight,
+        &batch,
+        SystemTime::now(),
+    ));
+    assert!(refused.is_err(), "{refused:?}");
+}

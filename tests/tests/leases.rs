@@ -4,7 +4,9 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Acquired, LockInfo, LockStatus, Locks, Release, Term};
+use leasegate::lease::{
+    Acquire, Acquired, Acquiring, LockInfo, LockStatus, Locks, Release, Start, Term,
+};
 use leasegate::ops::{GetProperties, ListBlobs};
 use leasegate::{ContainerName, Counting, HolderKey, LeaseId, LeaseState, LockName};
 use leasegate_cli::{block_on, NativeTransport};
@@ -48,7 +50,7 @@ fn acquire<T: leasegate::Transport>(
     term: Term,
     id: LeaseId,
 ) -> Acquire {
-    block_on(l.acquire(name, term, id, SystemTime::now())).unwrap()
+    block_on(l.acquire(name, Acquiring::new(term, id), SystemTime::now())).unwrap()
 }
 
 fn held(outcome: Acquire) -> Acquired {
@@ -203,7 +205,9 @@ fn fencing_tokens_strictly_increase_across_holders() {
             );
             last = token;
             assert_eq!(
-                block_on(l.release(&name, who, SystemTime::now())).unwrap(),
+                block_on(l.release(&name, who, Start::Read, SystemTime::now()))
+                    .unwrap()
+                    .0,
                 Release::Released
             );
         }
@@ -278,15 +282,21 @@ fn short_record_admits_next_holder_after_expiry() {
     assert!(second.fencing_token > first.fencing_token);
     // A's release is now a no-op (it lost the lock), B's is real, and a retry is harmless.
     assert_eq!(
-        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        block_on(l.release(&name, a, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0,
         Release::NotHeld
     );
     assert_eq!(
-        block_on(l.release(&name, b, SystemTime::now())).unwrap(),
+        block_on(l.release(&name, b, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0,
         Release::Released
     );
     assert_eq!(
-        block_on(l.release(&name, b, SystemTime::now())).unwrap(),
+        block_on(l.release(&name, b, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0,
         Release::NotHeld
     );
 }
@@ -298,16 +308,22 @@ fn release_is_safe_to_retry_and_break_frees() {
     let name = lock("r");
     let a = random_id();
     assert_eq!(
-        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        block_on(l.release(&name, a, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0,
         Release::NotHeld
     );
     held(acquire(&l, &name, native(60), a));
     assert_eq!(
-        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        block_on(l.release(&name, a, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0,
         Release::Released
     );
     assert_eq!(
-        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        block_on(l.release(&name, a, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0,
         Release::NotHeld
     );
 
@@ -349,9 +365,13 @@ fn round_trips_per_decision() {
     let name = lock("counted");
     let (a, b) = (random_id(), random_id());
     let take = |l: &CountedLocks, id, term| {
-        block_on(l.acquire(&name, term, id, SystemTime::now())).unwrap()
+        block_on(l.acquire(&name, Acquiring::new(term, id), SystemTime::now())).unwrap()
     };
-    let release = |l: &CountedLocks, id| block_on(l.release(&name, id, SystemTime::now())).unwrap();
+    let release = |l: &CountedLocks, id| {
+        block_on(l.release(&name, id, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0
+    };
 
     // First use: HEAD (404 ContainerNotFound), create the container, create the lock blob (the
     // first token, no holder), acquire, the claim. No create is sent before the container's:
@@ -399,7 +419,7 @@ fn round_trips_per_decision() {
     // grants nothing).
     let fresh = lock("counted-record");
     let (o, n) = counted(&base, |l| {
-        block_on(l.acquire(&fresh, record(120), a, SystemTime::now())).unwrap()
+        block_on(l.acquire(&fresh, Acquiring::new(record(120), a), SystemTime::now())).unwrap()
     });
     assert!(is_acquired(&o) && n == 3, "{o:?} {n}");
 }
@@ -446,27 +466,23 @@ fn a_listing_reads_locks_as_inspect_does() {
     let l = locks(&c);
     let ids: Vec<LeaseId> = (0..4).map(|_| random_id()).collect();
     held(
-        block_on(l.acquire_as(
+        block_on(l.acquire(
             &lock("native"),
-            native(30),
-            ids[0],
-            "node-a",
+            Acquiring::new(native(30), ids[0]).label("node-a"),
             SystemTime::now(),
         ))
         .unwrap(),
     );
     held(
-        block_on(l.acquire_as(
+        block_on(l.acquire(
             &lock("record"),
-            record(300),
-            ids[1],
-            "node-b",
+            Acquiring::new(record(300), ids[1]).label("node-b"),
             SystemTime::now(),
         ))
         .unwrap(),
     );
     held(acquire(&l, &lock("released"), native(15), ids[2]));
-    block_on(l.release(&lock("released"), ids[2], SystemTime::now())).unwrap();
+    block_on(l.release(&lock("released"), ids[2], Start::Read, SystemTime::now())).unwrap();
     held(acquire(&l, &lock("broken"), record(120), ids[3]));
     block_on(l.break_lock(&lock("broken"), 0, SystemTime::now())).unwrap();
 
@@ -496,8 +512,8 @@ fn a_listing_reads_locks_as_inspect_does() {
 }
 
 /// The holder that took a lock in this call marks it and lets it go with one request each
-/// (`set_marks_held`, `release_held`: conditional on the ETag its own last write left), and an
-/// acquire that starts from a read already made (`acquire_after`) sends no HEAD of its own; in
+/// (`set_marks_held`, a release from `Start::Acquired`: conditional on the ETag its own last write left), and an
+/// acquire that starts from a read already made (`Start::Seen`) sends no HEAD of its own; in
 /// both terms. The marks are there after the release, and the lock is free.
 #[test]
 fn a_holder_marks_and_releases_what_it_took_with_one_request_each() {
@@ -518,22 +534,25 @@ fn a_holder_marks_and_releases_what_it_took_with_one_request_each() {
     ] {
         let first = held(acquire(l, &name, term, random_id()));
         assert_eq!(
-            block_on(l.release(&name, first.lease_id, SystemTime::now())).unwrap(),
+            block_on(l.release(&name, first.lease_id, Start::Read, SystemTime::now()))
+                .unwrap()
+                .0,
             Release::Released
         );
 
         let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
         let id = random_id();
         let (o, n) = counted(&base, |cl| {
-            block_on(cl.acquire_after(
-                &info,
-                &name,
-                term,
-                id,
-                leasegate::lease::IdOrigin::Fresh,
-                "node-a",
-                SystemTime::now(),
-            ))
+            block_on(
+                cl.acquire(
+                    &name,
+                    Acquiring::new(term, id)
+                        .origin(leasegate::lease::IdOrigin::Fresh)
+                        .label("node-a")
+                        .start(Start::Seen(&info)),
+                    SystemTime::now(),
+                ),
+            )
             .unwrap()
         });
         // Native: acquire + claim; record: the compare-and-swap.
@@ -553,7 +572,9 @@ fn a_holder_marks_and_releases_what_it_took_with_one_request_each() {
         assert!(wrote && n == 1, "{term:?}: {wrote} {n}");
         assert_eq!(h.marks.get("progress").map(String::as_str), Some("done"));
         let (released, n) = counted(&base, |cl| {
-            block_on(cl.release_held(&name, &h, SystemTime::now())).unwrap()
+            block_on(cl.release(&name, h.lease_id, Start::Acquired(&h), SystemTime::now()))
+                .unwrap()
+                .0
         });
         assert!(
             released == Release::Released && n == 1,
@@ -610,7 +631,9 @@ fn held_fast_paths_read_first_when_the_blob_moved() {
         });
         assert!(!wrote, "{term:?}: marked a lock another holds");
         let (released, _) = counted(&base, |cl| {
-            block_on(cl.release_held(&name, &h, SystemTime::now())).unwrap()
+            block_on(cl.release(&name, h.lease_id, Start::Acquired(&h), SystemTime::now()))
+                .unwrap()
+                .0
         });
         assert_eq!(released, Release::NotHeld, "{term:?}");
         let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
@@ -634,15 +657,15 @@ fn an_acquire_after_a_stale_read_is_busy() {
     ] {
         let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
         let a = held(acquire(&l, &name, term, random_id()));
-        let late = block_on(l.acquire_after(
-            &info,
-            &name,
-            term,
-            random_id(),
-            leasegate::lease::IdOrigin::Fresh,
-            "",
-            SystemTime::now(),
-        ))
+        let late = block_on(
+            l.acquire(
+                &name,
+                Acquiring::new(term, random_id())
+                    .origin(leasegate::lease::IdOrigin::Fresh)
+                    .start(Start::Seen(&info)),
+                SystemTime::now(),
+            ),
+        )
         .unwrap();
         assert!(matches!(late, Acquire::Busy { .. }), "{term:?}: {late:?}");
         let now = block_on(l.inspect(&name, SystemTime::now())).unwrap();
@@ -669,7 +692,9 @@ fn a_held_release_after_the_blob_moved_reads_first() {
             [("by_other_call".to_string(), "1".to_string())].into();
         assert!(block_on(base.set_marks(&name, h.lease_id, &other, SystemTime::now())).unwrap());
         let (released, n) = counted(&base, |cl| {
-            block_on(cl.release_held(&name, &h, SystemTime::now())).unwrap()
+            block_on(cl.release(&name, h.lease_id, Start::Acquired(&h), SystemTime::now()))
+                .unwrap()
+                .0
         });
         // The refused release, then the HEAD and the release.
         assert!(
@@ -720,7 +745,7 @@ fn a_step_down_frees_the_lock_with_three_requests_and_bars_its_id() {
 /// Review (issue 34), a known limit of the held release: a native lease broken by an operator
 /// (`break_lock`, the portal) and untouched since is released by its old id with a 200 (Azure
 /// keeps a broken lease's id until the blob is modified or leased again), and a break does not
-/// move the ETag, so `release_held` answers `Released` where the read-first `release` says
+/// move the ETag, so a release from `Start::Acquired` answers `Released` where the read-first `release` says
 /// `NotHeld` (docs/protocol.md says so). Either way the lock ends free and nobody else's lock
 /// is touched: once another holder takes it, its claim moves the ETag and the held release is
 /// refused (`held_fast_paths_read_first_when_the_blob_moved`).
@@ -733,14 +758,18 @@ fn a_held_release_of_a_lease_broken_since_answers_released_and_frees_the_lock() 
     let a = held(acquire(&l, &name, native(60), random_id()));
     block_on(l.break_lock(&name, 0, SystemTime::now())).unwrap();
     assert_eq!(
-        block_on(l.release(&name, a.lease_id, SystemTime::now())).unwrap(),
+        block_on(l.release(&name, a.lease_id, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0,
         Release::NotHeld
     );
     // The held fast path on the same situation: the documented answer, the lock free.
     let b = held(acquire(&l, &name, native(60), random_id()));
     block_on(l.break_lock(&name, 0, SystemTime::now())).unwrap();
     assert_eq!(
-        block_on(l.release_held(&name, &b, SystemTime::now())).unwrap(),
+        block_on(l.release(&name, b.lease_id, Start::Acquired(&b), SystemTime::now()))
+            .unwrap()
+            .0,
         Release::Released
     );
     let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
@@ -750,7 +779,7 @@ fn a_held_release_of_a_lease_broken_since_answers_released_and_frees_the_lock() 
 
 /// Review (issue 34): the same for a native lease that ran out untouched (Azure keeps an
 /// expired lease's id until the blob is modified or leased again, and releases it by that id):
-/// `release` says `NotHeld`, `release_held` says `Released`.
+/// a release from a read says `NotHeld`, one from `Start::Acquired` says `Released`.
 #[test]
 fn a_held_release_of_an_expired_lease_is_not_held() {
     let c = unique_container("relexpired");
@@ -760,13 +789,17 @@ fn a_held_release_of_an_expired_lease_is_not_held() {
     let b = held(acquire(&l, &y, native(15), random_id()));
     std::thread::sleep(Duration::from_secs(17));
     assert_eq!(
-        block_on(l.release(&x, a.lease_id, SystemTime::now())).unwrap(),
+        block_on(l.release(&x, a.lease_id, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0,
         Release::NotHeld
     );
     assert_eq!(
-        block_on(l.release_held(&y, &b, SystemTime::now())).unwrap(),
+        block_on(l.release(&y, b.lease_id, Start::Acquired(&b), SystemTime::now()))
+            .unwrap()
+            .0,
         Release::NotHeld,
-        "release_held says an expired lease was released by its holder"
+        "a release from Start::Acquired says an expired lease was released by its holder"
     );
 }
 
@@ -806,7 +839,7 @@ fn a_mark_with_the_claims_prefix_is_refused_and_nothing_is_written() {
 /// state that is stale (the lock taken and claimed since) costs the refused acquire, then
 /// reads: 2, and the answer a read first gives (busy while that holder holds it). A lease
 /// taken since with no write (the same ETag, 409): 1, busy as a read would say (the kept claim
-/// is the blob's). A record term reads first (2, as `acquire_with`).
+/// is the blob's). A record term reads first (2, as from a read).
 #[test]
 fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
     use leasegate::lease::IdOrigin;
@@ -815,33 +848,36 @@ fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
     let name = lock("job");
     let now = SystemTime::now;
     let from_kept = |l: &CountedLocks, kept: &leasegate::lease::HeldState, term, id| {
-        block_on(l.acquire_from_kept(
-            Some((kept, now())),
-            &name,
-            term,
-            id,
-            IdOrigin::Fresh,
-            "x",
-            now(),
-        ))
+        block_on(
+            l.acquire(
+                &name,
+                Acquiring::new(term, id)
+                    .origin(IdOrigin::Fresh)
+                    .label("x")
+                    .start(Start::Kept(kept, now())),
+                now(),
+            ),
+        )
         .unwrap()
     };
     let from_kept_as = |l: &Locks<NativeTransport>, kept: &leasegate::lease::HeldState, id| {
-        block_on(l.acquire_from_kept(
-            Some((kept, now())),
-            &name,
-            native(15),
-            id,
-            IdOrigin::Known,
-            "x",
-            now(),
-        ))
+        block_on(
+            l.acquire(
+                &name,
+                Acquiring::new(native(15), id)
+                    .label("x")
+                    .start(Start::Kept(kept, now())),
+                now(),
+            ),
+        )
         .unwrap()
     };
     let first = held(acquire(&base, &name, native(15), random_id()));
     let kept = first.held_state().expect("an ETag");
     assert_eq!(
-        block_on(base.release_held(&name, &first, now())).unwrap(),
+        block_on(base.release(&name, first.lease_id, Start::Acquired(&first), now()))
+            .unwrap()
+            .0,
         Release::Released
     );
     let b = random_id();
@@ -873,7 +909,7 @@ fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
     assert!(again.extended, "{again:?}");
     assert_eq!(again.fencing_token, second.fencing_token);
     let kept = again.held_state().expect("an ETag");
-    block_on(base.release_held(&name, &again, now())).unwrap();
+    block_on(base.release(&name, again.lease_id, Start::Acquired(&again), now())).unwrap();
 
     // Leased since with no write: the ETag kept still matches, storage says 409; the read
     // after it finds a lease with no live claim of its own.
@@ -892,9 +928,16 @@ fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
     ))
     .unwrap();
     let (busy, n) = counted(&base, |l| from_kept(l, &kept, native(15), random_id()));
-    let read =
-        block_on(base.acquire_with(&name, native(15), random_id(), IdOrigin::Fresh, "x", now()))
-            .unwrap();
+    let read = block_on(
+        base.acquire(
+            &name,
+            Acquiring::new(native(15), random_id())
+                .origin(IdOrigin::Fresh)
+                .label("x"),
+            now(),
+        ),
+    )
+    .unwrap();
     let holder = |a: &Acquire| match a {
         Acquire::Busy { holder, .. } => holder.as_ref().map(|h| h.token),
         other => panic!("expected busy, got {other:?}"),
@@ -910,7 +953,7 @@ fn a_new_holder_acquires_from_a_kept_state_without_a_read() {
     assert_eq!(n, 2, "HEAD and the record's compare-and-swap");
 }
 
-/// Issue 34: a record released by its holder's one conditional write (`release_keeping`) is
+/// Issue 34: a record released by its holder's one conditional write (a release from `Start::Acquired`) is
 /// kept as that write left it, and the next holder takes it from there in one request: the
 /// record and its claim, `If-Match` the release's ETag, the next token. Taken since by another
 /// holder: the refused write, then the read (busy, as a read first says). A record kept live
@@ -923,20 +966,22 @@ fn a_new_holder_takes_a_released_record_from_the_kept_state_in_one_write() {
     let name = lock("job");
     let now = SystemTime::now;
     let from_kept = |l: &CountedLocks, kept: &leasegate::lease::HeldState, id| {
-        block_on(l.acquire_from_kept(
-            Some((kept, now())),
-            &name,
-            record(90),
-            id,
-            IdOrigin::Fresh,
-            "x",
-            now(),
-        ))
+        block_on(
+            l.acquire(
+                &name,
+                Acquiring::new(record(90), id)
+                    .origin(IdOrigin::Fresh)
+                    .label("x")
+                    .start(Start::Kept(kept, now())),
+                now(),
+            ),
+        )
         .unwrap()
     };
     let first = held(acquire(&base, &name, record(90), random_id()));
     let live = first.held_state().expect("an ETag");
-    let (released, left) = block_on(base.release_keeping(&name, &first, now())).unwrap();
+    let (released, left) =
+        block_on(base.release(&name, first.lease_id, Start::Acquired(&first), now())).unwrap();
     assert_eq!(released, Release::Released);
     let left = left.expect("the state the release left");
     let kept = leasegate::lease::HeldState::from_json(&left.to_json()).expect("kept as JSON");
@@ -965,7 +1010,7 @@ fn a_new_holder_takes_a_released_record_from_the_kept_state_in_one_write() {
 
     // Kept live (the first holder's state before its release): read first, then taken once
     // `second` has released.
-    block_on(base.release_held(&name, &second, now())).unwrap();
+    block_on(base.release(&name, second.lease_id, Start::Acquired(&second), now())).unwrap();
     let (third, n) = counted(&base, |l| from_kept(l, &live, random_id()));
     let third = held(third);
     assert_eq!(n, 2, "HEAD and the record's compare-and-swap");

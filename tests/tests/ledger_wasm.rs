@@ -221,7 +221,8 @@ fn posts_take_turns_and_bad_input_is_named() {
     expect_clear_errors(&a, &cases, &["test-ledger-token-4e7a"]);
 }
 
-/// A lost answer on each write of a post in turn (each entry's batch, the blob's put): the
+/// A lost answer on each write of a post in turn (the blob's puts, the claim's and each entry's
+/// batch): the
 /// post asks once more, which the fence makes safe, and answers 200 with every entry written
 /// once and the blob holding its token.
 #[test]
@@ -229,16 +230,19 @@ fn a_lost_answer_on_any_write_of_a_post_writes_each_entry_once() {
     use leasegate_tests::proxy::Fault;
     let (a, _b, table) = two_deployments("lost");
     let tables = a.tables.as_ref().expect("the ledger's table proxy");
-    for (n, write) in ["batch 1", "batch 2", "batch 3", "blob"].iter().enumerate() {
+    // The post's writes: the blob ("posting"), the claim's batch, 3 entries' batches, the blob.
+    let writes = [
+        "blob 1", "batch 1", "batch 2", "batch 3", "batch 4", "blob 2",
+    ];
+    for (n, write) in writes.iter().enumerate() {
         let book = format!("lost-{n}");
-        match *write {
+        let (what, k) = write.split_once(' ').unwrap();
+        let k: usize = k.parse().unwrap();
+        match what {
             "blob" => a
                 .storage
-                .fault_once(&format!("ledger/{book}.json"), Fault::LoseAnswer),
-            batch => {
-                let k: usize = batch.trim_start_matches("batch ").parse().unwrap();
-                tables.fault_nth("$batch", Fault::LoseAnswer, k);
-            }
+                .fault_nth(&format!("ledger/{book}.json"), Fault::LoseAnswer, k),
+            _ => tables.fault_nth("$batch", Fault::LoseAnswer, k),
         }
         let answer = post(&a, &book, 3, 0);
         assert_eq!(

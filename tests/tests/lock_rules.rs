@@ -6,7 +6,9 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Acquired, IdOrigin, LockStatus, Locks, Release, Term};
+use leasegate::lease::{
+    Acquire, Acquired, Acquiring, IdOrigin, LockStatus, Locks, Release, Start, Term,
+};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, GetProperties, Metadata, SetMetadata};
 use leasegate::{ContainerName, LeaseId, LockName, Transport, TransportError};
 use leasegate_cli::{block_on, NativeTransport};
@@ -49,7 +51,7 @@ fn acquire<T: leasegate::Transport>(
     secs: u64,
     id: LeaseId,
 ) -> Acquire {
-    block_on(l.acquire(name, term(secs), id, SystemTime::now())).unwrap()
+    block_on(l.acquire(name, Acquiring::new(term(secs), id), SystemTime::now())).unwrap()
 }
 
 /// Faults the first request that `describe`s as `target` (and only that one).
@@ -65,7 +67,9 @@ fn first(target: &'static str, step: Step) -> impl Fn(usize, &leasegate::Request
 }
 
 fn release_of<T: leasegate::Transport>(l: &Locks<T>, name: &LockName, id: LeaseId) -> Release {
-    block_on(l.release(name, id, SystemTime::now())).unwrap()
+    block_on(l.release(name, id, Start::Read, SystemTime::now()))
+        .unwrap()
+        .0
 }
 
 fn held(outcome: Acquire) -> Acquired {
@@ -80,7 +84,7 @@ fn token(a: &Acquired) -> u64 {
 }
 
 fn release<T: leasegate::Transport>(l: &Locks<T>, name: &LockName, id: LeaseId) {
-    block_on(l.release(name, id, SystemTime::now())).unwrap();
+    block_on(l.release(name, id, Start::Read, SystemTime::now())).unwrap();
 }
 
 /// Native leases are 15..=60 s; every other window is a lease record. Whatever the first
@@ -259,12 +263,9 @@ fn a_failure_after_taking_the_lock_gives_it_back() {
             }
         });
         // An id this call generated (the lock is given back only then).
-        let outcome = block_on(l.acquire_with(
+        let outcome = block_on(l.acquire(
             &name,
-            term(window),
-            random_id(),
-            IdOrigin::Fresh,
-            "",
+            Acquiring::new(term(window), random_id()).origin(IdOrigin::Fresh),
             SystemTime::now(),
         ));
         if !hit.load(std::sync::atomic::Ordering::SeqCst) {
@@ -300,7 +301,11 @@ fn a_short_record_that_landed_too_late_is_not_acquired() {
             Step::Pass
         }
     });
-    match block_on(l.acquire(&name, term(1), random_id(), SystemTime::now())) {
+    match block_on(l.acquire(
+        &name,
+        Acquiring::new(term(1), random_id()),
+        SystemTime::now(),
+    )) {
         Ok(Acquire::Acquired(a)) => panic!("acquired with no time left: {a:?}"),
         Ok(Acquire::Busy { .. }) | Err(_) => {}
     }
@@ -349,7 +354,11 @@ fn garbage_in_a_lock_blob_is_a_clear_error() {
                 SystemTime::now(),
             ))
             .unwrap();
-            let outcome = block_on(l.acquire(&name, term(window), random_id(), SystemTime::now()));
+            let outcome = block_on(l.acquire(
+                &name,
+                Acquiring::new(term(window), random_id()),
+                SystemTime::now(),
+            ));
             let err = match outcome {
                 Err(e) => e.to_string(),
                 Ok(o) => panic!("{field}={value} ({window} s): expected an error, got {o:?}"),
@@ -406,7 +415,11 @@ fn a_failed_extension_does_not_end_the_tenure_it_extends() {
         // A second longer, so that the record's compare-and-swap is sent even within the
         // second of the first grant (a record that names the expiry already is not written).
         let f = faulty(&c, first(target, Step::Status(503)));
-        let ext = block_on(f.acquire(&name, term(window + 1), a, SystemTime::now()));
+        let ext = block_on(f.acquire(
+            &name,
+            Acquiring::new(term(window + 1), a),
+            SystemTime::now(),
+        ));
         assert!(ext.is_err(), "{window} s: {ext:?}");
         // The first grant still has most of its time left...
         let now = SystemTime::now();
@@ -449,9 +462,12 @@ fn a_release_after_a_switch_whose_give_back_failed_frees_the_lock() {
     held(acquire(&l, &name, 30, a));
     // Switch to a 120 s record; the give-back of the native lease is answered 503 (not sent).
     let f = faulty(&c, first("lease release", Step::Status(503)));
-    let switched = held(block_on(f.acquire(&name, term(120), a, SystemTime::now())).unwrap());
+    let switched =
+        held(block_on(f.acquire(&name, Acquiring::new(term(120), a), SystemTime::now())).unwrap());
     assert!(switched.extended);
-    let released = block_on(l.release(&name, a, SystemTime::now())).unwrap();
+    let released = block_on(l.release(&name, a, Start::Read, SystemTime::now()))
+        .unwrap()
+        .0;
     assert_eq!(released, Release::Released);
     let info = block_on(l.inspect(&name, SystemTime::now())).unwrap();
     match acquire(&l, &name, 120, random_id()) {
@@ -491,7 +507,12 @@ fn a_slow_creator_never_issues_a_token_below_an_earlier_one() {
                     Step::Pass
                 }
             });
-            block_on(f.acquire(&name, term(120), random_id(), SystemTime::now())).unwrap()
+            block_on(f.acquire(
+                &name,
+                Acquiring::new(term(120), random_id()),
+                SystemTime::now(),
+            ))
+            .unwrap()
         })
     };
     std::thread::sleep(Duration::from_millis(300));
@@ -508,7 +529,7 @@ fn a_slow_creator_never_issues_a_token_below_an_earlier_one() {
     let c_id = random_id();
     let cc = held(acquire(&l, &name, 120, c_id));
     assert!(token(&cc) > token(&b));
-    block_on(l.release(&name, c_id, SystemTime::now())).unwrap();
+    block_on(l.release(&name, c_id, Start::Read, SystemTime::now())).unwrap();
     // An operator cleans the free lock blob up.
     let (gone, _) = block_on(l.client().execute(
         &DeleteBlob {
@@ -600,7 +621,9 @@ fn a_switch_then_a_release_frees_the_lock() {
     held(acquire(&l, &name, 30, a));
     held(acquire(&l, &name, 120, a));
     assert_eq!(
-        block_on(l.release(&name, a, SystemTime::now())).unwrap(),
+        block_on(l.release(&name, a, Start::Read, SystemTime::now()))
+            .unwrap()
+            .0,
         Release::Released
     );
     assert!(matches!(
@@ -628,12 +651,9 @@ fn a_far_future_server_date_is_refused_without_poisoning_the_lock() {
         Azurite::shared().account(),
         c.clone(),
     );
-    let got = block_on(hostile.acquire_with(
+    let got = block_on(hostile.acquire(
         &name,
-        term(30),
-        random_id(),
-        IdOrigin::Fresh,
-        "",
+        Acquiring::new(term(30), random_id()).origin(IdOrigin::Fresh),
         SystemTime::now(),
     ));
     let err = got.expect_err("a Date in year 9999 is refused").to_string();
@@ -652,7 +672,7 @@ fn a_lost_answer_on_a_term_switch_is_settled_by_the_holder() {
     let a = random_id();
     held(acquire(&l, &name, 15, a));
     let f = faulty(&c, first("PUT metadata", Step::LoseAnswer));
-    let outcome = block_on(f.acquire(&name, term(120), a, SystemTime::now()));
+    let outcome = block_on(f.acquire(&name, Acquiring::new(term(120), a), SystemTime::now()));
     assert!(outcome.is_err(), "{outcome:?}");
     // Whoever else asks is refused: the lock is still the caller's.
     assert!(matches!(
@@ -685,7 +705,7 @@ fn a_holder_that_stopped_before_its_claim_gets_its_lock_back() {
         Step::Pass
     });
     let crashed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        block_on(crashing.acquire(&name, term(15), a, SystemTime::now()))
+        block_on(crashing.acquire(&name, Acquiring::new(term(15), a), SystemTime::now()))
     }));
     assert!(crashed.is_err());
     // Another caller is refused (storage says the lease is held)...
@@ -714,8 +734,12 @@ fn refused_callers_see_the_holders_label() {
     for window in [30, 300] {
         let name = lock(&format!("leader-{window}"));
         let a = random_id();
-        let got = match block_on(l.acquire_as(&name, term(window), a, "node-a", SystemTime::now()))
-            .unwrap()
+        let got = match block_on(l.acquire(
+            &name,
+            Acquiring::new(term(window), a).label("node-a"),
+            SystemTime::now(),
+        ))
+        .unwrap()
         {
             Acquire::Acquired(got) => got,
             other => panic!("{other:?}"),
@@ -737,7 +761,11 @@ fn refused_callers_see_the_holders_label() {
             other => panic!("{other:?}"),
         }
     }
-    let bad = block_on(l.acquire_as(&lock("x"), term(30), random_id(), "a\nb", SystemTime::now()));
+    let bad = block_on(l.acquire(
+        &lock("x"),
+        Acquiring::new(term(30), random_id()).label("a\nb"),
+        SystemTime::now(),
+    ));
     assert!(bad.is_err());
 }
 
@@ -760,8 +788,12 @@ fn a_creator_that_lost_the_lease_is_never_named_as_holder() {
                 &c,
                 first("lease acquire", Step::Delay(Duration::from_secs(2))),
             );
-            block_on(f.acquire_as(&name, term(30), random_id(), "node-a", SystemTime::now()))
-                .unwrap()
+            block_on(f.acquire(
+                &name,
+                Acquiring::new(term(30), random_id()).label("node-a"),
+                SystemTime::now(),
+            ))
+            .unwrap()
         })
     };
     let blob = l.blob_name(&name).unwrap();
@@ -786,8 +818,12 @@ fn a_creator_that_lost_the_lease_is_never_named_as_holder() {
                 &c,
                 first("PUT metadata", Step::Delay(Duration::from_secs(2))),
             );
-            block_on(f.acquire_as(&name, term(30), random_id(), "node-b", SystemTime::now()))
-                .unwrap()
+            block_on(f.acquire(
+                &name,
+                Acquiring::new(term(30), random_id()).label("node-b"),
+                SystemTime::now(),
+            ))
+            .unwrap()
         })
     };
     let leased = || {
@@ -878,8 +914,12 @@ fn a_claim_written_by_the_create_is_named_once_its_holder_writes_it() {
     let name = lock("new");
     let id = random_id();
     let first = held(
-        block_on(l.acquire_with(&name, term(30), id, IdOrigin::Fresh, "", SystemTime::now()))
-            .unwrap(),
+        block_on(l.acquire(
+            &name,
+            Acquiring::new(term(30), id).origin(IdOrigin::Fresh),
+            SystemTime::now(),
+        ))
+        .unwrap(),
     );
     let blob = l.blob_name(&name).unwrap();
     let props = |l: &Locks<NativeTransport>| {

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, LockStatus, Locks, Term};
+use leasegate::lease::{Acquire, Acquiring, LockStatus, Locks, Start, Term};
 use leasegate::ops::{Condition, CreateContainer, Metadata, SetMetadata, WriteOutcome};
 use leasegate::{ContainerName, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
@@ -634,8 +634,10 @@ fn a_job_tick_whose_kept_lease_is_stale_reads_the_lock() {
     let lock = LockName::try_new("lock").unwrap();
     let other = match block_on(locks.acquire(
         &lock,
-        Term::for_window(Duration::from_secs(15)).unwrap(),
-        LeaseId::from_random_bytes([7; 16]),
+        Acquiring::new(
+            Term::for_window(Duration::from_secs(15)).unwrap(),
+            LeaseId::from_random_bytes([7; 16]),
+        ),
         SystemTime::now(),
     ))
     .unwrap()
@@ -643,7 +645,13 @@ fn a_job_tick_whose_kept_lease_is_stale_reads_the_lock() {
         Acquire::Acquired(a) => a,
         busy => panic!("the job's lease: {busy:?}"),
     };
-    block_on(locks.release_held(&lock, &other, SystemTime::now())).unwrap();
+    block_on(locks.release(
+        &lock,
+        other.lease_id,
+        Start::Acquired(&other),
+        SystemTime::now(),
+    ))
+    .unwrap();
     let a = expect_requests(&app, "job tick, its kept lease stale", 10, || {
         tick(&app, TIMER_AUTH, None)
     });

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Locks, Term};
+use leasegate::lease::{Acquiring, Locks, Term};
 use leasegate::{LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
 use leasegate_tests::app::{call, post_telemetry, App, TELEMETRY_AUTH};
@@ -660,8 +660,7 @@ fn a_device_held_elsewhere_is_throttled_while_others_alert() {
     block_on(locks.break_lock(&lock, 0, SystemTime::now())).unwrap();
     let held = block_on(locks.acquire(
         &lock,
-        Term::for_window(Duration::from_secs(60)).unwrap(),
-        holder,
+        Acquiring::new(Term::for_window(Duration::from_secs(60)).unwrap(), holder),
         SystemTime::now(),
     ));
     assert!(held.is_ok());

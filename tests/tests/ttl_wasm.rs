@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Locks, Term};
+use leasegate::lease::{Acquiring, Locks, Start, Term};
 use leasegate::ops::{GetBlob, GetProperties, Lease, LeaseAction, ListBlobs, Metadata};
 use leasegate::{BlobName, ContainerName, LeaseDuration, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
@@ -526,7 +526,9 @@ fn free_lock_blobs_are_removed_after_the_retention() {
     for name in ["free-1", "free-2", "held", "marked"] {
         let lock = LockName::try_new(name).unwrap();
         let id = LeaseId::from_random_bytes(*uuid::Uuid::new_v4().as_bytes());
-        let got = match block_on(locks.acquire(&lock, term, id, SystemTime::now())).unwrap() {
+        let got = match block_on(locks.acquire(&lock, Acquiring::new(term, id), SystemTime::now()))
+            .unwrap()
+        {
             leasegate::lease::Acquire::Acquired(a) => a,
             other => panic!("{other:?}"),
         };
@@ -536,7 +538,7 @@ fn free_lock_blobs_are_removed_after_the_retention() {
             assert!(block_on(locks.set_marks(&lock, id, &m, SystemTime::now())).unwrap());
         }
         if name != "held" {
-            block_on(locks.release(&lock, id, SystemTime::now())).unwrap();
+            block_on(locks.release(&lock, id, Start::Read, SystemTime::now())).unwrap();
         }
     }
     // Free for longer than the 2 s retention by the server's clock.
@@ -577,8 +579,7 @@ fn free_lock_blobs_are_removed_after_the_retention() {
     let lock = LockName::try_new("free-1").unwrap();
     let again = match block_on(locks.acquire(
         &lock,
-        term,
-        LeaseId::from_random_bytes([6; 16]),
+        Acquiring::new(term, LeaseId::from_random_bytes([6; 16])),
         SystemTime::now(),
     ))
     .unwrap()

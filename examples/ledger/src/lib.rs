@@ -7,15 +7,23 @@
 //!
 //! Answers: 200 `{"book", "written", "fencingToken"}`; 409 `{"error": "fenced_out",
 //! "written": k, "fencingToken": t}` when storage refused a write (`k` entries of this call
-//! landed before it); 429 with `Retry-After` while another call holds the book; 400 for a bad
-//! book or body; 503 when storage fails (`written` says how far the call got).
+//! are known to have landed before it; one more may have, if its answer was lost just before
+//! another holder took the book); 409 `blob_not_fenced` when `ledger/{book}.json` exists
+//! without this lock's fence (nothing written); 429 with `Retry-After` while another call
+//! holds the book; 400 for a bad book or body; 503 with `Retry-After` when storage fails
+//! (`written` says how far the call got).
+//!
+//! Every resource is claimed before the first entry: the blob is written (`"state":
+//! "posting"`) and the partition's fence advanced, then the entries, then the blob again
+//! (`"posted"`). Each blob and partition keeps its own fence; claiming both first means a
+//! newer holder's claims fence an older one out of both.
 //!
 //! The lease is not checked again between entries, as a slow batch job does not check it:
 //! the fence is what stops a holder whose lease ran out (docs/protocol.md, "Fenced writes").
 
 use std::time::Duration;
 
-use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
+use leasegate::lease::{Acquire, Acquiring, IdOrigin, Locks, Start, Term};
 use leasegate::ops::PutBlob;
 use leasegate::table::{
     Batch, BatchOperation, CreateTable, EdmValue, Entity, TableClient, TableName, TableRefusal,
@@ -108,16 +116,10 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
     };
     // A fresh lease id per post: each post is a holder of its own.
     let id = (ctx.new_lease_id)();
-    let acquired = locks
-        .acquire_with(
-            &book,
-            term,
-            id,
-            IdOrigin::Fresh,
-            &settings.instance,
-            ctx.now,
-        )
-        .await;
+    let how = Acquiring::new(term, id)
+        .origin(IdOrigin::Fresh)
+        .label(&settings.instance);
+    let acquired = locks.acquire(&book, how, ctx.now).await;
     let held = match acquired {
         Ok(Acquire::Acquired(held)) => held,
         Ok(Acquire::Busy { retry_after, .. }) => {
@@ -136,7 +138,17 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         }
         Err(e) => return web::storage_unavailable(&e),
     };
-    let token = held.fencing_token.unwrap_or(0);
+    // Every grant carries a token; without one nothing could fence this holder: fail closed.
+    let Some(token) = held.fencing_token else {
+        let _ = locks
+            .release(&book, held.lease_id, Start::Acquired(&held), ctx.now)
+            .await;
+        return web::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_unavailable",
+            "the lock was granted without a fencing token; nothing was written",
+        );
+    };
     let fence = fence::fence(&locks, &book, token);
     let work = Work {
         ctx,
@@ -149,7 +161,7 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
     let answer = work.post(&fence, &post).await;
     // Given back so that the next post need not wait out the window (best effort: the lease
     // runs out by itself). A holder that was fenced out holds nothing any more.
-    let _ = locks.release_held(&book, &held, ctx.now).await;
+    let _ = (locks.release(&book, held.lease_id, Start::Acquired(&held), ctx.now)).await;
     answer
 }
 
@@ -166,8 +178,15 @@ struct Work<'a, C, T> {
 impl<C, T: Transport> Work<'_, C, T> {
     async fn post(&self, fence: &Fence, post: &Post) -> Response {
         let token = fence.token();
+        // Every resource is claimed before the first entry (the blob written "posting", the
+        // partition's fence advanced): a newer holder's claims then fence this one out of both.
         let mut table_fence = TableFence::new(fence.clone());
-        let mut created_table = false;
+        if let Err(answer) = self.write_blob(fence, 0, "posting").await {
+            return answer;
+        }
+        if let Err(answer) = self.claim(&mut table_fence).await {
+            return answer;
+        }
         let mut written = 0u32;
         let mut retried = false;
         while written < post.entries {
@@ -197,48 +216,90 @@ impl<C, T: Transport> Work<'_, C, T> {
                     let e = format!("the table refused entry {written} ({refusal:?})");
                     return answer_error(StatusCode::SERVICE_UNAVAILABLE, &e, written, token);
                 }
-                Err(e) if e.class() == Some(ErrorClass::TableMissing) && !created_table => {
-                    created_table = true;
-                    let create = CreateTable {
-                        table: self.table.clone(),
-                    };
-                    if let Err(e) = self.tables.execute(&create, self.ctx.now).await {
-                        return failed(&e, written, token);
-                    }
-                }
                 // An answer lost (a connection that went stale while the holder was paused, a
                 // 5xx): asked once more, which the fence makes safe.
                 Err(e) if e.outcome_unknown() && !retried => retried = true,
                 Err(e) => return failed(&e, written, token),
             }
         }
-        let blob = match BlobName::try_new(&format!("ledger/{}.json", self.book.as_str())) {
-            Ok(blob) => blob,
-            Err(e) => return failed(&e, written, token),
-        };
+        if let Err(answer) = self.write_blob(fence, written, "posted").await {
+            return answer;
+        }
+        web::json(
+            StatusCode::OK,
+            &json!({ "book": self.book.as_str(), "written": written, FENCING_TOKEN: token }),
+        )
+    }
+
+    /// The partition's fence advanced to this holder's token, the table created on a first
+    /// post; a lost answer is asked once more.
+    async fn claim(&self, table_fence: &mut TableFence) -> Result<(), Response> {
+        let token = table_fence.fence().token();
+        let (mut created, mut retried) = (false, false);
+        loop {
+            let claimed = fence::claim_partition(
+                self.ctx,
+                self.tables,
+                table_fence,
+                self.table,
+                self.book.as_str(),
+            )
+            .await;
+            match claimed {
+                Ok(Fenced::Written(())) => return Ok(()),
+                Ok(Fenced::FencedOut { .. }) => return Err(fenced_out(0, token)),
+                Err(e) if e.class() == Some(ErrorClass::TableMissing) && !created => {
+                    created = true;
+                    let create = CreateTable {
+                        table: self.table.clone(),
+                    };
+                    if let Err(e) = self.tables.execute(&create, self.ctx.now).await {
+                        return Err(failed(&e, 0, token));
+                    }
+                }
+                Err(e) if e.outcome_unknown() && !retried => retried = true,
+                Err(e) => return Err(failed(&e, 0, token)),
+            }
+        }
+    }
+
+    /// The blob `ledger/{book}.json`, fenced: `{"book", "fencingToken", "entries", "state",
+    /// "instance", "writtenAt"}`; a lost answer is asked once more (a put of the same token
+    /// writes the same).
+    async fn write_blob(&self, fence: &Fence, written: u32, state: &str) -> Result<(), Response> {
+        let token = fence.token();
+        let blob = BlobName::try_new(&format!("ledger/{}.json", self.book.as_str()))
+            .map_err(|e| failed(&e, written, token))?;
         let body = json!({
             "book": self.book.as_str(),
             FENCING_TOKEN: token,
             "entries": written,
+            "state": state,
             "instance": self.instance,
             "writtenAt": web::rfc3339(self.ctx.now),
         });
         let put = PutBlob::block(self.locks.container().clone(), blob, web::to_json(&body))
             .with_content_type("application/json");
-        let mut blob_written = fence::write_blob(self.ctx, self.locks.client(), fence, put.clone());
-        let mut outcome = blob_written.await;
+        let blobs = self.locks.client();
+        let mut outcome = fence::write_blob(self.ctx, blobs, fence, put.clone()).await;
         if outcome.as_ref().is_err_and(|e| e.outcome_unknown()) {
-            // A put of the same token writes the same again: safe to ask once more.
-            blob_written = fence::write_blob(self.ctx, self.locks.client(), fence, put);
-            outcome = blob_written.await;
+            outcome = fence::write_blob(self.ctx, blobs, fence, put).await;
         }
         match outcome {
-            Ok(Fenced::Written(_)) => web::json(
-                StatusCode::OK,
-                &json!({ "book": self.book.as_str(), "written": written, FENCING_TOKEN: token }),
-            ),
-            Ok(Fenced::FencedOut { .. }) => fenced_out(written, token),
-            Err(e) => failed(&e, written, token),
+            Ok(Fenced::Written(_)) => Ok(()),
+            Ok(Fenced::FencedOut { .. }) => Err(fenced_out(written, token)),
+            // The blob is there unfenced, or fenced by another lock: a state to fix, not to
+            // retry (nothing of this post was written before it).
+            Err(leasegate::Error::InvalidArgument(m)) => Err(web::json(
+                StatusCode::CONFLICT,
+                &json!({
+                    "error": "blob_not_fenced",
+                    "message": m,
+                    "written": written,
+                    FENCING_TOKEN: token,
+                }),
+            )),
+            Err(e) => Err(failed(&e, written, token)),
         }
     }
 
@@ -280,10 +341,14 @@ fn answer_error(status: StatusCode, message: &str, written: u32, token: u64) -> 
     } else {
         "storage_failed"
     };
-    web::json(
+    let mut answer = web::json(
         status,
         &json!({ "error": code, "message": message, "written": written, FENCING_TOKEN: token }),
-    )
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        answer.headers_mut().insert("retry-after", "1".to_string());
+    }
+    answer
 }
 
 /// The book of `/api/ledger/{book}/post`: 1 to 63 letters, digits, `-` or `_` (a table's

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Acquire, Acquired, IdOrigin, Release};
+use leasegate::lease::{Acquire, Acquired, Acquiring, IdOrigin, Release, Start};
 use leasegate::{Counting, LeaseId, Transport, TransportErrorKind};
 use leasegate::{Response, StatusCode};
 use serde_json::json;
@@ -165,7 +165,11 @@ async fn gate_one<'r, T: Transport>(
     let locks = settings.storage.locks(&counting, GATE_PREFIX);
     let id = (ctx.new_lease_id)();
     let taken = locks
-        .acquire_with(lock, parsed.term, id, IdOrigin::Fresh, "", ctx.now)
+        .acquire(
+            lock,
+            Acquiring::new(parsed.term, id).origin(IdOrigin::Fresh),
+            ctx.now,
+        )
         .await;
     // This instance's clock as the answer came, against the answer's `Date`.
     if let (Some(gates), Some(date)) = (gates, taken.as_ref().ok().and_then(answer_date)) {
@@ -212,8 +216,10 @@ async fn gate_one<'r, T: Transport>(
                         reason
                     };
                     let released = matches!(
-                        locks.release_held(lock, &held, ctx.now).await,
-                        Ok(Release::Released)
+                        locks
+                            .release(lock, held.lease_id, Start::Acquired(&held), ctx.now)
+                            .await,
+                        Ok((Release::Released, _))
                     );
                     Outcome::NotDelivered { reason, released }
                 }

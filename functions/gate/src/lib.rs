@@ -31,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasegate::lease::{Acquire, IdOrigin, LockStatus, Release, Term};
+use leasegate::lease::{Acquire, Acquiring, IdOrigin, LockStatus, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
@@ -256,8 +256,8 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             Err(r) => return r,
         };
         let label = query.holder.as_deref().unwrap_or("");
-        let acquired =
-            held::acquire(cache, &locks, &key, term, lease_id, origin, label, ctx.now).await;
+        let how = Acquiring::new(term, lease_id).origin(origin).label(label);
+        let acquired = held::acquire(cache, &locks, &key, how, ctx.now).await;
         match acquired {
             Ok(Acquire::Acquired(a)) => {
                 log(if a.extended { "extended" } else { "acquired" });

@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Term};
+use leasegate::lease::{Acquire, Acquiring, IdOrigin, LockStatus, Locks, Start, Term};
 use leasegate::ops::Metadata;
 use leasegate::{Counting, LockName, Transport, TransportErrorKind};
 use leasegate::{Request, Response, StatusCode};
@@ -561,12 +561,11 @@ async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &s
         let id = (ctx.new_lease_id)();
         let term = Term::for_window(settings.lease)?;
         match locks
-            .acquire_with(
+            .acquire(
                 &lock,
-                term,
-                id,
-                IdOrigin::Fresh,
-                &settings.instance_id,
+                Acquiring::new(term, id)
+                    .origin(IdOrigin::Fresh)
+                    .label(&settings.instance_id),
                 ctx.now,
             )
             .await?
@@ -581,7 +580,8 @@ async fn reset<T: Transport>(ctx: &Context<'_, T>, settings: &Settings, name: &s
                     .set_marks_held(&lock, &mut held, &marks, ctx.now)
                     .await;
                 // Released even when clearing failed: the lock is not left taken.
-                let _ = locks.release_held(&lock, &held, ctx.now).await;
+                let from = Start::Acquired(&held);
+                let _ = locks.release(&lock, held.lease_id, from, ctx.now).await;
                 Ok(Ok(cleared?))
             }
         }

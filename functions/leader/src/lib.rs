@@ -103,10 +103,7 @@ impl Settings {
 
 /// The idempotency key of one heartbeat: the group, the term and the grant's second.
 pub(crate) fn heartbeat_key(group: &str, term: u64, at: SystemTime) -> String {
-    let secs = at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = leasegate::time::unix_secs(at);
     let digest = Sha256::new()
         .chain_update(b"leasegate heartbeat v1\0")
         .chain_update(group.as_bytes())

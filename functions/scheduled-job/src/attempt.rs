@@ -3,7 +3,7 @@
 //! `running`, log the start (which issues the token), call the job if its run can end in time,
 //! release, record the result; or record why it did not run.
 
-use leasegate::lease::{Acquire, Acquired, IdOrigin, Locks};
+use leasegate::lease::{Acquire, Acquired, Acquiring, IdOrigin, Locks, Start};
 use leasegate::ops::{Condition, SetMetadata, WriteOutcome};
 use leasegate::BlobClient;
 use leasegate::{LockName, Transport};
@@ -237,21 +237,20 @@ impl<'a, T, S: Transport> Attempt<'a, T, S> {
         let kept = prefetched.kept_lock().zip(dated);
         let label = format!("{} {}", settings.instance_id, self.occurrence);
         let lease_id = (ctx.new_lease_id)();
-        let take = |kept| {
-            locks.acquire_from_kept(
-                kept,
-                &name,
-                settings.lease_term,
-                lease_id,
-                IdOrigin::Fresh,
-                &label,
-                ctx.now,
-            )
+        let take = |start| {
+            let how = Acquiring::new(settings.lease_term, lease_id)
+                .origin(IdOrigin::Fresh)
+                .label(&label)
+                .start(start);
+            locks.acquire(&name, how, ctx.now)
         };
-        let acquired = match take(kept.as_ref().map(|(kept, date)| (kept, *date))).await {
+        let start = kept
+            .as_ref()
+            .map_or(Start::Read, |(kept, date)| Start::Kept(kept, *date));
+        let acquired = match take(start).await {
             // A lost answer or a 5xx: the core gave back what storage may have granted (a
             // fresh id's rule); taken once more, from a read, before the tick gives up.
-            Err(e) if e.outcome_unknown() => take(None).await,
+            Err(e) if e.outcome_unknown() => take(Start::Read).await,
             taken => taken,
         };
         let (held, busy) = match acquired {
@@ -380,9 +379,10 @@ impl<'a, T, S: Transport> Attempt<'a, T, S> {
         // the next run takes it from there with one write.
         let release = || async {
             let held = lease.held.as_ref()?;
+            let from = Start::Acquired(held);
             let released = lease
                 .locks
-                .release_keeping(&lease.name, held, ctx.now)
+                .release(&lease.name, held.lease_id, from, ctx.now)
                 .await;
             released.ok()?.1
         };

@@ -20,7 +20,7 @@
 // Helpers return `Err(Response)`: the finished 4xx answer, once per request.
 #![allow(clippy::result_large_err)]
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use leasegate::{Request, Response, StatusCode, Transport};
 use serde_json::Value;
@@ -61,17 +61,7 @@ pub const ROUTE_PREFIX: &str = "/api/jobs/";
 /// The HTTP API's route.
 pub const ROUTE: &str = "/api/jobs";
 
-/// Unix seconds of a time (0 before 1970).
-fn unix(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// The time of Unix seconds.
-fn at(secs: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-}
+use leasegate::time::{at_unix_secs as at, unix_secs as unix};
 
 /// The largest request body the HTTP routes read.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

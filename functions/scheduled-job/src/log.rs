@@ -102,7 +102,7 @@ pub struct Log {
     /// The job's lease as the latest run's release left it ([`leasegate::lease::HeldState`];
     /// as its acquire left it while the run goes on, or if its release failed): the next run,
     /// which reads the log first, takes it from there without a read of its own
-    /// ([`leasegate::lease::Locks::acquire_from_kept`]). It names the run's lease id while it
+    /// ([`leasegate::lease::Start::Kept`]). It names the run's lease id while it
     /// holds, as the lock blob's own metadata does; the status answer does not show it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<serde_json::Value>,

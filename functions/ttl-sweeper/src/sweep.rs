@@ -579,11 +579,7 @@ async fn sweep_lock<T, S: Transport>(
     if props.metadata.keys().any(|k| !k.starts_with("leasegate_")) {
         return BlobOutcome::Skipped("a lock with marks");
     }
-    let secs = |t: SystemTime| {
-        t.duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0)
-    };
+    let secs = leasegate::time::unix_secs;
     let cutoff = secs(claimed.server_now).saturating_sub(retention.as_secs());
     // A record counts until it expires; a native claim only while its lease is held (it is not).
     let record = props

@@ -44,7 +44,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
-use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Release, Term};
+use leasegate::lease::{Acquire, Acquiring, IdOrigin, LockStatus, Locks, Release, Start, Term};
 use leasegate::ops::{Condition, DeleteBlob, DeleteOutcome, Lease, LeaseAction};
 use leasegate::{BlobClient, ContainerName, Counting, HolderKey, LeaseId, LockName};
 use leasegate_cli::{block_on, NativeTransport};
@@ -256,7 +256,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Show { lock } => show(&locks()?, &lock),
         Command::Release { lock, lease_id } => {
             let locks = locks()?;
-            let released = block_on(locks.release(&lock, lease_id, SystemTime::now()))
+            let released = block_on(locks.release(&lock, lease_id, Start::Read, SystemTime::now()))
+                .map(|(r, _)| r)
                 .map_err(explain(locks.account()))?;
             println!(
                 "{}",
@@ -404,8 +405,12 @@ fn acquire_with(
         locks.container().clone(),
     )
     .with_prefix("");
-    let outcome = block_on(counted.acquire_with(lock, term, id, origin, "", SystemTime::now()))
-        .map_err(explain(locks.account()))?;
+    let outcome = block_on(counted.acquire(
+        lock,
+        Acquiring::new(term, id).origin(origin),
+        SystemTime::now(),
+    ))
+    .map_err(explain(locks.account()))?;
     match outcome {
         Acquire::Acquired(a) => println!(
             "{} {lock}: lease id {}, fencing token {}, expires {}, {} request(s)",
@@ -468,14 +473,16 @@ fn demo(locks: &Locks<&NativeTransport>, key: &HolderKey) -> Result<(), String> 
     println!("node-a acquires again on its next invocation (extends, same token):");
     acquire(locks, &lock, term, a)?;
     println!("node-a releases; node-b takes over:");
-    block_on(locks.release(&lock, a, SystemTime::now())).map_err(explain(locks.account()))?;
+    block_on(locks.release(&lock, a, Start::Read, SystemTime::now()))
+        .map(|(r, _)| r)
+        .map_err(explain(locks.account()))?;
     acquire(locks, &lock, term, b)?;
     show(locks, &lock)?;
-    block_on(locks.release(&lock, b, SystemTime::now())).map_err(explain(locks.account()))?;
+    block_on(locks.release(&lock, b, Start::Read, SystemTime::now()))
+        .map(|(r, _)| r)
+        .map_err(explain(locks.account()))?;
     show(locks, &lock)?;
     Ok(())
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
+use leasegate::time::rfc3339;

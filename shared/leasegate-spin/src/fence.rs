@@ -11,15 +11,21 @@
 //! extra on a blob write; one read of a partition's fence entity per tenure) and what they
 //! do not cover (writes made without the fence, side effects outside storage).
 //!
-//! Each call writes one decision line ([`crate::log_decision`]) with the verb `fenced_write`
-//! or `fenced_batch`, the blob or partition as its key, `written`, `fenced_out` or
-//! `refused` (a batch whose own operation storage refused), and the holder's token.
+//! **Claim first.** Each blob and each partition keeps its own fence: write every blob and
+//! claim every partition ([`claim_partition`]) the tenure will write before its first data
+//! write, so that a newer holder's claims fence an older one out of all of them (the ledger
+//! writes its blob first, then claims its partition).
+//!
+//! Each call writes one decision line ([`crate::log_decision`]) with the verb `fenced_write`,
+//! `fenced_claim` or `fenced_batch`, the blob or partition as its key, `written`, `claimed`,
+//! `fenced_out` or `refused` (a batch whose own operation storage refused), and the holder's
+//! token.
 
 use std::time::Instant;
 
 use leasegate::lease::Locks;
 use leasegate::ops::{PutBlob, Written};
-use leasegate::table::{Batch, TableClient};
+use leasegate::table::{Batch, TableClient, TableName};
 use leasegate::{BlobClient, Counting, Error, LockName, Transport};
 
 pub use leasegate::fence::{BatchFenced, Fence, Fenced, TableFence, FENCING_TOKEN};
@@ -63,6 +69,40 @@ pub async fn write_blob<C, T: Transport>(
         &key,
         None,
         (decision, Some(fence.token())),
+        counted.transport().sent(),
+        started,
+    );
+    outcome
+}
+
+/// Advances the fence of a partition to the holder's token before its first data write there
+/// ([`leasegate::fence::claim_partition`]): claim every partition, and write every blob, a
+/// tenure will write before the first data write, so that a newer holder's claims fence this
+/// holder out of all of them.
+pub async fn claim_partition<C, T: Transport>(
+    ctx: &Context<'_, C>,
+    tables: &TableClient<T>,
+    fence: &mut TableFence,
+    table: &TableName,
+    partition: &str,
+) -> Result<Fenced<()>, Error> {
+    let started = Instant::now();
+    let counted =
+        TableClient::try_new(Counting::new(tables.transport()), tables.account().clone())?;
+    let outcome =
+        leasegate::fence::claim_partition(&counted, fence, table, partition, ctx.now).await;
+    let decision = match &outcome {
+        Ok(Fenced::Written(())) => "claimed",
+        Ok(Fenced::FencedOut { .. }) => "fenced_out",
+        Err(e) => web::storage_error_code(e),
+    };
+    let key = format!("{}/{partition}", table.as_str());
+    log_verb(
+        ctx.log_decisions,
+        "fenced_claim",
+        &key,
+        None,
+        (decision, Some(fence.fence().token())),
         counted.transport().sent(),
         started,
     );

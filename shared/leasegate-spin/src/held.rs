@@ -1,7 +1,7 @@
 //! What a holder keeps of its lock between calls, in Spin's key-value store: the lock blob as
 //! its own last write left it ([`leasegate::lease::HeldState`]). The gate's holders and the
 //! leader extend and release from it without reading the lock first
-//! ([`leasegate::lease::Locks::extend_held`], [`leasegate::lease::Locks::release_from`]).
+//! ([`leasegate::lease::Start::Held`]).
 //!
 //! **It never decides anything on its own.** Every request made from a kept state is
 //! conditional on its ETag, so a state that is stale (another deployment with its own store
@@ -16,43 +16,32 @@
 
 use std::time::SystemTime;
 
-use leasegate::lease::{Acquire, Acquired, HeldState, IdOrigin, Locks, Release, Term};
+use leasegate::lease::{Acquire, Acquired, Acquiring, HeldState, IdOrigin, Locks, Release, Start};
 use leasegate::{Error, LeaseId, LockName, Transport};
 
 use crate::cache::{Cache, Scope};
 
-/// [`Locks::acquire_with`] through `cache`: a holder's own id ([`IdOrigin::Known`]) extends from
-/// the state kept of its last call, if there is one ([`Locks::extend_held`]); the grant is kept
-/// for the next call, and a kept state that proved of no more use (another holder's lock now,
-/// a failure) is forgotten.
-#[allow(clippy::too_many_arguments)]
+/// [`Locks::acquire`] through `cache`: a holder's own id ([`IdOrigin::Known`]) extends from
+/// the state kept of its last call, if there is one ([`Start::Held`], in place of `how`'s
+/// start); the grant is kept for the next call, and a kept state that proved of no more use
+/// (another holder's lock now, a failure) is forgotten.
 pub async fn acquire<T: Transport>(
     cache: &dyn Cache,
     locks: &Locks<T>,
     lock: &LockName,
-    term: Term,
-    lease_id: LeaseId,
-    origin: IdOrigin,
-    label: &str,
+    how: Acquiring<'_>,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
     let key = key(locks, lock);
-    let kept = match origin {
-        IdOrigin::Known => recall(cache, &key, lease_id),
+    let kept = match how.origin {
+        IdOrigin::Known => recall(cache, &key, how.lease_id),
         IdOrigin::Fresh => None,
     };
-    let acquired = match &kept {
-        Some(kept) => {
-            locks
-                .extend_held(lock, term, lease_id, label, kept, now)
-                .await
-        }
-        None => {
-            locks
-                .acquire_with(lock, term, lease_id, origin, label, now)
-                .await
-        }
+    let how = match &kept {
+        Some(kept) => how.start(Start::Held(kept)),
+        None => how,
     };
+    let acquired = locks.acquire(lock, how, now).await;
     match &acquired {
         Ok(Acquire::Acquired(a)) => keep(cache, &key, a, kept.as_ref()),
         _ if kept.is_some() => forget(cache, &key),
@@ -62,7 +51,7 @@ pub async fn acquire<T: Transport>(
 }
 
 /// [`Locks::release`] through `cache`: from the state kept of the holder's last call, if there
-/// is one ([`Locks::release_from`]), which is then forgotten.
+/// is one ([`Start::Held`]), which is then forgotten.
 pub async fn release<T: Transport>(
     cache: &dyn Cache,
     locks: &Locks<T>,
@@ -72,11 +61,11 @@ pub async fn release<T: Transport>(
 ) -> Result<Release, Error> {
     let key = key(locks, lock);
     let Some(kept) = recall(cache, &key, lease_id) else {
-        return locks.release(lock, lease_id, now).await;
+        return Ok(locks.release(lock, lease_id, Start::Read, now).await?.0);
     };
-    let released = locks.release_from(lock, lease_id, &kept, now).await;
+    let released = locks.release(lock, lease_id, Start::Held(&kept), now).await;
     forget(cache, &key);
-    released
+    Ok(released?.0)
 }
 
 /// Forgets `lease_id`'s kept state of `lock` (another holder's is left alone): the holder wrote

@@ -30,7 +30,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Acquire, IdOrigin, Locks, Term};
+use leasegate::lease::{Acquire, Acquiring, Locks, Term};
 use leasegate::{Error, HolderKey, LeaseDuration, LeaseId, LockName, Transport};
 
 use crate::{held, log_verb, web, Context};
@@ -106,17 +106,8 @@ pub async fn lead<C, L: Transport>(
     let term = Term::Native(lease);
     // The leader extends from what it kept of its last tick (a renew and the claim's new
     // expiry), where there is something kept; the key-value store is only a hint (`held`).
-    let outcome = held::acquire(
-        ctx.cache,
-        &counted,
-        group,
-        term,
-        id,
-        IdOrigin::Known,
-        instance,
-        ctx.now,
-    )
-    .await;
+    let how = Acquiring::new(term, id).label(instance);
+    let outcome = held::acquire(ctx.cache, &counted, group, how, ctx.now).await;
     let (decision, term) = match &outcome {
         Ok(Acquire::Acquired(held)) => ("leader", held.fencing_token),
         Ok(Acquire::Busy { holder, .. }) => ("follower", holder.as_ref().map(|h| h.token)),

@@ -101,15 +101,7 @@ fn in_range(secs: i64) -> Option<u64> {
         .filter(|s| *s <= unix(crate::timer::latest_time()))
 }
 
-fn unix(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-fn at(secs: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
-}
+use leasegate::time::{at_unix_secs as at, unix_secs as unix};
 
 impl Schedule {
     /// A calendar expression (5 or 6 fields, or a nickname such as `@daily`) in an IANA zone

@@ -31,11 +31,7 @@ struct Entry {
     expires_on: u64,
 }
 
-fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use leasegate::time::unix_secs;
 
 /// Whether a token expiring at `expires_at` is still handed out at `now`.
 pub fn fresh(expires_at: SystemTime, now: SystemTime) -> bool {

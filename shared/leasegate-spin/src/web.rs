@@ -121,14 +121,7 @@ pub fn too_large(limit: usize) -> Response {
     )
 }
 
-/// Formats a time as RFC 3339 (`2026-11-21T14:00:00Z`). Times after the year 9999 (which RFC
-/// 3339 cannot write) are written as its last second rather than failing.
-pub fn rfc3339(t: std::time::SystemTime) -> String {
-    let last = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(253_402_300_799);
-    // (humantime panics below 1970: a time before it is written as 1970's first second.)
-    let t = t.clamp(std::time::SystemTime::UNIX_EPOCH, last);
-    humantime::format_rfc3339_seconds(t).to_string()
-}
+pub use leasegate::time::rfc3339;
 
 /// Lowercase hexadecimal of `bytes` (digests in keys and ids).
 pub fn hex(bytes: &[u8]) -> String {

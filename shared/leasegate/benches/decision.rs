@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Acquire, Locks, Term};
+use leasegate::lease::{Acquire, Acquiring, Locks, Term};
 use leasegate::{
     Account, ContainerName, LeaseId, LockName, Method, Request, Response, StatusCode, Transport,
     TransportError,
@@ -121,7 +121,7 @@ fn main() {
         let locks = Locks::new(&transport, account.clone(), container.clone());
         measure(label, n, &transport, || {
             let lock = LockName::try_new(black_box("devices/sensor-0042")).unwrap();
-            pollster::block_on(locks.acquire(&lock, term, me, now)).unwrap()
+            pollster::block_on(locks.acquire(&lock, Acquiring::new(term, me), now)).unwrap()
         });
     }
 }

@@ -16,13 +16,16 @@
 //!   holder's) together with the caller's operations. The batch is atomic, so a stale holder's
 //!   batch changes nothing. One read of the fence entity per holder tenure ([`TableFence`]).
 //!
-//! The rule (per lock): once a holder's fenced write landed, no fenced write of an older
-//! holder (a smaller token) lands. What it does not cover: writes made without the fence, and
-//! side effects outside storage. A refused write is [`Fenced::FencedOut`], not an error:
+//! The rule (per lock, per resource): once a holder's fenced write landed on a blob or a
+//! partition, no fenced write of an older holder (a smaller token) lands there. Claim every
+//! resource a tenure will write before its first data write ([`claim_partition`], a blob's
+//! first write) so that a newer holder's claims fence an older one out of all of them. What it
+//! does not cover: writes made without the fence, side effects outside storage, a fenced blob
+//! or table deleted (its fence goes with it), two tenures of the same token. A refused write is [`Fenced::FencedOut`], not an error:
 //! nothing of that call landed. docs/protocol.md gives the rule, its cost and Azurite's
 //! differences from Azure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
@@ -201,6 +204,9 @@ fn leased(refusal: Refusal) -> Error {
 pub struct TableFence {
     fence: Fence,
     seen: BTreeMap<(String, String), Seen>,
+    /// The partitions whose fence entity this tenure saw at its token or wrote: one found
+    /// missing since was deleted (a reset this holder must not take for a fresh partition).
+    touched: BTreeSet<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -232,6 +238,7 @@ impl TableFence {
         TableFence {
             fence,
             seen: BTreeMap::new(),
+            touched: BTreeSet::new(),
         }
     }
 
@@ -254,6 +261,15 @@ pub async fn table_batch<T: Transport>(
     let partition = batch.partition_key().to_string();
     let key = (table.as_str().to_string(), partition.clone());
     let row = fence.fence.row_key();
+    if batch
+        .operations()
+        .iter()
+        .any(|op| op.row_key().starts_with(FENCE_ROW_PREFIX))
+    {
+        return Err(Error::InvalidArgument(format!(
+            "RowKeys starting {FENCE_ROW_PREFIX} are the fences'"
+        )));
+    }
     // Twice at most: a fence that moved since it was read is read again (a newer holder:
     // fenced out; the holder's own write whose answer was lost: go on from it).
     for _ in 0..2 {
@@ -261,10 +277,16 @@ pub async fn table_batch<T: Transport>(
             Some(seen) => seen,
             None => {
                 let read = read_fence(client, &table, &partition, &row, now).await?;
-                if read.token.is_some_and(|t| t > fence.fence.token) {
+                let reset = read.token.is_none() && fence.touched.contains(&key);
+                if reset || read.token.is_some_and(|t| t > fence.fence.token) {
+                    // A newer holder's fence, or this tenure's own deleted since (whoever
+                    // deleted it may have let a newer holder write): fail closed.
                     return Ok(Fenced::FencedOut {
                         newer_token: read.token,
                     });
+                }
+                if read.token.is_some() {
+                    fence.touched.insert(key.clone());
                 }
                 read.seen
             }
@@ -273,9 +295,9 @@ pub async fn table_batch<T: Transport>(
             FENCING_TOKEN,
             EdmValue::Int64(token_i64(fence.fence.token)?),
         );
-        let fence_op = match seen {
+        let fence_op = match &seen {
             Seen::Absent => BatchOperation::Insert(entity),
-            Seen::At(etag) => BatchOperation::Update(entity, IfMatch::ETag(etag)),
+            Seen::At(etag) => BatchOperation::Update(entity, IfMatch::ETag(etag.clone())),
         };
         let mut fenced = Batch::new(table.clone(), partition.clone())?.with(fence_op)?;
         for op in batch.operations() {
@@ -284,6 +306,7 @@ pub async fn table_batch<T: Transport>(
         match client.execute(&fenced, now).await?.0 {
             BatchOutcome::Committed(mut items) => {
                 let fence_item = items.remove(0);
+                fence.touched.insert(key.clone());
                 if let Some(etag) = fence_item.etag {
                     fence.seen.insert(key, Seen::At(etag));
                 }
@@ -293,10 +316,12 @@ pub async fn table_batch<T: Transport>(
                 index: Some(index),
                 refusal,
             } if index > 0 => {
+                // Nothing applied: the fence is where it was.
+                fence.seen.insert(key, seen);
                 return Ok(Fenced::Written(BatchFenced::Refused {
                     index: Some(index - 1),
                     refusal,
-                }))
+                }));
             }
             // The fence's operation (or one storage did not name): read the fence again.
             BatchOutcome::Refused { .. } => continue,
@@ -306,6 +331,26 @@ pub async fn table_batch<T: Transport>(
         StatusCode::PRECONDITION_FAILED,
         "the partition's fence kept moving; nothing was written, ask again",
     ))
+}
+
+/// Advances the fence of `partition` in `table` to `fence`'s token, writing nothing else: a
+/// batch of the fence entity's update alone (with its read, 2 requests; the tenure's later
+/// batches then cost 1). Claim every partition (and write every blob) a tenure will write
+/// **before its first data write**, so that a newer holder's first write anywhere fences this
+/// holder everywhere: otherwise the rule holds per partition and per blob, and a holder paused
+/// between two resources still writes the second after a newer holder wrote the first.
+pub async fn claim_partition<T: Transport>(
+    client: &TableClient<T>,
+    fence: &mut TableFence,
+    table: &TableName,
+    partition: &str,
+    now: SystemTime,
+) -> Result<Fenced<()>, Error> {
+    let nothing = Batch::new(table.clone(), partition)?;
+    Ok(match table_batch(client, fence, &nothing, now).await? {
+        Fenced::Written(_) => Fenced::Written(()),
+        Fenced::FencedOut { newer_token } => Fenced::FencedOut { newer_token },
+    })
 }
 
 /// The fence entity as read: absent, or at an ETag with a token.

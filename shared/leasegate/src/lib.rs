@@ -50,7 +50,7 @@
 //! ```no_run
 //! # async fn demo(transport: impl leasegate::Transport, now: std::time::SystemTime) -> Result<(), leasegate::Error> {
 //! use std::time::Duration;
-//! use leasegate::lease::{Acquire, Locks, Term};
+//! use leasegate::lease::{Acquire, Locks, Term, Acquiring};
 //! use leasegate::{Account, ContainerName, HolderKey, LeaseId, LockName};
 //!
 //! let account = Account::from_connection_string("UseDevelopmentStorage=true")?;
@@ -59,7 +59,7 @@
 //! let lock = LockName::try_new("jobs/nightly")?;
 //! let me = LeaseId::for_holder(&key, "jobs", "node-a", &lock); // the same id every invocation
 //! let term = Term::for_window(Duration::from_secs(30))?; // a native lease
-//! match locks.acquire(&lock, term, me, now).await? {
+//! match locks.acquire(&lock, Acquiring::new(term, me), now).await? {
 //!     Acquire::Acquired(held) => println!("run the job with token {:?}", held.fencing_token),
 //!     Acquire::Busy { .. } => println!("another node runs it"),
 //! }
@@ -83,6 +83,7 @@ pub mod names;
 pub mod ops;
 pub mod signing;
 pub mod table;
+pub mod time;
 pub mod token;
 pub mod transport;
 pub mod types;

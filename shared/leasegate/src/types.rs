@@ -1,6 +1,6 @@
 //! Small value types shared by the operations: lease ids, ETags, lease states, durations.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -181,12 +181,7 @@ impl LeaseDuration {
     }
 }
 
-/// Unix seconds of a time (0 before the epoch).
-pub(crate) fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub(crate) use crate::time::unix_secs;
 
 #[cfg(test)]
 mod tests {

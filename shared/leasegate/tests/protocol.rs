@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, HeldState, IdOrigin, Locks, Release, Term};
+use leasegate::lease::{Acquire, Acquiring, HeldState, IdOrigin, Locks, Release, Start, Term};
 use leasegate::ops::{CopyBlob, CopyOutcome, CopyStatus};
 use leasegate::{
     Account, BlobName, ContainerName, Error, LeaseDuration, LeaseId, LockName, Method, Request,
@@ -277,7 +277,8 @@ fn each_request_is_dated_when_it_is_sent() {
     // A free lock blob: HEAD, acquire, claim.
     let t = Scripted::new(vec![head("available", "a", &[]), granted(), written("b")])
         .with_clock(started + Duration::from_secs(5), step);
-    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), id(1), started));
+    let outcome =
+        pollster::block_on(locks(&t).acquire(&name(), Acquiring::new(native30(), id(1)), started));
     assert!(matches!(outcome, Ok(Acquire::Acquired(_))), "{outcome:?}");
     let sent = t.sent();
     assert_eq!(sent.len(), 3, "{sent:#?}");
@@ -299,7 +300,8 @@ fn each_request_is_dated_when_it_is_sent() {
 fn without_a_clock_the_callers_time_dates_the_requests() {
     let started = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
     let t = Scripted::new(vec![head("available", "a", &[]), granted(), written("b")]);
-    pollster::block_on(locks(&t).acquire(&name(), native30(), id(1), started)).unwrap();
+    pollster::block_on(locks(&t).acquire(&name(), Acquiring::new(native30(), id(1)), started))
+        .unwrap();
     for s in t.sent() {
         assert_eq!(s.date, httpdate::fmt_http_date(started));
     }
@@ -312,12 +314,9 @@ fn a_lost_first_create_of_a_record_leaves_nothing_to_clear() {
     for origin in [IdOrigin::Fresh, IdOrigin::Known] {
         let t = Scripted::new(vec![missing(), lost_answer()]);
         let term = Term::Record(Duration::from_secs(120));
-        let outcome = pollster::block_on(locks(&t).acquire_with(
+        let outcome = pollster::block_on(locks(&t).acquire(
             &name(),
-            term,
-            id(3),
-            origin,
-            "",
+            Acquiring::new(term, id(3)).origin(origin),
             server_now(),
         ));
         assert!(
@@ -372,7 +371,11 @@ fn a_holder_in_the_last_second_of_its_lease_keeps_its_token() {
         granted(),
         written("b"),
     ]);
-    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), me, server_now()));
+    let outcome = pollster::block_on(locks(&t).acquire(
+        &name(),
+        Acquiring::new(native30(), me),
+        server_now(),
+    ));
     match outcome {
         Ok(Acquire::Acquired(held)) => {
             assert_eq!(held.fencing_token, Some(7), "the token is kept");
@@ -392,7 +395,11 @@ fn a_failed_reacquire_never_releases_the_holders_lease() {
             head("leased", "a", &native_claim(me, expires)),
             busy_503(),
         ]);
-        let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), me, server_now()));
+        let outcome = pollster::block_on(locks(&t).acquire(
+            &name(),
+            Acquiring::new(native30(), me),
+            server_now(),
+        ));
         assert!(matches!(outcome, Err(Error::Storage(_))), "{outcome:?}");
         let sent = t.sent();
         assert!(
@@ -409,7 +416,11 @@ fn a_failed_reacquire_never_releases_the_holders_lease() {
 #[test]
 fn a_failed_acquire_of_a_leased_blob_without_claim_releases_nothing() {
     let t = Scripted::new(vec![head("leased", "a", &[]), busy_503()]);
-    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), id(7), server_now()));
+    let outcome = pollster::block_on(locks(&t).acquire(
+        &name(),
+        Acquiring::new(native30(), id(7)),
+        server_now(),
+    ));
     assert!(outcome.is_err(), "{outcome:?}");
     assert!(
         !t.sent()
@@ -475,14 +486,22 @@ fn a_copy_answer_without_a_status_is_pending() {
 fn a_lost_answer_never_releases_a_lease_id_the_caller_chose() {
     let me = id(10);
     let retry = Scripted::new(vec![head("leased", "a", &[]), granted(), written("b")]);
-    let got = pollster::block_on(locks(&retry).acquire(&name(), native30(), me, server_now()));
+    let got = pollster::block_on(locks(&retry).acquire(
+        &name(),
+        Acquiring::new(native30(), me),
+        server_now(),
+    ));
     assert!(matches!(got, Ok(Acquire::Acquired(_))), "{got:?}");
     let first = Scripted::new(vec![
         head("available", "a", &[]),
         lost_answer(),
         reply(answer(200)),
     ]);
-    let outcome = pollster::block_on(locks(&first).acquire(&name(), native30(), me, server_now()));
+    let outcome = pollster::block_on(locks(&first).acquire(
+        &name(),
+        Acquiring::new(native30(), me),
+        server_now(),
+    ));
     assert!(outcome.is_err(), "{outcome:?}");
     let sent = first.sent();
     assert!(
@@ -503,7 +522,8 @@ fn a_lost_answer_never_clears_a_record_of_a_lease_id_the_caller_chose() {
         "c",
         &record_of(me, SERVER_SECS + 120),
     )]);
-    let got = pollster::block_on(locks(&retry).acquire(&name(), term, me, server_now()));
+    let got =
+        pollster::block_on(locks(&retry).acquire(&name(), Acquiring::new(term, me), server_now()));
     assert!(matches!(got, Ok(Acquire::Acquired(_))), "{got:?}");
     // The first call's first create, and its compare-and-swap on a free blob: each answer lost.
     for before in [vec![missing()], vec![head("available", "a", &[])]] {
@@ -514,7 +534,11 @@ fn a_lost_answer_never_clears_a_record_of_a_lease_id_the_caller_chose() {
             written("d"),
         ]);
         let first = Scripted::new(script);
-        let outcome = pollster::block_on(locks(&first).acquire(&name(), term, me, server_now()));
+        let outcome = pollster::block_on(locks(&first).acquire(
+            &name(),
+            Acquiring::new(term, me),
+            server_now(),
+        ));
         assert!(outcome.is_err(), "{outcome:?}");
         let sent = first.sent();
         assert!(
@@ -543,7 +567,11 @@ fn a_claim_write_never_puts_a_lower_token_over_a_higher_one() {
         head("leased", "b", &other),
         written("c"),
     ]);
-    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), me, server_now()));
+    let outcome = pollster::block_on(locks(&t).acquire(
+        &name(),
+        Acquiring::new(native30(), me),
+        server_now(),
+    ));
     let sent = t.sent();
     let writes: Vec<&Sent> = sent.iter().filter(|s| s.is_metadata_write()).collect();
     assert_eq!(writes.len(), 1, "only the refused write: {sent:#?}");
@@ -562,7 +590,8 @@ fn a_record_locks_first_create_names_nobody() {
     let me = id(14);
     let term = Term::Record(Duration::from_secs(120));
     let t = Scripted::new(vec![missing(), created("c"), written("d")]);
-    let outcome = pollster::block_on(locks(&t).acquire(&name(), term, me, server_now()));
+    let outcome =
+        pollster::block_on(locks(&t).acquire(&name(), Acquiring::new(term, me), server_now()));
     match outcome {
         Ok(Acquire::Acquired(a)) => {
             assert_eq!(a.lease_id, me);
@@ -612,7 +641,11 @@ fn a_step_down_whose_release_answer_was_lost_is_not_told_not_held() {
 
 /// An acquire with an id the call generated and no label (as device-alerts' gates).
 fn first_use(t: &Scripted, term: Term, id: LeaseId) -> Result<Acquire, Error> {
-    pollster::block_on(locks(t).acquire_with(&name(), term, id, IdOrigin::Fresh, "", server_now()))
+    pollster::block_on(locks(t).acquire(
+        &name(),
+        Acquiring::new(term, id).origin(IdOrigin::Fresh),
+        server_now(),
+    ))
 }
 
 /// Issue 34: a native lock's first holder, with an id the call generated and no label, has
@@ -691,12 +724,9 @@ fn a_labelled_or_chosen_first_holder_is_named_only_under_its_lease() {
     for (origin, label) in [(IdOrigin::Fresh, "node-a"), (IdOrigin::Known, "")] {
         let me = id(24);
         let t = Scripted::new(vec![missing(), created("c"), granted(), written("d")]);
-        let outcome = pollster::block_on(locks(&t).acquire_with(
+        let outcome = pollster::block_on(locks(&t).acquire(
             &name(),
-            native30(),
-            me,
-            origin,
-            label,
+            Acquiring::new(native30(), me).origin(origin).label(label),
             server_now(),
         ));
         assert!(matches!(outcome, Ok(Acquire::Acquired(_))), "{outcome:?}");
@@ -740,9 +770,11 @@ fn a_chosen_id_racing_a_claiming_create_settles_its_lease_by_acquiring_again() {
             written("d"),
         ]);
         let l = locks(&t);
-        let first = pollster::block_on(l.acquire(&name(), term, chosen, server_now()));
+        let first =
+            pollster::block_on(l.acquire(&name(), Acquiring::new(term, chosen), server_now()));
         assert!(first.is_err(), "{first:?}");
-        let again = pollster::block_on(l.acquire(&name(), term, chosen, server_now()));
+        let again =
+            pollster::block_on(l.acquire(&name(), Acquiring::new(term, chosen), server_now()));
         match again {
             Ok(Acquire::Acquired(a)) => {
                 assert_eq!(a.lease_id, chosen);
@@ -780,7 +812,11 @@ fn claim_of(
 fn a_chosen_id_refused_under_a_marked_claim_is_told_the_claims_time_left() {
     let claim = claim_of(id(51), "30", SERVER_SECS + 20, true);
     let t = Scripted::new(vec![head("leased", "c", &claim), lease_present()]);
-    let outcome = pollster::block_on(locks(&t).acquire(&name(), native30(), id(52), server_now()));
+    let outcome = pollster::block_on(locks(&t).acquire(
+        &name(),
+        Acquiring::new(native30(), id(52)),
+        server_now(),
+    ));
     match outcome {
         Ok(Acquire::Busy {
             retry_after,
@@ -823,8 +859,7 @@ fn a_chosen_id_settles_an_infinite_lease_under_a_released_holders_claim() {
     let t = Scripted::new(vec![head("leased", "c", &claim), granted(), written("d")]);
     let outcome = pollster::block_on(locks(&t).acquire(
         &name(),
-        Term::Native(LeaseDuration::Infinite),
-        me,
+        Acquiring::new(Term::Native(LeaseDuration::Infinite), me),
         server_now(),
     ));
     match outcome {
@@ -838,7 +873,7 @@ fn a_chosen_id_settles_an_infinite_lease_under_a_released_holders_claim() {
 }
 
 /// Issue 34: a record released by its holder's one conditional write is kept as that write left
-/// it (`release_keeping`), and the next holder starts from it: one write, the record and its
+/// it (the release's answer), and the next holder starts from it: one write, the record and its
 /// claim at the release's ETag, with a token above the last.
 #[test]
 fn a_record_its_holder_released_is_taken_from_the_kept_state_in_one_write() {
@@ -850,25 +885,35 @@ fn a_record_its_holder_released_is_taken_from_the_kept_state_in_one_write() {
         written("d"),
     ]);
     let l = locks(&t);
-    let first = match pollster::block_on(l.acquire(&name(), record, id(60), server_now())) {
+    let first = match pollster::block_on(l.acquire(
+        &name(),
+        Acquiring::new(record, id(60)),
+        server_now(),
+    )) {
         Ok(Acquire::Acquired(a)) => a,
         other => panic!("the first holder: {other:?}"),
     };
-    let (released, left) =
-        pollster::block_on(l.release_keeping(&name(), &first, server_now())).expect("released");
+    let (released, left) = pollster::block_on(l.release(
+        &name(),
+        first.lease_id,
+        Start::Acquired(&first),
+        server_now(),
+    ))
+    .expect("released");
     assert_eq!(released, Release::Released);
     let left = left.expect("the state the release left");
     assert!(!left.is_held_by(id(60)));
     let kept = HeldState::from_json(&left.to_json()).expect("kept as JSON");
-    let outcome = pollster::block_on(l.acquire_from_kept(
-        Some((&kept, server_now())),
-        &name(),
-        record,
-        id(61),
-        IdOrigin::Fresh,
-        "node-b",
-        server_now(),
-    ));
+    let outcome = pollster::block_on(
+        l.acquire(
+            &name(),
+            Acquiring::new(record, id(61))
+                .origin(IdOrigin::Fresh)
+                .label("node-b")
+                .start(Start::Kept(&kept, server_now())),
+            server_now(),
+        ),
+    );
     let next = match outcome {
         Ok(Acquire::Acquired(a)) => a,
         other => panic!("the next holder: {other:?}"),
@@ -893,7 +938,11 @@ fn a_kept_record_still_live_or_of_the_other_term_is_read_first() {
     let record = Term::Record(Duration::from_secs(90));
     let t = Scripted::new(vec![head("available", "a", &[]), written("b")]);
     let l = locks(&t);
-    let held = match pollster::block_on(l.acquire(&name(), record, id(62), server_now())) {
+    let held = match pollster::block_on(l.acquire(
+        &name(),
+        Acquiring::new(record, id(62)),
+        server_now(),
+    )) {
         Ok(Acquire::Acquired(a)) => a,
         other => panic!("the holder: {other:?}"),
     };
@@ -913,15 +962,15 @@ fn a_kept_record_still_live_or_of_the_other_term_is_read_first() {
         }
         answers.push(written("f"));
         let t = Scripted::new(answers);
-        let outcome = pollster::block_on(locks(&t).acquire_from_kept(
-            Some((state, server_now())),
-            &name(),
-            term,
-            id(63),
-            IdOrigin::Fresh,
-            "",
-            server_now(),
-        ));
+        let outcome = pollster::block_on(
+            locks(&t).acquire(
+                &name(),
+                Acquiring::new(term, id(63))
+                    .origin(IdOrigin::Fresh)
+                    .start(Start::Kept(state, server_now())),
+                server_now(),
+            ),
+        );
         let sent = t.sent();
         assert_eq!(sent[0].method, Method::HEAD, "{term:?}: {sent:#?}");
         if term == record {
@@ -938,7 +987,11 @@ fn a_kept_record_still_live_or_of_the_other_term_is_read_first() {
 fn a_kept_record_of_another_holder_that_ran_out_is_read_first() {
     let record = Term::Record(Duration::from_secs(90));
     let t = Scripted::new(vec![head("available", "a", &[]), written("b")]);
-    let held = match pollster::block_on(locks(&t).acquire(&name(), record, id(64), server_now())) {
+    let held = match pollster::block_on(locks(&t).acquire(
+        &name(),
+        Acquiring::new(record, id(64)),
+        server_now(),
+    )) {
         Ok(Acquire::Acquired(a)) => a,
         other => panic!("the holder: {other:?}"),
     };
@@ -948,15 +1001,15 @@ fn a_kept_record_of_another_holder_that_ran_out_is_read_first() {
     let later = expires + Duration::from_secs(10);
     let live = record_of(id(64), SERVER_SECS + 90);
     let t = Scripted::new(vec![head("available", "b", &live)]);
-    let outcome = pollster::block_on(locks(&t).acquire_from_kept(
-        Some((&kept, later)),
-        &name(),
-        record,
-        id(65),
-        IdOrigin::Fresh,
-        "",
-        server_now(),
-    ));
+    let outcome = pollster::block_on(
+        locks(&t).acquire(
+            &name(),
+            Acquiring::new(record, id(65))
+                .origin(IdOrigin::Fresh)
+                .start(Start::Kept(&kept, later)),
+            server_now(),
+        ),
+    );
     let sent = t.sent();
     assert_eq!(sent[0].method, Method::HEAD, "{sent:#?}");
     assert!(matches!(outcome, Ok(Acquire::Busy { .. })), "{outcome:?}");

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasegate::lease::{Acquire, Acquired, HeldState, IdOrigin, Locks, Release, Term};
+use leasegate::lease::{
+    Acquire, Acquired, Acquiring, HeldState, IdOrigin, Locks, Release, Start, Term,
+};
 use leasegate::ops::{GetBlob, PutBlob};
 use leasegate::{Account, BlobName, ContainerName, LeaseDuration, LeaseId, LockName};
 use stateright::Property;
@@ -45,7 +47,7 @@ impl Window {
 pub enum Step {
     /// Acquire (or extend) the lock.
     Acquire,
-    /// Acquire again, from what it kept of its last grant ([`Locks::extend_held`]): as
+    /// Acquire again, from what it kept of its last grant ([`Start::Held`]): as
     /// [`Step::Acquire`] when it kept nothing.
     Extend,
     /// Release what it holds.
@@ -56,12 +58,12 @@ pub enum Step {
     /// [`KEPT_BLOB`], where every caller reads it (as a job's run keeps its lease in the job's
     /// log).
     Publish,
-    /// Release what it holds, as [`Locks::release_keeping`] does, and write the state its
+    /// Release what it holds, as [`Locks::release`] from [`Start::Acquired`] does, and write the state its
     /// release left to [`KEPT_BLOB`] (as a job's run keeps its released record in the log's
     /// last write).
     ReleasePublish,
     /// Read [`KEPT_BLOB`] and acquire from the state there, as a new holder
-    /// ([`Locks::acquire_from_kept`], dated by the read's `Date`); as [`Step::Acquire`] when
+    /// ([`Start::Kept`], dated by the read's `Date`); as [`Step::Acquire`] when
     /// there is none.
     AcquireKept,
 }
@@ -236,7 +238,7 @@ impl LeaseProtocol {
     }
 
     /// The bound CI checks for a holder's calls from what it kept of its last
-    /// ([`Locks::extend_held`], [`leasegate::lease::HeldState`]): a native lease of 15 s with a
+    /// ([`Start::Held`], [`leasegate::lease::HeldState`]): a native lease of 15 s with a
     /// known id that acquires, waits a second, extends from what it kept (the renew and the
     /// claim's new expiry) and releases; a record of 20 s with a known id and a clock 3 s ahead
     /// that acquires and extends so (its reckoned expiry is off: always written again); the
@@ -262,7 +264,7 @@ impl LeaseProtocol {
     }
 
     /// The bound CI checks for a new holder that acquires from what the last holder kept
-    /// ([`Locks::acquire_from_kept`]): a native lease of 15 s with a fresh id that acquires,
+    /// ([`Start::Kept`]): a native lease of 15 s with a fresh id that acquires,
     /// publishes its state and releases; another with a fresh id that reads the published
     /// state and acquires from it (whenever it runs: before the publish, while the first holds
     /// the lease, after its release); then the prober. One fault, or (`advances`) one clock
@@ -283,7 +285,7 @@ impl LeaseProtocol {
     }
 
     /// The bound CI checks for a new holder of a lease record that takes it from the state
-    /// the last holder's release left ([`Locks::release_keeping`], as a job's run keeps it in
+    /// the last holder's release left ([`Locks::release`]'s answer, as a job's run keeps it in
     /// its log): a record of 20 s with a fresh id that acquires, publishes its state (live),
     /// then releases and publishes the state its release left; another with a fresh id that
     /// reads the published state and acquires from it (whenever it runs: before any publish,
@@ -408,7 +410,7 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
     );
     let lock = LockName::try_new("l").expect("a valid name");
     let now = at(START as i64 + caller.skew);
-    // The holder's last grant: its release goes at the ETag that grant left (`release_held`).
+    // The holder's last grant: its release goes at the ETag that grant left (`Start::Acquired`).
     let mut held: Option<Acquired> = None;
     let tries = if caller.prober { 4 } else { 1 };
     let label = if caller.labelled { caller.name } else { "" };
@@ -442,21 +444,21 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                     let term = caller.window.term();
                     let answer = match (&kept, &published) {
                         (Some((_, state)), _) => {
-                            locks.extend_held(&lock, term, id, label, state, now).await
+                            let how = Acquiring::new(term, id)
+                                .label(label)
+                                .start(Start::Held(state));
+                            locks.acquire(&lock, how, now).await
                         }
-                        // (Nothing published: as `acquire_with`.)
+                        // (Nothing published: from a read.)
                         (None, published) => {
-                            locks
-                                .acquire_from_kept(
-                                    published.as_ref().map(|(state, date)| (state, *date)),
-                                    &lock,
-                                    term,
-                                    id,
-                                    caller.origin,
-                                    label,
-                                    now,
-                                )
-                                .await
+                            let start = published
+                                .as_ref()
+                                .map_or(Start::Read, |(state, date)| Start::Kept(state, *date));
+                            let how = Acquiring::new(term, id)
+                                .origin(caller.origin)
+                                .label(label)
+                                .start(start);
+                            locks.acquire(&lock, how, now).await
                         }
                     };
                     match answer {
@@ -511,9 +513,12 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                 io.note(Note::Releasing {
                     id: h.lease_id.to_string(),
                 });
-                match locks.release_held(&lock, &h, now).await {
-                    Ok(Release::Released) => io.note(Note::Released),
-                    Ok(Release::NotHeld) => io.note(Note::NotHeld),
+                match locks
+                    .release(&lock, h.lease_id, Start::Acquired(&h), now)
+                    .await
+                {
+                    Ok((Release::Released, _)) => io.note(Note::Released),
+                    Ok((Release::NotHeld, _)) => io.note(Note::NotHeld),
                     Err(_) => io.note(Note::ReleaseFailed),
                 }
             }
@@ -522,7 +527,8 @@ async fn run_caller(i: usize, caller: Caller, io: Io<Note>) {
                 io.note(Note::Releasing {
                     id: h.lease_id.to_string(),
                 });
-                let left = match locks.release_keeping(&lock, &h, now).await {
+                let from = Start::Acquired(&h);
+                let left = match locks.release(&lock, h.lease_id, from, now).await {
                     Ok((released, left)) => {
                         io.note(if released == Release::Released {
                             Note::Released

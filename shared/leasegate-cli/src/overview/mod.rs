@@ -303,9 +303,7 @@ fn unreadable_blob(blob: &str, error: &str) -> Value {
     json!({ "blob": blob, "error": error })
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
+use leasegate::time::rfc3339;
 
 fn unix_rfc3339(secs: u64) -> Option<String> {
     SystemTime::UNIX_EPOCH

@@ -4,7 +4,7 @@ use leasegate::{Account, Credential, TableEndpoint};
 
 use super::{secure, var, ConfigError, Storage, Variables};
 
-/// `storage`'s account with its Table service at `table_origin` (scheme://host[:port]: path
+/// `storage`'s account with its Table service at `table_origin` (`scheme://host[:port]`: path
 /// style `{origin}/{account}`, as Azurite serves, unless the host starts with `{account}.`,
 /// Azure's host style). A connection string's `TableEndpoint` (or the one it derives) must be
 /// that origin: Spin lets the component reach `table_origin` only. The same credential signs

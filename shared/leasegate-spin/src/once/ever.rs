@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasegate::lease::{Acquire, IdOrigin, LockStatus, Locks, Release, Term};
+use leasegate::lease::{Acquire, Acquiring, IdOrigin, LockStatus, Locks, Release, Start, Term};
 use leasegate::ops::Metadata;
 use leasegate::{Error, LockName, Transport};
 
@@ -160,7 +160,14 @@ where
     let id = (ctx.new_lease_id)();
     // From the read just made: no HEAD of its own.
     let mut held = match locks
-        .acquire_after(&info, key, term, id, IdOrigin::Fresh, holder, ctx.now)
+        .acquire(
+            key,
+            Acquiring::new(term, id)
+                .origin(IdOrigin::Fresh)
+                .label(holder)
+                .start(Start::Seen(&info)),
+            ctx.now,
+        )
         .await?
     {
         Acquire::Acquired(held) => held,
@@ -213,8 +220,10 @@ where
     };
     // Best effort: a lock not let go runs out at the end of its lease.
     let let_go = matches!(
-        locks.release_held(key, &held, ctx.now).await,
-        Ok(Release::Released)
+        locks
+            .release(key, held.lease_id, Start::Acquired(&held), ctx.now)
+            .await,
+        Ok((Release::Released, _))
     );
     Ok(match outcome {
         Ever::Failed {

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use leasegate::lease::{Acquire, Holder, IdOrigin, Locks, Release, Term};
+use leasegate::lease::{Acquire, Acquiring, Holder, IdOrigin, Locks, Release, Start, Term};
 use leasegate::ops::Metadata;
 use leasegate::{Error, LockName, Transport};
 
@@ -110,7 +110,11 @@ where
     // lock gives it back.
     let id = (ctx.new_lease_id)();
     match locks
-        .acquire_with(key, term, id, IdOrigin::Fresh, "", ctx.now)
+        .acquire(
+            key,
+            Acquiring::new(term, id).origin(IdOrigin::Fresh),
+            ctx.now,
+        )
         .await?
     {
         Acquire::Busy {
@@ -140,8 +144,9 @@ where
                     // left taken blocks the key for the rest of the window.
                     let mut released = false;
                     for _ in 0..2 {
-                        match locks.release_held(key, &held, ctx.now).await {
-                            Ok(r) => {
+                        let from = Start::Acquired(&held);
+                        match locks.release(key, held.lease_id, from, ctx.now).await {
+                            Ok((r, _)) => {
                                 released = r == Release::Released;
                                 break;
                             }

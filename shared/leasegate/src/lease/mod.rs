@@ -112,155 +112,83 @@ impl<T: Transport> Locks<T> {
         lock.blob_name(&self.prefix)
     }
 
-    /// Takes `lock` for `term` with `lease_id`, or extends it if `lease_id` already holds it
-    /// (keeping its token), and returns the fencing token. The rules and the round trips are in
-    /// `docs/protocol.md` (linked from the [module](self)).
-    ///
-    /// `lease_id` is taken as [`IdOrigin::Known`]: if a request fails after storage may have
-    /// granted the lock, the lock is left as it is (another call with this id may hold it by
-    /// now), and acquiring again with the same id settles it. A caller that generated the id
-    /// for this call uses [`Locks::acquire_with`] and [`IdOrigin::Fresh`], and then gets the
-    /// lock given back (best effort) before the error is returned.
+    /// Takes `lock` (or extends it, keeping its token, if `how.lease_id` holds it already) for
+    /// `how.term`, starting from `how.start` (a read of its own, one the caller made, or a state
+    /// kept of an earlier call), and returns the fencing token and what the caller may keep
+    /// ([`Acquired::held_state`]). The rules and the round trips of each start are in
+    /// docs/protocol.md (linked from the [module](self)); [`Acquiring`] says what each option
+    /// changes.
     pub async fn acquire(
         &self,
         lock: &LockName,
-        term: Term,
-        lease_id: LeaseId,
+        how: Acquiring<'_>,
         now: SystemTime,
     ) -> Result<Acquire, Error> {
-        self.acquire_with(lock, term, lease_id, IdOrigin::Known, "", now)
-            .await
-    }
-
-    /// [`Locks::acquire`], with a label in the claim that says who holds the lock to people and
-    /// to refused callers ([`Holder::label`]): an instance id, 1 to
-    /// [`MAX_LABEL_BYTES`] printable ASCII characters.
-    pub async fn acquire_as(
-        &self,
-        lock: &LockName,
-        term: Term,
-        lease_id: LeaseId,
-        label: &str,
-        now: SystemTime,
-    ) -> Result<Acquire, Error> {
-        self.acquire_with(lock, term, lease_id, IdOrigin::Known, label, now)
-            .await
-    }
-
-    /// [`Locks::acquire_as`], saying where `lease_id` comes from: [`IdOrigin::Fresh`] when this
-    /// call generated it (then a failure that may have granted the lock gives it back),
-    /// [`IdOrigin::Known`] otherwise (then the lock is left as it is).
-    pub async fn acquire_with(
-        &self,
-        lock: &LockName,
-        term: Term,
-        lease_id: LeaseId,
-        origin: IdOrigin,
-        label: &str,
-        now: SystemTime,
-    ) -> Result<Acquire, Error> {
-        self.acquire_from(lock, term, (lease_id, origin), label, (None, false), now)
-            .await
-    }
-
-    /// [`Locks::acquire_with`], starting from `seen`, a read of `lock` the caller already made
-    /// ([`Locks::inspect`]), instead of a HEAD of its own: one request fewer. Every grant is
-    /// conditional on what that read saw, as it is on the acquire's own read, so a read that is
-    /// stale (or of another lock) costs only a read again, never a second holder.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn acquire_after(
-        &self,
-        seen: &LockInfo,
-        lock: &LockName,
-        term: Term,
-        lease_id: LeaseId,
-        origin: IdOrigin,
-        label: &str,
-        now: SystemTime,
-    ) -> Result<Acquire, Error> {
-        self.acquire_from(
-            lock,
-            term,
-            (lease_id, origin),
-            label,
-            (seen.seen.clone(), false),
-            now,
-        )
-        .await
-    }
-
-    /// [`Locks::acquire_with`] by a new holder of a native lease, starting from what an earlier
-    /// holder kept of `lock` after its own last write ([`Acquired::held_state`], kept where
-    /// every holder reads it, such as beside a job's log) instead of a read: the acquire and
-    /// the claim, each `If-Match` that state's ETag, one request fewer. `kept` comes with a
-    /// `Date` of the storage server's the caller has (of the read that gave it the state): the
-    /// tenure's start, as a HEAD's would be. `None` (nothing kept): as [`Locks::acquire_with`].
-    ///
-    /// A lease action moves no ETag, so while nobody wrote the blob since, the acquire is
-    /// granted exactly when a read first would have found the lease free (released, run out or
-    /// broken): the claim kept is then the blob's, and the new tenure's token the next after
-    /// it. A state of `lease_id`'s own holding reads first, as [`Locks::acquire_with`] does
-    /// (an extension keeps its token). Refused as leased (409), the blob is still the kept
-    /// state, leased: the answer is
-    /// the one a read would give (busy, whose claim, its time left by the refusal's `Date`),
-    /// with no read. The blob written since (412) costs that one refused request, then the
-    /// call reads and acquires as [`Locks::acquire_with`] does. A record term starts from a
-    /// record its holder released ([`Locks::release_keeping`] answers that state): one write,
-    /// the record and its claim, conditional on the kept ETag, its expiry from `date` (a
-    /// storage `Date`). A kept state of the other term, or a record that names a holder (live
-    /// or run out), reads first.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn acquire_from_kept(
-        &self,
-        kept: Option<(&HeldState, SystemTime)>,
-        lock: &LockName,
-        term: Term,
-        lease_id: LeaseId,
-        origin: IdOrigin,
-        label: &str,
-        now: SystemTime,
-    ) -> Result<Acquire, Error> {
-        // The state kept of the caller's own holding: an extension, which keeps its token
-        // ([`Locks::extend_held`] is the one that starts from it).
-        // A record is taken from the kept state only when that state names nobody (its
-        // holder's release left it so): one that names a holder is read first, whether live
-        // (its release may have landed unanswered, and a record is refused without a request
-        // to storage) or run out by `date` (a date ahead of storage's would take it live).
-        let usable = |kept: &HeldState| {
-            !kept.is_held_by(lease_id)
-                && Claim::read(&kept.grant.metadata).is_ok_and(|c| match term {
-                    Term::Native(_) => matches!(c.kind, Kind::Native(_)),
-                    Term::Record(_) => c.kind == Kind::Record && c.holder.is_none(),
-                })
+        let (term, lease_id, start) = (how.term, how.lease_id, how.start);
+        let from_read = (None, false);
+        let from = match start {
+            Start::Read => from_read,
+            Start::Seen(info) => (info.seen.clone(), false),
+            Start::Held(held) => return self.extend_held(lock, how, held, now).await,
+            Start::Acquired(acquired) => match acquired.held_state() {
+                Some(held) => return self.extend_held(lock, how, &held, now).await,
+                None => from_read,
+            },
+            Start::Kept(kept, date) => {
+                // A record is taken from the kept state only when that state names nobody
+                // (its holder's release left it so): one that names a holder is read first,
+                // whether live (its release may have landed unanswered) or run out by `date`
+                // (a date ahead of storage's would take it live). A state of the caller's own
+                // holding reads first too (an extension keeps its token).
+                let usable = !kept.is_held_by(lease_id)
+                    && Claim::read(&kept.grant.metadata).is_ok_and(|c| match term {
+                        Term::Native(_) => matches!(c.kind, Kind::Native(_)),
+                        Term::Record(_) => c.kind == Kind::Record && c.holder.is_none(),
+                    });
+                match usable.then(|| kept.snapshot(date)).flatten() {
+                    Some(seen) => (Some(seen), true),
+                    None => from_read,
+                }
+            }
         };
-        let seen = kept
-            .filter(|(kept, _)| usable(kept))
-            .and_then(|(kept, date)| kept.snapshot(date));
-        let Some(seen) = seen else {
-            return self
-                .acquire_with(lock, term, lease_id, origin, label, now)
-                .await;
+        self.acquire_from(lock, &how, from, now).await
+    }
+
+    /// An extension from `held`, what the holder kept of its last call: the renew and the
+    /// claim's new expiry, each conditional on `held`'s ETag; where that cannot tell the
+    /// extension exactly (a stale state, a lease released, broken or run out), it acquires
+    /// from a read, after the one refused request.
+    async fn extend_held(
+        &self,
+        lock: &LockName,
+        how: Acquiring<'_>,
+        held: &HeldState,
+        now: SystemTime,
+    ) -> Result<Acquire, Error> {
+        let blob = self.blob_name(lock)?;
+        let (id, label) = (how.lease_id, how.label);
+        let extended = match how.term {
+            Term::Native(duration) => {
+                native::extend_at(self, &blob, duration, id, label, &held.grant, now).await
+            }
+            Term::Record(length) => {
+                record::extend_at(self, &blob, length, id, label, &held.grant, now).await
+            }
         };
-        self.acquire_from(
-            lock,
-            term,
-            (lease_id, origin),
-            label,
-            (Some(seen), true),
-            now,
-        )
-        .await
+        match extended.map_err(|e| self.name_lock(lock, e))? {
+            Some(acquired) => Ok(Acquire::Acquired(acquired)),
+            None => self.acquire_from(lock, &how, (None, false), now).await,
+        }
     }
 
     async fn acquire_from(
         &self,
         lock: &LockName,
-        term: Term,
-        (lease_id, origin): (LeaseId, IdOrigin),
-        label: &str,
+        how: &Acquiring<'_>,
         (seen, kept): (Option<Read>, bool),
         now: SystemTime,
     ) -> Result<Acquire, Error> {
+        let label = how.label;
         if label.len() > MAX_LABEL_BYTES || !label.bytes().all(|b| (0x20..0x7f).contains(&b)) {
             return Err(Error::InvalidArgument(format!(
                 "a holder label is at most {} printable ASCII characters",
@@ -268,23 +196,11 @@ impl<T: Transport> Locks<T> {
             )));
         }
         let blob = self.blob_name(lock)?;
-        let outcome = match term {
+        let outcome = match how.term {
             Term::Native(duration) => {
-                native::acquire(
-                    self,
-                    &blob,
-                    duration,
-                    lease_id,
-                    origin,
-                    label,
-                    (seen, kept),
-                    now,
-                )
-                .await
+                native::acquire(self, &blob, duration, how, (seen, kept), now).await
             }
-            Term::Record(length) => {
-                record::acquire(self, &blob, length, lease_id, origin, label, seen, now).await
-            }
+            Term::Record(length) => record::acquire(self, &blob, length, how, seen, now).await,
         };
         outcome.map_err(|e| self.name_lock(lock, e))
     }
@@ -356,7 +272,7 @@ impl<T: Transport> Locks<T> {
     /// write conditional on the ETag its own last write left (the blob's metadata it wrote is
     /// known), instead of a HEAD and the write. If the blob changed since (or that ETag is not
     /// known), storage refuses and it goes as [`Locks::set_marks`] does. `held` then names the
-    /// blob as this write left it, for a [`Locks::release_held`] after it.
+    /// blob as this write left it, for a release from [`Start::Acquired`] after it.
     pub async fn set_marks_held(
         &self,
         lock: &LockName,
@@ -472,111 +388,44 @@ impl<T: Transport> Locks<T> {
     }
 
     /// Gives `lock` up if `lease_id` holds it, whichever term it was taken for (a native lease,
-    /// a record, or both after a term switch whose lease could not be let go). Safe to retry: a
-    /// lock not held (any more) by `lease_id` answers [`Release::NotHeld`].
+    /// a record, or both after a term switch whose lease could not be let go), starting from
+    /// `start`. Safe to retry: a lock not held (any more) by `lease_id` answers
+    /// [`Release::NotHeld`].
     ///
-    /// Round trips: two, a HEAD and the release of the lease or the compare-and-swap of the
-    /// record.
+    /// From [`Start::Read`] (or [`Start::Seen`], [`Start::Kept`]): two requests, a HEAD and
+    /// the release of the lease or the compare-and-swap of the record. From what the holder
+    /// kept ([`Start::Held`]) or acquired in this call ([`Start::Acquired`]): one, conditional
+    /// on that state's ETag; when storage refuses it, a read and the release as from a read.
+    /// Also answers the lock blob as the release left it when that one request landed (a
+    /// record cleared at a new ETag, a lease released at the same one): what the next holder
+    /// may start from ([`Start::Kept`]); `None` when the release went by a read.
     pub async fn release(
         &self,
         lock: &LockName,
         lease_id: LeaseId,
-        now: SystemTime,
-    ) -> Result<Release, Error> {
-        self.release_of(lock, lease_id, now)
-            .await
-            .map_err(|e| self.name_lock(lock, e))
-    }
-
-    /// [`Locks::acquire_as`] by a holder extending its native lease, starting from `held` (what
-    /// it kept of its last call, [`Acquired::held_state`]) instead of a read: the renew and the
-    /// claim's new expiry, 2 requests (1 within the server second of its last write), each
-    /// conditional on `held`'s ETag. Where that cannot tell the extension exactly (`held` is
-    /// stale, the lease was released, broken or ran out, a record term), it acquires as
-    /// [`Locks::acquire_as`] does, after the one refused request. The answer is the one
-    /// [`Locks::acquire_as`] would give.
-    pub async fn extend_held(
-        &self,
-        lock: &LockName,
-        term: Term,
-        lease_id: LeaseId,
-        label: &str,
-        held: &HeldState,
-        now: SystemTime,
-    ) -> Result<Acquire, Error> {
-        let blob = self.blob_name(lock)?;
-        let extended = match term {
-            Term::Native(duration) => {
-                native::extend_at(self, &blob, duration, lease_id, label, &held.grant, now).await
-            }
-            Term::Record(length) => {
-                record::extend_at(self, &blob, length, lease_id, label, &held.grant, now).await
-            }
-        };
-        match extended.map_err(|e| self.name_lock(lock, e))? {
-            Some(acquired) => Ok(Acquire::Acquired(acquired)),
-            None => self.acquire_as(lock, term, lease_id, label, now).await,
-        }
-    }
-
-    /// [`Locks::release`] by a holder starting from `held` (what it kept of its last call,
-    /// [`Acquired::held_state`]) instead of a read: one request, as
-    /// [`Locks::release_held`] makes, conditional on `held`'s ETag; when storage refuses it, a
-    /// read and the release as [`Locks::release`] makes them.
-    pub async fn release_from(
-        &self,
-        lock: &LockName,
-        lease_id: LeaseId,
-        held: &HeldState,
-        now: SystemTime,
-    ) -> Result<Release, Error> {
-        let blob = self.blob_name(lock)?;
-        if !held.is_held_by(lease_id) {
-            return self.release(lock, lease_id, now).await;
-        }
-        match self
-            .release_at(&blob, lease_id, &held.grant, now)
-            .await
-            .map_err(|e| self.name_lock(lock, e))?
-        {
-            Some((released, _)) => Ok(released),
-            None => self.release(lock, lease_id, now).await,
-        }
-    }
-
-    /// [`Locks::release`] by the holder that took `held` in this call (and maybe marked it with
-    /// [`Locks::set_marks_held`]): one request, the release of the lease or the record's
-    /// clearing conditional on the ETag its own last write left, instead of a HEAD first. If the
-    /// blob changed since (or that ETag is not known), storage refuses and it goes as
-    /// [`Locks::release`] does.
-    pub async fn release_held(
-        &self,
-        lock: &LockName,
-        held: &Acquired,
-        now: SystemTime,
-    ) -> Result<Release, Error> {
-        Ok(self.release_keeping(lock, held, now).await?.0)
-    }
-
-    /// [`Locks::release_held`], also answering the lock blob as the release left it (a record
-    /// cleared at a new ETag, a lease released at the same one) when its one conditional
-    /// request landed: what the next holder starts from, without a read, in
-    /// [`Locks::acquire_from_kept`]. `None` when the release went by a read.
-    pub async fn release_keeping(
-        &self,
-        lock: &LockName,
-        held: &Acquired,
+        start: Start<'_>,
         now: SystemTime,
     ) -> Result<(Release, Option<HeldState>), Error> {
-        let blob = self.blob_name(lock)?;
-        match self
-            .release_at(&blob, held.lease_id, &held.grant, now)
-            .await
-            .map_err(|e| self.name_lock(lock, e))?
-        {
-            Some((released, grant)) => Ok((released, Some(HeldState { grant }))),
-            None => Ok((self.release(lock, held.lease_id, now).await?, None)),
+        let grant = match start {
+            Start::Held(held) if held.is_held_by(lease_id) => Some(&held.grant),
+            Start::Acquired(acquired) => Some(&acquired.grant),
+            _ => None,
+        };
+        if let Some(grant) = grant {
+            let blob = self.blob_name(lock)?;
+            let landed = self
+                .release_at(&blob, lease_id, grant, now)
+                .await
+                .map_err(|e| self.name_lock(lock, e))?;
+            if let Some((released, grant)) = landed {
+                return Ok((released, Some(HeldState { grant })));
+            }
         }
+        let released = self
+            .release_of(lock, lease_id, now)
+            .await
+            .map_err(|e| self.name_lock(lock, e))?;
+        Ok((released, None))
     }
 
     /// Releases `id`'s lock on `blob` with one request conditional on the ETag `grant` names:

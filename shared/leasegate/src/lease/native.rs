@@ -1,7 +1,7 @@
 //! Native blob leases (15 to 60 s, or infinite), sharing each lock with lease records.
 //!
 //! To take a lock: read the blob (HEAD), or start from a kept state
-//! ([`super::Locks::acquire_from_kept`]); if nobody else holds it (no lease with another's live
+//! ([`super::Start::Kept`]); if nobody else holds it (no lease with another's live
 //! claim, no live record of another), acquire the lease **with `If-Match` on the ETag read**,
 //! so that a record written in between makes storage refuse (412) and the caller reads again;
 //! then write the holder's claim under the new lease. A holder that acquires again with its
@@ -19,8 +19,8 @@ use std::time::SystemTime;
 
 use super::snapshot::{at, checked_date, Read, Snapshot, Tenure};
 use super::{
-    is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Grant, IdOrigin, Kind, Locks,
-    Release, MAX_ATTEMPTS,
+    is_missing, may_have_granted, no_date, Acquire, Acquired, Acquiring, Claim, Grant, IdOrigin,
+    Kind, Locks, Release, MAX_ATTEMPTS,
 };
 use crate::error::ErrorClass;
 use crate::names::BlobName;
@@ -31,17 +31,15 @@ use crate::{Error, Transport};
 /// Takes or extends the native lease on `blob` for `id`, starting from `seen` (a read the
 /// caller already made, or with `kept`, the blob as an earlier holder's last write left it,
 /// not leased) or from a HEAD of its own.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
     duration: LeaseDuration,
-    id: LeaseId,
-    origin: IdOrigin,
-    label: &str,
+    how: &Acquiring<'_>,
     (mut seen, kept): (Option<Read>, bool),
     now: SystemTime,
 ) -> Result<Acquire, Error> {
+    let (id, origin, label) = (how.lease_id, how.origin, how.label);
     for attempt in 0..MAX_ATTEMPTS {
         let from_kept = kept && attempt == 0;
         let read = match seen.take() {

@@ -2,7 +2,7 @@
 //!
 //! The record is the holder's claim in the lock blob's metadata, with an expiry
 //! in the storage server's seconds. To take a lock: read the blob (HEAD), or start from a kept
-//! state of a record its holder released ([`super::Locks::acquire_from_kept`]); if nobody
+//! state of a record its holder released ([`super::Start::Kept`]); if nobody
 //! holds it (no lease, no live record of another), write the record with `If-Match` on the ETag read and
 //! **without a lease id**: a record written in between moves the ETag, and a lease taken in
 //! between makes storage refuse a write without its id, so either way the write fails and
@@ -17,8 +17,8 @@ use std::time::{Duration, SystemTime};
 use super::claim;
 use super::snapshot::{at, checked_date, Read, Snapshot, Tenure};
 use super::{
-    is_missing, may_have_granted, no_date, Acquire, Acquired, Claim, Grant, IdOrigin, Kind, Locks,
-    MAX_ATTEMPTS, MAX_WINDOW_SECS,
+    is_missing, may_have_granted, no_date, Acquire, Acquired, Acquiring, Claim, Grant, IdOrigin,
+    Kind, Locks, MAX_ATTEMPTS, MAX_WINDOW_SECS,
 };
 use crate::names::BlobName;
 use crate::ops::{Condition, Metadata, Refusal, SetMetadata, WriteOutcome};
@@ -27,17 +27,15 @@ use crate::{Error, Transport};
 
 /// Takes or extends a record of `length` on `blob` for `id`, starting from `seen` (a read the
 /// caller already made) or from a HEAD of its own.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn acquire<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
     length: Duration,
-    id: LeaseId,
-    origin: IdOrigin,
-    label: &str,
+    how: &Acquiring<'_>,
     mut seen: Option<Read>,
     now: SystemTime,
 ) -> Result<Acquire, Error> {
+    let (id, origin, label) = (how.lease_id, how.origin, how.label);
     let secs = length.as_secs();
     if length.subsec_nanos() != 0 || !(1..=MAX_WINDOW_SECS).contains(&secs) {
         return Err(Error::InvalidArgument(format!(

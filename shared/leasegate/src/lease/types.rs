@@ -49,6 +49,79 @@ pub enum IdOrigin {
     Known,
 }
 
+/// Where a call on a lock starts: what it knows of the lock blob before its first request.
+/// A start that proves stale (anyone wrote the lock since) costs one refused request, then the
+/// call reads and decides as from [`Start::Read`]: no start can make a second holder.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Start<'a> {
+    /// Nothing: the call reads the lock blob first (one HEAD).
+    #[default]
+    Read,
+    /// A read the caller made already ([`Locks::inspect`](super::Locks::inspect)): one request
+    /// fewer.
+    Seen(&'a LockInfo),
+    /// What this holder kept of its own last call ([`Acquired::held_state`], kept between
+    /// invocations): an extension or a release with no read first.
+    Held(&'a HeldState),
+    /// What this call acquired: its release (or marks) with no read first.
+    Acquired(&'a Acquired),
+    /// What an earlier holder kept after its own last write (a release's answer, kept where
+    /// every holder reads it), with the storage `Date` of the read that gave it: a new holder's
+    /// acquire and claim, each `If-Match` that state's ETag, with no read first.
+    Kept(&'a HeldState, SystemTime),
+}
+
+/// One acquire's options ([`Locks::acquire`](super::Locks::acquire)): the term and the lease
+/// id, then, when they differ from the defaults, where the id comes from, the holder's label
+/// and where the call starts.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Acquiring<'a> {
+    /// How long the lock is held.
+    pub term: Term,
+    /// The lease id to hold it with (or that holds it, to extend).
+    pub lease_id: LeaseId,
+    /// Where the id comes from (default [`IdOrigin::Known`]): a [`IdOrigin::Fresh`] id that a
+    /// failure may have granted is given back before the error is returned.
+    pub origin: IdOrigin,
+    /// Who holds the lock, for people and refused callers ([`Holder::label`]): an instance
+    /// id, at most [`MAX_LABEL_BYTES`](super::MAX_LABEL_BYTES) printable ASCII (default none).
+    pub label: &'a str,
+    /// Where the call starts (default [`Start::Read`]).
+    pub start: Start<'a>,
+}
+
+impl<'a> Acquiring<'a> {
+    /// `term` with `lease_id` ([`IdOrigin::Known`]), no label, from a read.
+    pub fn new(term: Term, lease_id: LeaseId) -> Acquiring<'a> {
+        Acquiring {
+            term,
+            lease_id,
+            origin: IdOrigin::Known,
+            label: "",
+            start: Start::Read,
+        }
+    }
+
+    /// Says where the lease id comes from.
+    pub fn origin(mut self, origin: IdOrigin) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// Names the holder.
+    pub fn label(mut self, label: &'a str) -> Self {
+        self.label = label;
+        self
+    }
+
+    /// Says where the call starts.
+    pub fn start(mut self, start: Start<'a>) -> Self {
+        self.start = start;
+        self
+    }
+}
+
 /// A held lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquired {
@@ -70,7 +143,7 @@ pub struct Acquired {
     pub marks: Metadata,
     /// The lock blob as this holder's own last write left it: what lets its marks and its
     /// release in the same call go without a read first ([`Locks::set_marks_held`](super::Locks::set_marks_held),
-    /// [`Locks::release_held`](super::Locks::release_held)).
+    /// [`Locks::release`](super::Locks::release) from [`Start::Acquired`]).
     pub(crate) grant: Grant,
 }
 
@@ -89,7 +162,7 @@ pub(crate) struct Grant {
 /// What a holder keeps of its lock between calls: the lock blob as its own last write left it
 /// (the ETag storage answered, the claim and marks written, whether it is leased). A call with
 /// no memory of the last (a Wasm component's) keeps it somewhere (Spin's key-value store) and
-/// starts from it instead of a read: [`Locks::extend_held`](super::Locks::extend_held), [`Locks::release_from`](super::Locks::release_from). Every
+/// starts from it instead of a read ([`Start::Held`]). Every
 /// request they make is conditional on its ETag, so one that is stale (anyone wrote the lock
 /// since) costs that one refused request, then the call reads and decides as usual. It holds
 /// the claim as the blob's metadata does, the holder's lease id included: keep it where only
@@ -114,7 +187,7 @@ impl HeldState {
     /// the holder's could have left (an ETag or metadata storage would not take back, a claim
     /// that cannot be read, a native claim naming nobody): a kept state that cannot be used is
     /// only a read more. A record's claim naming nobody is the state its holder's release left
-    /// ([`Locks::release_keeping`](super::Locks::release_keeping)).
+    /// ([`Locks::release`](super::Locks::release) answers it).
     pub fn from_json(text: &str) -> Option<HeldState> {
         let value: serde_json::Value = serde_json::from_str(text).ok()?;
         let etag = value.get("etag")?.as_str()?;
@@ -260,7 +333,7 @@ pub struct LockInfo {
     /// The lock blob's own marks (metadata other than the claim).
     pub marks: Metadata,
     /// The read itself (a HEAD, or a listing's entry), for an acquire that starts from it
-    /// ([`Locks::acquire_after`](super::Locks::acquire_after)); `None` when it carried no usable `Date`.
+    /// ([`Start::Seen`]); `None` when it carried no usable `Date`.
     pub(super) seen: Option<Read>,
 }
 

@@ -52,6 +52,11 @@ pub enum BatchOperation {
 }
 
 impl BatchOperation {
+    /// The RowKey it writes.
+    pub fn row_key(&self) -> &str {
+        self.keys().1
+    }
+
     fn keys(&self) -> (&str, &str) {
         match self {
             BatchOperation::Insert(e)
