@@ -5,16 +5,22 @@
 //!
 //! * [`lease`]: the claim protocol (native leases and lease records on one blob, tokens, lost
 //!   answers, expiry by the storage clock).
+//! * [`fence`]: fenced writes (a blob under its tag condition, a table batch under its fence
+//!   entity's `If-Match`), by holders of one lock with rising tokens, all at once.
 //! * [`job`]: the job's reservation protocol (reservation, outcome compare-and-swap with a
 //!   nonce, retries and takeover).
+//! * [`storage`]: the Blob service (and, in [`table`], the Table service) the callers talk to.
 //! * [`trace`]: a counterexample, step by step; [`run`]: a check and its report.
 //!
 //! What is modeled and what is not, and the bounds: `docs/protocol.md`, "The model checker".
 
+pub mod fence;
 pub mod job;
 pub mod lease;
 pub mod run;
 pub mod storage;
+pub mod table;
+pub mod tags;
 pub mod trace;
 pub mod wire;
 pub mod world;

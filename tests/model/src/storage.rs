@@ -1,16 +1,21 @@
 //! A small in-memory Blob service: what the lease and job protocols depend on, and nothing
 //! else. Blobs with a body, metadata, an ETag and `Last-Modified`; native leases with their
-//! states and durations by the storage clock; `If-Match` / `If-None-Match: *`; the lease rules
-//! of writes; List Blobs by prefix. Each answer carries the storage clock's `Date`. The rules
-//! are those of `REFERENCE.md` section 1 and 2 (Azure's, which Azurite follows), the same tables
-//! the project's tests check against the real Azurite.
+//! states and durations by the storage clock; `If-Match` / `If-None-Match: *`; blob index tags
+//! (`x-ms-tags` on Put Blob, Get and Set Blob Tags) and the `x-ms-if-tags` condition
+//! ([`crate::tags`]); the lease rules of writes; List Blobs by prefix. And one account's tables
+//! ([`crate::table`]). Each answer carries the storage clock's `Date`. The rules are those of
+//! `REFERENCE.md` section 1 and 2 (Azure's, which Azurite follows), the same tables the
+//! project's tests check against the real Azurite.
 //!
 //! Not modeled: signatures (every request is taken as authorized), block and page contents,
-//! snapshots, copies, tags, containers' own leases.
+//! snapshots, copies, Find Blobs by Tags, containers' own leases; Azurite's quirk of ignoring
+//! `x-ms-if-tags` beside another condition (the model evaluates both, as Azure does).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
+use crate::table::Tables;
+use crate::tags::{self, Tags};
 use crate::wire::{WireRequest, WireResponse};
 
 /// A native lease, as storage keeps it.
@@ -58,6 +63,8 @@ pub struct Blob {
     pub body: Vec<u8>,
     /// Its metadata, names lowercase.
     pub metadata: BTreeMap<String, String>,
+    /// Its index tags (Put Blob's `x-ms-tags` sets them all; Set Blob Tags too).
+    pub tags: Tags,
     /// Its ETag (a counter of the store's).
     pub etag: u64,
     /// When it was last written (storage seconds).
@@ -100,9 +107,15 @@ pub struct Storage {
     /// Leases acquired in a second run out at the end of their last second (acquired late in
     /// it) rather than at its start: at `Date` = grant + duration, such a lease is still held.
     pub leases_last_through_their_second: bool,
+    /// `x-ms-if-tags` on a blob that does not exist lets the request through, unchecked (Azurite
+    /// 3.35: `docs/protocol.md`, "Fenced writes"), rather than refusing it (412, as the model
+    /// takes Azure to do by default).
+    pub if_tags_unchecked_on_missing_blob: bool,
     containers: BTreeSet<String>,
     blobs: BTreeMap<(String, String), Blob>,
     etags: u64,
+    /// The account's tables.
+    pub tables: Tables,
 }
 
 /// An error answer.
@@ -127,9 +140,11 @@ impl Storage {
         Storage {
             clock,
             leases_last_through_their_second: false,
+            if_tags_unchecked_on_missing_blob: false,
             containers: BTreeSet::new(),
             blobs: BTreeMap::new(),
             etags: 0,
+            tables: Tables::default(),
         }
     }
 
@@ -146,6 +161,7 @@ impl Storage {
             Blob {
                 body,
                 metadata: BTreeMap::new(),
+                tags: Tags::new(),
                 etag,
                 last_modified: self.clock,
                 page: false,
@@ -178,9 +194,21 @@ impl Storage {
         answer
     }
 
-    /// Answers `request` and applies what it does. Every answer carries `Date`.
+    /// Answers `request` to the Blob service and applies what it does. Every answer carries
+    /// `Date`.
     pub fn handle(&mut self, request: &WireRequest) -> WireResponse {
-        let mut answer = self.answer(request);
+        let answer = self.answer(request);
+        self.dated(answer)
+    }
+
+    /// Answers `request` to the Table service ([`Tables::answer`]) and applies what it does.
+    /// Every answer carries `Date`.
+    pub fn handle_table(&mut self, request: &WireRequest) -> WireResponse {
+        let answer = self.tables.answer(request, self.clock);
+        self.dated(answer)
+    }
+
+    fn dated(&self, mut answer: WireResponse) -> WireResponse {
         answer.headers.push(("date".into(), http_date(self.clock)));
         answer
             .headers
@@ -208,10 +236,11 @@ impl Storage {
             }
             ("GET", None, Some("list")) => self.list(&container, r),
             _ if !self.containers.contains(&container) => error(404, "ContainerNotFound"),
-            ("HEAD", Some(b), None) => self.head(&container, &b, false),
-            ("GET", Some(b), None) => self.head(&container, &b, true),
+            ("HEAD" | "GET", Some(b), None) => self.head(&container, &b, r),
             ("PUT", Some(b), None) => self.put(&container, &b, r),
             ("PUT", Some(b), Some("metadata")) => self.set_metadata(&container, &b, r),
+            ("GET", Some(b), Some("tags")) => self.get_tags(&container, &b, r),
+            ("PUT", Some(b), Some("tags")) => self.set_tags(&container, &b, r),
             ("PUT", Some(b), Some("lease")) => self.lease(&container, &b, r),
             ("DELETE", Some(b), None) => self.delete(&container, &b, r),
             _ => error(400, "UnsupportedByTheModel"),
@@ -236,6 +265,9 @@ impl Storage {
                 if blob.page { "PageBlob" } else { "BlockBlob" },
             )
             .with("content-length", blob.body.len().to_string());
+        if !blob.tags.is_empty() {
+            answer = answer.with("x-ms-tag-count", blob.tags.len().to_string());
+        }
         if let NativeLease::Leased { until, .. } = &blob.lease {
             if state == "leased" {
                 answer = answer.with(
@@ -250,10 +282,14 @@ impl Storage {
         answer
     }
 
-    fn head(&self, container: &str, name: &str, with_body: bool) -> WireResponse {
+    fn head(&self, container: &str, name: &str, r: &WireRequest) -> WireResponse {
         let Some(blob) = self.blob(container, name) else {
             return error(404, "BlobNotFound");
         };
+        if let Err(e) = self.tags_condition(Some(blob), r) {
+            return e;
+        }
+        let with_body = r.method == "GET";
         let mut answer = self.properties(blob, WireResponse::new(200));
         if with_body {
             answer.body = blob.body.clone();
@@ -262,7 +298,7 @@ impl Storage {
     }
 
     /// `If-Match` / `If-None-Match: *` against the blob as it is.
-    fn condition(blob: Option<&Blob>, r: &WireRequest) -> Result<(), WireResponse> {
+    fn condition(&self, blob: Option<&Blob>, r: &WireRequest) -> Result<(), WireResponse> {
         if let Some(want) = r.header("if-match") {
             let want = want.trim_matches('"');
             match blob {
@@ -274,7 +310,25 @@ impl Storage {
         if r.header("if-none-match") == Some("*") && blob.is_some() {
             return Err(error(409, "BlobAlreadyExists"));
         }
-        Ok(())
+        self.tags_condition(blob, r)
+    }
+
+    /// `x-ms-if-tags` against the blob's tags: 412 `ConditionNotMet` when they do not meet it,
+    /// or when there is no blob (no tags to meet it; Azurite lets the request through then,
+    /// [`Storage::if_tags_unchecked_on_missing_blob`]); 400 when the model cannot read it.
+    /// Evaluated beside `If-Match` / `If-None-Match` (all must hold), as Azure does: Azurite
+    /// ignores it when another condition rides on the request (`docs/ttl-sweeper.md`).
+    fn tags_condition(&self, blob: Option<&Blob>, r: &WireRequest) -> Result<(), WireResponse> {
+        let Some(condition) = r.header("x-ms-if-tags") else {
+            return Ok(());
+        };
+        let empty = Tags::new();
+        match tags::holds(condition, blob.map_or(&empty, |b| &b.tags)) {
+            Some(_) if blob.is_none() && self.if_tags_unchecked_on_missing_blob => Ok(()),
+            Some(true) if blob.is_some() => Ok(()),
+            Some(_) => Err(error(412, "ConditionNotMet")),
+            None => Err(error(400, "InvalidHeaderValue")),
+        }
     }
 
     /// The lease rule of a write (REFERENCE.md, "Writes to a blob versus its lease"). `Ok`:
@@ -321,7 +375,7 @@ impl Storage {
     fn put(&mut self, container: &str, name: &str, r: &WireRequest) -> WireResponse {
         let key = (container.to_string(), name.to_string());
         let existing = self.blobs.get(&key);
-        if let Err(e) = Self::condition(existing, r) {
+        if let Err(e) = self.condition(existing, r) {
             return e;
         }
         let lease = match existing {
@@ -335,9 +389,16 @@ impl Storage {
             }
             None => NativeLease::Available,
         };
+        // The write replaces the blob, its tags with it: those of `x-ms-tags`, or none.
+        let tags = match r.header("x-ms-tags").map(tags::parse_header) {
+            None => Tags::new(),
+            Some(Some(tags)) => tags,
+            Some(None) => return error(400, "InvalidHeaderValue"),
+        };
         let blob = Blob {
             body: r.body.clone(),
             metadata: Self::metadata_of(r),
+            tags,
             etag: self.next_etag(),
             last_modified: self.clock,
             page: r.header("x-ms-blob-type") == Some("PageBlob"),
@@ -353,7 +414,7 @@ impl Storage {
         let Some(existing) = self.blobs.get(&key) else {
             return error(404, "BlobNotFound");
         };
-        if let Err(e) = Self::condition(Some(existing), r) {
+        if let Err(e) = self.condition(Some(existing), r) {
             return e;
         }
         let clear = match self.write_allowed(existing, r) {
@@ -373,12 +434,51 @@ impl Storage {
         self.written(&blob, 200)
     }
 
+    /// [Get Blob Tags](https://learn.microsoft.com/rest/api/storageservices/get-blob-tags).
+    fn get_tags(&self, container: &str, name: &str, r: &WireRequest) -> WireResponse {
+        let Some(blob) = self.blob(container, name) else {
+            return error(404, "BlobNotFound");
+        };
+        if let Err(e) = self.tags_condition(Some(blob), r) {
+            return e;
+        }
+        WireResponse {
+            status: 200,
+            headers: vec![("content-type".into(), "application/xml".into())],
+            body: tags::tag_set_xml(&blob.tags).into_bytes(),
+        }
+    }
+
+    /// [Set Blob Tags](https://learn.microsoft.com/rest/api/storageservices/set-blob-tags):
+    /// replaces every tag; the ETag and `Last-Modified` stay. A leased blob needs its lease id
+    /// (the model applies the rule of writes).
+    fn set_tags(&mut self, container: &str, name: &str, r: &WireRequest) -> WireResponse {
+        let key = (container.to_string(), name.to_string());
+        let Some(existing) = self.blobs.get(&key) else {
+            return error(404, "BlobNotFound");
+        };
+        if let Err(e) = self.tags_condition(Some(existing), r) {
+            return e;
+        }
+        if let Err(e) = self.write_allowed(existing, r) {
+            return e;
+        }
+        let Some(tags) = std::str::from_utf8(&r.body)
+            .ok()
+            .and_then(tags::parse_tag_set_xml)
+        else {
+            return error(400, "InvalidXmlDocument");
+        };
+        self.blobs.get_mut(&key).expect("read above").tags = tags;
+        WireResponse::new(204)
+    }
+
     fn delete(&mut self, container: &str, name: &str, r: &WireRequest) -> WireResponse {
         let key = (container.to_string(), name.to_string());
         let Some(existing) = self.blobs.get(&key) else {
             return error(404, "BlobNotFound");
         };
-        if let Err(e) = Self::condition(Some(existing), r) {
+        if let Err(e) = self.condition(Some(existing), r) {
             return e;
         }
         if let Err(e) = self.write_allowed(existing, r) {
@@ -395,7 +495,7 @@ impl Storage {
         let Some(blob) = self.blobs.get(&key) else {
             return error(404, "BlobNotFound");
         };
-        if let Err(e) = Self::condition(Some(blob), r) {
+        if let Err(e) = self.condition(Some(blob), r) {
             return e;
         }
         let state = blob.effective(clock);

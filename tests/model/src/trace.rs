@@ -31,13 +31,27 @@ pub fn request(r: &WireRequest) -> String {
         "x-ms-meta-leasegate_attempt",
         "x-leasegate-fencing-token",
         "x-leasegate-attempt",
+        "x-ms-if-tags",
+        "x-ms-tags",
     ] {
         if let Some(v) = r.header(name) {
             let short = name
                 .trim_start_matches("x-ms-meta-leasegate_")
                 .trim_start_matches("x-ms-")
                 .trim_start_matches("x-leasegate-");
-            let _ = write!(line, " {short}={}", short_id(v));
+            // Tags travel percent-encoded: shown decoded.
+            let v = match name {
+                "x-ms-tags" => percent_encoding::percent_decode_str(v)
+                    .decode_utf8_lossy()
+                    .into_owned(),
+                _ => v.to_string(),
+            };
+            let _ = write!(line, " {short}={}", short_id(&v));
+        }
+    }
+    if r.path().ends_with("/$batch") {
+        for op in crate::table::batch_summary(r) {
+            let _ = write!(line, " [{op}]");
         }
     }
     line
@@ -78,7 +92,7 @@ pub fn step<P: Protocol>(world: &World<P>, last: &State<P::Note>, action: &Actio
     let waiting = |i: usize| match &last.callers[i].status {
         Status::Waiting(r) => {
             let mut r = r.clone();
-            if r.host() == crate::world::STORAGE_HOST {
+            if crate::world::is_storage(&r) {
                 world.protocol.mutate(&mut r);
             }
             request(&r)
@@ -108,7 +122,7 @@ pub fn step<P: Protocol>(world: &World<P>, last: &State<P::Note>, action: &Actio
         Action::Land(k) => {
             let (i, r) = &last.in_flight[*k];
             let mut r = r.clone();
-            if r.host() == crate::world::STORAGE_HOST {
+            if crate::world::is_storage(&r) {
                 world.protocol.mutate(&mut r);
             }
             let _ = write!(line, "late request of caller {i} lands: {}", request(&r));

@@ -33,7 +33,7 @@ use leasegate::{Request, Response, Transport, TransportError, TransportErrorKind
 use crate::storage::Storage;
 use crate::wire::{WireRequest, WireResponse};
 
-/// The storage clock when a check starts (2026-11-20T14:00:00Z, a whole minute).
+/// The storage clock when a check starts (2026-11-19T14:00:00Z, a whole minute).
 pub const START: u64 = 1_795_096_800;
 
 /// The host a caller's [`Io::sleep`] goes to: the model's clock.
@@ -277,6 +277,12 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// The state storage starts in.
     fn storage(&self) -> Storage;
 
+    /// The states storage may start in, each explored ([`Protocol::storage`] alone by
+    /// default): a protocol that depends on a behaviour Azure and Azurite differ on checks both.
+    fn storages(&self) -> Vec<Storage> {
+        vec![self.storage()]
+    }
+
     /// Budgets: faults, clock advances, crashes.
     fn budgets(&self) -> (u8, u8, u8);
 
@@ -416,12 +422,17 @@ impl<P: Protocol> World<P> {
             state.storage.clock += secs;
             return WireResponse::new(200);
         }
-        if request.host() != STORAGE_HOST {
+        let table = request.host() == TABLE_HOST;
+        if request.host() != STORAGE_HOST && !table {
             return self.protocol.outside(i, &request, &mut state.log);
         }
         self.protocol.mutate(&mut request);
         let before = self.protocol.before(&request, &state.storage);
-        let response = state.storage.handle(&request);
+        let response = if table {
+            state.storage.handle_table(&request)
+        } else {
+            state.storage.handle(&request)
+        };
         self.protocol
             .observe(i, &request, &response, before, &mut state.log);
         response
@@ -430,6 +441,18 @@ impl<P: Protocol> World<P> {
 
 /// The storage host of the model's account.
 pub const STORAGE_HOST: &str = "127.0.0.1:10000";
+
+/// Whether `request` goes to the model's storage (its blobs or its tables).
+pub fn is_storage(request: &WireRequest) -> bool {
+    request.host() == STORAGE_HOST || request.host() == TABLE_HOST
+}
+
+/// The table host of the model's account (Azurite's port: the table endpoint a connection
+/// string's `UseDevelopmentStorage=true` derives).
+pub const TABLE_HOST: &str = "127.0.0.1:10002";
+
+/// [`CONNECTION_STRING`] with the account's table endpoint as well, at [`TABLE_HOST`].
+pub const CONNECTION_STRING_WITH_TABLES: &str = "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;TableEndpoint=http://127.0.0.1:10002/devstoreaccount1;SharedAccessSignature=sv=2021-12-02&ss=bt&srt=sco&sp=rwdlacut&se=2099-01-01T00:00:00Z&sig=model";
 
 /// The model's account: path style at [`STORAGE_HOST`], a SAS (requests are not signed with a
 /// key: the model does not check signatures, and HMAC per replayed request would be the
@@ -442,33 +465,40 @@ impl<P: Protocol> stateright::Model for World<P> {
 
     fn init_states(&self) -> Vec<Self::State> {
         let (faults, advances, crashes) = self.protocol.budgets();
-        let mut state = State {
-            storage: self.protocol.storage(),
-            callers: Vec::new(),
-            in_flight: Vec::new(),
-            log: Vec::new(),
-            faults_left: faults,
-            advances_left: advances,
-            crashes_left: crashes,
-        };
+        let mut callers = Vec::new();
+        let mut log = Vec::new();
         for i in 0..self.protocol.callers() {
             let (status, notes) = replay(&self.protocol, i, &[], &[]);
-            state.callers.push(Caller {
+            callers.push(Caller {
                 answers: Vec::new(),
                 asked: Vec::new(),
                 status,
                 noted: notes.len(),
             });
             for note in notes {
-                state.log.push((i, note));
+                log.push((i, note));
             }
         }
-        // Leases run out at a millisecond of storage's clock: in the second of their expiry,
-        // or through it (a lease acquired late in its second). The model's clock has whole
-        // seconds: both worlds are explored.
-        let mut through = state.clone();
-        through.storage.leases_last_through_their_second = true;
-        vec![state, through]
+        let mut states = Vec::new();
+        for storage in self.protocol.storages() {
+            let state = State {
+                storage,
+                callers: callers.clone(),
+                in_flight: Vec::new(),
+                log: log.clone(),
+                faults_left: faults,
+                advances_left: advances,
+                crashes_left: crashes,
+            };
+            // Leases run out at a millisecond of storage's clock: in the second of their
+            // expiry, or through it (a lease acquired late in its second). The model's clock
+            // has whole seconds: both worlds are explored.
+            let mut through = state.clone();
+            through.storage.leases_last_through_their_second = true;
+            states.push(state);
+            states.push(through);
+        }
+        states
     }
 
     fn actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {

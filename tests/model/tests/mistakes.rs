@@ -1,6 +1,7 @@
 //! The checker finds what it should: each planted mistake (a rewrite of the core's requests on
 //! their way, made only here) breaks a property, and the counterexample reads step by step.
 
+use leasegate_model::fence::{self, FenceProtocol};
 use leasegate_model::job::{self, JobProtocol};
 use leasegate_model::lease::{self, LeaseProtocol};
 use leasegate_model::trace;
@@ -115,6 +116,57 @@ fn a_vanished_reserver_with_no_later_tick_is_found_unsettled() {
     // A reservation is made and nothing after it writes its outcome.
     assert!(
         trace.contains("occurrences/001795096800 if-none-match=* -> 201"),
+        "{trace}"
+    );
+}
+
+#[test]
+fn a_blob_write_without_its_tag_condition_lands_after_a_newer_holders() {
+    let mut protocol = FenceProtocol::bounded()
+        .only(fence::Write::Blob, 1)
+        .with_mistake(fence::Mistake::FenceLeftOut);
+    protocol.faults = 0;
+    let trace = counterexample(
+        protocol,
+        "no write of the blob lands after a newer holder's fenced write",
+    );
+    // Token 1's put lands with no tag condition, after token 2's.
+    let stale = trace
+        .lines()
+        .position(|l| {
+            l.contains("PUT data/ledger/book.json")
+                && l.contains("leasegate_fence=00000000000000000001")
+                && !l.contains("if-tags=")
+                && l.contains("-> 201")
+        })
+        .unwrap_or_else(|| panic!("{trace}"));
+    assert!(
+        trace
+            .lines()
+            .take(stale)
+            .any(|l| l.contains("leasegate_fence=00000000000000000002") && l.contains("-> 201")),
+        "{trace}"
+    );
+}
+
+#[test]
+fn a_batch_without_the_fence_entitys_if_match_lands_after_a_newer_holders() {
+    let mut protocol = FenceProtocol::faulty()
+        .only(fence::Write::Table, 1)
+        .with_mistake(fence::Mistake::FenceLeftOut);
+    protocol.faults = 0;
+    let trace = counterexample(
+        protocol,
+        "no entity of the partition is inserted after a newer holder's fenced batch",
+    );
+    // Token 1's batch moves the fence entity back with no If-Match, after token 2's batch.
+    assert!(
+        trace
+            .lines()
+            .any(|l| l.contains("$batch [PUT leasegate-fence-")
+                && l.contains("fencingToken=1] [POST e-1-0")
+                && !l.contains("if-match=")
+                && l.contains("-> 202")),
         "{trace}"
     );
 }

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use leasegate_model::fence::FenceProtocol;
 use leasegate_model::job::JobProtocol;
 use leasegate_model::lease::LeaseProtocol;
 use leasegate_model::run::{self, Report};
@@ -124,6 +125,21 @@ fn bounded_checks() -> Vec<Report> {
         announce(name);
         reports.push(done(run::exhaustive(name, protocol, 2, limit)));
     }
+    for (name, protocol) in [
+        (
+            "fence, two holders from nothing, one fault",
+            FenceProtocol::bounded(),
+        ),
+        ("fence, two holders, one fault", FenceProtocol::faulty()),
+        (
+            "fence, two holders, two faults",
+            FenceProtocol::two_faults(),
+        ),
+        ("fence, three holders from nothing", FenceProtocol::three()),
+    ] {
+        announce(name);
+        reports.push(done(run::exhaustive(name, protocol, 2, limit)));
+    }
     for retries in [0, 1] {
         for (what, protocol) in [
             ("a late tick", JobProtocol::bounded(retries)),
@@ -170,6 +186,20 @@ fn deep_checks(time: Duration, seed: Option<u64>) -> Vec<Report> {
         2,
         quarter,
     )));
+
+    let mut fence = FenceProtocol::bounded();
+    for h in &mut fence.holders {
+        h.writes.push(leasegate_model::fence::Write::Table);
+    }
+    let name = "fence, two holders from nothing, four writes each, one fault (exhaustive)";
+    announce(name);
+    reports.push(done(run::exhaustive(name, fence, 2, quarter)));
+
+    let mut fence = FenceProtocol::three();
+    fence.faults = 1;
+    let name = "fence, three holders, one fault (exhaustive)";
+    announce(name);
+    reports.push(done(run::exhaustive(name, fence, 2, quarter)));
 
     lease.faults = 4;
     lease.advances = 4;
