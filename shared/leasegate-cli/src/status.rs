@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
+use leasegate_spin::record::LogEntry;
 use serde_json::Value;
 
 /// The app's base URL, when `--app` is not given.
@@ -408,12 +409,32 @@ pub fn format_status(v: &Value) -> String {
         Some(runs) if runs.is_empty() => {
             out.push_str("\nno runs recorded yet\n");
         }
-        Some(runs) => {
-            out.push_str("\nlast runs (newest first):\n");
-            out.push_str(&runs_table(runs));
-        }
+        Some(_) => match log_entries(&v["reservations"]) {
+            Ok(runs) => {
+                out.push_str("\nlast runs (newest first):\n");
+                out.push_str(&runs_table(&runs));
+            }
+            Err(e) => {
+                let _ = writeln!(out, "\nlast runs: {e}");
+            }
+        },
     }
     out
+}
+
+/// The log's entries in `runs` (the app's `reservations`, the overview's `runs`), as the
+/// record schema reads them ([`leasegate_spin::record::LogEntry`]: fields it does not know
+/// are ignored; none where `runs` is absent), or why they cannot be read.
+pub(crate) fn log_entries(runs: &Value) -> Result<Vec<LogEntry>, String> {
+    if runs.is_null() {
+        return Ok(Vec::new());
+    }
+    serde_json::from_value(runs.clone()).map_err(|e| {
+        format!(
+            "not readable as job log entries ({})",
+            clean(&e.to_string())
+        )
+    })
 }
 
 /// A job's counters in words: the known ones in their order (0 when absent), then any other.
@@ -442,7 +463,7 @@ pub(crate) fn counters_line(counters: &serde_json::Map<String, Value>) -> String
 }
 
 /// The last runs (log entries) as aligned columns.
-pub(crate) fn runs_table(runs: &[Value]) -> String {
+pub(crate) fn runs_table(runs: &[LogEntry]) -> String {
     let header = [
         "OCCURRENCE",
         "STATUS",
@@ -457,20 +478,16 @@ pub(crate) fn runs_table(runs: &[Value]) -> String {
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for r in runs {
         rows.push(vec![
-            text(&r["occurrence"])
-                .or_else(|| text(&r["occurrenceUnix"]))
-                .unwrap_or_else(dash),
-            text(&r["status"]).unwrap_or_else(dash),
-            text(&r["attempt"]).unwrap_or_else(dash),
-            text(&r["instance"]).unwrap_or_else(dash),
-            text(&r["trigger"]).unwrap_or_else(dash),
-            match r["pastDue"].as_bool() {
-                Some(true) => "yes".into(),
-                Some(false) => "no".into(),
-                None => text(&r["pastDue"]).unwrap_or_else(dash),
-            },
-            text(&r["fencingToken"]).unwrap_or_else(dash),
-            text(&r["reason"]).map_or_else(dash, |r| shorten(&r, REASON_CHARS)),
+            clean(&r.occurrence),
+            clean(r.status.as_str()),
+            r.attempt.map_or_else(dash, |a| a.to_string()),
+            clean(&r.instance),
+            clean(&r.trigger),
+            if r.past_due { "yes" } else { "no" }.to_string(),
+            r.fencing_token.map_or_else(dash, |t| t.to_string()),
+            r.reason
+                .as_deref()
+                .map_or_else(dash, |r| shorten(&clean(r), REASON_CHARS)),
         ]);
     }
     let widths: Vec<usize> = (0..header.len())

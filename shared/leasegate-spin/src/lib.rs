@@ -17,6 +17,8 @@
 //!   ever", their outcomes and their HTTP answers.
 //! * [`occurrence`]: the verb "run this at most once per occurrence of a schedule" ("send the
 //!   digest at 08:00 Berlin time on weekdays, once"), its outcome and its HTTP answer.
+//! * [`record`]: the occurrence record as stored (a reservation's metadata and body, a job's
+//!   log), one schema for the verb, scheduled-job and the CLI.
 //! * [`storage`]: storage steps more than one function takes.
 //! * [`cache`]: the key-value store: every entry's key, and the gate cache (a refusal answered
 //!   without a storage round trip).
@@ -143,6 +145,7 @@ pub mod held;
 pub mod leader;
 pub mod occurrence;
 pub mod once;
+pub mod record;
 pub mod schedule;
 pub mod spin;
 pub mod storage;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 use leasegate::lease::{LockInfo, LockStatus};
 use leasegate::ops::{BlobItem, GetBlob, ListBlobs};
 use leasegate::{BlobClient, BlobName, ErrorClass, LockName, Transport};
+use leasegate_spin::record::{self, Log, RunStatus};
 use serde_json::{json, Value};
 
 mod terminal;
@@ -156,38 +157,48 @@ pub async fn gather<T: Transport>(
 
     // Jobs: their logs, their locks, their reservations.
     let mut jobs: std::collections::BTreeMap<String, Job> = Default::default();
-    list(blobs, "jobs/", page_size, progress, now, |item, date| {
-        server_time = server_time.or(Some(date));
-        let Some((job, rest)) = item.name["jobs/".len()..].split_once('/') else {
-            return;
-        };
-        let entry = jobs.entry(job.to_string()).or_default();
-        match rest {
-            "log.json" => entry.log = true,
-            "lock" => match LockInfo::from_properties(item.properties, date) {
-                Ok(info) => entry.lock = Some((info, date)),
-                Err(e) => unreadable.push(unreadable_blob(&item.name, &e.to_string())),
-            },
-            _ => {
-                if let Some(n) = rest
-                    .strip_prefix("occurrences/")
-                    .and_then(|n| n.parse::<u64>().ok())
-                {
-                    entry.reservation(n, &item.properties.metadata);
+    list(
+        blobs,
+        record::JOBS,
+        page_size,
+        progress,
+        now,
+        |item, date| {
+            server_time = server_time.or(Some(date));
+            let Some((job, rest)) = item.name[record::JOBS.len()..].split_once('/') else {
+                return;
+            };
+            let entry = jobs.entry(job.to_string()).or_default();
+            match rest {
+                record::LOG_BLOB => entry.log = true,
+                record::LOCK_BLOB => match LockInfo::from_properties(item.properties, date) {
+                    Ok(info) => entry.lock = Some((info, date)),
+                    Err(e) => unreadable.push(unreadable_blob(&item.name, &e.to_string())),
+                },
+                _ => {
+                    if let Some(n) = rest
+                        .strip_prefix(record::OCCURRENCES)
+                        .and_then(|n| n.parse::<u64>().ok())
+                    {
+                        entry.reservation(n, &item.properties.metadata);
+                    }
                 }
             }
-        }
-    })
+        },
+    )
     .await
     .map_err(missing)?;
     let mut job_values = Vec::new();
     for (name, job) in &jobs {
         let log = if job.log {
-            let blob = blob_name(&format!("jobs/{name}/log.json"))?;
-            match read_json(blobs, blob, now).await.map_err(&missing)? {
+            let blob = blob_name(&record::job_log(name))?;
+            match read_json::<Log, _>(blobs, blob, "a job log", now)
+                .await
+                .map_err(&missing)?
+            {
                 Some(Ok(log)) => Some(log),
                 Some(Err(e)) => {
-                    unreadable.push(unreadable_blob(&format!("jobs/{name}/log.json"), &e));
+                    unreadable.push(unreadable_blob(&record::job_log(name), &e));
                     None
                 }
                 None => None,
@@ -221,7 +232,7 @@ pub async fn gather<T: Transport>(
     progress.done();
 
     // The sweeper's state.
-    let sweeper = match read_json(blobs, blob_name(SWEEPER_STATE)?, now)
+    let sweeper = match read_json(blobs, blob_name(SWEEPER_STATE)?, "JSON", now)
         .await
         .map_err(&missing)?
     {
@@ -281,18 +292,29 @@ async fn list<T: Transport>(
     }
 }
 
-/// A blob's content as JSON: `None` when it does not exist, `Some(Err)` when it is not JSON.
-async fn read_json<T: Transport>(
+/// A blob's content read as JSON into `V` (`what` it should be, for the error): `None` when it
+/// does not exist, `Some(Err)` when it is not JSON, or JSON that is not `what` (a job log the
+/// record schema cannot read: the function refuses it too).
+async fn read_json<V: serde::de::DeserializeOwned, T: Transport>(
     blobs: &BlobClient<T>,
     blob: BlobName,
+    what: &str,
     now: SystemTime,
-) -> Result<Option<Result<Value, String>>, leasegate::Error> {
+) -> Result<Option<Result<V, String>>, leasegate::Error> {
     let get = GetBlob {
         container: blobs.container().clone(),
         blob,
     };
     let (content, _) = blobs.execute(&get, now).await?;
-    Ok(content.map(|c| serde_json::from_slice(&c.body).map_err(|e| format!("not JSON ({e})"))))
+    Ok(content.map(|c| parse_json(&c.body, what)))
+}
+
+/// `body` read as JSON into `V`, or why not: not JSON, or not `what`.
+fn parse_json<V: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<V, String> {
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => format!("not {what} ({e})"),
+        _ => format!("not JSON ({e})"),
+    })
 }
 
 fn blob_name(name: &str) -> Result<BlobName, String> {
@@ -380,34 +402,37 @@ impl Job {
     fn reservation(&mut self, occurrence: u64, metadata: &leasegate::ops::Metadata) {
         self.reservations += 1;
         self.newest = self.newest.max(Some(occurrence));
-        let status = metadata.get("leasegate_run").map(String::as_str);
-        if matches!(status, None | Some("running") | Some("pending")) {
+        let status = record::outcome(metadata);
+        if matches!(status, None | Some(RunStatus::Running | RunStatus::Pending)) {
             self.open.push(json!({
                 "occurrence": unix_rfc3339(occurrence),
                 "occurrenceUnix": occurrence,
-                "instance": metadata.get("leasegate_reserved_by"),
-                "status": status.unwrap_or("reserved"),
+                "instance": metadata.get(record::META_RESERVED_BY),
+                "status": status.as_ref().map_or("reserved", RunStatus::as_str),
             }));
         }
     }
 
-    fn value(&self, name: &str, log: Option<&Value>) -> Value {
-        let log = log.unwrap_or(&Value::Null);
-        let paused = &log["paused"];
-        let running = self
-            .lock
-            .as_ref()
-            .and_then(|(info, date)| held(&format!("jobs/{name}/lock"), info, *date));
+    fn value(&self, name: &str, log: Option<&Log>) -> Value {
+        let paused = log.and_then(|l| l.paused.as_ref());
+        let running = self.lock.as_ref().and_then(|(info, date)| {
+            let lock = format!("{}{}", record::job_prefix(name), record::LOCK_BLOB);
+            held(&lock, info, *date)
+        });
         let open_count = self.open.len();
+        // Counters as the log keeps them: none until something is counted.
+        let counters = log
+            .filter(|l| !l.counters.is_zero())
+            .map_or(Value::Object(Default::default()), |l| json!(l.counters));
         json!({
             "job": name,
-            "log": !log.is_null(),
-            "paused": paused.is_object(),
-            "pausedSince": paused["since"],
-            "pauseNote": paused["note"],
-            "counters": log["counters"].as_object().cloned().unwrap_or_default(),
-            "settledThrough": log["settledThrough"].as_u64().filter(|s| *s > 0).and_then(unix_rfc3339),
-            "runs": log["entries"].as_array().cloned().unwrap_or_default(),
+            "log": log.is_some(),
+            "paused": paused.is_some(),
+            "pausedSince": paused.map(|p| &p.since),
+            "pauseNote": paused.and_then(|p| p.note.as_ref()),
+            "counters": counters,
+            "settledThrough": log.map(|l| l.settled_through).filter(|s| *s > 0).and_then(unix_rfc3339),
+            "runs": log.map_or(&[][..], |l| &l.entries),
             "running": running,
             "reservations": {
                 "count": self.reservations,
@@ -590,7 +615,7 @@ mod tests {
         job.reservation(2_000_000_000, &reserved);
         reserved.insert("leasegate_run".into(), "succeeded".into());
         job.reservation(1_999_999_940, &reserved);
-        let log = json!({
+        let log: Log = serde_json::from_value(json!({
             "job": "nightly",
             "entries": [{"occurrence": "2033-05-18T03:33:20Z", "occurrenceUnix": 2_000_000_000u64,
                          "instance": "node-b", "reservedAt": "2033-05-18T03:33:20Z",
@@ -599,7 +624,8 @@ mod tests {
             "counters": {"ran": 3, "missed": 1},
             "paused": {"since": "2033-05-18T03:00:00Z", "note": "db\u{1b}[2J move"},
             "settledThrough": 1_999_999_940u64
-        });
+        }))
+        .unwrap();
         let mut gates = Gates::default();
         for (i, (label, since)) in [("w-1", 2_000_000_050), ("w-\u{7}2", 2_000_000_010)]
             .into_iter()
@@ -759,6 +785,24 @@ unreadable blobs (left out above)
             ),
             "{text}"
         );
+    }
+
+    /// A log the record schema cannot read is unreadable, as one that is not JSON: the
+    /// function refuses both.
+    #[test]
+    fn logs_the_schema_cannot_read() {
+        let log = parse_json::<Log>(
+            br#"{"job": "j", "entries": [], "addedLater": 1}"#,
+            "a job log",
+        );
+        assert_eq!(log.unwrap().job, "j");
+        let e = parse_json::<Log>(b"{\"job\": ", "a job log").unwrap_err();
+        assert!(e.starts_with("not JSON ("), "{e}");
+        let e = parse_json::<Log>(br#"{"entries": []}"#, "a job log").unwrap_err();
+        assert!(e.starts_with("not a job log (missing field `job`"), "{e}");
+        let e = parse_json::<Log>(br#"{"job": "j", "entries": [{}]}"#, "a job log").unwrap_err();
+        assert!(e.starts_with("not a job log ("), "{e}");
+        assert!(parse_json::<Value>(b"[1]", "JSON").is_ok());
     }
 
     #[test]
