@@ -72,9 +72,10 @@ impl Job {
     }
 }
 
-/// Adds each job's schedule and next occurrences to `view` (from [`gather`](super::gather)) from the app's
-/// answer about it (`ask`: `GET /api/jobs/{job}`, see [`crate::status::fetch`]); where the app
-/// does not answer, its error is the job's `nextError`, and the rest of the view stands.
+/// Adds each job's schedule and next occurrences to `view` (from [`gather`](super::gather))
+/// from the app's answer about it (`ask`: `GET /api/jobs/{job}`, see
+/// [`crate::status::fetch`]); where the app does not answer, its error is the job's
+/// `nextError`, and the rest of the view stands.
 pub fn add_next(view: &mut Value, ask: impl Fn(&str) -> Result<Value, String>) {
     let Some(jobs) = view["jobs"].as_array_mut() else {
         return;

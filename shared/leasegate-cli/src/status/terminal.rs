@@ -401,6 +401,22 @@ OCCURRENCE            STATUS     ATTEMPT  INSTANCE       TRIGGER  PAST DUE  FENC
         assert_eq!(format_status(&json!(["x"])), "[\"x\"]\n");
     }
 
+    /// The last runs are read by the record schema: fields it does not know are ignored; an
+    /// answer whose entries it cannot read says so in their place, the rest shown.
+    #[test]
+    fn runs_the_schema_cannot_read() {
+        let mut v = old();
+        v["reservations"][0]["addedLater"] = json!({"x": 1});
+        assert_eq!(format_status(&v), format_status(&old()));
+        v["reservations"][0]["occurrenceUnix"] = json!("soon");
+        let text = format_status(&v);
+        assert!(text.starts_with("job       example-job\n"), "{text}");
+        assert!(
+            text.contains("\nlast runs: not readable as job log entries (invalid type: string"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn the_apps_words_cannot_drive_the_terminal() {
         let mut v = old();
