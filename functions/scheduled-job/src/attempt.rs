@@ -218,9 +218,9 @@ impl<'a, T, S: Transport> Attempt<'a, T, S> {
     /// from this read), with one more try after a lost answer.
     async fn take_lease(&self) -> Result<Lease<'a, S>, JobError> {
         let (ctx, settings) = (self.ctx, self.settings);
-        let locks =
-            Locks::from_client(self.blobs.clone()).with_prefix(&format!("jobs/{}/", settings.job));
-        let name = LockName::try_new("lock")?;
+        let locks = Locks::from_client(self.blobs.clone())
+            .with_prefix(&leasegate_spin::record::job_prefix(&settings.job));
+        let name = LockName::try_new(leasegate_spin::record::LOCK_BLOB)?;
         if settings.overlap == Overlap::Allow {
             return Ok(Lease {
                 held: None,

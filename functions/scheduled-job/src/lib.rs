@@ -49,8 +49,8 @@ pub use run::{idempotency_key, tick, Ask, Decision, TickOutcome};
 pub use settings::{check_job_name, lease_term, CatchUp, Overlap, Settings};
 pub use walk::CatchUpReport;
 
-/// Entries the reservation log keeps.
-pub const LOG_ENTRIES: usize = 10;
+/// Entries the reservation log keeps (the toolkit's record schema says).
+pub use leasegate_spin::record::LOG_ENTRIES;
 
 /// The longest job name, in bytes.
 pub const MAX_JOB_NAME: usize = leasegate_spin::config::MAX_NAME;

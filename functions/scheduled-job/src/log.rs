@@ -7,7 +7,6 @@ use leasegate::Transport;
 use leasegate_spin::storage::execute_creating_container;
 use leasegate_spin::timer::{self, Source};
 use leasegate_spin::web::rfc3339;
-use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 use std::time::{Instant, SystemTime};
 
@@ -19,153 +18,9 @@ use crate::{unix, LOG_ENTRIES};
 /// How many times a compare-and-swap of the log is tried before giving up.
 pub(crate) const LOG_ATTEMPTS: usize = 8;
 
-/// One entry of the reservation log. A stored record: unknown fields are ignored and none is
-/// renamed, so deployments of older and newer versions read each other's logs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LogEntry {
-    /// The occurrence (RFC 3339).
-    pub occurrence: String,
-    /// The occurrence in Unix seconds (what entries are ordered by).
-    pub occurrence_unix: u64,
-    /// The instance that reserved it.
-    pub instance: String,
-    /// When it was reserved, by the storage server's clock.
-    pub reserved_at: String,
-    /// `running`, `succeeded`, `failed`, `skipped_overlap`.
-    pub status: RunStatus,
-    /// The run's fencing token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
-    /// `cron`, `azure` or `http`.
-    pub trigger: String,
-    /// Azure's `IsPastDue`.
-    #[serde(default)]
-    pub past_due: bool,
-    /// When the run ended, by the storage server's clock.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
-    /// Why it failed or was skipped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The run's attempt (1: the first; absent in entries of older versions and of
-    /// occurrences not run).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attempt: Option<u32>,
-}
-
-/// The reservation log blob, written as indented JSON. A stored record, like [`LogEntry`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Log {
-    /// The job.
-    pub job: String,
-    /// The last reservations, newest (latest occurrence) first.
-    #[serde(default)]
-    pub entries: Vec<LogEntry>,
-    /// Reservations of occurrences before this one (Unix seconds) may have been deleted: a
-    /// tick for them is refused, whatever retention its deployment has.
-    #[serde(default)]
-    pub cleaned_before: u64,
-    /// Every occurrence of the schedule up to this one (Unix seconds) is settled: it has an
-    /// outcome, or nobody reserved it. A winning tick looks at the occurrences after it
-    /// (bounded) and settles a reservation its reserver left without an outcome
-    /// (`settle_earlier`). 0: not known yet (a log written by an older version).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub settled_through: u64,
-    /// What the log has recorded since it began counting (a log of an older version: since
-    /// this version first wrote it).
-    #[serde(default, skip_serializing_if = "Counters::is_zero")]
-    pub counters: Counters,
-    /// The newest occurrence whose entry was dropped from the log (0: none): an occurrence at
-    /// or below it without an entry may have been logged once, so it is not counted missed.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub trimmed_through: u64,
-    /// Set while the job is paused (`POST /api/jobs/{job}/pause`): its occurrences are
-    /// recorded `skipped_paused`, not run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paused: Option<Paused>,
-    /// Where the job's history begins (Unix seconds): the first tick's time by the storage
-    /// server's clock, less the tick tolerance, or the time its occurrence was reserved if
-    /// earlier. The scheduler runs, catches up, counts and backfills no occurrence before it
-    /// (an operator's run, or a backfill told `beforeHistory`, may). 0: not known (a log of a
-    /// version before it: the history began before everything the log holds).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub history_from: u64,
-    /// The highest fencing token issued to a run of the job (0: none known yet; then the
-    /// highest in the entries counts): each run's start is issued one above it, or its
-    /// occurrence's own (`occurrence x 2^16 + attempt - 1`) if that is higher, by the same
-    /// compare-and-swap that logs the start, so every run's token is above every earlier
-    /// run's, in the order they start.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub highest_token: u64,
-    /// The job's lease as the latest run's release left it ([`leasegate::lease::HeldState`];
-    /// as its acquire left it while the run goes on, or if its release failed): the next run,
-    /// which reads the log first, takes it from there without a read of its own
-    /// ([`leasegate::lease::Start::Kept`]). It names the run's lease id while it
-    /// holds, as the lock blob's own metadata does; the status answer does not show it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lock: Option<serde_json::Value>,
-}
-
-/// A pause: since when (the storage server's clock) and the operator's note.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Paused {
-    /// When it was paused.
-    pub since: String,
-    /// Why (the pause request's `note`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-pub(crate) fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-/// Counts of what became of occurrences, kept in the log (a stored record: fields added, never
-/// renamed).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Counters {
-    /// Runs that ended: the job was called and answered 2xx or failed.
-    pub ran: u64,
-    /// Of those, runs that failed.
-    pub failed: u64,
-    /// Attempts after a first one (`job_retries`).
-    pub retried: u64,
-    /// Occurrences skipped because a previous run held the job's lease.
-    pub skipped_overlap: u64,
-    /// Occurrences skipped while the job was paused.
-    pub skipped_paused: u64,
-    /// Occurrences recorded missed: no deployment ticked them (or their reserver vanished),
-    /// and they were not caught up.
-    pub missed: u64,
-}
-
-impl Counters {
-    fn is_zero(&self) -> bool {
-        *self == Counters::default()
-    }
-
-    /// Counts an outcome recorded in the log.
-    pub(crate) fn count(&mut self, status: &RunStatus) {
-        match status {
-            RunStatus::Succeeded => self.ran += 1,
-            RunStatus::Failed => {
-                self.ran += 1;
-                self.failed += 1;
-            }
-            RunStatus::SkippedOverlap => self.skipped_overlap += 1,
-            RunStatus::SkippedPaused => self.skipped_paused += 1,
-            RunStatus::Missed => self.missed += 1,
-            RunStatus::Running
-            | RunStatus::Pending
-            | RunStatus::BeforeHistory
-            | RunStatus::Other(_) => {}
-        }
-    }
-}
+// The log's schema (the log, its entries, its counters, a pause) is the toolkit's `record`,
+// shared with the CLI.
+pub use leasegate_spin::record::{Counters, Log, LogEntry, Paused};
 
 /// Reads the log: its content, its ETag (`None`: no log yet) and the server's `Date` (`now`
 /// when the answer carried none).
@@ -589,39 +444,6 @@ impl<'a> Append<'a> {
     }
 }
 
-impl Log {
-    /// Whether a tick has begun the job's history: a log no tick wrote (none yet, or one only
-    /// paused) has not.
-    pub(crate) fn history_begun(&self) -> bool {
-        self.history_from != 0
-            || self.settled_through != 0
-            || self.cleaned_before != 0
-            || !self.entries.is_empty()
-    }
-
-    /// Issues the fencing token of a run starting now: `base` (its occurrence's,
-    /// `occurrence x 2^16 + attempt - 1`) or one above every token issued before, whichever is
-    /// higher. A log of a version before this field knows the highest from its entries.
-    pub(crate) fn issue_token(&mut self, base: u64) -> u64 {
-        let issued = self
-            .entries
-            .iter()
-            .filter_map(|e| e.fencing_token)
-            .fold(self.highest_token, u64::max);
-        let token = base.max(issued.saturating_add(1).min(leasegate::lease::MAX_TOKEN));
-        self.highest_token = token;
-        token
-    }
-
-    /// The fencing token the log's entry for `occurrence` carries.
-    pub(crate) fn token_of(&self, occurrence: u64) -> Option<u64> {
-        self.entries
-            .iter()
-            .find(|e| e.occurrence_unix == occurrence)
-            .and_then(|e| e.fencing_token)
-    }
-}
-
 /// Moves the log's `settled_through` watermark up: over the occurrences that have an entry,
 /// and up to `through` (occurrences `settle_earlier` found settled). A log without one (new,
 /// or rewritten by an older version) starts just before its oldest entry, so the gaps between
@@ -788,7 +610,6 @@ mod tests {
     use super::*;
     use crate::at;
 
-    use crate::reservation::occurrence_token;
     use crate::settings::tests::{settings, settings_with};
     use leasegate_spin::web::rfc3339;
 
@@ -823,104 +644,6 @@ mod tests {
             ..written
         };
         assert!(no_etag.start().is_none());
-    }
-
-    /// A log as the versions before serde wrote it (their own JSON writer): a run, a failure,
-    /// an overlap skip (no fencing token, no end).
-    const OLD_LOG: &str = r#"{
-  "job": "nightly",
-  "entries": [
-    {
-      "occurrence": "2026-11-21T14:55:00Z",
-      "occurrenceUnix": 1795359300,
-      "instance": "node-a",
-      "reservedAt": "2026-11-21T14:55:00.412Z",
-      "status": "succeeded",
-      "fencingToken": 117660667084800,
-      "trigger": "cron",
-      "pastDue": false,
-      "finishedAt": "2026-11-21T14:55:01.020Z"
-    },
-    {
-      "occurrence": "2026-11-21T14:54:00Z",
-      "occurrenceUnix": 1795359240,
-      "instance": "node-b",
-      "reservedAt": "2026-11-21T14:54:00.101Z",
-      "status": "failed",
-      "fencingToken": 117660663152640,
-      "trigger": "azure",
-      "pastDue": true,
-      "finishedAt": "2026-11-21T14:54:30.500Z",
-      "reason": "the job answered 500"
-    },
-    {
-      "occurrence": "2026-11-21T14:53:00Z",
-      "occurrenceUnix": 1795359180,
-      "instance": "node-a",
-      "reservedAt": "2026-11-21T14:53:00.007Z",
-      "status": "skipped_overlap",
-      "trigger": "http",
-      "pastDue": false,
-      "reason": "the previous run still holds the job's lease"
-    }
-  ],
-  "cleanedBefore": 1795355700
-}"#;
-
-    #[test]
-    fn old_logs_read_and_are_written_back_byte_for_byte() {
-        let log: Log = serde_json::from_str(OLD_LOG).unwrap();
-        assert_eq!(log.job, "nightly");
-        assert_eq!(log.cleaned_before, 1_795_355_700);
-        assert_eq!(log.entries.len(), 3);
-        assert_eq!(
-            log.entries[1],
-            LogEntry {
-                occurrence: "2026-11-21T14:54:00Z".into(),
-                occurrence_unix: 1_795_359_240,
-                instance: "node-b".into(),
-                reserved_at: "2026-11-21T14:54:00.101Z".into(),
-                status: RunStatus::Failed,
-                fencing_token: Some(occurrence_token(1_795_359_240).unwrap()),
-                trigger: "azure".into(),
-                past_due: true,
-                finished_at: Some("2026-11-21T14:54:30.500Z".into()),
-                reason: Some("the job answered 500".into()),
-                attempt: None,
-            }
-        );
-        assert_eq!(log.entries[2].fencing_token, None);
-        assert_eq!(log.entries[2].finished_at, None);
-        // What this version writes is what the old one wrote (and reads).
-        let written = serde_json::to_vec_pretty(&log).unwrap();
-        assert_eq!(String::from_utf8(written).unwrap(), OLD_LOG);
-        let empty = Log {
-            job: "x".into(),
-            ..Log::default()
-        };
-        assert_eq!(
-            serde_json::to_string_pretty(&empty).unwrap(),
-            "{\n  \"job\": \"x\",\n  \"entries\": [],\n  \"cleanedBefore\": 0\n}"
-        );
-    }
-
-    #[test]
-    fn logs_of_other_versions_read() {
-        // The first versions wrote no watermark; a newer one may add fields; absent options
-        // and nulls are absent.
-        let log: Log = serde_json::from_str(
-            r#"{"job": "j", "addedLater": [1], "entries": [{"occurrence": "1970-01-01T00:01:00Z",
-              "occurrenceUnix": 60, "instance": "i", "reservedAt": "1970-01-01T00:01:00Z",
-              "status": "running", "trigger": "cron", "reason": null, "note": "new"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(log.cleaned_before, 0);
-        let e = &log.entries[0];
-        assert_eq!((e.occurrence_unix, e.past_due), (60, false));
-        assert_eq!((&e.fencing_token, &e.reason), (&None, &None));
-        // A log without its job or with a broken entry is refused, not half read.
-        assert!(serde_json::from_str::<Log>(r#"{"entries": []}"#).is_err());
-        assert!(serde_json::from_str::<Log>(r#"{"job": "j", "entries": [{}]}"#).is_err());
     }
 
     fn entry_at(o: u64, status: &str) -> LogEntry {

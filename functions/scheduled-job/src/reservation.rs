@@ -9,60 +9,24 @@ use leasegate::BlobClient;
 use leasegate::{BlobName, Transport};
 use leasegate_spin::storage::execute_creating_container;
 use leasegate_spin::web::rfc3339;
-use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
 use crate::error::JobError;
 use crate::log::LOG_ATTEMPTS;
 use crate::settings::Settings;
 
-/// Reservation metadata: the instance that reserved the occurrence, and the tick's source.
-pub(crate) const META_RESERVED_BY: &str = "leasegate_reserved_by";
-
-pub(crate) const META_TRIGGER: &str = "leasegate_trigger";
-
-/// Reservation metadata: a nonce of the tick that created the reservation, to recognise its own
-/// create after a lost answer.
-pub(crate) const META_RESERVE_TICK: &str = "leasegate_reserve_tick";
-
-/// Reservation metadata, `true` when the tick that created the reservation came later than the
-/// tick tolerance (by its instance's clock): absent, it reserved the occurrence on time, so the
-/// occurrence is in the job's history whoever begins the log.
-pub(crate) const META_PAST_DUE: &str = "leasegate_past_due";
-
-/// Whether the tick that reserved an occurrence did so on time (see [`META_PAST_DUE`]).
-pub(crate) fn reserved_on_time(metadata: &Metadata) -> bool {
-    metadata.get(META_PAST_DUE).map(String::as_str) != Some("true")
-}
-
-/// Reservation metadata: the occurrence's outcome (`running`, `succeeded`, `failed`,
-/// `skipped_overlap`), written by compare-and-swap before the job is called: the one record
-/// that says whether the occurrence ran, kept as long as the reservation.
-pub(crate) const META_RUN: &str = "leasegate_run";
-
-/// Reservation metadata: a nonce of the tick that wrote the outcome (to recognise one's own
-/// write after a lost answer), and the run's fencing token (written with its result: the log's
-/// compare-and-swap issues it when the run starts).
-pub(crate) const META_RUN_TICK: &str = "leasegate_run_tick";
-
-pub(crate) const META_RUN_TOKEN: &str = "leasegate_run_token";
-
-/// Reservation metadata: the attempt the outcome belongs to (1 when absent: the first, as every
-/// run of the versions before retries).
-pub(crate) const META_ATTEMPT: &str = "leasegate_attempt";
+// The reservation's schema (its metadata names, its body, its outcomes) is the toolkit's
+// `record`, shared with `once_per_occurrence` and the CLI.
+pub(crate) use leasegate_spin::record::{
+    attempt as attempt_of, outcome as outcome_of, reserved_on_time, ReservationBody, META_ATTEMPT,
+    META_PAST_DUE, META_RESERVED_BY, META_RESERVE_TICK, META_RUN, META_RUN_TICK, META_RUN_TOKEN,
+    META_TRIGGER,
+};
+pub use leasegate_spin::record::{occurrence_token, RunStatus};
 
 /// The most attempts an occurrence may have (`job_retries` + 1): tokens keep below the next
 /// occurrence's.
 pub const MAX_ATTEMPTS: u32 = 1 << 15;
-
-/// The body of a reservation blob (what is in it is for people; the metadata is what ticks
-/// read). A stored record: no field renamed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ReservationBody {
-    pub(crate) job: String,
-    pub(crate) occurrence: String,
-    pub(crate) instance: String,
-}
 
 /// A reservation as this tick knows it: its ETag and metadata (what a compare-and-swap
 /// writes over), and whether this tick created it.
@@ -72,21 +36,6 @@ pub(crate) struct Reservation {
     pub(crate) etag: Option<leasegate::ETag>,
     pub(crate) metadata: Metadata,
     pub(crate) created: bool,
-}
-
-/// The occurrence's own fencing token: its Unix seconds times 2^16 (the scale of the lease
-/// tokens, which are server seconds times 2^16). The token an on-time run is issued; a run
-/// that starts after a later occurrence's is issued one above that run's instead
-/// ([`crate::Log`]'s `highest_token`).
-pub fn occurrence_token(occurrence: u64) -> Result<u64, leasegate::Error> {
-    occurrence
-        .checked_mul(1 << 16)
-        .filter(|t| *t <= leasegate::lease::MAX_TOKEN)
-        .ok_or_else(|| {
-            leasegate::Error::InvalidArgument(format!(
-                "occurrence {occurrence} is too far ahead for a fencing token"
-            ))
-        })
 }
 
 /// An occurrence's own token for an attempt (1 for the first): `occurrence x 2^16 + attempt -
@@ -102,15 +51,6 @@ pub fn attempt_token(occurrence: u64, attempt: u32) -> Result<u64, leasegate::Er
                 "occurrence {occurrence} is too far ahead for a fencing token"
             ))
         })
-}
-
-/// The attempt a reservation's outcome belongs to (1 when it does not say).
-pub(crate) fn attempt_of(metadata: &Metadata) -> u32 {
-    metadata
-        .get(META_ATTEMPT)
-        .and_then(|a| a.parse().ok())
-        .filter(|a| *a >= 1)
-        .unwrap_or(1)
 }
 
 /// What an instance may do with a reservation whose holder is gone or whose run failed: the one
@@ -224,7 +164,7 @@ pub(crate) async fn reserve<T: Transport>(
         metadata.insert(META_PAST_DUE.into(), "true".into());
     }
     let body = ReservationBody {
-        job: settings.job.clone(),
+        job: Some(settings.job.clone()),
         occurrence: rfc3339(crate::at(occurrence)),
         instance: settings.instance_id.clone(),
     };
@@ -299,89 +239,6 @@ pub(crate) async fn take_back<T: Transport>(
         };
         let _ = blobs.execute(&delete, now).await;
     }
-}
-
-/// What became of an occurrence: the outcome on its reservation (`leasegate_run`) and the status
-/// of its log entry, written as `running`, `succeeded`, `failed`, `skipped_overlap` or `missed`.
-/// A value this version does not know (a newer version's) is kept as it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunStatus {
-    /// The job was called (or is being called) by the tick that wrote it.
-    Running,
-    /// The job answered 2xx.
-    Succeeded,
-    /// The job answered otherwise, or did not answer.
-    Failed,
-    /// A run of an earlier occurrence held the job's lease when this one was due.
-    SkippedOverlap,
-    /// Not run: no deployment ticked it in time (or its reserver wrote no outcome by its
-    /// deadline), and it was not caught up.
-    Missed,
-    /// The job was paused when it was due: not run.
-    SkippedPaused,
-    /// Kept for later (`job_overlap = buffer_one`): the previous run still held the job's lease
-    /// when it was due; the first tick after that run ends runs it.
-    Pending,
-    /// Due before the job's history began (its first tick came later): not run, not recorded
-    /// missed; kept on the reservation only, so that later ticks of it stop at one read.
-    BeforeHistory,
-    /// Another value (a newer version's), kept as written.
-    Other(String),
-}
-
-impl RunStatus {
-    /// The value as stored.
-    pub fn as_str(&self) -> &str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Failed => "failed",
-            RunStatus::SkippedOverlap => "skipped_overlap",
-            RunStatus::Missed => "missed",
-            RunStatus::SkippedPaused => "skipped_paused",
-            RunStatus::Pending => "pending",
-            RunStatus::BeforeHistory => "before_history",
-            RunStatus::Other(other) => other,
-        }
-    }
-
-    /// The status a stored value stands for.
-    pub fn parse(value: &str) -> RunStatus {
-        match value {
-            "running" => RunStatus::Running,
-            "succeeded" => RunStatus::Succeeded,
-            "failed" => RunStatus::Failed,
-            "skipped_overlap" => RunStatus::SkippedOverlap,
-            "missed" => RunStatus::Missed,
-            "skipped_paused" => RunStatus::SkippedPaused,
-            "pending" => RunStatus::Pending,
-            "before_history" => RunStatus::BeforeHistory,
-            other => RunStatus::Other(other.to_string()),
-        }
-    }
-}
-
-impl std::fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for RunStatus {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for RunStatus {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(|s| RunStatus::parse(&s))
-    }
-}
-
-/// The outcome a reservation's metadata records, if any.
-pub(crate) fn outcome_of(metadata: &Metadata) -> Option<RunStatus> {
-    metadata.get(META_RUN).map(|v| RunStatus::parse(v))
 }
 
 /// The outcome a write on a reservation may replace (and only it): of all the ticks that find
@@ -614,27 +471,6 @@ async fn delete_below<T: Transport>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn run_statuses_keep_their_stored_words_and_newer_ones() {
-        for (word, status) in [
-            ("running", RunStatus::Running),
-            ("succeeded", RunStatus::Succeeded),
-            ("failed", RunStatus::Failed),
-            ("skipped_overlap", RunStatus::SkippedOverlap),
-            ("missed", RunStatus::Missed),
-            ("skipped_paused", RunStatus::SkippedPaused),
-            ("pending", RunStatus::Pending),
-            ("before_history", RunStatus::BeforeHistory),
-            ("paused_by_v9", RunStatus::Other("paused_by_v9".into())),
-        ] {
-            assert_eq!(RunStatus::parse(word), status);
-            assert_eq!(status.as_str(), word);
-            let json = serde_json::to_string(&status).unwrap();
-            assert_eq!(json, format!("\"{word}\""));
-            assert_eq!(serde_json::from_str::<RunStatus>(&json).unwrap(), status);
-        }
-    }
 
     #[test]
     fn tokens_rise_with_the_occurrence() {

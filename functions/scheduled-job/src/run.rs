@@ -668,7 +668,7 @@ mod tests {
     #[test]
     fn records_keep_their_field_names() {
         let body = serde_json::to_string(&ReservationBody {
-            job: "j".into(),
+            job: Some("j".into()),
             occurrence: "1970-01-01T00:01:00Z".into(),
             instance: "i".into(),
         })

@@ -5,6 +5,7 @@
 use leasegate::lease::Term;
 use leasegate::BlobName;
 use leasegate_spin::config::{self, check_name, ConfigError, Storage, Variables};
+use leasegate_spin::record;
 use leasegate_spin::schedule::Schedule;
 use leasegate_spin::timer;
 use std::time::{Duration, SystemTime};
@@ -316,16 +317,18 @@ impl Settings {
             .unwrap_or(0)
     }
 
+    /// The prefix of the job's reservations, `jobs/{job}/occurrences/` (blob names: the
+    /// toolkit's [`leasegate_spin::record`]).
     pub(crate) fn occurrences_prefix(&self) -> String {
-        format!("jobs/{}/occurrences/", self.job)
+        record::job_occurrences(&self.job)
     }
 
     pub(crate) fn reservation(&self, occurrence: u64) -> Result<BlobName, leasegate::Error> {
-        BlobName::try_new(&format!("{}{occurrence:012}", self.occurrences_prefix()))
+        BlobName::try_new(&record::reservation(&self.occurrences_prefix(), occurrence))
     }
 
     pub(crate) fn log_blob(&self) -> Result<BlobName, leasegate::Error> {
-        BlobName::try_new(&format!("jobs/{}/log.json", self.job))
+        BlobName::try_new(&record::job_log(&self.job))
     }
 }
 

@@ -19,6 +19,8 @@
 //!   digest at 08:00 Berlin time on weekdays, once"), its outcome and its HTTP answer.
 //! * [`fence`]: the verbs "write this blob" and "commit this table batch", fenced: storage
 //!   refuses a stale holder's write.
+//! * [`record`]: the occurrence record as stored (a reservation's metadata and body, a job's
+//!   log), one schema for the verb, scheduled-job and the CLI.
 //! * [`storage`]: storage steps more than one function takes.
 //! * [`cache`]: the key-value store: every entry's key, and the gate cache (a refusal answered
 //!   without a storage round trip).
@@ -146,6 +148,7 @@ pub mod held;
 pub mod leader;
 pub mod occurrence;
 pub mod once;
+pub mod record;
 pub mod schedule;
 pub mod spin;
 pub mod storage;

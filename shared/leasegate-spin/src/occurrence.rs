@@ -62,18 +62,13 @@ use leasegate::{BlobClient, BlobName, Counting, Error, Response, StatusCode, Tra
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::record::{self, ReservationBody};
 use crate::schedule::Schedule;
 use crate::storage::execute_creating_container;
 use crate::{log_verb, web};
 
-/// The metadata naming the caller that reserved an occurrence (its `instance`).
-pub const META_RESERVED_BY: &str = "leasegate_reserved_by";
-/// The metadata recording how the work of an occurrence ended: [`SUCCEEDED`] or [`FAILED`].
-pub const META_RUN: &str = "leasegate_run";
-/// [`META_RUN`] of a work that returned `Ok`.
-pub const SUCCEEDED: &str = "succeeded";
-/// [`META_RUN`] of a work that returned `Err`.
-pub const FAILED: &str = "failed";
+/// The reservation's metadata and outcomes, as [`record`] names them for every writer.
+pub use crate::record::{FAILED, META_RESERVED_BY, META_RUN, SUCCEEDED};
 
 /// The most a tick may come early and still name the coming occurrence (shorter for a
 /// schedule whose occurrences are closer: [`tolerance`]).
@@ -89,8 +84,9 @@ pub struct Occurrence {
     pub at: SystemTime,
     /// The instant as the schedule's zone writes it (`2026-11-30T08:00:00+01:00`).
     pub local_time: String,
-    /// `unix << 16`: rises with the occurrence, so a receiver can refuse a stale one. The
-    /// scheduled-job function hands the first attempt of an occurrence the same token.
+    /// `unix << 16` ([`record::occurrence_token`]): rises with the occurrence, so a receiver
+    /// can refuse a stale one. The scheduled-job function hands the first attempt of an
+    /// occurrence the same token.
     pub fencing_token: u64,
     /// 32 hex digits from the prefix and the occurrence: the same for every call that names
     /// this occurrence, another for every other occurrence or prefix.
@@ -218,7 +214,7 @@ where
         blobs.container().clone(),
     );
     let outcome = run_once_per_occurrence(&counted, prefix, schedule, instance, now, work).await;
-    let reservation = |o: &Occurrence| format!("{prefix}{:012}", o.unix);
+    let reservation = |o: &Occurrence| record::reservation(prefix, o.unix);
     let (decision, key, fencing_token) = match &outcome {
         Ok(PerOccurrence::Ran { occurrence, .. }) => (
             "ran",
@@ -273,13 +269,14 @@ where
     let Some(occurrence) = due(schedule, prefix, now) else {
         return Ok(PerOccurrence::NoOccurrence);
     };
-    let blob = BlobName::try_new(&format!("{prefix}{:012}", occurrence.unix))?;
+    let blob = BlobName::try_new(&record::reservation(prefix, occurrence.unix))?;
     let mut metadata = Metadata::new();
     metadata.insert(META_RESERVED_BY.into(), instance.into());
-    let body = serde_json::json!({
-        "occurrence": web::rfc3339(occurrence.at),
-        "instance": instance,
-    });
+    let body = ReservationBody {
+        job: None,
+        occurrence: web::rfc3339(occurrence.at),
+        instance: instance.to_string(),
+    };
     let put = PutBlob::block(blobs.container().clone(), blob.clone(), web::to_json(&body))
         .with_content_type("application/json")
         .with_condition(Condition::IfNotExists)

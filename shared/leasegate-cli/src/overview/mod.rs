@@ -26,10 +26,14 @@ use std::time::{Duration, Instant, SystemTime};
 use leasegate::lease::{LockInfo, LockStatus};
 use leasegate::ops::{BlobItem, GetBlob, ListBlobs};
 use leasegate::{BlobClient, BlobName, ErrorClass, LockName, Transport};
+use leasegate_spin::record::{self, Log};
 use serde_json::{json, Value};
 
+mod jobs;
 mod terminal;
 
+pub use jobs::add_next;
+use jobs::Job;
 pub use terminal::format_overview;
 
 /// The shape of `--json`: raised only if a field changes meaning or goes away.
@@ -44,8 +48,6 @@ pub const PROGRESS_MS: &str = "LEASEGATE_PROGRESS_MS";
 pub const GATE_PREFIXES: [&str; 2] = ["gates/", "alerts/"];
 /// The sweeper's state blob in the app's container.
 pub const SWEEPER_STATE: &str = "sweeper/state.json";
-/// How many open reservations of a job are listed (the count says how many there are).
-const OPEN_SHOWN: usize = 10;
 
 /// Progress lines on stderr while blobs are listed: one when `every` has passed since the last
 /// (or since the start), so a short listing prints none; and a last one when any was printed.
@@ -156,38 +158,48 @@ pub async fn gather<T: Transport>(
 
     // Jobs: their logs, their locks, their reservations.
     let mut jobs: std::collections::BTreeMap<String, Job> = Default::default();
-    list(blobs, "jobs/", page_size, progress, now, |item, date| {
-        server_time = server_time.or(Some(date));
-        let Some((job, rest)) = item.name["jobs/".len()..].split_once('/') else {
-            return;
-        };
-        let entry = jobs.entry(job.to_string()).or_default();
-        match rest {
-            "log.json" => entry.log = true,
-            "lock" => match LockInfo::from_properties(item.properties, date) {
-                Ok(info) => entry.lock = Some((info, date)),
-                Err(e) => unreadable.push(unreadable_blob(&item.name, &e.to_string())),
-            },
-            _ => {
-                if let Some(n) = rest
-                    .strip_prefix("occurrences/")
-                    .and_then(|n| n.parse::<u64>().ok())
-                {
-                    entry.reservation(n, &item.properties.metadata);
+    list(
+        blobs,
+        record::JOBS,
+        page_size,
+        progress,
+        now,
+        |item, date| {
+            server_time = server_time.or(Some(date));
+            let Some((job, rest)) = item.name[record::JOBS.len()..].split_once('/') else {
+                return;
+            };
+            let entry = jobs.entry(job.to_string()).or_default();
+            match rest {
+                record::LOG_BLOB => entry.log = true,
+                record::LOCK_BLOB => match LockInfo::from_properties(item.properties, date) {
+                    Ok(info) => entry.lock = Some((info, date)),
+                    Err(e) => unreadable.push(unreadable_blob(&item.name, &e.to_string())),
+                },
+                _ => {
+                    if let Some(n) = rest
+                        .strip_prefix(record::OCCURRENCES)
+                        .and_then(|n| n.parse::<u64>().ok())
+                    {
+                        entry.reservation(n, &item.properties.metadata);
+                    }
                 }
             }
-        }
-    })
+        },
+    )
     .await
     .map_err(missing)?;
     let mut job_values = Vec::new();
     for (name, job) in &jobs {
         let log = if job.log {
-            let blob = blob_name(&format!("jobs/{name}/log.json"))?;
-            match read_json(blobs, blob, now).await.map_err(&missing)? {
+            let blob = blob_name(&record::job_log(name))?;
+            match read_json::<Log, _>(blobs, blob, "a job log", now)
+                .await
+                .map_err(&missing)?
+            {
                 Some(Ok(log)) => Some(log),
                 Some(Err(e)) => {
-                    unreadable.push(unreadable_blob(&format!("jobs/{name}/log.json"), &e));
+                    unreadable.push(unreadable_blob(&record::job_log(name), &e));
                     None
                 }
                 None => None,
@@ -221,7 +233,7 @@ pub async fn gather<T: Transport>(
     progress.done();
 
     // The sweeper's state.
-    let sweeper = match read_json(blobs, blob_name(SWEEPER_STATE)?, now)
+    let sweeper = match read_json(blobs, blob_name(SWEEPER_STATE)?, "JSON", now)
         .await
         .map_err(&missing)?
     {
@@ -281,18 +293,29 @@ async fn list<T: Transport>(
     }
 }
 
-/// A blob's content as JSON: `None` when it does not exist, `Some(Err)` when it is not JSON.
-async fn read_json<T: Transport>(
+/// A blob's content read as JSON into `V` (`what` it should be, for the error): `None` when it
+/// does not exist, `Some(Err)` when it is not JSON, or JSON that is not `what` (a job log the
+/// record schema cannot read: the function refuses it too).
+async fn read_json<V: serde::de::DeserializeOwned, T: Transport>(
     blobs: &BlobClient<T>,
     blob: BlobName,
+    what: &str,
     now: SystemTime,
-) -> Result<Option<Result<Value, String>>, leasegate::Error> {
+) -> Result<Option<Result<V, String>>, leasegate::Error> {
     let get = GetBlob {
         container: blobs.container().clone(),
         blob,
     };
     let (content, _) = blobs.execute(&get, now).await?;
-    Ok(content.map(|c| serde_json::from_slice(&c.body).map_err(|e| format!("not JSON ({e})"))))
+    Ok(content.map(|c| parse_json(&c.body, what)))
+}
+
+/// `body` read as JSON into `V`, or why not: not JSON, or not `what`.
+fn parse_json<V: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<V, String> {
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => format!("not {what} ({e})"),
+        _ => format!("not JSON ({e})"),
+    })
 }
 
 fn blob_name(name: &str) -> Result<BlobName, String> {
@@ -360,99 +383,6 @@ fn leader(group: &str, info: &LockInfo, date: SystemTime) -> Value {
             "expiresAt": null,
             "leftSeconds": null,
         }),
-    }
-}
-
-/// What the `jobs/{job}/` listing says of a job.
-#[derive(Default)]
-struct Job {
-    log: bool,
-    lock: Option<(LockInfo, SystemTime)>,
-    reservations: u64,
-    newest: Option<u64>,
-    /// Reservations without a final outcome (none yet, `running`, `pending`), oldest first.
-    open: Vec<Value>,
-}
-
-impl Job {
-    fn reservation(&mut self, occurrence: u64, metadata: &leasegate::ops::Metadata) {
-        self.reservations += 1;
-        self.newest = self.newest.max(Some(occurrence));
-        let status = metadata.get("leasegate_run").map(String::as_str);
-        if matches!(status, None | Some("running") | Some("pending")) {
-            self.open.push(json!({
-                "occurrence": unix_rfc3339(occurrence),
-                "occurrenceUnix": occurrence,
-                "instance": metadata.get("leasegate_reserved_by"),
-                "status": status.unwrap_or("reserved"),
-            }));
-        }
-    }
-
-    fn value(&self, name: &str, log: Option<&Value>) -> Value {
-        let log = log.unwrap_or(&Value::Null);
-        let paused = &log["paused"];
-        let running = self
-            .lock
-            .as_ref()
-            .and_then(|(info, date)| held(&format!("jobs/{name}/lock"), info, *date));
-        let open_count = self.open.len();
-        json!({
-            "job": name,
-            "log": !log.is_null(),
-            "paused": paused.is_object(),
-            "pausedSince": paused["since"],
-            "pauseNote": paused["note"],
-            "counters": log["counters"].as_object().cloned().unwrap_or_default(),
-            "settledThrough": log["settledThrough"].as_u64().filter(|s| *s > 0).and_then(unix_rfc3339),
-            "runs": log["entries"].as_array().cloned().unwrap_or_default(),
-            "running": running,
-            "reservations": {
-                "count": self.reservations,
-                "newest": self.newest.and_then(unix_rfc3339),
-                "open": open_count,
-                "openShown": self.open.iter().take(OPEN_SHOWN).cloned().collect::<Vec<_>>(),
-            },
-            "schedule": null,
-            "next": null,
-            "nextError": null,
-        })
-    }
-}
-
-/// Adds each job's schedule and next occurrences to `view` (from [`gather`]) from the app's
-/// answer about it (`ask`: `GET /api/jobs/{job}`, see [`crate::status::fetch`]); where the app
-/// does not answer, its error is the job's `nextError`, and the rest of the view stands.
-pub fn add_next(view: &mut Value, ask: impl Fn(&str) -> Result<Value, String>) {
-    let Some(jobs) = view["jobs"].as_array_mut() else {
-        return;
-    };
-    for job in jobs {
-        let Some(name) = job["job"].as_str().map(str::to_string) else {
-            continue;
-        };
-        match ask(&name) {
-            Ok(answer) => {
-                let schedule = match (answer["schedule"].as_str(), answer["timeZone"].as_str()) {
-                    (Some(s), Some(zone)) => json!(format!("{s} ({zone})")),
-                    (Some(s), None) => json!(s),
-                    // An interval: every N seconds.
-                    _ => answer["periodSeconds"]
-                        .as_u64()
-                        .map_or(Value::Null, |p| json!(format!("every {p} s"))),
-                };
-                job["schedule"] = schedule;
-                job["next"] = match answer["next"].as_array() {
-                    Some(next) => Value::Array(next.clone()),
-                    None => Value::Null,
-                };
-                if job["next"].is_null() {
-                    job["nextError"] =
-                        json!("the app's answer has no next occurrences (an older version)");
-                }
-            }
-            Err(e) => job["nextError"] = json!(e),
-        }
     }
 }
 
@@ -588,7 +518,7 @@ mod tests {
         job.reservation(2_000_000_000, &reserved);
         reserved.insert("leasegate_run".into(), "succeeded".into());
         job.reservation(1_999_999_940, &reserved);
-        let log = json!({
+        let log: Log = serde_json::from_value(json!({
             "job": "nightly",
             "entries": [{"occurrence": "2033-05-18T03:33:20Z", "occurrenceUnix": 2_000_000_000u64,
                          "instance": "node-b", "reservedAt": "2033-05-18T03:33:20Z",
@@ -597,7 +527,8 @@ mod tests {
             "counters": {"ran": 3, "missed": 1},
             "paused": {"since": "2033-05-18T03:00:00Z", "note": "db\u{1b}[2J move"},
             "settledThrough": 1_999_999_940u64
-        });
+        }))
+        .unwrap();
         let mut gates = Gates::default();
         for (i, (label, since)) in [("w-1", 2_000_000_050), ("w-\u{7}2", 2_000_000_010)]
             .into_iter()
@@ -757,6 +688,24 @@ unreadable blobs (left out above)
             ),
             "{text}"
         );
+    }
+
+    /// A log the record schema cannot read is unreadable, as one that is not JSON: the
+    /// function refuses both.
+    #[test]
+    fn logs_the_schema_cannot_read() {
+        let log = parse_json::<Log>(
+            br#"{"job": "j", "entries": [], "addedLater": 1}"#,
+            "a job log",
+        );
+        assert_eq!(log.unwrap().job, "j");
+        let e = parse_json::<Log>(b"{\"job\": ", "a job log").unwrap_err();
+        assert!(e.starts_with("not JSON ("), "{e}");
+        let e = parse_json::<Log>(br#"{"entries": []}"#, "a job log").unwrap_err();
+        assert!(e.starts_with("not a job log (missing field `job`"), "{e}");
+        let e = parse_json::<Log>(br#"{"job": "j", "entries": [{}]}"#, "a job log").unwrap_err();
+        assert!(e.starts_with("not a job log ("), "{e}");
+        assert!(parse_json::<Value>(b"[1]", "JSON").is_ok());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::status::{counters_line, runs_table, seconds, text};
+use crate::status::{counters_line, log_entries, runs_table, seconds, text};
 
 use super::SWEEPER_STATE;
 
@@ -202,15 +202,18 @@ pub(super) fn format_job(out: &mut String, j: &Value) {
     if let Some(counters) = j["counters"].as_object().filter(|c| !c.is_empty()) {
         line("counters", &counters_line(counters));
     }
-    match j["runs"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        [] => {
+    match log_entries(&j["runs"]).as_deref() {
+        Ok([]) => {
             let _ = writeln!(out, "    no runs recorded yet");
         }
-        runs => {
+        Ok(runs) => {
             let _ = writeln!(out, "    last runs (newest first):");
             for l in runs_table(runs).lines() {
                 let _ = writeln!(out, "    {l}");
             }
+        }
+        Err(e) => {
+            let _ = writeln!(out, "    last runs: {e}");
         }
     }
 }
