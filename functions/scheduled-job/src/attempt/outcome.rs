@@ -1,0 +1,212 @@
+//! What an attempt records when it does not run or when it ends: the skips, the undo, the
+//! outcome written over, the result.
+
+use super::*;
+
+/// Why [`record_not_run`] recorded nothing.
+pub(super) enum NotRecorded {
+    /// Another tick wrote an outcome first: this one.
+    Settled(RunStatus),
+    /// The log refused the entry (the outcome was undone).
+    Refused(LogRefusal),
+}
+
+/// Records an outcome that is not a run (`entry.status`: `missed`, `skipped_overlap`) on the
+/// reservation by compare-and-swap, then in the log; a log refusal undoes the outcome. The
+/// reservation holds the outcome: a log write that fails leaves it recorded there.
+pub(super) async fn record_not_run<S: Transport>(
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    reservation: &Reservation,
+    entry: &LogEntry,
+    nonce: &str,
+    known: Option<LogWrite>,
+    now: SystemTime,
+) -> Result<Result<(), NotRecorded>, JobError> {
+    let written = match commit(
+        blobs,
+        reservation,
+        &entry.status,
+        nonce,
+        (1, Over::Nothing),
+        now,
+    )
+    .await?
+    {
+        Commit::Settled(run) => return Ok(Err(NotRecorded::Settled(run))),
+        Commit::Written(w) => w,
+    };
+    match append(
+        blobs,
+        settings,
+        entry,
+        Append::from(known, None, reservation),
+        now,
+    )
+    .await
+    {
+        // At or below the watermark with no entry: a winner counted the occurrence settled,
+        // perhaps by this very outcome on its reservation. The outcome stays (it is the record;
+        // undoing it would lose the occurrence).
+        Ok(Err(LogRefusal::Settled)) => Ok(Ok(())),
+        Ok(Err(refusal)) => {
+            undo(blobs, (reservation, &written), &refusal, now).await;
+            Ok(Err(NotRecorded::Refused(refusal)))
+        }
+        Ok(Ok(_)) | Err(_) => Ok(Ok(())),
+    }
+}
+
+/// Records an occurrence of a paused job `skipped_paused`: on its reservation (over the outcome
+/// `running` this tick wrote, which called nothing) and in the log, with the job's lease as
+/// this tick's release left it (`lock`; as its acquire left it if the release failed), for the
+/// next tick.
+pub(super) async fn skip_paused<T, S: Transport>(
+    ctx: &Context<'_, T>,
+    blobs: &BlobClient<&S>,
+    settings: &Settings,
+    mut entry: LogEntry,
+    (written, lock): (&Reservation, Option<KeepLock<'_>>),
+    paused: &Paused,
+) -> Result<(Decision, Option<LogWrite>), JobError> {
+    overwrite_outcome(blobs, written, &RunStatus::SkippedPaused, ctx.now).await?;
+    entry.status = RunStatus::SkippedPaused;
+    entry.fencing_token = None;
+    entry.attempt = None;
+    entry.reason = Some(format!(
+        "the job is paused since {}{}",
+        paused.since,
+        paused
+            .note
+            .as_deref()
+            .map(|n| format!(": {n}"))
+            .unwrap_or_default()
+    ));
+    let _ = append(
+        blobs,
+        settings,
+        &entry,
+        Append::from(None, lock, written),
+        ctx.now,
+    )
+    .await?;
+    Ok((Decision::Paused { entry }, None))
+}
+
+/// Undoes this tick's outcome after the log refused its entry: taken back
+/// ([`crate::reservation::uncommit`]), except for an occurrence due before the job's history,
+/// whose reservation is marked `before_history` (not recorded missed anywhere): a later tick
+/// of it, late, stops at the read it makes first. Best effort.
+pub(super) async fn undo<S: Transport>(
+    blobs: &BlobClient<&S>,
+    (reservation, written): (&Reservation, &Reservation),
+    refusal: &LogRefusal,
+    now: SystemTime,
+) {
+    if let LogRefusal::BeforeHistory(_) = refusal {
+        if let Ok(true) = overwrite_outcome(blobs, written, &RunStatus::BeforeHistory, now).await {
+            return;
+        }
+    }
+    uncommit(blobs, reservation, written, now).await;
+}
+
+/// Writes `status` over the outcome this tick wrote (`written`), by compare-and-swap: a
+/// `running` or `pending` that called nothing becomes `skipped_paused` or `skipped_overlap`.
+/// `Ok(false)`: refused (the reservation changed since).
+pub(super) async fn overwrite_outcome<S: Transport>(
+    blobs: &BlobClient<&S>,
+    written: &Reservation,
+    status: &RunStatus,
+    now: SystemTime,
+) -> Result<bool, leasegate::Error> {
+    let Some(etag) = written.etag.clone() else {
+        return Ok(false);
+    };
+    let mut metadata = written.metadata.clone();
+    metadata.insert(META_RUN.into(), status.to_string());
+    let write = SetMetadata {
+        container: blobs.container().clone(),
+        blob: written.blob.clone(),
+        metadata,
+        lease_id: None,
+        condition: Condition::IfMatch(etag),
+    };
+    let (outcome, _) = blobs.execute(&write, now).await?;
+    Ok(matches!(outcome, WriteOutcome::Written(_)))
+}
+
+/// Writes a run's result (and its fencing token) over its own `running` (the reservation as
+/// this tick wrote it, its `nonce`), retried after a failure or a lost answer while the reservation still holds this
+/// tick's `running`: a result left unwritten would look like a vanished runner to the takeover
+/// rule. Should every try fail, the log still records the result and the takeover rule reads it
+/// there ([`logged_result`]).
+pub(super) async fn record_result<S: Transport>(
+    blobs: &BlobClient<&S>,
+    written: &Reservation,
+    (status, token): (&RunStatus, Option<u64>),
+    nonce: &str,
+    now: SystemTime,
+) {
+    let mut seen = written.clone();
+    for _ in 0..3 {
+        if let Some(token) = token {
+            seen.metadata
+                .insert(META_RUN_TOKEN.into(), token.to_string());
+        }
+        if seen.etag.is_none()
+            || matches!(overwrite_outcome(blobs, &seen, status, now).await, Ok(true))
+        {
+            return;
+        }
+        // Failed, refused or lost: read it back; go on only while it is this tick's `running`.
+        let Ok((Some(props), _)) = head(blobs, &seen.blob, now).await else {
+            continue;
+        };
+        let mine = props.metadata.get(META_RUN_TICK).map(String::as_str) == Some(nonce);
+        if !mine || outcome_of(&props.metadata) != Some(RunStatus::Running) {
+            return;
+        }
+        seen.etag = props.etag;
+        seen.metadata = props.metadata;
+    }
+}
+
+/// The decision when the log refused an occurrence's entry.
+pub(crate) fn refused_by_log(settings: &Settings, refusal: LogRefusal) -> Decision {
+    match refusal {
+        LogRefusal::TooOld => Decision::TooOld {
+            retention: settings.retention,
+        },
+        LogRefusal::Settled => Decision::Skipped {
+            reserved_by: None,
+            reason: "it was recorded missed: no deployment ticked it in time".into(),
+        },
+        // Handled where the run is decided (recorded `skipped_overlap`).
+        LogRefusal::Buffered(_) => Decision::Skipped {
+            reserved_by: None,
+            reason: "another occurrence is buffered".into(),
+        },
+        // Handled where the run is decided (recorded `skipped_paused`).
+        LogRefusal::Paused(_) => Decision::Skipped {
+            reserved_by: None,
+            reason: "the job is paused".into(),
+        },
+        LogRefusal::BeforeHistory(from) => Decision::Skipped {
+            reserved_by: None,
+            reason: format!(
+                "it was due before the job's history began ({}, its first tick, less the tick \
+                 tolerance): not run, not recorded missed; POST /api/jobs/{}/backfill with \
+                 \"beforeHistory\": true runs it on purpose",
+                rfc3339(at(from)),
+                settings.job
+            ),
+        },
+        LogRefusal::Finished(run) => Decision::Skipped {
+            reserved_by: None,
+            reason: format!(
+                "another tick settled this attempt while this one was at work ({run}): not run"
+            ),
+        },
+    }
+}
