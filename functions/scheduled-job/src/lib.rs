@@ -11,7 +11,11 @@
 //! records the result. At most once, never twice. The steps, numbered once, and every rule are in
 //! `docs/timer-functions.md` ("A tick, step by step").
 //!
-//! The modules: `settings` (the job's settings), `error` (its errors and their answers),
+//! One component runs one job (the `job_*` variables) or every job of the `jobs` table
+//! (`table`): a trigger ticks the jobs that are due (`due`, `many`), and each job has its
+//! routes under `/api/jobs/{job}`.
+//!
+//! The modules: `table` (the jobs), `settings` (a job's settings), `error` (its errors and their answers),
 //! `reservation` (the record of whether an occurrence ran), `log` (the reservation log, a view
 //! of the last 10), `run` (a tick, step by step), `walk` (after a winning run: the earlier
 //! occurrences no tick settled), `backfill` (a range run on purpose), `rerun` (one more attempt
@@ -32,13 +36,16 @@ use leasegate_spin::{log_line, Context};
 
 mod attempt;
 mod backfill;
+mod due;
 mod error;
 mod http;
 mod log;
+mod many;
 mod rerun;
 mod reservation;
 mod run;
 mod settings;
+mod table;
 mod walk;
 
 pub use error::JobError;
@@ -47,6 +54,7 @@ pub use log::{read_log, Counters, Log, LogEntry};
 pub use reservation::{occurrence_token, RunStatus};
 pub use run::{idempotency_key, tick, Ask, Decision, TickOutcome};
 pub use settings::{check_job_name, lease_term, CatchUp, Overlap, Settings};
+pub use table::{Job, Jobs, KEYS};
 pub use walk::CatchUpReport;
 
 /// Entries the reservation log keeps (the toolkit's record schema says).
@@ -74,16 +82,19 @@ pub struct ScheduledJob;
 impl TimerFunction for ScheduledJob {
     const NAME: &'static str = "scheduled-job";
     const ROUTES: &'static [&'static str] = &[ROUTE];
-    type Settings = Settings;
+    type Settings = Jobs;
     type Answer = Value;
 
-    fn load(vars: &dyn Variables) -> Result<Settings, ConfigError> {
-        Settings::load(vars)
+    fn load(vars: &dyn Variables) -> Result<Jobs, ConfigError> {
+        Jobs::load(vars)
     }
 
     /// The job, as `job_name` names it (so a line about settings that cannot be used says
-    /// which job's).
+    /// which job's); none when the `jobs` table names the jobs (its error names the job).
     fn names(vars: &dyn Variables) -> Vec<(&'static str, String)> {
+        if leasegate_spin::config::var(vars, "jobs").is_some() {
+            return Vec::new();
+        }
         let job = leasegate_spin::config::var(vars, "job_name").unwrap_or_else(|| "job".into());
         vec![("job", job)]
     }
@@ -99,33 +110,50 @@ impl TimerFunction for ScheduledJob {
         Ok(at(timestamp))
     }
 
+    /// The one job of the `job_*` variables, as ever; with a `jobs` table, every job due.
     async fn tick<T: Transport>(
         ctx: &Context<'_, T>,
-        settings: &Settings,
+        jobs: &Jobs,
         tick: &Tick,
         started: Instant,
     ) -> (StatusCode, Value) {
-        let outcome = run::tick(ctx, settings, tick, Ask::default()).await;
-        describe(settings, tick, &outcome, started)
-    }
-
-    fn summary(settings: &Settings, v: &Value) -> String {
-        format!(
-            "scheduled-job {}: occurrence {} {} on {}",
-            settings.job,
-            v["occurrence"].as_str().unwrap_or(""),
-            v["decision"].as_str().unwrap_or(""),
-            settings.instance_id
-        )
-    }
-
-    /// The log line of a tick: its answer without the entry, naming the function.
-    fn log(v: &Value) {
-        let mut line = timer::with_fn(v, Self::NAME);
-        if let Some(obj) = line.as_object_mut() {
-            obj.shift_remove("entry");
+        match jobs.single() {
+            Some(settings) => {
+                let outcome = run::tick(ctx, settings, tick, Ask::default()).await;
+                describe(settings, tick, &outcome, started)
+            }
+            None => many::tick_all(ctx, jobs, tick, started).await,
         }
-        log_line(line);
+    }
+
+    fn summary(jobs: &Jobs, v: &Value) -> String {
+        let Some(ticks) = v["ticks"].as_array() else {
+            return summary_of(v);
+        };
+        let mut lines: Vec<String> = ticks.iter().map(summary_of).collect();
+        if lines.is_empty() {
+            lines.push(format!(
+                "scheduled-job: none of {} jobs due",
+                jobs.jobs.len()
+            ));
+        }
+        lines.join("; ")
+    }
+
+    /// The log line of a tick: its answer without the entry, naming the function; with a
+    /// `jobs` table, one line per job ticked (none when no job was due).
+    fn log(v: &Value) {
+        let one = |v: &Value| {
+            let mut line = timer::with_fn(v, Self::NAME);
+            if let Some(obj) = line.as_object_mut() {
+                obj.shift_remove("entry");
+            }
+            log_line(line);
+        };
+        match v["ticks"].as_array() {
+            Some(ticks) => ticks.iter().for_each(one),
+            None => one(v),
+        }
     }
 
     /// * `POST /api/jobs/{job}/tick` (bearer `timer_token` or `admin_token`): a tick from an
@@ -143,6 +171,17 @@ impl TimerFunction for ScheduledJob {
         let rest = request.path().strip_prefix(ROUTE_PREFIX).unwrap_or("");
         http::api(ctx, request, rest, power, started).await
     }
+}
+
+/// An Azure Functions invocation's summary of one job's tick.
+fn summary_of(v: &Value) -> String {
+    format!(
+        "scheduled-job {}: occurrence {} {} on {}",
+        v["job"].as_str().unwrap_or(""),
+        v["occurrence"].as_str().unwrap_or(""),
+        v["decision"].as_str().or(v["error"].as_str()).unwrap_or(""),
+        v["instance"].as_str().unwrap_or("")
+    )
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! | how far a clock sharing the store is behind storage's ([`Gates`]) | [`Scope::clock_key`] | device-alerts |
 //! | a lock as its holder's last call left it ([`crate::held`]) | [`Scope::holder_key`] of the lock blob's path | the gate, the leader |
 //! | a job's last failed tick | [`Scope::failed_tick_key`] of the job's occurrences prefix | scheduled-job |
+//! | until when a job of a `jobs` table needs no tick here | [`Scope::quiet_job_key`] of the instance, the job and its schedule | scheduled-job |
 //! | an Entra ID token ([`crate::token`]) | [`token_key`] of its source | every function, with `storage_auth` an Entra ID sign-in |
 //!
 //! Every entry but the token is about one storage: its key is named by a [`Scope`], the blob
@@ -164,6 +165,12 @@ impl Scope {
     /// failed tick (scheduled-job).
     pub fn failed_tick_key(&self, occurrences_prefix: &str) -> String {
         self.key("failed-tick", occurrences_prefix)
+    }
+
+    /// The entry where an instance notes until when a job of scheduled-job's `jobs` table needs
+    /// no tick; `name` holds the instance, the job and its schedule (scheduled-job).
+    pub fn quiet_job_key(&self, name: &str) -> String {
+        self.key("quiet-job", name)
     }
 
     /// `leasegate:{kind}:{digest}`, the digest of the endpoint, the container and `name`.

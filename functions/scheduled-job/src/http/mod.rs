@@ -11,9 +11,11 @@ use std::time::{Instant, SystemTime};
 
 use crate::backfill::{backfill, BackfillAsk, BACKFILL_LOOK};
 use crate::log::{change_log, read_log, Log, LogWrite, Paused};
+use crate::many;
 use crate::rerun::rerun;
 use crate::run::{run_now, tick, Ask, Decision, TickOutcome, RUN_NOW_TAKEN};
 use crate::settings::{check_job_name, Settings};
+use crate::table::{Job, Jobs};
 use crate::walk::CATCH_UP_RUNS;
 use crate::{at, ScheduledJob, MAX_BODY_BYTES};
 use leasegate_spin::timer::TimerFunction;
@@ -152,6 +154,9 @@ pub(crate) async fn api<T: Transport>(
     power: auth::Power,
     started: Instant,
 ) -> Response {
+    if rest.trim_end_matches('/').is_empty() {
+        return every_job(ctx, request, started).await;
+    }
     let (job, action) = match rest.trim_end_matches('/').split_once('/') {
         Some((job, action)) => (job, Some(action)),
         None => (rest.trim_end_matches('/'), None),
@@ -208,33 +213,73 @@ pub(crate) async fn api<T: Transport>(
         }
         _ => None,
     };
-    let settings = match Settings::load(ctx.variables) {
-        Ok(s) => s,
+    let jobs = match Jobs::load(ctx.variables) {
+        Ok(jobs) => jobs,
         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
     };
-    if job != settings.job {
-        return web::error(
+    let settings = match find(&jobs, job) {
+        Ok(settings) => settings,
+        Err(r) => return r,
+    };
+    serve(ctx, request, settings, action, note, power, started).await
+}
+
+/// The job named in the path, or the answer: 404 `unknown_job`, 503 `not_configured`.
+fn find<'j>(jobs: &'j Jobs, job: &str) -> Result<&'j Settings, Response> {
+    match jobs.get(job) {
+        Some(Job {
+            settings: Ok(s), ..
+        }) => Ok(s),
+        Some(Job {
+            settings: Err(e), ..
+        }) => Err(web::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_configured",
+            &e.0,
+        )),
+        None if !jobs.table => Err(web::error(
             StatusCode::NOT_FOUND,
             "unknown_job",
-            format!("this component runs job {}", settings.job),
-        );
+            format!("this component runs job {}", jobs.names()),
+        )),
+        None => Err(web::error(
+            StatusCode::NOT_FOUND,
+            "unknown_job",
+            format!(
+                "no job {job} in the jobs table: its jobs are {}",
+                jobs.names()
+            ),
+        )),
     }
+}
+
+/// A job's route, once the path named a job this component runs.
+async fn serve<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: &Request,
+    settings: &Settings,
+    action: Option<&str>,
+    note: Option<String>,
+    power: auth::Power,
+    started: Instant,
+) -> Response {
+    let method = request.method().clone();
     if method == leasegate::Method::GET {
         let transport = (ctx.connect)(settings.storage.timeout);
         let blobs = settings.storage.blobs(&transport);
-        return match read_log(&blobs, &settings, ctx.now).await {
+        return match read_log(&blobs, settings, ctx.now).await {
             Ok((log, _, server_now)) => {
-                web::json(StatusCode::OK, &status(&settings, &log, server_now))
+                web::json(StatusCode::OK, &status(settings, &log, server_now))
             }
             Err(e) => e.answer(),
         };
     }
     if action == Some("backfill") {
-        let range = match backfill_range(request, &settings, ctx.now) {
+        let range = match backfill_range(request, settings, ctx.now) {
             Ok(range) => range,
             Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_backfill", m),
         };
-        return match backfill(ctx, &settings, range, started).await {
+        return match backfill(ctx, settings, range, started).await {
             Ok(report) => {
                 // Moved up to the job's history (when it has begun), the range it looked at.
                 let from = match report.history_from {
@@ -256,7 +301,7 @@ pub(crate) async fn api<T: Transport>(
                     "durationMs": leasegate_spin::elapsed_ms(started),
                 });
                 if let Some(asked) = report.clamped_from {
-                    v["clamped"] = clamped(&settings, asked, report.history_from);
+                    v["clamped"] = clamped(settings, asked, report.history_from);
                 }
                 log_line(json!({
                     "fn": ScheduledJob::NAME,
@@ -272,7 +317,7 @@ pub(crate) async fn api<T: Transport>(
         };
     }
     if action == Some("rerun") {
-        let occurrence = match rerun_occurrence(request, &settings, ctx.now) {
+        let occurrence = match rerun_occurrence(request, settings, ctx.now) {
             Ok(o) => o,
             Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_rerun", m),
         };
@@ -281,7 +326,7 @@ pub(crate) async fn api<T: Transport>(
             source: Source::Rerun,
             past_due: true,
         };
-        return match rerun(ctx, &settings, occurrence).await {
+        return match rerun(ctx, settings, occurrence).await {
             // Another tick acted on it meanwhile (a race lost, a run holding the job's lease):
             // nothing ran; said as a refusal, with why.
             Ok(TickOutcome {
@@ -307,15 +352,15 @@ pub(crate) async fn api<T: Transport>(
                     .insert("retry-after", retry_after.as_secs().max(1).to_string());
                 r
             }
-            Ok(outcome) => answer(&settings, &tick, &outcome, started),
+            Ok(outcome) => answer(settings, &tick, &outcome, started),
             Err(r) => web::error(r.status, r.code, r.message),
         };
     }
     match action {
-        Some("pause") => return pause(ctx, &settings, Some(note)).await,
-        Some("resume") => return pause(ctx, &settings, None).await,
+        Some("pause") => return pause(ctx, settings, Some(note)).await,
+        Some("resume") => return pause(ctx, settings, None).await,
         Some("run") => {
-            let outcome = run_now(ctx, &settings).await;
+            let outcome = run_now(ctx, settings).await;
             if let Ok(Decision::Skipped { reason, .. }) = &outcome.decision {
                 if reason == RUN_NOW_TAKEN {
                     let mut r =
@@ -329,7 +374,7 @@ pub(crate) async fn api<T: Transport>(
                 source: Source::Manual,
                 past_due: false,
             };
-            return answer(&settings, &tick, &outcome, started);
+            return answer(settings, &tick, &outcome, started);
         }
         _ => {}
     }
@@ -364,9 +409,65 @@ pub(crate) async fn api<T: Transport>(
         manual,
         name_reserver: asked.name_reserver,
     };
-    let outcome = self::tick(ctx, &settings, &tick, ask).await;
-    answer(&settings, &tick, &outcome, started)
+    let outcome = self::tick(ctx, settings, &tick, ask).await;
+    answer(settings, &tick, &outcome, started)
 }
+
+/// `GET /api/jobs`: the jobs and their next occurrences; `POST /api/jobs`: a tick of every
+/// job that is due (an HTTP scheduler's, SpinKube's ticker's), for the time in an optional
+/// body `{"at": ...}` within 10 s of this instance's clock (else now).
+async fn every_job<T: Transport>(
+    ctx: &Context<'_, T>,
+    request: &Request,
+    started: Instant,
+) -> Response {
+    let method = request.method().clone();
+    if method != leasegate::Method::GET && method != leasegate::Method::POST {
+        return web::method_not_allowed("GET, POST");
+    }
+    let asked = if method == leasegate::Method::POST {
+        match tick_ask(request) {
+            Ok(asked) => Some(asked),
+            Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_tick", m),
+        }
+    } else {
+        None
+    };
+    let jobs = match Jobs::load(ctx.variables) {
+        Ok(jobs) => jobs,
+        Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
+    };
+    let Some(asked) = asked else {
+        return web::json(StatusCode::OK, &many::list(&jobs, ctx.now));
+    };
+    let at_time = asked.at.unwrap_or(ctx.now);
+    let off = match at_time.duration_since(ctx.now) {
+        Ok(ahead) => ahead,
+        Err(behind) => behind.duration(),
+    };
+    if off > EVERY_JOB_TOLERANCE {
+        return web::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_tick",
+            format!(
+                "a tick of every job names a time within {} s of this instance's clock: name \
+                 another occurrence on the job's own route, POST /api/jobs/{{job}}/tick",
+                EVERY_JOB_TOLERANCE.as_secs()
+            ),
+        );
+    }
+    let tick = Tick {
+        at: at_time,
+        source: Source::Http,
+        past_due: false,
+    };
+    let (status, v) = many::tick_all(ctx, &jobs, &tick, started).await;
+    ScheduledJob::log(&v);
+    web::json(status, &v)
+}
+
+/// How far from this instance's clock `POST /api/jobs` may name its time.
+const EVERY_JOB_TOLERANCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A tick's (or a run's) answer, logged.
 fn answer(settings: &Settings, tick: &Tick, outcome: &TickOutcome, started: Instant) -> Response {

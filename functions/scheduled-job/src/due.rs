@@ -1,0 +1,207 @@
+//! Which jobs of the `jobs` table a trigger ticks. The trigger fires at the finest cadence any
+//! job needs, so most of its ticks find a job with nothing to do: each instance notes in the
+//! key-value store, after a tick of a job, until when that job needs none (its next
+//! occurrence, or sooner when a retry or a run in progress may want one), and a tick before
+//! then costs the job no storage request. A missing or unreadable note ticks the job (the
+//! reservations, not the note, keep a run to once).
+
+use leasegate_spin::cache::{self, Cache};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime};
+
+use crate::run::{Decision, TickOutcome};
+use crate::settings::Settings;
+use crate::unix;
+
+/// Until when a job needs no tick on this instance: ticks are skipped until the trigger names
+/// `occurrence` (the job's next one) or, when set, until this instance's clock reaches `time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Quiet {
+    occurrence: u64,
+    time: Option<u64>,
+}
+
+/// The note's key: the instance, the job and its schedule (a changed schedule starts afresh).
+fn key(settings: &Settings) -> String {
+    let name = format!(
+        "{}\n{}\n{}\n{}",
+        settings.instance_id,
+        settings.job,
+        settings.schedule.expression(),
+        settings.schedule.zone()
+    );
+    cache::Scope::of(&settings.storage).quiet_job_key(&name)
+}
+
+/// Whether a trigger at `at` ticks the job: no note says it needs none.
+pub(crate) fn due(cache: &dyn Cache, settings: &Settings, at: SystemTime) -> bool {
+    let Ok(Some(bytes)) = cache.get(&key(settings)) else {
+        return true;
+    };
+    let Ok(quiet) = serde_json::from_slice::<Quiet>(&bytes) else {
+        return true;
+    };
+    let named = settings.occurrence_at(at).unwrap_or(0);
+    named >= quiet.occurrence || quiet.time.is_some_and(|t| unix(at) >= t)
+}
+
+/// Notes after a tick at `now` until when the job needs no other (best effort).
+pub(crate) fn note(cache: &dyn Cache, settings: &Settings, now: SystemTime, outcome: &TickOutcome) {
+    let key = key(settings);
+    match quiet(settings, now, outcome) {
+        Some(q) => {
+            let _ = cache.set(&key, &serde_json::to_vec(&q).unwrap_or_default());
+        }
+        None => {
+            let _ = cache.delete(&key);
+        }
+    }
+}
+
+/// The note a tick's outcome leaves: `None` when every trigger should tick the job (storage
+/// failed, more to catch up, an occurrence buffered or refused as early).
+fn quiet(settings: &Settings, now: SystemTime, outcome: &TickOutcome) -> Option<Quiet> {
+    let Ok(decision) = &outcome.decision else {
+        return None;
+    };
+    if outcome.catch_up.more {
+        return None;
+    }
+    let occurrence = settings.next_occurrence(outcome.occurrence);
+    let after = |wait: Duration| Some(unix(now) + wait.as_secs().max(1));
+    let time = match decision {
+        Decision::Ran { .. }
+        | Decision::Missed { .. }
+        | Decision::Paused { .. }
+        | Decision::Overlapped { .. }
+        | Decision::TooOld { .. } => None,
+        Decision::JobFailed { entry } if entry.attempt.unwrap_or(1) <= settings.retries => {
+            after(settings.retry_delay)
+        }
+        Decision::JobFailed { .. } => None,
+        // Run elsewhere: with retries, a later tick may have one to start.
+        Decision::Skipped { .. } if settings.retries > 0 => after(settings.retry_delay),
+        Decision::Skipped { .. } => None,
+        Decision::InProgress { retry_after } | Decision::NotDue { retry_after } => {
+            after(*retry_after)
+        }
+        Decision::Buffered { .. } | Decision::TooEarly { .. } => return None,
+    };
+    Some(Quiet { occurrence, time })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::tests::settings_with;
+    use crate::CatchUpReport;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    #[derive(Default)]
+    struct Store(RefCell<HashMap<String, Vec<u8>>>);
+
+    impl Cache for Store {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, cache::Unavailable> {
+            Ok(self.0.borrow().get(key).cloned())
+        }
+        fn set(&self, key: &str, value: &[u8]) -> Result<(), cache::Unavailable> {
+            self.0.borrow_mut().insert(key.into(), value.into());
+            Ok(())
+        }
+        fn delete(&self, key: &str) -> Result<(), cache::Unavailable> {
+            self.0.borrow_mut().remove(key);
+            Ok(())
+        }
+    }
+
+    const DAY: u64 = 1_796_083_200; // 2026-12-01T00:00:00Z, a Tuesday
+
+    fn t(s: u64) -> SystemTime {
+        crate::at(s)
+    }
+
+    fn outcome(occurrence: u64, decision: Decision) -> TickOutcome {
+        TickOutcome {
+            occurrence,
+            decision: Ok(decision),
+            round_trips: 3,
+            catch_up: CatchUpReport::default(),
+        }
+    }
+
+    fn skipped() -> Decision {
+        Decision::Skipped {
+            reserved_by: None,
+            reason: "settled".into(),
+        }
+    }
+
+    #[test]
+    fn a_settled_occurrence_quiets_the_job_until_its_next() {
+        let s = settings_with(&[("job_schedule", "30 6 * * *")]);
+        let store = Store::default();
+        let o = DAY + 6 * 3600 + 1800;
+        assert!(due(&store, &s, t(o)), "no note: ticked");
+        note(&store, &s, t(o + 2), &outcome(o, skipped()));
+        for later in [o + 10, o + 60, o + 3600, o + 86_400 - 11] {
+            assert!(!due(&store, &s, t(later)), "{later}");
+        }
+        // The trigger may fire a little early for the next one (the tick tolerance).
+        assert!(due(&store, &s, t(o + 86_400 - 5)));
+        assert!(due(&store, &s, t(o + 86_400 + 60)), "missed: caught up");
+        // Another schedule, another note.
+        let other = settings_with(&[("job_schedule", "45 6 * * *")]);
+        assert!(due(&store, &other, t(o + 60)));
+    }
+
+    #[test]
+    fn a_failure_with_retries_left_or_a_run_in_progress_wakes_it_sooner() {
+        let s = settings_with(&[
+            ("job_schedule", "0 * * * *"),
+            ("job_retries", "1"),
+            ("job_retry_delay_seconds", "120"),
+        ]);
+        let store = Store::default();
+        let o = DAY + 3600;
+        note(&store, &s, t(o), &outcome(o, skipped()));
+        assert!(!due(&store, &s, t(o + 119)));
+        assert!(due(&store, &s, t(o + 120)));
+        note(
+            &store,
+            &s,
+            t(o),
+            &outcome(
+                o,
+                Decision::InProgress {
+                    retry_after: Duration::from_secs(30),
+                },
+            ),
+        );
+        assert!(!due(&store, &s, t(o + 29)));
+        assert!(due(&store, &s, t(o + 30)));
+    }
+
+    #[test]
+    fn storage_failing_or_more_to_catch_up_ticks_every_time() {
+        let s = settings_with(&[("job_period_seconds", "3600")]);
+        let store = Store::default();
+        let o = DAY;
+        note(&store, &s, t(o), &outcome(o, skipped()));
+        assert!(!due(&store, &s, t(o + 60)));
+        let mut more = outcome(o, skipped());
+        more.catch_up.more = true;
+        note(&store, &s, t(o), &more);
+        assert!(due(&store, &s, t(o + 60)));
+        note(&store, &s, t(o), &outcome(o, skipped()));
+        let failed = TickOutcome {
+            decision: Err(crate::JobError::Contended("the log kept changing".into())),
+            ..outcome(o, skipped())
+        };
+        note(&store, &s, t(o), &failed);
+        assert!(due(&store, &s, t(o + 60)));
+        // An unreadable note ticks.
+        store.set(&key(&s), b"garbage").unwrap();
+        assert!(due(&store, &s, t(o + 60)));
+    }
+}
