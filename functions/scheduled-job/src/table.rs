@@ -59,8 +59,12 @@ impl Jobs {
             });
         };
         let parsed: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let line = e.span().map_or(1, |s| {
+                text[..s.start.min(text.len())].lines().count().max(1)
+            });
             ConfigError(format!(
-                "variable jobs is not TOML (one table per job, `[name]` then its keys): {}",
+                "variable jobs is not TOML (one table per job, `[name]` then its keys): line \
+                 {line}: {}",
                 e.message()
             ))
         })?;
