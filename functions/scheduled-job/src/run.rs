@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use std::time::{Duration, SystemTime};
 
 use crate::attempt::run_reserved;
+use crate::attempt::skip::Skip;
 use crate::error::JobError;
 use crate::log::{LogEntry, LogWrite};
 use crate::reservation::{
@@ -317,15 +318,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
             Reserved::Created(r, at) => Reserve::Created(r, at),
             // A run now is an occurrence of its own: one that exists (a scheduled one at this
             // second, another run now) is not touched.
-            Reserved::Exists if fresh_only => {
-                return Ok((
-                    Decision::Skipped {
-                        reserved_by: None,
-                        reason: RUN_NOW_TAKEN.into(),
-                    },
-                    None,
-                ))
-            }
+            Reserved::Exists if fresh_only => return Ok((Skip::RunNowTaken.decision(None), None)),
             // Reserved already, on time: by another deployment's tick, or by an earlier tick
             // of this one. Its reservation is read only when the read could change the answer
             // (a takeover the tick tolerance leaves room for, an operator's tick) or the caller
@@ -334,13 +327,7 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
                 if !read_when_reserved(settings, tick, name_reserver)
                     && !failed_here(ctx.cache, settings, occurrence) =>
             {
-                return Ok((
-                    Decision::Skipped {
-                        reserved_by: None,
-                        reason: RESERVED_ALREADY.into(),
-                    },
-                    None,
-                ))
+                return Ok((Skip::ReservedAlready.decision(None), None))
             }
             Reserved::Exists => Reserve::Found(Box::new(head(&blobs, &blob, ctx.now).await?)),
         },
@@ -405,12 +392,7 @@ async fn found_reserved<T, S: Transport>(
     let server_now = date.unwrap_or(ctx.now);
     let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
     let mine = reserved_by.as_deref() == Some(settings.instance_id.as_str());
-    let skipped = |reason: String| {
-        Ok(Err(Decision::Skipped {
-            reserved_by: reserved_by.clone(),
-            reason,
-        }))
-    };
+    let skipped = |skip: Skip| Ok(Err(skip.decision(reserved_by.clone())));
     // This instance reserved it on an earlier tick (or another tick of it is at work on it
     // now); or the takeover rule lets any instance act: its reserver left it without an
     // outcome past its deadline, its runner vanished, or its run failed with attempts left.
@@ -425,21 +407,18 @@ async fn found_reserved<T, S: Transport>(
     if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_))
         && finished_in_log(ctx, blobs, settings, occurrence, &r, &props).await?
     {
-        return skipped(
-            "its run finished (the log says so; its reservation was brought in line)".into(),
-        );
+        return skipped(Skip::FinishedInLog);
     }
     let attempt = match decided {
         Takeover::Run { attempt } => attempt,
         Takeover::No if mine => 1,
-        Takeover::No => return skipped("another instance reserved it".into()),
+        Takeover::No => return skipped(Skip::ReservedByOther),
         Takeover::Wait(wait) => {
             let failed = attempt_of(&props.metadata);
-            return skipped(format!(
-                "attempt {failed} failed: attempt {} may start in {} s (job_retry_delay_seconds)",
-                failed + 1,
-                wait.as_secs().max(1)
-            ));
+            return skipped(Skip::RetryWait {
+                failed,
+                wait_secs: wait.as_secs(),
+            });
         }
         Takeover::Settle(status) => {
             let entry = settle_vanished(
@@ -447,8 +426,8 @@ async fn found_reserved<T, S: Transport>(
             )
             .await?;
             return skipped(match entry {
-                Some(e) => e.reason.unwrap_or_default(),
-                None => "settled by another tick".into(),
+                Some(e) => Skip::Logged(e.reason.unwrap_or_default()),
+                None => Skip::SettledElsewhere,
             });
         }
     };

@@ -24,6 +24,7 @@ use crate::reservation::{
 use crate::run::{call_job, Decision, DUE_GRACE_SECS};
 use crate::settings::{term_length, Overlap, Settings};
 use crate::{at, unix};
+use skip::Skip;
 
 /// Steps 3 to 6 of a tick, once the occurrence is reserved and in range. With the decision,
 /// the log as the run's end wrote it (`None`: this tick did not run the job). `skip_late`:
@@ -106,18 +107,16 @@ impl<'a, T, S: Transport> Attempt<'a, T, S> {
     /// Skipped: settled already, with this outcome.
     fn settled(&self, run: &RunStatus) -> Decision {
         let mine = self.reserved_by.as_deref() == Some(self.settings.instance_id.as_str());
-        Decision::Skipped {
-            reserved_by: self.reserved_by.clone(),
-            reason: if *run == RunStatus::Missed {
-                "it was recorded missed: its reserver wrote no outcome by its deadline".into()
-            } else if *run == RunStatus::BeforeHistory {
-                "it was due before the job's history began (its first tick): not run".into()
-            } else if mine {
-                format!("this instance settled it on an earlier tick ({run})")
-            } else {
-                format!("it was settled after its reserver's deadline ({run})")
-            },
-        }
+        let skip = if *run == RunStatus::Missed {
+            Skip::MissedByDeadline
+        } else if *run == RunStatus::BeforeHistory {
+            Skip::BeforeHistoryRecorded
+        } else if mine {
+            Skip::SettledHere(run.clone())
+        } else {
+            Skip::SettledLate(run.clone())
+        };
+        skip.decision(self.reserved_by.clone())
     }
 
     /// The outcome that settles the occurrence before anything is written, if any: a first
@@ -321,12 +320,7 @@ impl<'a, T, S: Transport> Attempt<'a, T, S> {
         };
         // Buffered already: it waits for the run going to end.
         if outcome_of(&self.reservation.metadata) == Some(RunStatus::Pending) {
-            let reason = "it is buffered (job_overlap = buffer_one): it runs when the previous \
-                          run ends";
-            let skipped = Decision::Skipped {
-                reserved_by: self.reserved_by.clone(),
-                reason: reason.into(),
-            };
+            let skipped = Skip::BufferedAlready.decision(self.reserved_by.clone());
             return Ok((skipped, None));
         }
         // Another occurrence's run: this occurrence is skipped, once, but only once it is due
@@ -425,18 +419,11 @@ impl<'a, T, S: Transport> Attempt<'a, T, S> {
             Ok(Err(LogRefusal::Paused(_))) if self.attempt > 1 => {
                 uncommit(blobs, &self.reservation, &written, ctx.now).await;
                 release().await;
-                let reason = format!(
-                    "the job is paused: attempt {} waits for POST /api/jobs/{}/resume",
-                    self.attempt, settings.job
-                );
-                let reserved_by = self.reserved_by.clone();
-                return Ok((
-                    Decision::Skipped {
-                        reserved_by,
-                        reason,
-                    },
-                    None,
-                ));
+                let skip = Skip::PausedRetry {
+                    attempt: self.attempt,
+                    job: settings.job.clone(),
+                };
+                return Ok((skip.decision(self.reserved_by.clone()), None));
             }
             // The outcome becomes `skipped_paused` (over this tick's `running`), the lease kept
             // in place of the state this tick acquired from, as read: a run that took the lease
@@ -584,10 +571,8 @@ async fn buffer<T, S: Transport>(
     {
         Commit::Settled(run) => {
             return Ok((
-                Decision::Skipped {
-                    reserved_by: reservation.metadata.get(META_RESERVED_BY).cloned(),
-                    reason: format!("it was settled by another tick ({run})"),
-                },
+                Skip::SettledByTick(run)
+                    .decision(reservation.metadata.get(META_RESERVED_BY).cloned()),
                 None,
             ))
         }
@@ -636,5 +621,6 @@ async fn buffer<T, S: Transport>(
 }
 
 mod outcome;
+pub(crate) mod skip;
 pub(crate) use outcome::refused_by_log;
 use outcome::*;

@@ -178,35 +178,16 @@ pub(crate) fn refused_by_log(settings: &Settings, refusal: LogRefusal) -> Decisi
         LogRefusal::TooOld => Decision::TooOld {
             retention: settings.retention,
         },
-        LogRefusal::Settled => Decision::Skipped {
-            reserved_by: None,
-            reason: "it was recorded missed: no deployment ticked it in time".into(),
-        },
+        LogRefusal::Settled => Skip::MissedInLog.decision(None),
         // Handled where the run is decided (recorded `skipped_overlap`).
-        LogRefusal::Buffered(_) => Decision::Skipped {
-            reserved_by: None,
-            reason: "another occurrence is buffered".into(),
-        },
+        LogRefusal::Buffered(_) => Skip::OtherBuffered.decision(None),
         // Handled where the run is decided (recorded `skipped_paused`).
-        LogRefusal::Paused(_) => Decision::Skipped {
-            reserved_by: None,
-            reason: "the job is paused".into(),
-        },
-        LogRefusal::BeforeHistory(from) => Decision::Skipped {
-            reserved_by: None,
-            reason: format!(
-                "it was due before the job's history began ({}, its first tick, less the tick \
-                 tolerance): not run, not recorded missed; POST /api/jobs/{}/backfill with \
-                 \"beforeHistory\": true runs it on purpose",
-                rfc3339(at(from)),
-                settings.job
-            ),
-        },
-        LogRefusal::Finished(run) => Decision::Skipped {
-            reserved_by: None,
-            reason: format!(
-                "another tick settled this attempt while this one was at work ({run}): not run"
-            ),
-        },
+        LogRefusal::Paused(_) => Skip::Paused.decision(None),
+        LogRefusal::BeforeHistory(from) => Skip::BeforeHistory {
+            from: rfc3339(at(from)),
+            job: settings.job.clone(),
+        }
+        .decision(None),
+        LogRefusal::Finished(run) => Skip::FinishedMeanwhile(run).decision(None),
     }
 }
