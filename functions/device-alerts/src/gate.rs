@@ -102,16 +102,31 @@ pub(crate) async fn gate<'r, T: Transport>(
     let settings = Settings::load_with(ctx.variables, parsed.threshold).map_err(not_configured)?;
     let transport = (ctx.connect)(settings.storage.timeout);
     let settings = &settings;
-    let (transport, gates) = (&transport, gates.as_ref());
+    let batch = Batch {
+        ctx,
+        transport: &transport,
+        parsed,
+        settings,
+        gates: gates.as_ref(),
+        started,
+    };
+    let batch = &batch;
     Ok(futures::stream::iter(cached)
-        .map(|(device, cached)| {
-            gate_one(
-                ctx, transport, parsed, settings, gates, device, cached, started,
-            )
-        })
+        .map(|(device, cached)| gate_one(batch, device, cached))
         .buffered(settings.storage.max_in_flight)
         .collect()
         .await)
+}
+
+/// What every device of one batch is gated with: the invocation, its storage connection and
+/// settings, the gate cache (when on) and when the batch started.
+struct Batch<'b, 'c, 'g, T: Transport> {
+    ctx: &'b Context<'c, T>,
+    transport: &'b T,
+    parsed: &'b Parsed,
+    settings: &'b Settings,
+    gates: Option<&'b cache::Gates<'g>>,
+    started: Instant,
 }
 
 /// The device's lock blob path, as the gate cache names its entry.
@@ -123,17 +138,19 @@ fn gate_path(device: HotDevice<'_>) -> String {
 /// certainly did not arrive. A gate the cache said is held (`cached`, its time left) is
 /// throttled without storage. The gate cache (`gates`, when on) learns what storage said: the
 /// gate's end by storage's clock, and how this instance's clock compares with storage's.
-#[allow(clippy::too_many_arguments)]
 async fn gate_one<'r, T: Transport>(
-    ctx: &Context<'_, T>,
-    transport: &T,
-    parsed: &Parsed,
-    settings: &Settings,
-    gates: Option<&cache::Gates<'_>>,
+    batch: &Batch<'_, '_, '_, T>,
     device: HotDevice<'r>,
     cached: Option<Duration>,
-    started: Instant,
 ) -> Gated<'r> {
+    let Batch {
+        ctx,
+        transport,
+        parsed,
+        settings,
+        gates,
+        started,
+    } = *batch;
     // A device starts only before the deadline (one already started finishes: each of its
     // requests is bounded by storage_timeout_ms).
     if Instant::now() >= started + settings.deadline {
