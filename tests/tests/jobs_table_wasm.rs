@@ -35,8 +35,12 @@ schedule = "0 61 * * * *"
 path = "/never"
 "#;
 
-/// Each job: its path and whether `t` (Unix seconds) is one of its occurrences.
-fn jobs() -> Vec<(&'static str, &'static str, fn(u64) -> bool)> {
+/// A job of the table: its name, its path, and whether `t` (Unix seconds) is one of its
+/// occurrences.
+type Job = (&'static str, &'static str, fn(u64) -> bool);
+
+/// The jobs that run.
+fn jobs() -> Vec<Job> {
     vec![
         ("fast-sync", "/sync", |t| t % 5 == 0),
         ("kolkata-report", "/report", |t| t % 10 == 0),

@@ -3,6 +3,7 @@
 //! variables name (`job_name`). See `docs/timer-functions.md` ("Many jobs").
 
 use leasegate_spin::config::{self, ConfigError, Variables};
+use leasegate_spin::timer;
 use std::collections::BTreeMap;
 
 use crate::settings::{check_job_name, Settings};
@@ -58,6 +59,9 @@ impl Jobs {
                 }],
             });
         };
+        // What every job shares is checked once, and named as the app's.
+        timer::instance_id(vars)?;
+        config::storage(vars)?;
         let parsed: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             let line = e.span().map_or(1, |s| {
                 text[..s.start.min(text.len())].lines().count().max(1)
@@ -344,6 +348,11 @@ retries = 2
         );
         let named = Jobs::load(&vars(&[("jobs", "[\"Bad Name\"]\nretries = 1\n")])).unwrap();
         assert!(named.jobs[0].settings.is_err());
+        // What every job shares is the app's error, not each job's.
+        let mut v = vars(&[("jobs", "[a]\nretries = 1\n")]);
+        v.remove("instance_id");
+        let e = Jobs::load(&v).unwrap_err().0;
+        assert!(e.starts_with("instance_id is not set"), "{e}");
     }
 
     #[test]
