@@ -9,7 +9,8 @@ use leasegate_spin::cache::{self, Cache};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
-use crate::run::{Decision, TickOutcome};
+use crate::attempt::skip::Skip;
+use crate::run::{Decision, TickOutcome, RESERVED_ALREADY};
 use crate::settings::Settings;
 use crate::unix;
 
@@ -79,15 +80,40 @@ fn quiet(settings: &Settings, now: SystemTime, outcome: &TickOutcome) -> Option<
             after(settings.retry_delay)
         }
         Decision::JobFailed { .. } => None,
-        // Run elsewhere: with retries, a later tick may have one to start.
-        Decision::Skipped { .. } if settings.retries > 0 => after(settings.retry_delay),
-        Decision::Skipped { .. } => None,
+        Decision::Skipped { reason, .. } => skipped_wake(settings, reason).and_then(after),
         Decision::InProgress { retry_after } | Decision::NotDue { retry_after } => {
             after(*retry_after)
         }
         Decision::Buffered { .. } | Decision::TooEarly { .. } => return None,
     };
     Some(Quiet { occurrence, time })
+}
+
+/// How soon an instance whose tick skipped an occurrence for `reason` looks at it again
+/// (`None`: at the job's next occurrence, the occurrence being settled).
+fn skipped_wake(settings: &Settings, reason: &str) -> Option<Duration> {
+    let is = |skip: Skip| reason == skip.to_string();
+    // Reserved elsewhere, outcome unknown (or buffered behind a run): its reserver may vanish,
+    // so look again once its deadline has passed, when a tick takes it over.
+    if reason == RESERVED_ALREADY
+        || is(Skip::ReservedByOther)
+        || is(Skip::BufferedAlready)
+        || is(Skip::OtherBuffered)
+    {
+        return Some(settings.run_deadline());
+    }
+    // A failed attempt whose next may start in N s (`Skip::RetryWait`).
+    if let Some(wait) = reason
+        .split_once(" may start in ")
+        .and_then(|(_, rest)| rest.split_once(" s")?.0.parse::<u64>().ok())
+    {
+        return Some(Duration::from_secs(wait));
+    }
+    // A retry waiting for a resume: look again every minute.
+    if reason.starts_with("the job is paused: attempt ") {
+        return Some(Duration::from_secs(60));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -131,10 +157,7 @@ mod tests {
     }
 
     fn skipped() -> Decision {
-        Decision::Skipped {
-            reserved_by: None,
-            reason: "settled".into(),
-        }
+        Skip::SettledElsewhere.decision(None)
     }
 
     #[test]
@@ -164,9 +187,26 @@ mod tests {
         ]);
         let store = Store::default();
         let o = DAY + 3600;
-        note(&store, &s, t(o), &outcome(o, skipped()));
+        let wait = Skip::RetryWait {
+            failed: 1,
+            wait_secs: 120,
+        };
+        note(&store, &s, t(o), &outcome(o, wait.decision(None)));
         assert!(!due(&store, &s, t(o + 119)));
         assert!(due(&store, &s, t(o + 120)));
+        // Reserved elsewhere, outcome unknown: looked at again after its reserver's deadline.
+        for reserved in [
+            Skip::ReservedByOther.decision(Some("node-b".into())),
+            Skip::ReservedAlready.decision(None),
+        ] {
+            note(&store, &s, t(o), &outcome(o, reserved));
+            let deadline = s.run_deadline().as_secs();
+            assert!(!due(&store, &s, t(o + deadline - 1)));
+            assert!(due(&store, &s, t(o + deadline)));
+        }
+        // Settled elsewhere: not before the next occurrence.
+        note(&store, &s, t(o), &outcome(o, skipped()));
+        assert!(!due(&store, &s, t(o + 3000)));
         note(
             &store,
             &s,
