@@ -136,6 +136,16 @@ def check_spin_binary(data: bytes) -> tuple[str | None, bool]:
     return None, dynamic
 
 
+def job_timer_schedule(jobs: str) -> str:
+    """scheduled-job's timer schedule for the jobs table `jobs`: the trigger
+    scripts/cron_manifest.py writes for it (six NCRONTAB fields, the one place triggers are
+    derived)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import cron_manifest
+    expression, _ = cron_manifest.table_trigger((ROOT / "spin.toml").read_text(), jobs)
+    return expression
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spin", type=Path, help="the Spin CLI binary for Linux x86_64 to ship")
@@ -143,6 +153,9 @@ def main() -> int:
     parser.add_argument("--check-only", action="store_true", help="check the files, build nothing")
     parser.add_argument("--functions", type=Path, default=HERE,
                         help="check host.json and */function.json in this folder instead (for tests)")
+    parser.add_argument("--jobs", type=Path,
+                        help="scheduled-job's jobs table (TOML): its timer fires at the finest "
+                             "cadence the jobs need (scripts/cron_manifest.py derives it)")
     args = parser.parse_args()
 
     text = azure_manifest_text()
@@ -183,6 +196,13 @@ def main() -> int:
     for fj in HERE.glob("*/function.json"):
         (out / fj.parent.name).mkdir()
         shutil.copy2(fj, out / fj.parent.name / "function.json")
+    if args.jobs:
+        schedule = job_timer_schedule(args.jobs.read_text())
+        fj = out / "scheduled-job" / "function.json"
+        spec = json.loads(fj.read_text())
+        spec["bindings"][0]["schedule"] = schedule
+        fj.write_text(json.dumps(spec, indent=2) + "\n")
+        print(f"scheduled-job's timer: {schedule} (the finest cadence its jobs need)")
     for component in manifest["component"].values():
         name = Path(component["source"]).name
         shutil.copy2(ROOT / SOURCE_PREFIX / name, out / "components" / name)

@@ -18,7 +18,8 @@ Environment (stdlib only; Python 3.9 or later):
                           for the job, up to job_timeout_seconds)
   LEASEGATE_TICK_ONCE     when set, fire every tick once now and exit (a manual check)
 
-A job tick (`/api/jobs/...`) carries its scheduled time, `{"at": "..."}`, so every pod ticks the
+A job tick (`/api/jobs/...`, or `/api/jobs`: every job of a `jobs` table that is due, ticked at
+the finest cadence the jobs need, e.g. `5 /api/jobs`) carries its scheduled time, `{"at": "..."}`, so every pod ticks the
 same occurrence; the other routes take no body. One JSON line per request goes to stdout.
 Ticks run in their own threads: a long job run never delays the next leader tick. Running two
 tickers is safe (each occurrence still runs once), only wasteful.
@@ -87,7 +88,7 @@ def log(record):
 def tick(address, port, path, at, token, timeout):
     host = f"[{address}]" if ":" in address else address
     body = b""
-    if path.startswith("/api/jobs/"):
+    if path == "/api/jobs" or path.startswith("/api/jobs/"):
         body = json.dumps({"at": datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}).encode()
     request = urllib.request.Request(
         f"http://{host}:{port}{path}", data=body, method="POST",

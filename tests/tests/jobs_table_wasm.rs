@@ -50,8 +50,10 @@ fn jobs() -> Vec<Job> {
 
 fn deploy(instance: &str, manifest: Manifest, container: Option<&leasegate::ContainerName>) -> App {
     let cron = if manifest == Manifest::Cron {
-        // What cron_manifest.py derives for this table: every 5 s covers every job.
-        vec![("scheduled-job", "*/5 * * * * *")]
+        vec![(
+            "scheduled-job",
+            &*Box::leak(table_trigger(JOBS).into_boxed_str()),
+        )]
     } else {
         Vec::new()
     };
@@ -65,6 +67,88 @@ fn deploy(instance: &str, manifest: Manifest, container: Option<&leasegate::Cont
             ..Setup::default()
         },
     )
+}
+
+/// The cron trigger `scripts/cron_manifest.py --jobs` writes for scheduled-job with `jobs`.
+fn table_trigger(jobs: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("jobs-table-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("a scratch folder");
+    let file = dir.join("jobs.toml");
+    std::fs::write(&file, jobs).expect("write jobs.toml");
+    let out = std::process::Command::new("python3")
+        .arg(leasegate_tests::app::root().join("scripts/cron_manifest.py"))
+        .arg("--jobs")
+        .arg(&file)
+        .args(["-o", "-"])
+        .output()
+        .expect("run python3");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: toml::Table = String::from_utf8_lossy(&out.stdout)
+        .parse()
+        .expect("the manifest parses");
+    manifest["trigger"]["cron"]
+        .as_array()
+        .expect("cron triggers")
+        .iter()
+        .find(|t| t["component"].as_str() == Some("scheduled-job"))
+        .and_then(|t| t["cron_expression"].as_str())
+        .expect("scheduled-job's trigger")
+        .to_string()
+}
+
+/// The finest cadence a table's jobs need: a superset of every job's occurrences (zoned
+/// calendar jobs every minute, intervals every gcd(period, 60) s from their offset).
+#[test]
+fn cron_manifest_writes_the_finest_cadence_the_table_needs() {
+    assert_eq!(table_trigger(JOBS), "*/5 * * * * *");
+    let two = "[invoice-export]\nschedule = \"30 6 * * MON-FRI\"\ntime_zone = \"Europe/Berlin\"\n\
+               [fast-sync]\nschedule = \"*/10 * * * * *\"\n[p90]\nperiod_seconds = 90\n";
+    assert_eq!(table_trigger(two), "*/10 * * * * *");
+    let utc = "[a]\nschedule = \"0 30 6 * * *\"\n[b]\nschedule = \"15 */20 * * * *\"\n";
+    assert_eq!(table_trigger(utc), "0,15 0,20,30,40 * * * *");
+    let interval = "[p90]\nperiod_seconds = 90\noffset_seconds = 7\n";
+    assert_eq!(table_trigger(interval), "7,37 * * * * *");
+}
+
+/// The Azure Functions package's one timer ticks every job: `assemble.py --jobs` gives it the
+/// trigger cron_manifest.py derives (NCRONTAB has the same six fields).
+#[test]
+fn the_azure_functions_timer_fires_at_the_tables_cadence() {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys; sys.path.insert(0, 'deploy/azure-functions'); import assemble; \
+             print(assemble.job_timer_schedule(sys.stdin.read()))",
+        ])
+        .current_dir(leasegate_tests::app::root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(JOBS.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        table_trigger(JOBS)
+    );
 }
 
 fn millis_now() -> u64 {
