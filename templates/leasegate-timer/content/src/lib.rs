@@ -16,6 +16,9 @@
 //! `already_run`, naming who reserved it (`leasegate_spin::occurrence::once_per_occurrence`).
 //! At most once: a work that fails is not run again for that occurrence (for retries and
 //! catch-up, use leasegate's scheduled-job function). Needs a unique `instance_id` per deployment.
+//! Work that is only a POST to a URL on a schedule needs no code: scheduled-job's `jobs` table
+//! runs many such jobs in one component (leasegate's docs/many-jobs.md); write a function like
+//! this one when the work needs code, secrets of its own, or a rule of its own.
 {%- endif %}
 //!
 //! A tick comes from Spin's cron trigger (`spin-cron.toml`), from any HTTP scheduler (`POST
