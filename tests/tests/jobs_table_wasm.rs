@@ -327,6 +327,46 @@ fn an_unknown_or_broken_job_is_named_and_the_others_answer() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["schedule"], "*/5 * * * * *");
 
+    // `leasegate status` lists every job of the container, each with its next runs from the
+    // app (`--app`).
+    let a = call(
+        "POST",
+        &app.url("/api/jobs/fast-sync/tick"),
+        &[TIMER_AUTH],
+        b"",
+    );
+    assert!([200, 409].contains(&a.status), "{}", a.text);
+    let out = std::process::Command::new(leasegate_tests::app::cli_binary())
+        .args(["status", "--json", "--container", app.container.as_str()])
+        .args(["--app", &app.url("")])
+        .env(
+            "LEASEGATE_CONNECTION_STRING",
+            leasegate_tests::Azurite::shared().connection_string(),
+        )
+        .env_remove("LEASEGATE_BLOB_ENDPOINT")
+        .env("LEASEGATE_TIMER_TOKEN", leasegate_tests::app::TIMER_TOKEN)
+        .output()
+        .expect("run the CLI");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let overview: Value = serde_json::from_str(&text).expect("--json");
+    let listed: BTreeMap<&str, &Value> = overview["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| (j["job"].as_str().unwrap_or(""), j))
+        .collect();
+    for job in ["every-fifteen", "fast-sync"] {
+        let j = listed
+            .get(job)
+            .unwrap_or_else(|| panic!("{job}: {overview}"));
+        assert!(j["next"][0]["utc"].is_string(), "{job}'s next runs: {j}");
+    }
+
     // A tick of every job naming a time far from the instance's clock is refused.
     let (status, v) = tick_all(&app, unix_now() - 3600);
     assert_eq!(status, 400, "{v}");
