@@ -1,6 +1,7 @@
 //! Every job of the component at once: one trigger's tick of the due jobs (the cron trigger,
 //! an Azure Functions timer, `POST /api/jobs`), and the listing `GET /api/jobs`.
 
+use futures::StreamExt;
 use leasegate::{StatusCode, Transport};
 use leasegate_spin::timer::Tick;
 use leasegate_spin::web::rfc3339;
@@ -14,7 +15,8 @@ use crate::run::{self, Ask};
 use crate::settings::Settings;
 use crate::table::{Job, Jobs};
 
-/// One trigger's tick of every job of the `jobs` table that is due, side by side: each job's
+/// One trigger's tick of every job of the `jobs` table that is due, side by side (up to
+/// `max_in_flight` at once): each job's
 /// answer as [`describe`] gives it, under `ticks`; a job not due is only named (`notDue`, no
 /// storage request), a job whose table is wrong answers `not_configured`. The status is the
 /// first failing job's, else 200.
@@ -34,8 +36,15 @@ pub(crate) async fn tick_all<T: Transport>(
             Err(e) => broken.push(not_configured(job, &e.0)),
         }
     }
-    let ticks =
-        futures::future::join_all(due_jobs.iter().map(|s| one(ctx, s, tick, started))).await;
+    // At most `max_in_flight` jobs at once (the app's, every job's storage settings are one).
+    let side_by_side = due_jobs
+        .first()
+        .map_or(1, |s| s.storage.max_in_flight.max(1));
+    let ticks: Vec<(StatusCode, Value)> =
+        futures::stream::iter(due_jobs.iter().map(|s| one(ctx, s, tick, started)))
+            .buffered(side_by_side)
+            .collect()
+            .await;
     let mut status = StatusCode::OK;
     let mut answers = Vec::new();
     for (s, v) in ticks.into_iter().chain(broken) {
