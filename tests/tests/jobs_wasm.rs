@@ -708,7 +708,15 @@ fn bad_input_to_the_timer_routes_gets_clear_4xx_errors() {
         bad("POST", &tick, &[], b"", 401),
         bad("POST", &tick, &[("authorization", "Bearer nope")], b"", 401),
         bad("GET", &log, &[gate_token], b"", 401),
-        bad("GET", "/api/jobs/", &[TIMER_AUTH], b"", 400),
+        // `GET /api/jobs` lists the jobs (issue 50); a tick of every job naming a time far
+        // from the instance's clock is refused.
+        bad(
+            "POST",
+            "/api/jobs",
+            &[TIMER_AUTH, json_ct],
+            br#"{"at": "2001-01-01T00:00:00Z"}"#,
+            400,
+        ),
         bad("GET", "/api/jobs/Bad_Name", &[TIMER_AUTH], b"", 400),
         bad("GET", "/api/jobs/other-job", &[TIMER_AUTH], b"", 404),
         bad("PUT", &log, &[TIMER_AUTH], b"", 405),
