@@ -130,10 +130,22 @@ pub(crate) fn list(jobs: &Jobs, now: SystemTime) -> Value {
     json!({ "table": jobs.table, "jobs": listed })
 }
 
-/// The path of the job's URL (its origin is deployment detail).
+/// The path of the job's URL, without its origin (deployment detail) or its query (a
+/// function key, `?code=...`, is a credential).
 fn url_path(url: &str) -> &str {
+    let url = &url[..url.find(['?', '#']).unwrap_or(url.len())];
     let after_scheme = url.find("://").map_or(0, |i| i + 3);
     url[after_scheme..]
         .find('/')
         .map_or("/", |i| &url[after_scheme + i..])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_listed_path_carries_no_query() {
+        assert_eq!(super::url_path("https://h.example/run?code=S3cret"), "/run");
+        assert_eq!(super::url_path("https://h.example?code=S3cret"), "/");
+        assert_eq!(super::url_path("http://127.0.0.1:3001/job"), "/job");
+    }
 }
