@@ -206,6 +206,11 @@ impl Overlay<'_> {
             .cloned()
             .or_else(|| config::var(self.base, "job_origin"))
             .or(url_origin)?;
+        // The app's URL's query (a function key, `?code=...`) never goes to another origin.
+        let url_path = match self.keys.contains_key("origin") {
+            true => url_path.map(|p| p[..p.find(['?', '#']).unwrap_or(p.len())].to_string()),
+            false => url_path,
+        };
         let path = path
             .cloned()
             .or_else(|| config::var(self.base, "job_path"))
@@ -408,6 +413,17 @@ retries = 2
                 .clone()
         };
         assert_eq!(url("a"), "http://127.0.0.1:4000/old");
+        // The app's URL's query (a credential) does not follow a job to another origin.
+        let mut v = vars(&[("job_url", "https://f.example/api/run?code=S3cret")]);
+        v.remove("job_origin");
+        v.remove("job_path");
+        v.insert(
+            "jobs".into(),
+            "[a]\norigin = \"https://elsewhere.example\"\n".into(),
+        );
+        let moved = Jobs::load(&v).unwrap();
+        let a = &moved.jobs[0].settings.as_ref().unwrap().job_url;
+        assert_eq!(a, "https://elsewhere.example/api/run");
         assert_eq!(url("b"), "http://127.0.0.1:9/b");
         let e = jobs.get("c").unwrap().settings.as_ref().unwrap_err();
         assert!(e.0.ends_with("key path must start with /"), "{e}");
