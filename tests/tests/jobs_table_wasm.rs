@@ -400,3 +400,116 @@ fn a_table_that_is_not_toml_stops_every_job_with_a_clear_answer() {
         "{v}"
     );
 }
+
+/// Two jobs on the same 5 s schedule, each with a tick tolerance of 1 s, and the app's
+/// `max_in_flight` of 1: a tick of every job runs them one after the other.
+const QUEUED: &str = r#"
+[a-export]
+schedule = "*/5 * * * * *"
+path = "/export"
+early_seconds = 1
+
+[b-report]
+schedule = "*/5 * * * * *"
+path = "/report"
+early_seconds = 1
+"#;
+
+fn deploy_queued(instance: &str) -> App {
+    App::start_with(
+        "jobs-queued",
+        &[
+            ("instance_id", instance),
+            ("jobs", QUEUED),
+            ("max_in_flight", "1"),
+        ],
+        Setup {
+            manifest: Manifest::Http,
+            ..Setup::default()
+        },
+    )
+}
+
+/// Sleeps until `ms` past a multiple of 5 s; the Unix second then.
+fn at_five_plus(ms: u64) -> u64 {
+    let target = (millis_now() / 5000 + 1) * 5000 + ms;
+    while millis_now() < target {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    target / 1000
+}
+
+/// An HTTP scheduler whose clock runs 3 s fast names a time 3 s ahead, 2 s before an
+/// occurrence: a tick of every job ticks each job for the occurrence due now by the
+/// component's clock (as a tick of that job alone with the tick token), never runs one early
+/// nor answers `too_early`.
+#[test]
+fn a_tick_of_every_job_from_a_fast_clock_runs_nothing_early() {
+    let app = deploy_queued("node-a");
+    let now = at_five_plus(3100); // 2 s before the next occurrence
+    let (status, v) = tick_all(&app, now + 3);
+    assert_eq!(status, 200, "{v}");
+    let ticks = v["ticks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(ticks.len(), 2, "{v}");
+    for t in &ticks {
+        assert_eq!(
+            t["occurrence"],
+            leasegate_tests::rfc3339_secs(now - 3),
+            "the one due now: {t}"
+        );
+        assert_ne!(t["decision"], "too_early", "{t}");
+    }
+    let early: Vec<_> = app
+        .sink
+        .received()
+        .into_iter()
+        .filter(|r| r.body["occurrenceUnix"].as_u64() > Some(now))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "an occurrence ran early: {:?}",
+        early[0].body
+    );
+}
+
+/// A job queued behind a long one starts after its tolerance: it runs (`job_catch_up`
+/// latest), and its run says it started late (`pastDue`), by the clock when it started, not
+/// when the invocation did.
+#[test]
+fn a_job_queued_behind_a_long_one_is_late_by_its_own_start() {
+    let app = deploy_queued("node-a");
+    // The jobs' first occurrences, on time: their history begins.
+    let first = at_five_plus(100);
+    let (status, v) = tick_all(&app, first);
+    assert_eq!(status, 200, "{v}");
+    app.sink.wait_for(2, Duration::from_secs(10));
+    // Then the webhook of each takes 3 s.
+    app.sink.behave(leasegate_tests::sink::Behaviour::Late(
+        Duration::from_secs(3),
+        204,
+    ));
+    let now = at_five_plus(100);
+    let (status, v) = tick_all(&app, now);
+    assert_eq!(status, 200, "{v}");
+    let calls: Vec<_> = app
+        .sink
+        .wait_for(4, Duration::from_secs(10))
+        .into_iter()
+        .filter(|r| r.body["occurrenceUnix"] == now)
+        .collect();
+    let by_job = |job: &str| {
+        calls
+            .iter()
+            .find(|r| r.body["job"] == job)
+            .unwrap_or_else(|| panic!("{job} ran: {v}"))
+            .body
+            .clone()
+    };
+    assert_eq!(by_job("a-export")["pastDue"], false, "on time");
+    assert_eq!(
+        by_job("b-report")["pastDue"],
+        true,
+        "3 s after its occurrence"
+    );
+    assert_eq!(by_job("b-report")["occurrenceUnix"], now);
+}

@@ -10,26 +10,41 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
 use crate::attempt::skip::Skip;
-use crate::run::{Decision, TickOutcome, RESERVED_ALREADY};
+use crate::run::{Decision, TickOutcome};
 use crate::settings::Settings;
 use crate::unix;
 
 /// Until when a job needs no tick on this instance: ticks are skipped until the trigger names
 /// `occurrence` (the job's next one) or, when set, until this instance's clock reaches `time`.
+/// `written`: this instance's clock when it wrote the note; a trigger naming a time before it
+/// (the clock was set back) ticks the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Quiet {
     occurrence: u64,
     time: Option<u64>,
+    written: u64,
 }
 
-/// The note's key: the instance, the job and its schedule (a changed schedule starts afresh).
+/// The note's key: the instance, the job and every setting a tick's outcome depends on (a job
+/// whose settings change starts afresh: a shorter retry delay, another schedule or URL, a
+/// retry more are looked at on the next trigger, not after the old note's wait).
 fn key(settings: &Settings) -> String {
     let name = format!(
-        "{}\n{}\n{}\n{}",
+        "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{:?}",
         settings.instance_id,
         settings.job,
         settings.schedule.expression(),
-        settings.schedule.zone()
+        settings.schedule.zone(),
+        settings.period.as_secs(),
+        settings.early.as_millis(),
+        settings.catch_up.as_str(),
+        settings.catch_up_window.as_secs(),
+        settings.overlap.as_str(),
+        settings.retries,
+        settings.retry_delay.as_secs(),
+        settings.timeout.as_secs(),
+        settings.job_url,
+        settings.lease_term,
     );
     cache::Scope::of(&settings.storage).quiet_job_key(&name)
 }
@@ -43,7 +58,9 @@ pub(crate) fn due(cache: &dyn Cache, settings: &Settings, at: SystemTime) -> boo
         return true;
     };
     let named = settings.occurrence_at(at).unwrap_or(0);
-    named >= quiet.occurrence || quiet.time.is_some_and(|t| unix(at) >= t)
+    unix(at) < quiet.written
+        || named >= quiet.occurrence
+        || quiet.time.is_some_and(|t| unix(at) >= t)
 }
 
 /// Notes after a tick at `now` until when the job needs no other (best effort).
@@ -86,35 +103,46 @@ fn quiet(settings: &Settings, now: SystemTime, outcome: &TickOutcome) -> Option<
         }
         Decision::Buffered { .. } | Decision::TooEarly { .. } => return None,
     };
-    Some(Quiet { occurrence, time })
+    Some(Quiet {
+        occurrence,
+        time,
+        written: unix(now),
+    })
 }
 
 /// How soon an instance whose tick skipped an occurrence for `reason` looks at it again
 /// (`None`: at the job's next occurrence, the occurrence being settled).
-fn skipped_wake(settings: &Settings, reason: &str) -> Option<Duration> {
-    let is = |skip: Skip| reason == skip.to_string();
-    // Reserved elsewhere, outcome unknown (or buffered behind a run): its reserver may vanish,
-    // so look again once its deadline has passed, when a tick takes it over.
-    if reason == RESERVED_ALREADY
-        || is(Skip::ReservedByOther)
-        || is(Skip::BufferedAlready)
-        || is(Skip::OtherBuffered)
-    {
-        return Some(settings.run_deadline());
+fn skipped_wake(settings: &Settings, reason: &Skip) -> Option<Duration> {
+    match reason {
+        // Reserved elsewhere, outcome unknown (or buffered behind a run): its reserver may
+        // vanish, so look again once its deadline has passed, when a tick takes it over.
+        Skip::ReservedAlready
+        | Skip::ReservedByOther
+        | Skip::BufferedAlready
+        | Skip::OtherBuffered => Some(settings.run_deadline()),
+        // A failed attempt whose next may start in `wait_secs`.
+        Skip::RetryWait { wait_secs, .. } => Some(Duration::from_secs(*wait_secs)),
+        // A retry waiting for a resume: the resume is another instance's request, so this one
+        // looks again every minute (a tick that finds the job paused costs one read).
+        Skip::PausedRetry { .. } => Some(PAUSED_RETRY_LOOK),
+        Skip::RunNowTaken
+        | Skip::FinishedInLog
+        | Skip::SettledElsewhere
+        | Skip::Logged(_)
+        | Skip::MissedByDeadline
+        | Skip::BeforeHistoryRecorded
+        | Skip::SettledHere(_)
+        | Skip::SettledLate(_)
+        | Skip::SettledByTick(_)
+        | Skip::MissedInLog
+        | Skip::Paused
+        | Skip::BeforeHistory { .. }
+        | Skip::FinishedMeanwhile(_) => None,
     }
-    // A failed attempt whose next may start in N s (`Skip::RetryWait`).
-    if let Some(wait) = reason
-        .split_once(" may start in ")
-        .and_then(|(_, rest)| rest.split_once(" s")?.0.parse::<u64>().ok())
-    {
-        return Some(Duration::from_secs(wait));
-    }
-    // A retry waiting for a resume: look again every minute.
-    if reason.starts_with("the job is paused: attempt ") {
-        return Some(Duration::from_secs(60));
-    }
-    None
 }
+
+/// How often an instance looks again at a retry that waits for a resume.
+const PAUSED_RETRY_LOOK: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
 mod tests {
@@ -243,5 +271,57 @@ mod tests {
         // An unreadable note ticks.
         store.set(&key(&s), b"garbage").unwrap();
         assert!(due(&store, &s, t(o + 60)));
+    }
+
+    #[test]
+    fn a_clock_set_back_behind_the_note_ticks_the_job() {
+        let s = settings_with(&[("job_schedule", "0 * * * *"), ("job_retries", "1")]);
+        let store = Store::default();
+        let o = DAY + 3600;
+        let wait = Skip::RetryWait {
+            failed: 1,
+            wait_secs: 300,
+        };
+        note(&store, &s, t(o + 60), &outcome(o, wait.decision(None)));
+        assert!(!due(&store, &s, t(o + 120)), "the retry's wait");
+        // This instance's clock goes back 40 s (NTP stepped it): its note cannot be trusted.
+        assert!(due(&store, &s, t(o + 20)));
+    }
+
+    #[test]
+    fn a_job_whose_settings_change_is_looked_at_afresh() {
+        let before = settings_with(&[
+            ("job_schedule", "0 * * * *"),
+            ("job_retries", "1"),
+            ("job_retry_delay_seconds", "600"),
+        ]);
+        let store = Store::default();
+        let o = DAY + 3600;
+        let wait = Skip::RetryWait {
+            failed: 1,
+            wait_secs: 600,
+        };
+        note(&store, &before, t(o), &outcome(o, wait.decision(None)));
+        assert!(!due(&store, &before, t(o + 60)));
+        // The user shortens the retry delay, adds a retry, moves the job: the next trigger
+        // ticks it rather than waiting out the old note.
+        for changed in [
+            vec![("job_retry_delay_seconds", "30")],
+            vec![("job_retries", "2")],
+            vec![("job_url", "http://127.0.0.1:3001/elsewhere")],
+            vec![("job_timeout_seconds", "5")],
+        ] {
+            let mut vars = vec![
+                ("job_schedule", "0 * * * *"),
+                ("job_retries", "1"),
+                ("job_retry_delay_seconds", "600"),
+            ];
+            for (k, v) in &changed {
+                vars.retain(|(name, _)| name != k);
+                vars.push((k, v));
+            }
+            let after = settings_with(&vars);
+            assert!(due(&store, &after, t(o + 60)), "{changed:?}");
+        }
     }
 }

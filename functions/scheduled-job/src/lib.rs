@@ -48,6 +48,7 @@ mod settings;
 mod table;
 mod walk;
 
+pub use attempt::skip::Skip;
 pub use error::JobError;
 pub use http::describe;
 pub use log::{read_log, Counters, Log, LogEntry};
@@ -122,7 +123,7 @@ impl TimerFunction for ScheduledJob {
                 let outcome = run::tick(ctx, settings, tick, Ask::default()).await;
                 describe(settings, tick, &outcome, started)
             }
-            None => many::tick_all(ctx, jobs, tick, started).await,
+            None => many::tick_all(ctx, jobs, tick, &|_| tick.at, started).await,
         }
     }
 

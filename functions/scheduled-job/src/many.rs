@@ -16,7 +16,8 @@ use crate::settings::Settings;
 use crate::table::{Job, Jobs};
 
 /// One trigger's tick of every job of the `jobs` table that is due, side by side (up to
-/// `max_in_flight` at once): each job's
+/// `max_in_flight` at once), each at the time `at_of` gives for it (the trigger's, or the one
+/// an HTTP tick names mapped to the job's occurrence due now): each job's
 /// answer as [`describe`] gives it, under `ticks`; a job not due is only named (`notDue`, no
 /// storage request), a job whose table is wrong answers `not_configured`. The status is the
 /// first failing job's, else 200.
@@ -24,6 +25,7 @@ pub(crate) async fn tick_all<T: Transport>(
     ctx: &Context<'_, T>,
     jobs: &Jobs,
     tick: &Tick,
+    at_of: &dyn Fn(&Settings) -> SystemTime,
     started: Instant,
 ) -> (StatusCode, Value) {
     let mut not_due = Vec::new();
@@ -31,7 +33,13 @@ pub(crate) async fn tick_all<T: Transport>(
     let mut broken = Vec::new();
     for job in &jobs.jobs {
         match &job.settings {
-            Ok(s) if due::due(ctx.cache, s, tick.at) => due_jobs.push(s),
+            Ok(s) if due::due(ctx.cache, s, at_of(s)) => due_jobs.push((
+                s,
+                Tick {
+                    at: at_of(s),
+                    ..*tick
+                },
+            )),
             Ok(s) => not_due.push(s.job.clone()),
             Err(e) => broken.push(not_configured(job, &e.0)),
         }
@@ -39,9 +47,9 @@ pub(crate) async fn tick_all<T: Transport>(
     // At most `max_in_flight` jobs at once (the app's, every job's storage settings are one).
     let side_by_side = due_jobs
         .first()
-        .map_or(1, |s| s.storage.max_in_flight.max(1));
+        .map_or(1, |(s, _)| s.storage.max_in_flight.max(1));
     let ticks: Vec<(StatusCode, Value)> =
-        futures::stream::iter(due_jobs.iter().map(|s| one(ctx, s, tick, started)))
+        futures::stream::iter(due_jobs.iter().map(|(s, t)| one(ctx, s, t, started)))
             .buffered(side_by_side)
             .collect()
             .await;
@@ -77,16 +85,29 @@ pub(crate) async fn tick_all<T: Transport>(
     (status, v)
 }
 
-/// One due job's tick, and its note of when it needs the next.
+/// One due job's tick, and its note of when it needs the next. A job queued behind others
+/// starts after the invocation did: its lateness and its note go by the clock when it starts
+/// (the transport's, which dates its storage requests).
 async fn one<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     tick: &Tick,
     started: Instant,
 ) -> (StatusCode, Value) {
+    let now = (ctx.connect)(settings.storage.timeout)
+        .now()
+        .unwrap_or(ctx.now);
+    let ctx = &Context { now, ..*ctx };
     let outcome = run::tick(ctx, settings, tick, Ask::default()).await;
     due::note(ctx.cache, settings, ctx.now, &outcome);
     describe(settings, tick, &outcome, started)
+}
+
+/// The time an HTTP tick of every job naming `at` ticks a job for, by this instance's clock
+/// `now`: the occurrence `at` names when it is within the job's tick tolerance of `now` (as a
+/// tick of that job alone with the tick token), else `now` (the one due now).
+pub(crate) fn job_time(settings: &Settings, at: SystemTime, now: SystemTime) -> SystemTime {
+    settings.due_now(at, now).unwrap_or(now)
 }
 
 /// A job whose table cannot be used: `not_configured`, naming the job, the key and the field.
@@ -142,6 +163,28 @@ fn url_path(url: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+    use crate::at;
+    use crate::settings::tests::settings_with;
+
+    /// A tick of every job naming a time 8 s ahead of this instance's clock, 5 s before a
+    /// minute: a job whose tolerance is 1 s is ticked for the occurrence due now, not the one
+    /// 5 s ahead (which storage would refuse as too early, or run early); a job whose
+    /// tolerance is 10 s for the named one, as a tick of it alone with the tick token.
+    #[test]
+    fn a_time_ahead_of_a_jobs_tolerance_ticks_the_one_due_now() {
+        let tight = settings_with(&[("job_schedule", "* * * * *"), ("job_early_seconds", "1")]);
+        let loose = settings_with(&[("job_schedule", "* * * * *")]);
+        let minute = 1_796_083_200; // 2026-12-01T00:00:00Z
+        let now = minute - 5;
+        let ticked = |s| s_occurrence(s, super::job_time(s, at(now + 8), at(now)));
+        assert_eq!(ticked(&tight), minute - 60);
+        assert_eq!(ticked(&loose), minute);
+    }
+
+    fn s_occurrence(s: &crate::settings::Settings, t: std::time::SystemTime) -> u64 {
+        s.occurrence_at(t).unwrap_or(0)
+    }
+
     #[test]
     fn the_listed_path_carries_no_query() {
         assert_eq!(super::url_path("https://h.example/run?code=S3cret"), "/run");

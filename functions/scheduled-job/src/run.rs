@@ -43,8 +43,8 @@ pub enum Decision {
     Skipped {
         /// Who reserved it, as its reservation says.
         reserved_by: Option<String>,
-        /// Why.
-        reason: String,
+        /// Why (its `Display` is the reason answers and logs give).
+        reason: Skip,
     },
     /// This instance reserved it, but a previous run still holds the job's lease.
     Overlapped {

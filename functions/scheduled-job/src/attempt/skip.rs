@@ -8,7 +8,7 @@ use crate::run::{RESERVED_ALREADY, RUN_NOW_TAKEN};
 
 /// Why an occurrence was skipped.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Skip {
+pub enum Skip {
     /// A run now found its second taken.
     RunNowTaken,
     /// The create of the reservation was refused and the reservation not read.
@@ -18,7 +18,12 @@ pub(crate) enum Skip {
     /// Another instance reserved it.
     ReservedByOther,
     /// An attempt failed; the next may start in `wait_secs`.
-    RetryWait { failed: u32, wait_secs: u64 },
+    RetryWait {
+        /// The attempt that failed.
+        failed: u32,
+        /// Seconds until the next may start.
+        wait_secs: u64,
+    },
     /// Settled by another tick (a vanished runner's outcome was written elsewhere).
     SettledElsewhere,
     /// Settled by this tick: the reason its log entry gives.
@@ -34,7 +39,12 @@ pub(crate) enum Skip {
     /// Buffered already (`job_overlap = buffer_one`).
     BufferedAlready,
     /// Paused: a retry waits for a resume.
-    PausedRetry { attempt: u32, job: String },
+    PausedRetry {
+        /// The attempt that waits.
+        attempt: u32,
+        /// The job's name.
+        job: String,
+    },
     /// The commit found it settled by another tick.
     SettledByTick(RunStatus),
     /// The log recorded it missed.
@@ -44,7 +54,12 @@ pub(crate) enum Skip {
     /// The job is paused.
     Paused,
     /// Due before the job's history began (`from`: the history's start, RFC 3339).
-    BeforeHistory { from: String, job: String },
+    BeforeHistory {
+        /// The history's start (RFC 3339).
+        from: String,
+        /// The job's name.
+        job: String,
+    },
     /// Another tick settled this attempt while this one was at work.
     FinishedMeanwhile(RunStatus),
 }
@@ -110,7 +125,7 @@ impl Skip {
     pub(crate) fn decision(self, reserved_by: Option<String>) -> crate::run::Decision {
         crate::run::Decision::Skipped {
             reserved_by,
-            reason: self.to_string(),
+            reason: self,
         }
     }
 }

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::{Instant, SystemTime};
 
+use crate::attempt::skip::Skip;
 use crate::backfill::{backfill, BackfillAsk, BACKFILL_LOOK};
 use crate::log::{change_log, read_log, Log, LogWrite, Paused};
 use crate::many;
@@ -83,7 +84,7 @@ pub fn describe(
                     reason,
                 } => {
                     v["reservedBy"] = json!(reserved_by);
-                    v["reason"] = json!(reason);
+                    v["reason"] = json!(reason.to_string());
                     StatusCode::OK
                 }
                 Decision::InProgress { retry_after } => {
@@ -362,7 +363,7 @@ async fn serve<T: Transport>(
         Some("run") => {
             let outcome = run_now(ctx, settings).await;
             if let Ok(Decision::Skipped { reason, .. }) = &outcome.decision {
-                if reason == RUN_NOW_TAKEN {
+                if *reason == Skip::RunNowTaken {
                     let mut r =
                         web::error(StatusCode::CONFLICT, "occurrence_exists", RUN_NOW_TAKEN);
                     r.headers_mut().insert("retry-after", "1");
@@ -415,7 +416,10 @@ async fn serve<T: Transport>(
 
 /// `GET /api/jobs`: the jobs and their next occurrences; `POST /api/jobs`: a tick of every
 /// job that is due (an HTTP scheduler's, SpinKube's ticker's), for the time in an optional
-/// body `{"at": ...}` within 10 s of this instance's clock (else now).
+/// body `{"at": ...}` within 10 s of this instance's clock (else now). Each job is ticked for
+/// the occurrence that time names when it is within the job's tick tolerance of this
+/// instance's clock (as `POST /api/jobs/{job}/tick` with the tick token), else for the one due
+/// now by this instance's clock: a tick of every job never runs one early.
 async fn every_job<T: Transport>(
     ctx: &Context<'_, T>,
     request: &Request,
@@ -461,7 +465,9 @@ async fn every_job<T: Transport>(
         source: Source::Http,
         past_due: false,
     };
-    let (status, v) = many::tick_all(ctx, &jobs, &tick, started).await;
+    let now = ctx.now;
+    let at_of = |s: &Settings| many::job_time(s, at_time, now);
+    let (status, v) = many::tick_all(ctx, &jobs, &tick, &at_of, started).await;
     ScheduledJob::log(&v);
     web::json(status, &v)
 }
