@@ -64,7 +64,8 @@ impl Jobs {
         config::storage(vars)?;
         let parsed: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             let line = e.span().map_or(1, |s| {
-                text[..s.start.min(text.len())].lines().count().max(1)
+                let before = text.get(..s.start).unwrap_or(&text);
+                before.lines().count().max(1)
             });
             ConfigError(format!(
                 "variable jobs is not TOML (one table per job, `[name]` then its keys): line \
@@ -365,6 +366,10 @@ retries = 2
         for (text, says) in [
             ("[a\nretries = 1", "variable jobs is not TOML"),
             ("# nothing yet\n", "variable jobs names no job"),
+            (
+                "[\"rapport-été\"]\npath = \"/été\"\nschedule = \"ü ü",
+                "variable jobs is not TOML (one table per job, `[name]` then its keys): line 3",
+            ),
         ] {
             let e = Jobs::load(&vars(&[("jobs", text)])).unwrap_err().0;
             assert!(e.starts_with(says), "{text:?}: {e}");
