@@ -649,7 +649,7 @@ impl App {
             ("init_origin".into(), webhook.origin()),
             ("storage_timeout_ms".into(), "3000".into()),
             // The TTL tests written before index tags mark blobs with metadata only, as an
-            // older version did: they sweep by listing. The tag tests (ttl_tags_wasm.rs) set
+            // older version did: they sweep by listing. The tag tests (ttl_sweeper/tags_wasm.rs) set
             // `tags`, the default of the manifests.
             ("ttl_find".into(), "list".into()),
         ]);

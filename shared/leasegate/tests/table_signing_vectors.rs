@@ -6,7 +6,7 @@
 //! expected strings were written from the spec ("Authorize with Shared Key", Table service:
 //! `VERB\nContent-MD5\nContent-Type\nDate\nCanonicalizedResource`, the resource keeping only
 //! `?comp=`) and the signatures computed by an independent HMAC (Python's `hmac`), not by
-//! this crate. `tests/tests/table_ops.rs` sends two of them, as recorded, to Azurite's table
+//! this crate. `tests/tests/core/table_ops.rs` sends two of them, as recorded, to Azurite's table
 //! emulator.
 
 use std::fs;

@@ -24,7 +24,7 @@
 //! * **storage restarted** twice (`--restarts`), evenly spread: Azurite is stopped, kept down
 //!   for 10 s (`--outage`), and started again on its port with its data (it saves on SIGTERM:
 //!   nothing it acknowledged is lost, as in an Azure failover). Azurite 3.35 loses its native
-//!   blob leases over a restart (`tests/tests/azurite_restart.rs`), which Azure never does, so
+//!   blob leases over a restart (`tests/tests/core/azurite_restart.rs`), which Azure never does, so
 //!   every window here is a lease record (not 15-60 s), and the job's lease term is too (job
 //!   timeout 40 s: a 62 s term).
 //!

@@ -965,7 +965,7 @@ fn format_characters_stay_out_of_keys_and_ids() {
 }
 
 /// 25.8: the `lock_unusable` answer names the lock as the CLI takes it, and a command that
-/// works (`tests/tests/cli_locks.rs` runs it).
+/// works (`tests/tests/cli/locks.rs` runs it).
 #[test]
 fn lock_unusable_names_a_working_command() {
     let app = App::start("unusable", &[]);

@@ -1,6 +1,6 @@
 //! The core's fenced writes (`leasegate::fence`) against a real Azurite (blob and table
 //! emulators from the pinned package): a stale holder's write is refused by storage itself,
-//! read back from storage. Under the real Spin, `ledger_wasm.rs` freezes a holder.
+//! read back from storage. Under the real Spin, `toolkit/ledger_wasm.rs` freezes a holder.
 
 use std::time::SystemTime;
 

@@ -1,5 +1,5 @@
 //! ttl-sweeper with `ttl_find = tags` (opt-in; the default, `both`, finds the same way between
-//! its listings: `ttl_defaults_wasm.rs`), as the release `.wasm` under the real `spin up`, against Azurite through the fault proxy: marking writes the expiry tag beside
+//! its listings: `ttl_sweeper/defaults_wasm.rs`), as the release `.wasm` under the real `spin up`, against Azurite through the fault proxy: marking writes the expiry tag beside
 //! `TimeToLive`; a tick finds due blobs with Find Blobs by Tags and deletes only what it found
 //! (a rewrite and a re-mark racing the sweep, each held at the proxy, are left alone); blobs
 //! marked the old way are found only after `POST /api/sweeper/migrate`, which is resumable and

@@ -15,9 +15,7 @@ use leasegate_tests::sink::Behaviour;
 use leasegate_tests::{wait_for, Azurite};
 use serde_json::{json, Value};
 
-#[path = "support/door.rs"]
-mod door;
-use door::Door;
+use crate::door::Door;
 
 fn reading(device: &str, temperature: f64) -> Value {
     json!({ "deviceId": device, "temperature": temperature })
@@ -129,7 +127,7 @@ fn window_longer_than_sixty_seconds_uses_the_etag_lease() {
 
 #[test]
 fn batch_of_100_readings_over_50_devices() {
-    // Storage's costs, without the gate cache (tests/tests/cache_wasm.rs has the cached ones).
+    // Storage's costs, without the gate cache (tests/tests/device_alerts/cache_wasm.rs has the cached ones).
     let app = App::start(
         "batch",
         &[("alert_window_seconds", "60"), ("kv_cache", "off")],
@@ -897,7 +895,7 @@ fn unlisted_devices_cost_nothing() {
         .all(|s| !s.path().contains("pump-8") && !s.path().contains("invented")));
     assert_eq!(app.sink.received().len(), 2);
     // What a new device costs (docs/functions.md): 3 storage requests (4 when the grant lands
-    // in a later second than the HEAD; counted exactly in round_trips_wasm.rs), 1 blob, 1
+    // in a later second than the HEAD; counted exactly in toolkit/requests_per_operation_wasm.rs), 1 blob, 1
     // webhook call.
     let (a, requests) = app.storage_requests(|| {
         post_telemetry(&app, &json!({"deviceId": "sensor-new", "temperature": 99}))

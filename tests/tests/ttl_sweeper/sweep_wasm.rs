@@ -55,7 +55,7 @@ fn sweeper(
     app_container: Option<ContainerName>,
 ) -> App {
     // Moves into any dead-blob container but the app's own and the swept ones (the
-    // allow-list itself is tested in ttl_storage_wasm.rs); `extra` may narrow it.
+    // allow-list itself is tested in ttl_sweeper/storage_wasm.rs); `extra` may narrow it.
     let mut vars = vec![
         ("instance_id", tag),
         ("ttl_containers", containers),

@@ -173,7 +173,7 @@ fn a_tick_that_fails_before_its_outcome_leaves_the_occurrence_to_run_on_time() {
         (
             x + 40,
             // The create's answer lost and its read-back refused too (a lost answer alone is
-            // read back and run in the same tick: jobs_lost_answers_wasm.rs).
+            // read back and run in the same tick: scheduled_job/lost_answers_wasm.rs).
             vec![
                 (format!("PUT {}", occurrence(x + 40)), Fault::LoseAnswer),
                 (format!("HEAD {}", occurrence(x + 40)), Fault::Status(503)),

@@ -20,9 +20,7 @@ use leasegate_tests::proxy::Proxy;
 use leasegate_tests::{unique_container, wait_for, Azurite, SECOND_ACCOUNT};
 use serde_json::{json, Value};
 
-#[path = "support/door.rs"]
-mod door;
-use door::Door;
+use crate::door::Door;
 
 const GATE_AUTH: (&str, &str) = ("authorization", "Bearer test-gate-token-7f3a");
 
