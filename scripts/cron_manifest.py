@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes spin-cron.toml, the timer functions on Spin's cron trigger, from spin.toml: the same
 [variables] and component definitions, plus the [[trigger.cron]] schedules below. Run it after
-changing a timer component or a variable in spin.toml (tests/tests/deploy.rs checks that the
+changing a timer component or a variable in spin.toml (tests/tests/deploy/ checks that the
 tracked spin-cron.toml is what it writes):
 
     python3 scripts/cron_manifest.py -o spin-cron.toml
@@ -41,7 +41,7 @@ HEADER = '''spin_manifest_version = 2
 # functions are ticked over HTTP (deploy/spinkube/ticker.yaml), and this manifest is not used.
 #
 # Generated from spin.toml by `python3 scripts/cron_manifest.py -o spin-cron.toml`: components
-# and variables are the same (tests/tests/deploy.rs keeps them equal).
+# and variables are the same (tests/tests/deploy/ keeps them equal).
 
 [application]
 name = "leasegate-timers"

@@ -90,7 +90,7 @@ setup() {
   install_spin
   install_faketime
   if ! python3 -c 'import yaml' 2>/dev/null; then
-    say "installing PyYAML (tests/tests/deploy.rs parses the SpinKube manifests with it)"
+    say "installing PyYAML (tests/tests/deploy/ parses the SpinKube manifests with it)"
     python3 -m pip install --quiet --disable-pip-version-check pyyaml
   fi
 }
