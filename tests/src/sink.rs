@@ -24,6 +24,8 @@ pub struct Received {
     pub idempotency_key: Option<String>,
     /// The status the sink answered (0 when it answered nothing).
     pub answered: u16,
+    /// When the sink had read the request (this machine's clock).
+    pub received_at: std::time::SystemTime,
 }
 
 /// How the sink answers a request it has read (and recorded).
@@ -223,6 +225,7 @@ fn serve(
             body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
             idempotency_key,
             answered: code,
+            received_at: std::time::SystemTime::now(),
         });
     }
     let mut stream = stream;

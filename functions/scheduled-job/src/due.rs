@@ -16,8 +16,8 @@ use crate::unix;
 
 /// Until when a job needs no tick on this instance: ticks are skipped until the trigger names
 /// `occurrence` (the job's next one) or, when set, until this instance's clock reaches `time`.
-/// `written`: this instance's clock when it wrote the note; a trigger naming a time before it
-/// (the clock was set back) ticks the job.
+/// `written`: this instance's clock when it wrote the note; a tick on a clock behind it (set
+/// back) ticks the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Quiet {
     occurrence: u64,
@@ -49,18 +49,22 @@ fn key(settings: &Settings) -> String {
     cache::Scope::of(&settings.storage).quiet_job_key(&name)
 }
 
-/// Whether a trigger at `at` ticks the job: no note says it needs none.
-pub(crate) fn due(cache: &dyn Cache, settings: &Settings, at: SystemTime) -> bool {
+/// Whether a trigger that names `occurrence` (Unix seconds) ticks the job, this instance's
+/// clock reading `now`: no note says it needs none.
+pub(crate) fn due(
+    cache: &dyn Cache,
+    settings: &Settings,
+    occurrence: u64,
+    now: SystemTime,
+) -> bool {
     let Ok(Some(bytes)) = cache.get(&key(settings)) else {
         return true;
     };
     let Ok(quiet) = serde_json::from_slice::<Quiet>(&bytes) else {
         return true;
     };
-    let named = settings.occurrence_at(at).unwrap_or(0);
-    unix(at) < quiet.written
-        || named >= quiet.occurrence
-        || quiet.time.is_some_and(|t| unix(at) >= t)
+    let now = unix(now);
+    now < quiet.written || occurrence >= quiet.occurrence || quiet.time.is_some_and(|t| now >= t)
 }
 
 /// Notes after a tick at `now` until when the job needs no other (best effort).
@@ -175,6 +179,12 @@ mod tests {
         crate::at(s)
     }
 
+    /// Whether a tick of every job at `by` (the trigger's time, this instance's clock) ticks it.
+    fn due_at(store: &Store, s: &Settings, by: SystemTime) -> bool {
+        let occurrence = unix(crate::many::occurrence_by(s, by));
+        due(store, s, occurrence, by)
+    }
+
     fn outcome(occurrence: u64, decision: Decision) -> TickOutcome {
         TickOutcome {
             occurrence,
@@ -193,17 +203,18 @@ mod tests {
         let s = settings_with(&[("job_schedule", "30 6 * * *")]);
         let store = Store::default();
         let o = DAY + 6 * 3600 + 1800;
-        assert!(due(&store, &s, t(o)), "no note: ticked");
+        assert!(due_at(&store, &s, t(o)), "no note: ticked");
         note(&store, &s, t(o + 2), &outcome(o, skipped()));
-        for later in [o + 10, o + 60, o + 3600, o + 86_400 - 11] {
-            assert!(!due(&store, &s, t(later)), "{later}");
+        for later in [o + 10, o + 60, o + 3600, o + 86_400 - 1] {
+            assert!(!due_at(&store, &s, t(later)), "{later}");
         }
-        // The trigger may fire a little early for the next one (the tick tolerance).
-        assert!(due(&store, &s, t(o + 86_400 - 5)));
-        assert!(due(&store, &s, t(o + 86_400 + 60)), "missed: caught up");
+        // A tick of the table for another job a little before the next: not this job's.
+        assert!(!due_at(&store, &s, t(o + 86_400 - 5)));
+        assert!(due_at(&store, &s, t(o + 86_400)));
+        assert!(due_at(&store, &s, t(o + 86_400 + 60)), "missed: caught up");
         // Another schedule, another note.
         let other = settings_with(&[("job_schedule", "45 6 * * *")]);
-        assert!(due(&store, &other, t(o + 60)));
+        assert!(due_at(&store, &other, t(o + 60)));
     }
 
     #[test]
@@ -220,8 +231,8 @@ mod tests {
             wait_secs: 120,
         };
         note(&store, &s, t(o), &outcome(o, wait.decision(None)));
-        assert!(!due(&store, &s, t(o + 119)));
-        assert!(due(&store, &s, t(o + 120)));
+        assert!(!due_at(&store, &s, t(o + 119)));
+        assert!(due_at(&store, &s, t(o + 120)));
         // Reserved elsewhere, outcome unknown: looked at again after its reserver's deadline.
         for reserved in [
             Skip::ReservedByOther.decision(Some("node-b".into())),
@@ -229,12 +240,12 @@ mod tests {
         ] {
             note(&store, &s, t(o), &outcome(o, reserved));
             let deadline = s.run_deadline().as_secs();
-            assert!(!due(&store, &s, t(o + deadline - 1)));
-            assert!(due(&store, &s, t(o + deadline)));
+            assert!(!due_at(&store, &s, t(o + deadline - 1)));
+            assert!(due_at(&store, &s, t(o + deadline)));
         }
         // Settled elsewhere: not before the next occurrence.
         note(&store, &s, t(o), &outcome(o, skipped()));
-        assert!(!due(&store, &s, t(o + 3000)));
+        assert!(!due_at(&store, &s, t(o + 3000)));
         note(
             &store,
             &s,
@@ -246,8 +257,8 @@ mod tests {
                 },
             ),
         );
-        assert!(!due(&store, &s, t(o + 29)));
-        assert!(due(&store, &s, t(o + 30)));
+        assert!(!due_at(&store, &s, t(o + 29)));
+        assert!(due_at(&store, &s, t(o + 30)));
     }
 
     #[test]
@@ -256,21 +267,21 @@ mod tests {
         let store = Store::default();
         let o = DAY;
         note(&store, &s, t(o), &outcome(o, skipped()));
-        assert!(!due(&store, &s, t(o + 60)));
+        assert!(!due_at(&store, &s, t(o + 60)));
         let mut more = outcome(o, skipped());
         more.catch_up.more = true;
         note(&store, &s, t(o), &more);
-        assert!(due(&store, &s, t(o + 60)));
+        assert!(due_at(&store, &s, t(o + 60)));
         note(&store, &s, t(o), &outcome(o, skipped()));
         let failed = TickOutcome {
             decision: Err(crate::JobError::Contended("the log kept changing".into())),
             ..outcome(o, skipped())
         };
         note(&store, &s, t(o), &failed);
-        assert!(due(&store, &s, t(o + 60)));
+        assert!(due_at(&store, &s, t(o + 60)));
         // An unreadable note ticks.
         store.set(&key(&s), b"garbage").unwrap();
-        assert!(due(&store, &s, t(o + 60)));
+        assert!(due_at(&store, &s, t(o + 60)));
     }
 
     #[test]
@@ -283,9 +294,9 @@ mod tests {
             wait_secs: 300,
         };
         note(&store, &s, t(o + 60), &outcome(o, wait.decision(None)));
-        assert!(!due(&store, &s, t(o + 120)), "the retry's wait");
+        assert!(!due_at(&store, &s, t(o + 120)), "the retry's wait");
         // This instance's clock goes back 40 s (NTP stepped it): its note cannot be trusted.
-        assert!(due(&store, &s, t(o + 20)));
+        assert!(due_at(&store, &s, t(o + 20)));
     }
 
     #[test]
@@ -302,7 +313,7 @@ mod tests {
             wait_secs: 600,
         };
         note(&store, &before, t(o), &outcome(o, wait.decision(None)));
-        assert!(!due(&store, &before, t(o + 60)));
+        assert!(!due_at(&store, &before, t(o + 60)));
         // The user shortens the retry delay, adds a retry, moves the job: the next trigger
         // ticks it rather than waiting out the old note.
         for changed in [
@@ -321,7 +332,27 @@ mod tests {
                 vars.push((k, v));
             }
             let after = settings_with(&vars);
-            assert!(due(&store, &after, t(o + 60)), "{changed:?}");
+            assert!(due_at(&store, &after, t(o + 60)), "{changed:?}");
         }
+    }
+
+    /// Every tick between two occurrences names the same occurrence; the retry's wait runs by
+    /// this instance's clock, so the retry is ticked once its delay has passed.
+    #[test]
+    fn a_retry_is_ticked_by_the_clock_while_ticks_name_the_same_occurrence() {
+        let s = settings_with(&[
+            ("job_schedule", "0 * * * *"),
+            ("job_retries", "1"),
+            ("job_retry_delay_seconds", "5"),
+        ]);
+        let store = Store::default();
+        let o = DAY + 3600;
+        let wait = Skip::RetryWait {
+            failed: 1,
+            wait_secs: 5,
+        };
+        note(&store, &s, t(o), &outcome(o, wait.decision(None)));
+        assert!(!due(&store, &s, o, t(o + 4)));
+        assert!(due(&store, &s, o, t(o + 5)));
     }
 }

@@ -14,10 +14,11 @@ use crate::http::describe;
 use crate::run::{self, Ask};
 use crate::settings::Settings;
 use crate::table::{Job, Jobs};
+use crate::unix;
 
 /// One trigger's tick of every job of the `jobs` table that is due, side by side (up to
-/// `max_in_flight` at once), each at the time `at_of` gives for it (the trigger's, or the one
-/// an HTTP tick names mapped to the job's occurrence due now): each job's
+/// `max_in_flight` at once), each for the occurrence [`occurrence_by`] the time `by` names
+/// (the trigger's; an HTTP tick's, never past this instance's clock): each job's
 /// answer as [`describe`] gives it, under `ticks`; a job not due is only named (`notDue`, no
 /// storage request), a job whose table is wrong answers `not_configured`. The status is the
 /// first failing job's, else 200.
@@ -25,7 +26,7 @@ pub(crate) async fn tick_all<T: Transport>(
     ctx: &Context<'_, T>,
     jobs: &Jobs,
     tick: &Tick,
-    at_of: &dyn Fn(&Settings) -> SystemTime,
+    by: SystemTime,
     started: Instant,
 ) -> (StatusCode, Value) {
     let mut not_due = Vec::new();
@@ -33,13 +34,15 @@ pub(crate) async fn tick_all<T: Transport>(
     let mut broken = Vec::new();
     for job in &jobs.jobs {
         match &job.settings {
-            Ok(s) if due::due(ctx.cache, s, at_of(s)) => due_jobs.push((
-                s,
-                Tick {
-                    at: at_of(s),
-                    ..*tick
-                },
-            )),
+            Ok(s) if due::due(ctx.cache, s, unix(occurrence_by(s, by)), ctx.now) => {
+                due_jobs.push((
+                    s,
+                    Tick {
+                        at: occurrence_by(s, by),
+                        ..*tick
+                    },
+                ))
+            }
             Ok(s) => not_due.push(s.job.clone()),
             Err(e) => broken.push(not_configured(job, &e.0)),
         }
@@ -103,11 +106,16 @@ async fn one<T: Transport>(
     describe(settings, tick, &outcome, started)
 }
 
-/// The time an HTTP tick of every job naming `at` ticks a job for, by this instance's clock
-/// `now`: the occurrence `at` names when it is within the job's tick tolerance of `now` (as a
-/// tick of that job alone with the tick token), else `now` (the one due now).
-pub(crate) fn job_time(settings: &Settings, at: SystemTime, now: SystemTime) -> SystemTime {
-    settings.due_now(at, now).unwrap_or(now)
+/// The occurrence a tick of every job at `by` ticks a job for: its latest at or before `by`
+/// (the epoch when none). Unlike a trigger of the job alone (which fires at the job's own
+/// occurrences, a little early at most: [`Settings::occurrence_at`]), the table's trigger fires
+/// at the finest cadence any job needs, so an occurrence ahead of it is never counted due: it
+/// is ticked when the trigger reaches its second.
+pub(crate) fn occurrence_by(settings: &Settings, by: SystemTime) -> SystemTime {
+    settings
+        .schedule
+        .latest_at_or_before(by)
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 /// A job whose table cannot be used: `not_configured`, naming the job, the key and the field.
@@ -166,23 +174,21 @@ mod tests {
     use crate::at;
     use crate::settings::tests::settings_with;
 
-    /// A tick of every job naming a time 8 s ahead of this instance's clock, 5 s before a
-    /// minute: a job whose tolerance is 1 s is ticked for the occurrence due now, not the one
-    /// 5 s ahead (which storage would refuse as too early, or run early); a job whose
-    /// tolerance is 10 s for the named one, as a tick of it alone with the tick token.
+    /// The occurrence a tick of every job names for a job: never one ahead of its time, whatever
+    /// the job's tolerance (the trigger fires at the finest cadence a table needs: 2 s before
+    /// a job's minute, a tick for another job is not a tick for it).
     #[test]
-    fn a_time_ahead_of_a_jobs_tolerance_ticks_the_one_due_now() {
-        let tight = settings_with(&[("job_schedule", "* * * * *"), ("job_early_seconds", "1")]);
-        let loose = settings_with(&[("job_schedule", "* * * * *")]);
+    fn a_tick_of_every_job_never_counts_an_occurrence_ahead_as_due() {
         let minute = 1_796_083_200; // 2026-12-01T00:00:00Z
-        let now = minute - 5;
-        let ticked = |s| s_occurrence(s, super::job_time(s, at(now + 8), at(now)));
-        assert_eq!(ticked(&tight), minute - 60);
-        assert_eq!(ticked(&loose), minute);
-    }
-
-    fn s_occurrence(s: &crate::settings::Settings, t: std::time::SystemTime) -> u64 {
-        s.occurrence_at(t).unwrap_or(0)
+        for s in [
+            settings_with(&[("job_schedule", "* * * * *")]),
+            settings_with(&[("job_schedule", "* * * * *"), ("job_early_seconds", "1")]),
+        ] {
+            let ticked = |by: u64| crate::unix(super::occurrence_by(&s, at(by)));
+            assert_eq!(ticked(minute - 2), minute - 60);
+            assert_eq!(ticked(minute), minute);
+            assert_eq!(ticked(minute + 7), minute);
+        }
     }
 
     #[test]

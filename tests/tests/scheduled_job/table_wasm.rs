@@ -234,7 +234,7 @@ fn every_job_of_the_table_runs_each_occurrence_once_on_its_own_path() {
     std::thread::sleep(Duration::from_secs(4));
 
     // Every occurrence inside the window ran exactly once, on its job's path, by one of the
-    // two deployments; nothing else was called.
+    // two deployments, none before its time; nothing else was called.
     let mut calls: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
     for app in [&cron, &ticked] {
         for r in app.sink.received() {
@@ -246,6 +246,14 @@ fn every_job_of_the_table_runs_each_occurrence_once_on_its_own_path() {
                 .map(|(_, path, _)| *path)
                 .unwrap_or("?");
             assert_eq!(r.path, path, "job {job} called on its own path: {}", r.body);
+            let early = (std::time::UNIX_EPOCH + Duration::from_secs(o))
+                .duration_since(r.received_at)
+                .ok();
+            assert!(
+                early.is_none(),
+                "{job} at {o} ran {early:?} early: {}",
+                r.body
+            );
             calls
                 .entry((job, o))
                 .or_default()
@@ -401,18 +409,16 @@ fn a_table_that_is_not_toml_stops_every_job_with_a_clear_answer() {
     );
 }
 
-/// Two jobs on the same 5 s schedule, each with a tick tolerance of 1 s, and the app's
+/// Two jobs on the same 5 s schedule (a tick tolerance of 2.5 s, half the gap), and the app's
 /// `max_in_flight` of 1: a tick of every job runs them one after the other.
 const QUEUED: &str = r#"
 [a-export]
 schedule = "*/5 * * * * *"
 path = "/export"
-early_seconds = 1
 
 [b-report]
 schedule = "*/5 * * * * *"
 path = "/report"
-early_seconds = 1
 "#;
 
 fn deploy_queued(instance: &str) -> App {
@@ -440,9 +446,8 @@ fn at_five_plus(ms: u64) -> u64 {
 }
 
 /// An HTTP scheduler whose clock runs 3 s fast names a time 3 s ahead, 2 s before an
-/// occurrence: a tick of every job ticks each job for the occurrence due now by the
-/// component's clock (as a tick of that job alone with the tick token), never runs one early
-/// nor answers `too_early`.
+/// occurrence: a tick of every job ticks each job for its latest occurrence by the component's
+/// clock, never runs one early nor answers `too_early`.
 #[test]
 fn a_tick_of_every_job_from_a_fast_clock_runs_nothing_early() {
     let app = deploy_queued("node-a");
@@ -483,9 +488,9 @@ fn a_job_queued_behind_a_long_one_is_late_by_its_own_start() {
     let (status, v) = tick_all(&app, first);
     assert_eq!(status, 200, "{v}");
     app.sink.wait_for(2, Duration::from_secs(10));
-    // Then the webhook of each takes 3 s.
+    // Then the webhook of each takes 4 s.
     app.sink.behave(leasegate_tests::sink::Behaviour::Late(
-        Duration::from_secs(3),
+        Duration::from_secs(4),
         204,
     ));
     let now = at_five_plus(100);
@@ -512,4 +517,60 @@ fn a_job_queued_behind_a_long_one_is_late_by_its_own_start() {
         "3 s after its occurrence"
     );
     assert_eq!(by_job("b-report")["occurrenceUnix"], now);
+}
+
+/// A job of the table whose run fails, ticked over HTTP every second (SpinKube's ticker): its
+/// retry runs once the retry delay has passed by the component's clock, within the same
+/// occurrence, not at the job's next occurrence; and no attempt starts before the occurrence.
+#[test]
+fn a_failed_job_of_the_table_is_retried_after_its_delay_over_http() {
+    const RETRIED: &str = r#"
+[nightly-export]
+schedule = "*/30 * * * * *"
+path = "/export"
+retries = 1
+retry_delay_seconds = 3
+"#;
+    let app = App::start_with(
+        "jobs-retried",
+        &[("instance_id", "pod-a"), ("jobs", RETRIED)],
+        Setup {
+            manifest: Manifest::Http,
+            ..Setup::default()
+        },
+    );
+    app.sink.answer(500);
+    // From 4 s before an occurrence to 12 s after it, a tick every second.
+    let occurrence = (unix_now() + 5).div_ceil(30) * 30;
+    for second in occurrence - 4..occurrence + 12 {
+        while millis_now() < second * 1000 + 100 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (status, v) = tick_all(&app, second);
+        assert!([200, 502].contains(&status), "{status} {v}");
+        if app.sink.received().len() == 1 {
+            app.sink.answer(204);
+        }
+    }
+    let calls: Vec<_> = app
+        .sink
+        .received()
+        .into_iter()
+        .filter(|r| r.body["occurrenceUnix"] == occurrence)
+        .collect();
+    let attempts: Vec<(u64, u64)> = calls
+        .iter()
+        .map(|r| {
+            let at = r.received_at.duration_since(std::time::UNIX_EPOCH).unwrap();
+            (r.body["attempt"].as_u64().unwrap_or(0), at.as_secs())
+        })
+        .collect();
+    assert_eq!(attempts.len(), 2, "two attempts: {attempts:?}");
+    assert_eq!(attempts[0].0, 1);
+    assert!(attempts[0].1 >= occurrence, "not early: {attempts:?}");
+    assert_eq!(attempts[1].0, 2);
+    assert!(
+        (occurrence + 3..=occurrence + 6).contains(&attempts[1].1),
+        "the retry 3 s after the failure: {attempts:?}"
+    );
 }
