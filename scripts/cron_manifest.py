@@ -72,14 +72,19 @@ def job_trigger(text: str, jobs: str = "") -> tuple[str, str]:
 
 def trigger(expression: str, zone: str, period: int) -> tuple[str, str]:
     """The cron trigger for one schedule: a tick on each occurrence (the job's own expression
-    when it is in UTC, as 6 fields), every minute for a zoned expression (the trigger's times
-    are UTC; the job's schedule decides), every period for an interval (every minute when the
-    period is not a divisor of a minute)."""
+    when it is in UTC, as 6 fields), every minute at the job's seconds for a zoned expression
+    (the trigger's times are UTC, zones are whole minutes off it; the job's schedule decides),
+    every period for an interval (every minute when the period is not a divisor of a
+    minute)."""
     if expression:
         fields = expression.split()
         if zone == "UTC" and len(fields) in (5, 6) and not expression.startswith("@"):
             six = expression if len(fields) == 6 else "0 " + expression
             return six, f"on each occurrence of the job's schedule ({expression}, UTC)"
+        if len(fields) == 6 and field_set(fields[0], 60) is not None:
+            return (f"{fields[0]} * * * * *",
+                    f"every minute at the job's seconds: its schedule ({expression}, {zone}) "
+                    "decides")
         return "0 * * * * *", f"every minute: the job's schedule ({expression}, {zone}) decides"
     if period < 60 and 60 % period == 0:
         return f"*/{period} * * * * *", f"every {period} s, the job's period"

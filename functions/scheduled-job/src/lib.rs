@@ -123,7 +123,7 @@ impl TimerFunction for ScheduledJob {
                 let outcome = run::tick(ctx, settings, tick, Ask::default()).await;
                 describe(settings, tick, &outcome, started)
             }
-            None => many::tick_all(ctx, jobs, tick, tick.at, started).await,
+            None => many::tick_all(ctx, jobs, tick, tick.at, Ask::default(), started).await,
         }
     }
 

@@ -27,6 +27,7 @@ pub(crate) async fn tick_all<T: Transport>(
     jobs: &Jobs,
     tick: &Tick,
     by: SystemTime,
+    ask: Ask,
     started: Instant,
 ) -> (StatusCode, Value) {
     let mut not_due = Vec::new();
@@ -52,7 +53,7 @@ pub(crate) async fn tick_all<T: Transport>(
         .first()
         .map_or(1, |(s, _)| s.storage.max_in_flight.max(1));
     let ticks: Vec<(StatusCode, Value)> =
-        futures::stream::iter(due_jobs.iter().map(|(s, t)| one(ctx, s, t, started)))
+        futures::stream::iter(due_jobs.iter().map(|(s, t)| one(ctx, s, t, ask, started)))
             .buffered(side_by_side)
             .collect()
             .await;
@@ -95,13 +96,14 @@ async fn one<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     tick: &Tick,
+    ask: Ask,
     started: Instant,
 ) -> (StatusCode, Value) {
     let now = (ctx.connect)(settings.storage.timeout)
         .now()
         .unwrap_or(ctx.now);
     let ctx = &Context { now, ..*ctx };
-    let outcome = run::tick(ctx, settings, tick, Ask::default()).await;
+    let outcome = run::tick(ctx, settings, tick, ask).await;
     due::note(ctx.cache, settings, ctx.now, &outcome);
     describe(settings, tick, &outcome, started)
 }

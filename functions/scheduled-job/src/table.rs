@@ -207,16 +207,22 @@ impl Overlay<'_> {
             .cloned()
             .or_else(|| config::var(self.base, "job_origin"))
             .or(url_origin)?;
-        // The app's URL's query (a function key, `?code=...`) never goes to another origin.
-        let url_path = match self.keys.contains_key("origin") {
-            true => url_path.map(|p| p[..p.find(['?', '#']).unwrap_or(p.len())].to_string()),
-            false => url_path,
+        // The table's own path is the job's whole path and query. The app's (`job_path`, else
+        // `job_url`'s) keeps its query (a function key, `?code=...`) only at the app's origin.
+        let path = match path {
+            Some(path) => path.clone(),
+            None => {
+                let app_path = config::var(self.base, "job_path")
+                    .or(url_path)
+                    .unwrap_or_default();
+                match self.keys.contains_key("origin") {
+                    true => {
+                        app_path[..app_path.find(['?', '#']).unwrap_or(app_path.len())].to_string()
+                    }
+                    false => app_path,
+                }
+            }
         };
-        let path = path
-            .cloned()
-            .or_else(|| config::var(self.base, "job_path"))
-            .or(url_path)
-            .unwrap_or_default();
         Some(format!("{}{path}", origin.trim_end_matches('/')))
     }
 }
@@ -245,12 +251,27 @@ fn renamed(message: &str, keys: &BTreeMap<String, String>) -> String {
     let mut set: Vec<&String> = keys.keys().collect();
     set.sort_by_key(|k| std::cmp::Reverse(k.len()));
     for key in set {
-        m = m
-            .replace(&format!("variables job_{key}"), &format!("keys {key}"))
-            .replace(&format!("variable job_{key}"), &format!("key {key}"))
-            .replace(&format!("job_{key}"), key);
+        m = replace_name(&m, &format!("variables job_{key}"), &format!("keys {key}"));
+        m = replace_name(&m, &format!("variable job_{key}"), &format!("key {key}"));
+        m = replace_name(&m, &format!("job_{key}"), key);
     }
     m
+}
+
+/// `text` with each `from` that is a whole name (not the start of a longer one:
+/// `job_catch_up` in `job_catch_up_window_seconds`) replaced by `to`.
+fn replace_name(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(from) {
+        let after = &rest[i + from.len()..];
+        let whole = !after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        out.push_str(&rest[..i]);
+        out.push_str(if whole { to } else { from });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -432,5 +453,37 @@ retries = 2
         assert_eq!(url("b"), "http://127.0.0.1:9/b");
         let e = jobs.get("c").unwrap().settings.as_ref().unwrap_err();
         assert!(e.0.ends_with("key path must start with /"), "{e}");
+        // Nor does the query of `job_path` (spin.toml always sets one), where `job_url` is
+        // unset; at the app's origin it stays.
+        let mut v = vars(&[("job_path", "/api/run?code=S3cret")]);
+        v.insert(
+            "jobs".into(),
+            "[a]\norigin = \"https://other.example\"\n[b]\nretries = 1\n".into(),
+        );
+        let jobs = Jobs::load(&v).unwrap();
+        let url = |n: &str| {
+            jobs.get(n)
+                .unwrap()
+                .settings
+                .as_ref()
+                .unwrap()
+                .job_url
+                .clone()
+        };
+        assert_eq!(url("a"), "https://other.example/api/run");
+        assert_eq!(url("b"), "http://127.0.0.1:3001/api/run?code=S3cret");
+    }
+
+    #[test]
+    fn an_error_names_the_key_the_table_set_not_a_longer_one() {
+        let keys: BTreeMap<String, String> = [("catch_up".to_string(), "all".to_string())].into();
+        let m = renamed(
+            "variable job_catch_up_window_seconds must be at most 31536000 (job_catch_up is all)",
+            &keys,
+        );
+        assert_eq!(
+            m,
+            "variable job_catch_up_window_seconds must be at most 31536000 (catch_up is all)"
+        );
     }
 }

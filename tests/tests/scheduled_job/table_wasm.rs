@@ -102,7 +102,7 @@ fn table_trigger(jobs: &str) -> String {
 }
 
 /// The finest cadence a table's jobs need: a superset of every job's occurrences (zoned
-/// calendar jobs every minute, intervals every gcd(period, 60) s from their offset).
+/// calendar jobs every minute at their seconds, intervals every gcd(period, 60) s from their offset).
 #[test]
 fn cron_manifest_writes_the_finest_cadence_the_table_needs() {
     assert_eq!(table_trigger(JOBS), "*/5 * * * * *");
@@ -113,6 +113,11 @@ fn cron_manifest_writes_the_finest_cadence_the_table_needs() {
     assert_eq!(table_trigger(utc), "0,15 0,20,30,40 * * * *");
     let interval = "[p90]\nperiod_seconds = 90\noffset_seconds = 7\n";
     assert_eq!(table_trigger(interval), "7,37 * * * * *");
+    // A zoned schedule with seconds keeps them (zones are whole minutes off UTC).
+    let zoned = "[k]\nschedule = \"*/10 * * * * *\"\ntime_zone = \"Asia/Kolkata\"\n";
+    assert_eq!(table_trigger(zoned), "*/10 * * * * *");
+    let berlin = "[b]\nschedule = \"30 0 6 * * *\"\ntime_zone = \"Europe/Berlin\"\n";
+    assert_eq!(table_trigger(berlin), "30 * * * * *");
 }
 
 /// The Azure Functions package's one timer ticks every job: `assemble.py --jobs` gives it the
@@ -573,4 +578,38 @@ retry_delay_seconds = 3
         (occurrence + 3..=occurrence + 6).contains(&attempts[1].1),
         "the retry 3 s after the failure: {attempts:?}"
     );
+}
+
+/// `POST /api/jobs` with `{"nameReserver": true}`, from a deployment that finds each job's
+/// occurrence reserved by another: every job's answer names the reserver, as a tick of the job
+/// alone asking it would.
+#[test]
+fn a_tick_of_every_job_names_the_reserver_when_asked() {
+    let a = deploy_queued("node-a");
+    let b = App::start_with(
+        "jobs-queued",
+        &[("instance_id", "node-b"), ("jobs", QUEUED)],
+        Setup {
+            manifest: Manifest::Http,
+            container: Some(a.container.clone()),
+            ..Setup::default()
+        },
+    );
+    let now = at_five_plus(100);
+    let (status, v) = tick_all(&a, now);
+    assert_eq!(status, 200, "{v}");
+    let body = json!({ "at": leasegate_tests::rfc3339_secs(now), "nameReserver": true });
+    let answer = call(
+        "POST",
+        &b.url("/api/jobs"),
+        &[TIMER_AUTH, ("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let ticks = answer.json["ticks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(ticks.len(), 2, "{}", answer.text);
+    for t in &ticks {
+        assert_eq!(t["decision"], "skipped", "{t}");
+        assert_eq!(t["reservedBy"], "node-a", "{t}");
+    }
 }

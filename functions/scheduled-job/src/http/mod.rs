@@ -467,7 +467,11 @@ async fn every_job<T: Transport>(
     // A time ahead of this instance's clock (a scheduler's clock running fast) ticks what is
     // due by this instance's: no job runs early.
     let by = at_time.min(ctx.now);
-    let (status, v) = many::tick_all(ctx, &jobs, &tick, by, started).await;
+    let ask = Ask {
+        manual: false,
+        name_reserver: asked.name_reserver,
+    };
+    let (status, v) = many::tick_all(ctx, &jobs, &tick, by, ask, started).await;
     ScheduledJob::log(&v);
     web::json(status, &v)
 }
