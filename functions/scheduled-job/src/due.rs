@@ -119,11 +119,15 @@ fn quiet(settings: &Settings, now: SystemTime, outcome: &TickOutcome) -> Option<
 fn skipped_wake(settings: &Settings, reason: &Skip) -> Option<Duration> {
     match reason {
         // Reserved elsewhere, outcome unknown (or buffered behind a run): its reserver may
-        // vanish, so look again once its deadline has passed, when a tick takes it over.
+        // vanish, so look again once its deadline has passed, when a tick takes it over; with
+        // retries, once a failed attempt's retry may start (its runner may fail and vanish).
         Skip::ReservedAlready
         | Skip::ReservedByOther
         | Skip::BufferedAlready
-        | Skip::OtherBuffered => Some(settings.run_deadline()),
+        | Skip::OtherBuffered => Some(match settings.retries {
+            0 => settings.run_deadline(),
+            _ => settings.run_deadline().min(settings.retry_delay),
+        }),
         // A failed attempt whose next may start in `wait_secs`.
         Skip::RetryWait { wait_secs, .. } => Some(Duration::from_secs(*wait_secs)),
         // A retry waiting for a resume: the resume is another instance's request, so this one
@@ -181,7 +185,7 @@ mod tests {
 
     /// Whether a tick of every job at `by` (the trigger's time, this instance's clock) ticks it.
     fn due_at(store: &Store, s: &Settings, by: SystemTime) -> bool {
-        let occurrence = unix(crate::many::occurrence_by(s, by));
+        let occurrence = unix(crate::many::occurrence_by(s, by, by).occurrence);
         due(store, s, occurrence, by)
     }
 
@@ -205,7 +209,7 @@ mod tests {
         let o = DAY + 6 * 3600 + 1800;
         assert!(due_at(&store, &s, t(o)), "no note: ticked");
         note(&store, &s, t(o + 2), &outcome(o, skipped()));
-        for later in [o + 10, o + 60, o + 3600, o + 86_400 - 1] {
+        for later in [o + 10, o + 60, o + 3600, o + 86_400 - 2] {
             assert!(!due_at(&store, &s, t(later)), "{later}");
         }
         // A tick of the table for another job a little before the next: not this job's.
@@ -354,5 +358,28 @@ mod tests {
         note(&store, &s, t(o), &outcome(o, wait.decision(None)));
         assert!(!due(&store, &s, o, t(o + 4)));
         assert!(due(&store, &s, o, t(o + 5)));
+    }
+
+    /// Reserved by another deployment whose attempt may fail: with retries, the job is looked
+    /// at again once a retry may start, not only after the reserver's deadline (an hour for a
+    /// job of `timeout_seconds = 3600`).
+    #[test]
+    fn reserved_elsewhere_with_retries_is_looked_at_after_the_retry_delay() {
+        let s = settings_with(&[
+            ("job_schedule", "0 * * * *"),
+            ("job_timeout_seconds", "3600"),
+            ("job_retries", "2"),
+            ("job_retry_delay_seconds", "60"),
+        ]);
+        let store = Store::default();
+        let o = DAY + 3600;
+        note(
+            &store,
+            &s,
+            t(o),
+            &outcome(o, Skip::ReservedByOther.decision(Some("node-a".into()))),
+        );
+        assert!(!due(&store, &s, o, t(o + 59)));
+        assert!(due(&store, &s, o, t(o + 60)));
     }
 }

@@ -7,7 +7,7 @@ use leasegate_spin::timer::Tick;
 use leasegate_spin::web::rfc3339;
 use leasegate_spin::Context;
 use serde_json::{json, Value};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::due;
 use crate::http::describe;
@@ -18,7 +18,7 @@ use crate::unix;
 
 /// One trigger's tick of every job of the `jobs` table that is due, side by side (up to
 /// `max_in_flight` at once), each for the occurrence [`occurrence_by`] the time `by` names
-/// (the trigger's; an HTTP tick's, never past this instance's clock): each job's
+/// (the trigger's, or an HTTP tick's), never before its second: each job's
 /// answer as [`describe`] gives it, under `ticks`; a job not due is only named (`notDue`, no
 /// storage request), a job whose table is wrong answers `not_configured`. The status is the
 /// first failing job's, else 200.
@@ -35,28 +35,30 @@ pub(crate) async fn tick_all<T: Transport>(
     let mut broken = Vec::new();
     for job in &jobs.jobs {
         match &job.settings {
-            Ok(s) if due::due(ctx.cache, s, unix(occurrence_by(s, by)), ctx.now) => {
-                due_jobs.push((
-                    s,
-                    Tick {
-                        at: occurrence_by(s, by),
-                        ..*tick
-                    },
-                ))
+            Ok(s) => {
+                let named = occurrence_by(s, by, ctx.now);
+                if due::due(ctx.cache, s, unix(named.occurrence), ctx.now) {
+                    let at = named.occurrence;
+                    due_jobs.push((s, Tick { at, ..*tick }, named.wait));
+                } else {
+                    not_due.push(s.job.clone());
+                }
             }
-            Ok(s) => not_due.push(s.job.clone()),
             Err(e) => broken.push(not_configured(job, &e.0)),
         }
     }
     // At most `max_in_flight` jobs at once (the app's, every job's storage settings are one).
     let side_by_side = due_jobs
         .first()
-        .map_or(1, |(s, _)| s.storage.max_in_flight.max(1));
-    let ticks: Vec<(StatusCode, Value)> =
-        futures::stream::iter(due_jobs.iter().map(|(s, t)| one(ctx, s, t, ask, started)))
-            .buffered(side_by_side)
-            .collect()
-            .await;
+        .map_or(1, |(s, _, _)| s.storage.max_in_flight.max(1));
+    let ticks: Vec<(StatusCode, Value)> = futures::stream::iter(
+        due_jobs
+            .iter()
+            .map(|(s, t, wait)| one(ctx, s, t, *wait, ask, started)),
+    )
+    .buffered(side_by_side)
+    .collect()
+    .await;
     let mut status = StatusCode::OK;
     let mut answers = Vec::new();
     for (s, v) in ticks.into_iter().chain(broken) {
@@ -89,16 +91,21 @@ pub(crate) async fn tick_all<T: Transport>(
     (status, v)
 }
 
-/// One due job's tick, and its note of when it needs the next. A job queued behind others
-/// starts after the invocation did: its lateness and its note go by the clock when it starts
-/// (the transport's, which dates its storage requests).
+/// One due job's tick, and its note of when it needs the next: after `wait` (until its
+/// occurrence's second begins, when the trigger fired a little before it). A job queued behind
+/// others starts after the invocation did: its lateness and its note go by the clock when it
+/// starts (the transport's, which dates its storage requests).
 async fn one<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     tick: &Tick,
+    wait: Duration,
     ask: Ask,
     started: Instant,
 ) -> (StatusCode, Value) {
+    if !wait.is_zero() {
+        (ctx.sleep)(wait).await;
+    }
     let now = (ctx.connect)(settings.storage.timeout)
         .now()
         .unwrap_or(ctx.now);
@@ -108,16 +115,51 @@ async fn one<T: Transport>(
     describe(settings, tick, &outcome, started)
 }
 
-/// The occurrence a tick of every job at `by` ticks a job for: its latest at or before `by`
-/// (the epoch when none). Unlike a trigger of the job alone (which fires at the job's own
-/// occurrences, a little early at most: [`Settings::occurrence_at`]), the table's trigger fires
-/// at the finest cadence any job needs, so an occurrence ahead of it is never counted due: it
-/// is ticked when the trigger reaches its second.
-pub(crate) fn occurrence_by(settings: &Settings, by: SystemTime) -> SystemTime {
-    settings
-        .schedule
-        .latest_at_or_before(by)
-        .unwrap_or(SystemTime::UNIX_EPOCH)
+/// How far ahead of this instance's clock a tick of every job may name an occurrence (at most
+/// the job's tick tolerance): a trigger that fires a little before the second (an Azure timer a
+/// few milliseconds early, a ticker whose clock leads this one by less than half a second)
+/// names that second's occurrence, and its tick waits for the second to begin. Less than a
+/// second: a tick that names a whole second never names the next one.
+const SLACK: Duration = Duration::from_millis(500);
+
+/// The occurrence a tick of every job names for a job, and how long the tick waits for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Named {
+    /// The occurrence (the epoch when the schedule has none).
+    pub(crate) occurrence: SystemTime,
+    /// Until its second begins by this instance's clock (zero when it has).
+    pub(crate) wait: Duration,
+}
+
+/// The occurrence a tick of every job at `by` (the trigger's time, or the one an HTTP tick
+/// names) ticks a job for, this instance's clock reading `now`: the latest at or before `by`
+/// give or take [`SLACK`], waited for when it is ahead of `now`; when it is further ahead (a
+/// scheduler's clock running fast), the latest by `now`. Unlike a trigger of the job alone,
+/// which may fire up to its tick tolerance early ([`Settings::occurrence_at`]), the table's
+/// trigger fires at the finest cadence any job needs: no occurrence runs before its second.
+pub(crate) fn occurrence_by(settings: &Settings, by: SystemTime, now: SystemTime) -> Named {
+    let slack = SLACK.min(settings.tick_tolerance(by));
+    let latest = |t: SystemTime| {
+        settings
+            .schedule
+            .latest_at_or_before(t)
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    };
+    let named = latest(by + slack);
+    match named.duration_since(now) {
+        Err(_) => Named {
+            occurrence: named,
+            wait: Duration::ZERO,
+        },
+        Ok(ahead) if ahead <= slack => Named {
+            occurrence: named,
+            wait: ahead,
+        },
+        Ok(_) => Named {
+            occurrence: latest(now),
+            wait: Duration::ZERO,
+        },
+    }
 }
 
 /// A job whose table cannot be used: `not_configured`, naming the job, the key and the field.
@@ -176,20 +218,39 @@ mod tests {
     use crate::at;
     use crate::settings::tests::settings_with;
 
-    /// The occurrence a tick of every job names for a job: never one ahead of its time, whatever
-    /// the job's tolerance (the trigger fires at the finest cadence a table needs: 2 s before
-    /// a job's minute, a tick for another job is not a tick for it).
+    /// The occurrence a tick of every job names for a job: never one before its second; a
+    /// trigger a little before the second names it and waits for it; a time further ahead (a
+    /// scheduler's clock running fast) names the one due by this instance's clock.
     #[test]
-    fn a_tick_of_every_job_never_counts_an_occurrence_ahead_as_due() {
+    fn a_tick_of_every_job_never_runs_an_occurrence_before_its_second() {
+        use super::{occurrence_by, Named};
+        use std::time::Duration;
         let minute = 1_796_083_200; // 2026-12-01T00:00:00Z
+        let ms = |t: u64, ms: u64| at(t) + Duration::from_millis(ms);
         for s in [
             settings_with(&[("job_schedule", "* * * * *")]),
             settings_with(&[("job_schedule", "* * * * *"), ("job_early_seconds", "1")]),
         ] {
-            let ticked = |by: u64| crate::unix(super::occurrence_by(&s, at(by)));
-            assert_eq!(ticked(minute - 2), minute - 60);
-            assert_eq!(ticked(minute), minute);
-            assert_eq!(ticked(minute + 7), minute);
+            let named = |by, now| occurrence_by(&s, by, now);
+            let at_once = |o: u64| Named {
+                occurrence: at(o),
+                wait: Duration::ZERO,
+            };
+            // On time, late: the latest.
+            assert_eq!(named(at(minute), ms(minute, 400)), at_once(minute));
+            assert_eq!(named(at(minute + 7), at(minute + 7)), at_once(minute));
+            // 2 s before: the previous one (a tick of the table for another job).
+            assert_eq!(named(at(minute - 2), at(minute - 2)), at_once(minute - 60));
+            // 5 ms before the second (an Azure timer, a ticker's clock leading): the minute,
+            // once its second begins.
+            let early = Named {
+                occurrence: at(minute),
+                wait: Duration::from_millis(5),
+            };
+            assert_eq!(named(ms(minute - 1, 995), ms(minute - 1, 995)), early);
+            assert_eq!(named(at(minute), ms(minute - 1, 995)), early);
+            // A scheduler 8 s fast: the one due by this instance's clock.
+            assert_eq!(named(at(minute + 3), at(minute - 5)), at_once(minute - 60));
         }
     }
 

@@ -613,3 +613,37 @@ fn a_tick_of_every_job_names_the_reserver_when_asked() {
         assert_eq!(t["reservedBy"], "node-a", "{t}");
     }
 }
+
+/// A ticker whose clock leads the component's by 150 ms names each second a little before it
+/// begins here: each job's occurrence of that second is ticked on that tick, once its second
+/// has begun by the component's clock (neither early nor a tick late).
+#[test]
+fn a_ticker_a_little_ahead_ticks_each_occurrence_at_its_second() {
+    let app = deploy_queued("node-a");
+    let first = at_five_plus(0) + 5;
+    for occurrence in [first, first + 5] {
+        while millis_now() < occurrence * 1000 - 150 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (status, v) = tick_all(&app, occurrence);
+        assert_eq!(status, 200, "{v}");
+        let ticks = v["ticks"].as_array().cloned().unwrap_or_default();
+        assert_eq!(ticks.len(), 2, "both jobs ticked: {v}");
+        for t in ticks {
+            assert_eq!(
+                t["occurrence"],
+                leasegate_tests::rfc3339_secs(occurrence),
+                "{t}"
+            );
+            assert_eq!(t["decision"], "ran", "{t}");
+        }
+    }
+    for r in app.sink.received() {
+        let o = r.body["occurrenceUnix"].as_u64().unwrap_or(0);
+        let early = (std::time::UNIX_EPOCH + Duration::from_secs(o))
+            .duration_since(r.received_at)
+            .ok();
+        assert!(early.is_none(), "ran {early:?} early: {}", r.body);
+        assert_eq!(r.body["pastDue"], false, "{}", r.body);
+    }
+}

@@ -162,8 +162,18 @@ pub(crate) async fn api<T: Transport>(
         Some((job, action)) => (job, Some(action)),
         None => (rest.trim_end_matches('/'), None),
     };
+    // A name no job can have (`Invoice-Export`) is a name not in the table: 404, with the
+    // jobs there are and what is wrong with the name.
     if let Err(m) = check_job_name(job) {
-        return web::error(StatusCode::BAD_REQUEST, "invalid_job", m);
+        let there = match Jobs::load(ctx.variables) {
+            Ok(jobs) => format!(": its jobs are {}", jobs.names()),
+            Err(_) => String::new(),
+        };
+        return web::error(
+            StatusCode::NOT_FOUND,
+            "unknown_job",
+            format!("no job {job}{there} ({m})"),
+        );
     }
     let method = request.method().clone();
     match (action, &method) {
@@ -416,9 +426,8 @@ async fn serve<T: Transport>(
 
 /// `GET /api/jobs`: the jobs and their next occurrences; `POST /api/jobs`: a tick of every
 /// job that is due (an HTTP scheduler's, SpinKube's ticker's), for the time in an optional
-/// body `{"at": ...}` within 10 s of this instance's clock (else now), or this instance's clock
-/// when the time is ahead of it: each job is ticked for its latest occurrence at or before
-/// that time, never one early.
+/// body `{"at": ...}` within 10 s of this instance's clock (else now): each job is ticked for
+/// its latest occurrence by that time, never one before its second ([`many::occurrence_by`]).
 async fn every_job<T: Transport>(
     ctx: &Context<'_, T>,
     request: &Request,
