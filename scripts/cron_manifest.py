@@ -127,6 +127,23 @@ def render(values: set[int] | None, size: int) -> str:
     return ",".join(str(v) for v in ordered)
 
 
+class TableError(Exception):
+    """A job of the `jobs` table whose keys cannot give a trigger."""
+
+
+def whole(name: str, key: str, value) -> int:
+    """A key of job `name` that must be a whole number of seconds."""
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise TableError(f"job {name}: key {key} must be a whole number of seconds, not "
+                         f"{value!r}") from None
+    least = 1 if key == "period_seconds" else 0
+    if number < least:
+        raise TableError(f"job {name}: key {key} must be at least {least}")
+    return number
+
+
 def table_trigger(text: str, jobs: str) -> tuple[str, str]:
     """The finest cadence the jobs of the table need: a superset of every job's occurrence
     times, the union of their triggers' second and minute fields, every hour of every day."""
@@ -147,8 +164,9 @@ def table_trigger(text: str, jobs: str) -> tuple[str, str]:
             s, m = field_set(second, 60), field_set(minute, 60)
         else:
             # Occurrences at offset + k x period: every gcd(period, 60) s from the offset.
-            step = math.gcd(int(period or 60), 60)
-            offset = int(keys.get("offset_seconds", default(text, "job_offset_seconds") or 0))
+            step = math.gcd(whole(name, "period_seconds", period or 60), 60)
+            offset = whole(name, "offset_seconds",
+                           keys.get("offset_seconds", default(text, "job_offset_seconds") or 0))
             s, m = {(offset + i) % 60 for i in range(0, 60, step)}, set(range(60))
         seconds = None if s is None or seconds is None else seconds | s
         minutes = None if m is None or minutes is None else minutes | m
@@ -205,6 +223,9 @@ def main() -> int:
         return 1
     try:
         text, triggers = manifest(main_text, jobs)
+    except TableError as e:
+        print(f"cron_manifest.py: {args.jobs}: {e}", file=sys.stderr)
+        return 1
     except ValueError:
         print(f"cron_manifest.py: {args.manifest} lacks [variables], [[trigger.http]] or a timer "
               "component", file=sys.stderr)
