@@ -31,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasegate::lease::{Acquire, Acquiring, IdOrigin, LockStatus, Release, Term};
+use leasegate::lease::{Acquire, Acquiring, IdOrigin, LockInfo, LockStatus, Release, Term};
 use leasegate::{Counting, LeaseId, LockName, Transport};
 use leasegate::{Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
@@ -326,29 +326,7 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
         match locks.inspect(&key, ctx.now).await {
             Ok(info) => {
                 log("inspected");
-                let (state, expires_at, since, holder) = match info.status {
-                    LockStatus::Available => ("available", None, None, None),
-                    LockStatus::Held {
-                        expires_at,
-                        since,
-                        label,
-                        ..
-                    } => (
-                        "held",
-                        expires_at.map(rfc3339),
-                        since.map(rfc3339),
-                        Some(label).filter(|label| !label.is_empty()),
-                    ),
-                };
-                let body = Inspected {
-                    key: key.as_str(),
-                    state,
-                    expires_at,
-                    since,
-                    fencing_token: info.fencing_token,
-                    holder,
-                };
-                web::json(StatusCode::OK, &body)
+                inspected(&key, info)
             }
             Err(e) => {
                 log("storage_unavailable");
@@ -356,6 +334,33 @@ pub async fn handle<T: Transport>(ctx: &Context<'_, T>, request: Request) -> Res
             }
         }
     }
+}
+
+/// `GET /api/gate/{key}`'s answer: the gate's state as storage holds it.
+fn inspected(key: &LockName, info: LockInfo) -> Response {
+    let (state, expires_at, since, holder) = match info.status {
+        LockStatus::Available => ("available", None, None, None),
+        LockStatus::Held {
+            expires_at,
+            since,
+            label,
+            ..
+        } => (
+            "held",
+            expires_at.map(rfc3339),
+            since.map(rfc3339),
+            Some(label).filter(|label| !label.is_empty()),
+        ),
+    };
+    let body = Inspected {
+        key: key.as_str(),
+        state,
+        expires_at,
+        since,
+        fencing_token: info.fencing_token,
+        holder,
+    };
+    web::json(StatusCode::OK, &body)
 }
 
 // The Spin entry points.

@@ -8,7 +8,7 @@ use leasegate_spin::timer::{Source, Tick};
 use leasegate_spin::Context;
 
 use crate::at;
-use crate::attempt::run_reserved;
+use crate::attempt::{run_reserved, ReservedRun};
 use crate::error::JobError;
 use crate::log::{read_log, LogEntry};
 use crate::reservation::{
@@ -143,20 +143,15 @@ pub async fn backfill<T: Transport>(
                         at: at(o),
                         ..tick.clone()
                     };
-                    match run_reserved(
-                        ctx,
-                        &blobs,
-                        &job,
-                        settings,
-                        &this,
-                        o,
-                        (t, server_now),
+                    let run = ReservedRun {
+                        occurrence: o,
+                        reserved_at: t,
+                        server_now,
                         reservation,
-                        false,
-                        1,
-                    )
-                    .await?
-                    {
+                        skip_late: false,
+                        attempt: 1,
+                    };
+                    match run_reserved(ctx, &blobs, &job, settings, &this, run).await? {
                         (Decision::Ran { entry } | Decision::JobFailed { entry }, _) => Some(entry),
                         _ => None,
                     }

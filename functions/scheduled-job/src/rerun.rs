@@ -7,7 +7,7 @@ use leasegate_spin::timer::{Source, Tick};
 use leasegate_spin::web::rfc3339;
 use leasegate_spin::Context;
 
-use crate::attempt::run_reserved;
+use crate::attempt::{run_reserved, ReservedRun};
 use crate::error::JobError;
 use crate::log::read_log;
 use crate::reservation::{
@@ -184,18 +184,14 @@ pub(crate) async fn rerun<T: Transport>(
             }
         }
     };
-    let ran = run_reserved(
-        ctx,
-        &blobs,
-        &job,
-        settings,
-        &tick,
+    let run = ReservedRun {
         occurrence,
-        (reserved_at, server_now),
+        reserved_at,
+        server_now,
         reservation,
-        false,
+        skip_late: false,
         attempt,
-    )
-    .await;
+    };
+    let ran = run_reserved(ctx, &blobs, &job, settings, &tick, run).await;
     Ok(outcome(ran.map(|(decision, _)| decision)))
 }

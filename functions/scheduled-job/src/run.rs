@@ -14,8 +14,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::time::{Duration, SystemTime};
 
-use crate::attempt::run_reserved;
 use crate::attempt::skip::Skip;
+use crate::attempt::{run_reserved, ReservedRun};
 use crate::error::JobError;
 use crate::log::{LogEntry, LogWrite};
 use crate::reservation::{
@@ -361,19 +361,15 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         }
         return Ok((refusal, None));
     }
-    run_reserved(
-        ctx,
-        &blobs,
-        job,
-        settings,
-        tick,
+    let run = ReservedRun {
         occurrence,
-        (reserved_at, server_now),
+        reserved_at,
+        server_now,
         reservation,
-        skip_late && attempt == 1,
+        skip_late: skip_late && attempt == 1,
         attempt,
-    )
-    .await
+    };
+    run_reserved(ctx, &blobs, job, settings, tick, run).await
 }
 
 /// Step 1's end for a reservation that exists (read, or refused and then read): the takeover

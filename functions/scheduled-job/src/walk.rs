@@ -11,7 +11,7 @@ use leasegate_spin::web::rfc3339;
 use leasegate_spin::Context;
 use std::time::{Duration, SystemTime};
 
-use crate::attempt::run_reserved;
+use crate::attempt::{run_reserved, ReservedRun};
 use crate::error::JobError;
 use crate::log::{advance_settled, change_log, change_log_from, open, Log, LogEntry, LogWrite};
 use crate::reservation::{
@@ -117,7 +117,6 @@ impl Missed {
 /// The first one still within its reserver's deadline (or `running`) stops the walk: a later
 /// winner looks again. Nothing is read when the watermark is at the occurrence before this
 /// one, as it is whenever every occurrence has a winner.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn settle_earlier<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<&S>,
@@ -427,21 +426,15 @@ impl<'a, T, S: Transport, J: Transport> Walk<'a, T, S, J> {
                     source: self.tick.source,
                     past_due: true,
                 };
-                let t = props.last_modified.unwrap_or(server_now);
-                let times = (t, server_now);
-                let ran = run_reserved(
-                    ctx,
-                    blobs,
-                    self.job,
-                    settings,
-                    &this,
-                    o,
-                    times,
+                let run = ReservedRun {
+                    occurrence: o,
+                    reserved_at: props.last_modified.unwrap_or(server_now),
+                    server_now,
                     reservation,
-                    false,
+                    skip_late: false,
                     attempt,
-                )
-                .await;
+                };
+                let ran = run_reserved(ctx, blobs, self.job, settings, &this, run).await;
                 let Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) = ran else {
                     return Flow::Stop;
                 };
@@ -629,20 +622,15 @@ async fn run_existing<T, S: Transport, J: Transport>(
         source: tick.source,
         past_due: true,
     };
-    let t = props.last_modified.unwrap_or(server_now);
-    let ran = run_reserved(
-        ctx,
-        blobs,
-        job,
-        settings,
-        &this,
+    let run = ReservedRun {
         occurrence,
-        (t, server_now),
+        reserved_at: props.last_modified.unwrap_or(server_now),
+        server_now,
         reservation,
-        false,
+        skip_late: false,
         attempt,
-    )
-    .await;
+    };
+    let ran = run_reserved(ctx, blobs, job, settings, &this, run).await;
     match ran {
         Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) => Existing::Ran(entry),
         _ => Existing::NotNow,
@@ -677,20 +665,17 @@ pub(crate) async fn catch_up_one<T, S: Transport, J: Transport>(
         source: tick.source,
         past_due: true,
     };
-    let (decision, _) = run_reserved(
-        ctx,
-        blobs,
-        job,
-        settings,
-        &this,
+    let run = ReservedRun {
         occurrence,
-        (t, t),
+        reserved_at: t,
+        server_now: t,
         reservation,
-        false,
-        1,
-    )
-    .await
-    .ok()?;
+        skip_late: false,
+        attempt: 1,
+    };
+    let (decision, _) = run_reserved(ctx, blobs, job, settings, &this, run)
+        .await
+        .ok()?;
     match decision {
         Decision::Ran { entry } | Decision::JobFailed { entry } => Some(entry),
         _ => None,

@@ -16,7 +16,7 @@ use leasegate_spin::web::rfc3339;
 use leasegate_spin::Context;
 
 use crate::claim::Claimed;
-use crate::index::set_expiry_tag;
+use crate::index::{set_expiry_tag, Existing};
 use crate::settings::Settings;
 use crate::sweep::{sweep_blob_if, BlobOutcome};
 use crate::{EXPIRES_TAG, TIME_TO_LIVE};
@@ -148,8 +148,7 @@ async fn sweep_leased<T, S: Transport>(
         blobs,
         &claimed.container,
         name,
-        known,
-        props.tag_count,
+        Existing::of(known, props.tag_count),
         tag.as_deref(),
         Some(lease_id),
         ctx.now,

@@ -12,25 +12,41 @@ use leasegate::{BlobName, ContainerName, LeaseId, Transport};
 
 use crate::EXPIRES_TAG;
 
-/// Sets the expiry tag to `value` (`None`: removes it), keeping the blob's other index tags:
-/// `known`, when the caller knows them all (a listing with tags; a found blob whose only tag is
-/// the one it was found by), else read first when `tag_count` counts any. Under `lease`, when
-/// the caller holds the blob's lease. `false` when the tags already said so (nothing written).
-#[allow(clippy::too_many_arguments)]
+/// A blob's index tags as its caller knows them.
+pub(crate) enum Existing {
+    /// All of them (a listing with tags; a found blob whose only tag is the one it was found
+    /// by).
+    Known(Tags),
+    /// Only how many there are (`None`: not even that): read first when there are any.
+    Counted(Option<u32>),
+}
+
+impl Existing {
+    /// `tags` when known, else their count.
+    pub(crate) fn of(tags: Option<Tags>, count: Option<u32>) -> Existing {
+        match tags {
+            Some(tags) => Existing::Known(tags),
+            None => Existing::Counted(count),
+        }
+    }
+}
+
+/// Sets the expiry tag to `value` (`None`: removes it), keeping the blob's other index tags
+/// (`existing`). Under `lease`, when the caller holds the blob's lease. `false` when the tags
+/// already said so (nothing written).
 pub(crate) async fn set_expiry_tag<S: Transport>(
     blobs: &BlobClient<S>,
     container: &ContainerName,
     blob: &BlobName,
-    known: Option<Tags>,
-    tag_count: Option<u32>,
+    existing: Existing,
     value: Option<&str>,
     lease: Option<LeaseId>,
     now: SystemTime,
 ) -> Result<bool, leasegate::Error> {
-    let mut tags = match known {
-        Some(tags) => tags,
-        None if tag_count.unwrap_or(0) == 0 => Tags::new(),
-        None => {
+    let mut tags = match existing {
+        Existing::Known(tags) => tags,
+        Existing::Counted(count) if count.unwrap_or(0) == 0 => Tags::new(),
+        Existing::Counted(_) => {
             let get = GetBlobTags {
                 container: container.clone(),
                 blob: blob.clone(),

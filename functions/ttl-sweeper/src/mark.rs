@@ -3,7 +3,7 @@
 //! keeping its other metadata, then its expiry tag. The route's path and the swept check are
 //! shared with the unmarking (`unmark`).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use leasegate::ops::{Condition, GetProperties, Refusal, SetMetadata, WriteOutcome};
 use leasegate::{BlobName, ContainerName, Counting, Request, Response, StatusCode, Transport};
@@ -16,7 +16,7 @@ use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{log_line, Context};
 
 use crate::error::tags_forbidden;
-use crate::index::set_expiry_tag;
+use crate::index::{set_expiry_tag, Existing};
 use crate::settings::{parse_location, Kind, Settings, DEAD_CONTAINERS_VAR};
 use crate::{DEAD_BLOB_CONTAINER, MAX_TTL_SECS, TIME_TO_LIVE, TTL_ROUTE};
 
@@ -89,7 +89,6 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
         Ok(t) => t,
         Err(r) => return r,
     };
-    let bad = |code: &str, m: String| web::error(StatusCode::BAD_REQUEST, code, m);
     if let Err(r) = web::require_json(request) {
         return r;
     }
@@ -97,65 +96,17 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
         Ok(m) => m,
         Err(e) => return bad("invalid_body", format!("the body is not a marking: {e}")),
     };
-    let expires_at = match (&marking.expires_at, marking.ttl_seconds) {
-        (Some(_), Some(_)) | (None, None) => {
-            return bad(
-                "invalid_body",
-                "give exactly one of expiresAt (RFC 3339) and ttlSeconds".into(),
-            )
-        }
-        (Some(t), None) => match timer::parse_time(t) {
-            Some(t) => Some(t),
-            None => {
-                return bad(
-                    "invalid_body",
-                    "expiresAt must be an RFC 3339 time (2026-11-21T14:00:00Z)".into(),
-                )
-            }
-        },
-        (None, Some(n)) if (1..=MAX_TTL_SECS).contains(&n) => None,
-        (None, Some(_)) => {
-            return bad(
-                "invalid_body",
-                format!("ttlSeconds must be 1 to {MAX_TTL_SECS}"),
-            )
-        }
+    let Checked { expires_at, dead } = match marking.checked() {
+        Ok(checked) => checked,
+        Err(m) => return bad("invalid_body", m),
     };
-    let mut dead = None;
-    if let Some(Some(d)) = &marking.dead_blob_container {
-        // Stored as metadata, whose values are ASCII.
-        if !d.chars().all(|c| c.is_ascii_graphic()) {
-            return bad(
-                "invalid_body",
-                "deadBlobContainer must be printable ASCII without spaces (it is stored as metadata)".into(),
-            );
-        }
-        match parse_location(d) {
-            Ok(location) => dead = Some(location),
-            Err(e) => {
-                return bad(
-                    "invalid_body",
-                    format!(
-                        "deadBlobContainer must be container, container/ or container/prefix/: {e}"
-                    ),
-                )
-            }
-        }
-    }
     let settings = match Settings::load(ctx.variables) {
         Ok(s) => s,
         Err(e) => return web::error(StatusCode::SERVICE_UNAVAILABLE, "not_configured", e),
     };
     if let Some((c, prefix)) = &dead {
-        if let Some(reason) = settings.dead_refusal(c, prefix) {
-            let message = if *c == settings.storage.container {
-                "deadBlobContainer cannot be the app's own container (it holds the locks and the sweep state)".to_string()
-            } else if reason.contains(DEAD_CONTAINERS_VAR) {
-                format!("deadBlobContainer {c} is not allowed: blobs are moved only into the containers named by {DEAD_CONTAINERS_VAR}")
-            } else {
-                format!("deadBlobContainer {c}/{prefix} is swept (ttl_containers): a moved blob would be moved again")
-            };
-            return bad("invalid_body", message);
+        if let Some(m) = dead_refused(&settings, c, prefix) {
+            return bad("invalid_body", m);
         }
     }
     if let Err(r) = swept(&settings, &container, &blob) {
@@ -213,8 +164,7 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
                     &blobs,
                     &container,
                     &blob,
-                    props.tags.clone(),
-                    props.tag_count,
+                    Existing::of(props.tags.clone(), props.tag_count),
                     Some(&rfc3339(expires)),
                     None,
                     ctx.now,
@@ -269,6 +219,81 @@ pub(crate) async fn mark<T: Transport>(ctx: &Context<'_, T>, request: &Request) 
         "changed",
         "the blob kept changing while it was marked; try again",
     )
+}
+
+/// A 400 with `code` and `message`.
+fn bad(code: &str, message: String) -> Response {
+    web::error(StatusCode::BAD_REQUEST, code, message)
+}
+
+/// What a marking asks for, checked.
+struct Checked {
+    /// The expiry it names (`None`: `ttlSeconds` from storage's clock).
+    expires_at: Option<SystemTime>,
+    /// Its dead-blob container and the prefix there.
+    dead: Option<(ContainerName, String)>,
+}
+
+impl Marking {
+    /// What the body asks for, or what is wrong with it.
+    fn checked(&self) -> Result<Checked, String> {
+        let expires_at = match (&self.expires_at, self.ttl_seconds) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err("give exactly one of expiresAt (RFC 3339) and ttlSeconds".into())
+            }
+            (Some(t), None) => match timer::parse_time(t) {
+                Some(t) => Some(t),
+                None => {
+                    return Err("expiresAt must be an RFC 3339 time (2026-11-21T14:00:00Z)".into())
+                }
+            },
+            (None, Some(n)) if (1..=MAX_TTL_SECS).contains(&n) => None,
+            (None, Some(_)) => return Err(format!("ttlSeconds must be 1 to {MAX_TTL_SECS}")),
+        };
+        let Some(Some(d)) = &self.dead_blob_container else {
+            return Ok(Checked {
+                expires_at,
+                dead: None,
+            });
+        };
+        // Stored as metadata, whose values are ASCII.
+        if !d.chars().all(|c| c.is_ascii_graphic()) {
+            return Err(
+                "deadBlobContainer must be printable ASCII without spaces (it is stored \
+                        as metadata)"
+                    .into(),
+            );
+        }
+        match parse_location(d) {
+            Ok(location) => Ok(Checked {
+                expires_at,
+                dead: Some(location),
+            }),
+            Err(e) => Err(format!(
+                "deadBlobContainer must be container, container/ or container/prefix/: {e}"
+            )),
+        }
+    }
+}
+
+/// Why blobs may not be moved into `container`/`prefix` (`None`: they may).
+fn dead_refused(settings: &Settings, container: &ContainerName, prefix: &str) -> Option<String> {
+    let reason = settings.dead_refusal(container, prefix)?;
+    Some(if *container == settings.storage.container {
+        "deadBlobContainer cannot be the app's own container (it holds the locks and the sweep \
+         state)"
+            .to_string()
+    } else if reason.contains(DEAD_CONTAINERS_VAR) {
+        format!(
+            "deadBlobContainer {container} is not allowed: blobs are moved only into the \
+             containers named by {DEAD_CONTAINERS_VAR}"
+        )
+    } else {
+        format!(
+            "deadBlobContainer {container}/{prefix} is swept (ttl_containers): a moved blob would \
+             be moved again"
+        )
+    })
 }
 
 /// The answer to a failed metadata write. The other metadata goes back exactly as storage gave

@@ -17,7 +17,7 @@ use leasegate_spin::web::{self, rfc3339};
 use leasegate_spin::{elapsed_ms, timer, Context};
 
 use crate::error::tags_forbidden;
-use crate::index::set_expiry_tag;
+use crate::index::{set_expiry_tag, Existing};
 use crate::settings::{Kind, Settings};
 use crate::state::put_json_if;
 use crate::{EXPIRES_TAG, MIGRATION_BLOB, TIME_TO_LIVE};
@@ -196,8 +196,7 @@ async fn tag_blob<S: Transport>(
         blobs,
         container,
         &name,
-        Some(known),
-        None,
+        Existing::Known(known),
         Some(&value),
         None,
         now,

@@ -21,7 +21,7 @@ use crate::answer::Report;
 use crate::claim::{claim, resting, Bookkeeping, Claim, Claimed, Known};
 use crate::error::SweepError;
 use crate::found::sweep_found;
-use crate::index::set_expiry_tag;
+use crate::index::{set_expiry_tag, Existing};
 use crate::settings::{parse_location, Kind, Settings, COPY_POLL, COPY_WAIT};
 use crate::state::{read_state, reconcile, Counters};
 use crate::{DEAD_BLOB_CONTAINER, TIME_TO_LIVE};
@@ -219,8 +219,7 @@ async fn sweep_listed<T, S: Transport>(
         blobs,
         &claimed.container,
         &name,
-        Some(known),
-        None,
+        Existing::Known(known),
         Some(&value),
         None,
         ctx.now,
@@ -355,18 +354,11 @@ pub(crate) async fn sweep_blob_if<T, S: Transport>(
         if props.metadata.keys().any(|k| k.starts_with("leasegate_")) {
             return BlobOutcome::Skipped("the blob carries leasegate claim metadata (never moved)");
         }
-        if let Err(reason) = move_blob(
-            ctx,
-            blobs,
-            settings,
-            claimed,
-            item,
-            &etag,
-            dead_container,
+        let to = DeadBlobs {
+            container: dead_container,
             prefix,
-        )
-        .await
-        {
+        };
+        if let Err(reason) = move_blob(ctx, blobs, settings, claimed, item, &etag, to).await {
             return reason;
         }
     }
@@ -417,6 +409,13 @@ fn holds_listed_version(copied: Option<u64>, listed: Option<u64>, same_content: 
     }
 }
 
+/// Where a moved blob goes: the dead-blob container and the prefix of its names there.
+#[derive(Clone, Copy)]
+struct DeadBlobs<'a> {
+    container: &'a ContainerName,
+    prefix: &'a str,
+}
+
 /// Copies the listed version of `item` to its dead-blob container, never over another blob:
 /// to `{prefix}{name}`, or, when that name is taken by another blob, `{prefix}{name}.{etag}`.
 /// The copy sends no metadata, so storage keeps the source's exactly (names' case and values).
@@ -424,7 +423,6 @@ fn holds_listed_version(copied: Option<u64>, listed: Option<u64>, same_content: 
 /// either written in a later second than the listed version or, in the same second, holding
 /// the listed version's very content, by `Content-MD5` and length: an earlier move that did
 /// not get to delete the source) counts as copied; an earlier copy never does. `Err` is the outcome of a blob that must stay where it is.
-#[allow(clippy::too_many_arguments)]
 async fn move_blob<T, S: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<S>,
@@ -432,9 +430,12 @@ async fn move_blob<T, S: Transport>(
     claimed: &Claimed,
     item: &BlobItem,
     etag: &leasegate::ETag,
-    dead_container: &ContainerName,
-    prefix: &str,
+    to: DeadBlobs<'_>,
 ) -> Result<(), BlobOutcome> {
+    let DeadBlobs {
+        container: dead_container,
+        prefix,
+    } = to;
     let source = BlobName::try_new(&item.name)
         .map_err(|_| BlobOutcome::Skipped("the name is not usable"))?;
     let source_uri = public_blob_url(&settings.storage.account, &claimed.container, &source);

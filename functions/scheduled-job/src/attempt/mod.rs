@@ -26,22 +26,40 @@ use crate::settings::{term_length, Overlap, Settings};
 use crate::{at, unix};
 use skip::Skip;
 
+/// An occurrence reserved and in range, as a tick (or a backfill, or a rerun) hands it on.
+pub(crate) struct ReservedRun {
+    /// The occurrence (Unix seconds).
+    pub(crate) occurrence: u64,
+    /// When it was reserved, by this instance's clock.
+    pub(crate) reserved_at: SystemTime,
+    /// The storage server's clock then (its `Date`).
+    pub(crate) server_now: SystemTime,
+    /// The reservation as written or read.
+    pub(crate) reservation: Reservation,
+    /// Record it missed instead of running it (late, `job_catch_up = none`).
+    pub(crate) skip_late: bool,
+    /// The attempt (1 unless a retry).
+    pub(crate) attempt: u32,
+}
+
 /// Steps 3 to 6 of a tick, once the occurrence is reserved and in range. With the decision,
-/// the log as the run's end wrote it (`None`: this tick did not run the job). `skip_late`:
-/// record the occurrence missed instead of running it (`job_catch_up = none`).
-#[allow(clippy::too_many_arguments)]
+/// the log as the run's end wrote it (`None`: this tick did not run the job).
 pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
     blobs: &BlobClient<&S>,
     job: &J,
     settings: &Settings,
     tick: &Tick,
-    occurrence: u64,
-    (reserved_at, server_now): (SystemTime, SystemTime),
-    reservation: Reservation,
-    skip_late: bool,
-    attempt: u32,
+    run: ReservedRun,
 ) -> Result<(Decision, Option<LogWrite>), JobError> {
+    let ReservedRun {
+        occurrence,
+        reserved_at,
+        server_now,
+        reservation,
+        skip_late,
+        attempt,
+    } = run;
     let a = Attempt {
         ctx,
         blobs,

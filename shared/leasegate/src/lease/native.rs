@@ -105,17 +105,13 @@ pub(super) async fn acquire<T: Transport>(
             label: label.to_string(),
         });
         let marks = snap.marks();
-        let (granted, tenure, grant) = match take(
-            locks,
-            blob,
-            &snap,
-            duration,
-            (id, origin),
+        let taking = Taking {
+            id,
+            origin,
             claim,
             tenure,
-            now,
-        )
-        .await?
+        };
+        let (granted, tenure, grant) = match take(locks, blob, &snap, duration, taking, now).await?
         {
             Take::Granted(time, tenure, grant) => (time, tenure, grant),
             // Leased, and not written since the kept state: the blob is that state, leased. A
@@ -234,6 +230,15 @@ pub(super) async fn extend_at<T: Transport>(
     }))
 }
 
+/// What [`take`] asks storage for: the lease id and where it came from, the claim to write
+/// under it (`None`: none), and the tenure it continues or begins.
+struct Taking {
+    id: LeaseId,
+    origin: IdOrigin,
+    claim: Option<Claim>,
+    tenure: Tenure,
+}
+
 /// How [`take`] went.
 enum Take {
     /// Held, granted at this server time, with this tenure (a concurrent call of the same
@@ -257,17 +262,20 @@ enum Take {
 /// its grant and its claim). Such a lease runs out on its own. An id the caller chose or
 /// derived ([`IdOrigin::Known`]) may be held right now by another call with it (a client's
 /// retry), so its lease is left too: acquiring again with the id settles it.
-#[allow(clippy::too_many_arguments)]
 async fn take<T: Transport>(
     locks: &Locks<T>,
     blob: &BlobName,
     snap: &Snapshot,
     duration: LeaseDuration,
-    (id, origin): (LeaseId, IdOrigin),
-    claim: Option<Claim>,
-    tenure: Tenure,
+    taking: Taking,
     now: SystemTime,
 ) -> Result<Take, Error> {
+    let Taking {
+        id,
+        origin,
+        claim,
+        tenure,
+    } = taking;
     let held_before = tenure.extended || snap.leased;
     let give_back_on_failure = origin == IdOrigin::Fresh && !held_before;
     let op = locks
