@@ -305,6 +305,13 @@ fn an_unknown_or_broken_job_is_named_and_the_others_answer() {
         "names the job asked and the jobs there are: {message}"
     );
 
+    // A name no job can have (job names are lowercase): 400, naming the jobs there are.
+    let (status, v) = get(&app, "/api/jobs/Invoice-Export");
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"], "invalid_job");
+    let message = v["message"].as_str().unwrap_or("");
+    assert!(message.contains("lowercase") && message.contains("fast-sync"), "{message}");
+
     let a = call(
         "POST",
         &app.url("/api/jobs/broken/tick"),

@@ -162,17 +162,16 @@ pub(crate) async fn api<T: Transport>(
         Some((job, action)) => (job, Some(action)),
         None => (rest.trim_end_matches('/'), None),
     };
-    // A name no job can have (`Invoice-Export`) is a name not in the table: 404, with the
-    // jobs there are and what is wrong with the name.
+    // A name no job can have (`Invoice-Export`): 400, with the jobs there are.
     if let Err(m) = check_job_name(job) {
         let there = match Jobs::load(ctx.variables) {
-            Ok(jobs) => format!(": its jobs are {}", jobs.names()),
+            Ok(jobs) => format!(" (this component's jobs: {})", jobs.names()),
             Err(_) => String::new(),
         };
         return web::error(
-            StatusCode::NOT_FOUND,
-            "unknown_job",
-            format!("no job {job}{there} ({m})"),
+            StatusCode::BAD_REQUEST,
+            "invalid_job",
+            format!("{m}{there}"),
         );
     }
     let method = request.method().clone();
