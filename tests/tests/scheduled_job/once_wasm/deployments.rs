@@ -1,4 +1,5 @@
-//! Each occurrence once across eight deployments (cron, Azure timer, HTTP; clocks that disagree), and on the cron trigger across two instances.
+//! Each occurrence once across eight deployments (cron, Azure timer, HTTP; clocks that disagree),
+//! and on the cron trigger across two instances.
 
 use super::*;
 
