@@ -310,7 +310,10 @@ fn an_unknown_or_broken_job_is_named_and_the_others_answer() {
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["error"], "invalid_job");
     let message = v["message"].as_str().unwrap_or("");
-    assert!(message.contains("lowercase") && message.contains("fast-sync"), "{message}");
+    assert!(
+        message.contains("lowercase") && message.contains("fast-sync"),
+        "{message}"
+    );
 
     let a = call(
         "POST",
