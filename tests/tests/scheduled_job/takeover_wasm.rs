@@ -28,7 +28,9 @@ fn a_failed_run_is_retried_up_to_the_limit_and_no_further() {
         ],
     );
     app.sink.behave(Behaviour::Answer(500));
-    early_in_a_period(60, 15_000);
+    // Within the tick tolerance (10 s) of the occurrence: a fresh job's first tick later than
+    // that finds it before the job's history.
+    early_in_a_period(60, 5_000);
     let first = tick(&app, TIMER_AUTH, None);
     assert_eq!(first.status, 502, "{}", first.text);
     assert_eq!(first.json["decision"], "failed", "{}", first.text);
@@ -95,7 +97,9 @@ fn a_retry_that_succeeds_settles_the_occurrence() {
         ],
     );
     app.sink.behave(Behaviour::Answer(503));
-    early_in_a_period(60, 15_000);
+    // Within the tick tolerance (10 s) of the occurrence: a fresh job's first tick later than
+    // that finds it before the job's history.
+    early_in_a_period(60, 5_000);
     let first = tick(&app, TIMER_AUTH, None);
     assert_eq!(first.json["decision"], "failed", "{}", first.text);
     let o = occurrence_of(&first);
@@ -228,7 +232,9 @@ fn a_lost_result_write_is_not_taken_for_a_vanished_run() {
     );
     app.sink
         .behave(Behaviour::Late(Duration::from_secs(2), 204));
-    early_in_a_period(60, 15_000);
+    // Within the tick tolerance (10 s) of the occurrence: a fresh job's first tick later than
+    // that finds it before the job's history.
+    early_in_a_period(60, 5_000);
     let o = unix_now() / 60 * 60;
     let ran = std::thread::scope(|s| {
         let run = s.spawn(|| tick(&app, TIMER_AUTH, None));
