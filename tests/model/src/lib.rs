@@ -9,7 +9,8 @@
 //!   entity's `If-Match`), by holders of one lock with rising tokens, all at once.
 //! * [`job`]: the job's reservation protocol (reservation, outcome compare-and-swap with a
 //!   nonce, retries and takeover).
-//! * [`storage`]: the Blob service (and, in [`table`], the Table service) the callers talk to.
+//! * [`storage`]: the Blob service (and, in [`table`], the Table service) the callers talk to
+//!   (from `leasegate-test-support`, `tests/support`).
 //! * [`trace`]: a counterexample, step by step; [`run`]: a check and its report.
 //!
 //! What is modeled and what is not, and the bounds: `docs/protocol.md`, "The model checker".
@@ -18,9 +19,9 @@ pub mod fence;
 pub mod job;
 pub mod lease;
 pub mod run;
-pub mod storage;
-pub mod table;
-pub mod tags;
 pub mod trace;
-pub mod wire;
 pub mod world;
+
+// The storage model lives in the test-support crate (the functions' native tests use it too);
+// its modules keep their paths here.
+pub use leasegate_test_support::{storage, table, tags, wire};

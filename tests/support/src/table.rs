@@ -645,11 +645,8 @@ mod tests {
     #[test]
     fn timestamps_are_civil_dates() {
         assert_eq!(timestamp(0, 0), "1970-01-01T00:00:00.0000000Z");
-        // The model's start: 2026-11-19T14:00:00Z.
-        assert_eq!(
-            timestamp(crate::world::START, 7),
-            "2026-11-19T14:00:00.0000007Z"
-        );
+        // The model checker's start (`leasegate_model::world::START`): 2026-11-19T14:00:00Z.
+        assert_eq!(timestamp(1_795_096_800, 7), "2026-11-19T14:00:00.0000007Z");
         assert_eq!(timestamp(951_782_400, 1), "2000-02-29T00:00:00.0000001Z");
     }
 
