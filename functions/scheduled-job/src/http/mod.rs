@@ -9,20 +9,19 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::{Instant, SystemTime};
 
-use crate::attempt::skip::Skip;
-use crate::backfill::{backfill, BackfillAsk, BACKFILL_LOOK};
-use crate::log::{change_log, read_log, Log, LogWrite, Paused};
+use crate::backfill::BackfillAsk;
+use crate::log::{change_log, Log, LogWrite, Paused};
 use crate::many;
-use crate::rerun::rerun;
-use crate::run::{run_now, tick, Ask, Decision, TickOutcome, RUN_NOW_TAKEN};
+use crate::run::{Ask, Decision, TickOutcome};
 use crate::settings::{check_job_name, Settings};
 use crate::table::{Job, Jobs};
-use crate::walk::CATCH_UP_RUNS;
 use crate::{at, ScheduledJob, MAX_BODY_BYTES};
 use leasegate_spin::timer::TimerFunction;
 
 mod bodies;
+mod job;
 pub(crate) use bodies::*;
+use job::serve;
 
 /// The answer for a tick: its status (2xx when the occurrence is settled: run here, run
 /// elsewhere, skipped on purpose) and a JSON value with the decision.
@@ -261,166 +260,6 @@ fn find<'j>(jobs: &'j Jobs, job: &str) -> Result<&'j Settings, Response> {
             ),
         )),
     }
-}
-
-/// A job's route, once the path named a job this component runs.
-async fn serve<T: Transport>(
-    ctx: &Context<'_, T>,
-    request: &Request,
-    settings: &Settings,
-    action: Option<&str>,
-    note: Option<String>,
-    power: auth::Power,
-    started: Instant,
-) -> Response {
-    let method = request.method().clone();
-    if method == leasegate::Method::GET {
-        let transport = (ctx.connect)(settings.storage.timeout);
-        let blobs = settings.storage.blobs(&transport);
-        return match read_log(&blobs, settings, ctx.now).await {
-            Ok((log, _, server_now)) => {
-                web::json(StatusCode::OK, &status(settings, &log, server_now))
-            }
-            Err(e) => e.answer(),
-        };
-    }
-    if action == Some("backfill") {
-        let range = match backfill_range(request, settings, ctx.now) {
-            Ok(range) => range,
-            Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_backfill", m),
-        };
-        return match backfill(ctx, settings, range, started).await {
-            Ok(report) => {
-                // Moved up to the job's history (when it has begun), the range it looked at.
-                let from = match report.history_from {
-                    Some(h) if report.clamped_from.is_some() && h != u64::MAX => h,
-                    _ => range.from,
-                };
-                let mut v = json!({
-                    "job": settings.job,
-                    "from": rfc3339(at(from)),
-                    "to": rfc3339(at(range.to)),
-                    "ran": report.ran,
-                    "alreadySettled": report.settled,
-                    "looked": report.looked,
-                    "more": report.next.is_some(),
-                    "continueFrom": report.next.map(|n| rfc3339(at(n))),
-                    "maxRunsPerCall": CATCH_UP_RUNS,
-                    "maxOccurrencesPerCall": BACKFILL_LOOK,
-                    "storageRoundTrips": report.round_trips,
-                    "durationMs": leasegate_spin::elapsed_ms(started),
-                });
-                if let Some(asked) = report.clamped_from {
-                    v["clamped"] = clamped(settings, asked, report.history_from);
-                }
-                log_line(json!({
-                    "fn": ScheduledJob::NAME,
-                    "job": settings.job,
-                    "instance": settings.instance_id,
-                    "action": "backfill",
-                    "ran": report.ran.len(),
-                    "more": report.next.is_some(),
-                }));
-                web::json(StatusCode::OK, &v)
-            }
-            Err(e) => e.answer(),
-        };
-    }
-    if action == Some("rerun") {
-        let occurrence = match rerun_occurrence(request, settings, ctx.now) {
-            Ok(o) => o,
-            Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_rerun", m),
-        };
-        let tick = Tick {
-            at: at(occurrence),
-            source: Source::Rerun,
-            past_due: true,
-        };
-        return match rerun(ctx, settings, occurrence).await {
-            // Another tick acted on it meanwhile (a race lost, a run holding the job's lease):
-            // nothing ran; said as a refusal, with why.
-            Ok(TickOutcome {
-                decision: Ok(Decision::Skipped { reason, .. }),
-                ..
-            }) => web::error(
-                StatusCode::CONFLICT,
-                "occurrence_changed",
-                format!("the occurrence was not run again: {reason}"),
-            ),
-            Ok(TickOutcome {
-                decision:
-                    Ok(Decision::InProgress { retry_after } | Decision::NotDue { retry_after }),
-                ..
-            }) => {
-                let mut r = web::error(
-                    StatusCode::CONFLICT,
-                    "occurrence_running",
-                    "a run holds the job's lease: the occurrence was not run again; ask again \
-                     once it ends",
-                );
-                r.headers_mut()
-                    .insert("retry-after", retry_after.as_secs().max(1).to_string());
-                r
-            }
-            Ok(outcome) => answer(settings, &tick, &outcome, started),
-            Err(r) => web::error(r.status, r.code, r.message),
-        };
-    }
-    match action {
-        Some("pause") => return pause(ctx, settings, Some(note)).await,
-        Some("resume") => return pause(ctx, settings, None).await,
-        Some("run") => {
-            let outcome = run_now(ctx, settings).await;
-            if let Ok(Decision::Skipped { reason, .. }) = &outcome.decision {
-                if *reason == Skip::RunNowTaken {
-                    let mut r =
-                        web::error(StatusCode::CONFLICT, "occurrence_exists", RUN_NOW_TAKEN);
-                    r.headers_mut().insert("retry-after", "1");
-                    return r;
-                }
-            }
-            let tick = Tick {
-                at: ctx.now,
-                source: Source::Manual,
-                past_due: false,
-            };
-            return answer(settings, &tick, &outcome, started);
-        }
-        _ => {}
-    }
-    let asked = match tick_ask(request) {
-        Ok(asked) => asked,
-        Err(m) => return web::error(StatusCode::BAD_REQUEST, "invalid_tick", m),
-    };
-    let at_time = asked.at.unwrap_or(ctx.now);
-    // The tick token names only the occurrence due now by this instance's clock (give or take
-    // the tick tolerance, never one more than that ahead); any other, past or future, is a
-    // manual run: the admin token's.
-    let (at_time, manual) = match settings.due_now(at_time, ctx.now) {
-        Some(due) => (due, false),
-        None => {
-            if let Err(r) = auth::require_admin(
-                ctx.variables,
-                power,
-                "a tick naming an occurrence other than the one due now (a manual run)",
-            ) {
-                return r;
-            }
-            (at_time, true)
-        }
-    };
-    // An admin naming an occurrence is an operator's run: logged `manual`.
-    let tick = Tick {
-        at: at_time,
-        source: if manual { Source::Manual } else { Source::Http },
-        past_due: false,
-    };
-    let ask = Ask {
-        manual,
-        name_reserver: asked.name_reserver,
-    };
-    let outcome = self::tick(ctx, settings, &tick, ask).await;
-    answer(settings, &tick, &outcome, started)
 }
 
 /// `GET /api/jobs`: the jobs and their next occurrences; `POST /api/jobs`: a tick of every
