@@ -169,22 +169,7 @@ async fn claim_from<S: Transport>(
     };
     let server_now = date.unwrap_or(now);
     reconcile(&mut state, settings);
-    // A write whose answer was lost may have landed: this tick's entry says what did.
-    if let Some(e) = state.ticks.iter().find(|t| t.id == tick.id) {
-        let landed = e.credited.minus(tick.credited);
-        tick.pending = tick.pending.minus(landed);
-        tick.credited = e.credited;
-    }
-    let credited = tick.credited.plus(tick.pending);
-    let c = credited.minus(tick.credited);
-    state.purged = state.purged.saturating_add(c.purged);
-    state.moved = state.moved.saturating_add(c.moved);
-    state.locks_removed = state.locks_removed.saturating_add(c.locks_removed);
-    let bound = settings.tick_bound();
-    state.ticks.retain(|t| {
-        t.id != tick.id
-            && timer::parse_time(&t.since).is_some_and(|since| since + bound > server_now)
-    });
+    let credited = settle_counters(&mut state, tick, settings, server_now);
     let others_active = state.ticks.iter().any(|t| t.active);
     let mut entry = TickEntry {
         id: tick.id.clone(),
@@ -204,54 +189,9 @@ async fn claim_from<S: Transport>(
         // completed since, or an answer without a `Date`; see `sweep`.)
         Claim::Resting
     } else {
-        let mut found = None;
-        while let Some(index) = state
-            .containers
-            .iter()
-            .position(|e| !e.off && matches!(e.status, ScanStatus::Init | ScanStatus::Current))
-        {
-            let finding = phase(settings, &state.containers[index], server_now) == Phase::Find;
-            match next_page(
-                blobs,
-                settings,
-                &mut state.containers[index],
-                server_now,
-                now,
-            )
-            .await
-            {
-                Ok(listed) => {
-                    found = Some(listed);
-                    break;
-                }
-                // Missing tag permissions are the deployment's to fix, on every container:
-                // the tick answers 502 naming the fix (a listing's 403 skips the container).
-                Err(e) if finding && leasegate_spin::web::is_forbidden(&e) => {
-                    return Err(SweepError::TagsForbidden(e));
-                }
-                // A listing storage refuses for good (a SAS without list rights there, a bad
-                // request) would stop every pass here: the container is skipped until the next
-                // pass, and reported.
-                Err(e) if refuses_for_good(&e) => {
-                    let entry = &mut state.containers[index];
-                    let (storage_status, storage_error_code) = match &e {
-                        leasegate::Error::Storage(s) => (Some(s.status.as_u16()), s.code.clone()),
-                        _ => (None, None),
-                    };
-                    skipped.push(SkippedContainer {
-                        container: entry.container.clone(),
-                        prefix: entry.prefix.clone(),
-                        storage_status,
-                        storage_error_code,
-                        message: format!("listing failed: {e}"),
-                    });
-                    entry.status = ScanStatus::Last;
-                    entry.marker = None;
-                    entry.pending = None;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let (found, skipped_here) =
+            next_listed(blobs, settings, &mut state, server_now, now).await?;
+        skipped = skipped_here;
         if let Some(listed) = found {
             if listed.kind == Kind::Ttl {
                 unusable_overflow = remember_unusable(&mut state, &listed, &mut unusable_new);
@@ -263,17 +203,7 @@ async fn claim_from<S: Transport>(
         } else if others_active {
             Claim::Finishing
         } else {
-            // Every page of the pass is claimed and processed: it is complete.
-            for e in &mut state.containers {
-                e.status = ScanStatus::Init;
-                e.marker = None;
-                e.pending = None;
-            }
-            // Unusable names this pass did not list again are gone (or renamed).
-            let this_pass = state.passes;
-            state.unusable.retain(|u| u.pass == this_pass);
-            state.passes += 1;
-            state.last_pass_completed_at = Some(rfc3339(server_now));
+            complete_pass(&mut state, server_now);
             Claim::PassComplete
         }
     };
@@ -305,6 +235,110 @@ async fn claim_from<S: Transport>(
         answered: Instant::now(),
     });
     Ok(Some((page.map_or(outcome, Claim::Page), known)))
+}
+
+/// Settles this tick's counters in `state` (a write whose answer was lost may have landed) and
+/// drops its entry and the entries of ticks past their bound; returns the counters this claim
+/// credits.
+fn settle_counters(
+    state: &mut State,
+    tick: &mut Bookkeeping,
+    settings: &Settings,
+    server_now: SystemTime,
+) -> Counters {
+    // A write whose answer was lost may have landed: this tick's entry says what did.
+    if let Some(e) = state.ticks.iter().find(|t| t.id == tick.id) {
+        let landed = e.credited.minus(tick.credited);
+        tick.pending = tick.pending.minus(landed);
+        tick.credited = e.credited;
+    }
+    let credited = tick.credited.plus(tick.pending);
+    let c = credited.minus(tick.credited);
+    state.purged = state.purged.saturating_add(c.purged);
+    state.moved = state.moved.saturating_add(c.moved);
+    state.locks_removed = state.locks_removed.saturating_add(c.locks_removed);
+    let bound = settings.tick_bound();
+    state.ticks.retain(|t| {
+        t.id != tick.id
+            && timer::parse_time(&t.since).is_some_and(|since| since + bound > server_now)
+    });
+    credited
+}
+
+/// The next page of the pass, from the first container still in it; a container whose listing
+/// storage refuses for good is skipped until the next pass (returned, to report). `None` when
+/// every container's pages are claimed.
+async fn next_listed<S: Transport>(
+    blobs: &BlobClient<S>,
+    settings: &Settings,
+    state: &mut State,
+    server_now: SystemTime,
+    now: SystemTime,
+) -> Result<(Option<Claimed>, Vec<SkippedContainer>), SweepError> {
+    let mut found = None;
+    let mut skipped = Vec::new();
+    while let Some(index) = state
+        .containers
+        .iter()
+        .position(|e| !e.off && matches!(e.status, ScanStatus::Init | ScanStatus::Current))
+    {
+        let finding = phase(settings, &state.containers[index], server_now) == Phase::Find;
+        match next_page(
+            blobs,
+            settings,
+            &mut state.containers[index],
+            server_now,
+            now,
+        )
+        .await
+        {
+            Ok(listed) => {
+                found = Some(listed);
+                break;
+            }
+            // Missing tag permissions are the deployment's to fix, on every container:
+            // the tick answers 502 naming the fix (a listing's 403 skips the container).
+            Err(e) if finding && leasegate_spin::web::is_forbidden(&e) => {
+                return Err(SweepError::TagsForbidden(e));
+            }
+            // A listing storage refuses for good (a SAS without list rights there, a bad
+            // request) would stop every pass here: the container is skipped until the next
+            // pass, and reported.
+            Err(e) if refuses_for_good(&e) => {
+                let entry = &mut state.containers[index];
+                let (storage_status, storage_error_code) = match &e {
+                    leasegate::Error::Storage(s) => (Some(s.status.as_u16()), s.code.clone()),
+                    _ => (None, None),
+                };
+                skipped.push(SkippedContainer {
+                    container: entry.container.clone(),
+                    prefix: entry.prefix.clone(),
+                    storage_status,
+                    storage_error_code,
+                    message: format!("listing failed: {e}"),
+                });
+                entry.status = ScanStatus::Last;
+                entry.marker = None;
+                entry.pending = None;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((found, skipped))
+}
+
+/// Every page of the pass is claimed and processed: it is complete.
+fn complete_pass(state: &mut State, server_now: SystemTime) {
+    for e in &mut state.containers {
+        e.status = ScanStatus::Init;
+        e.marker = None;
+        e.pending = None;
+    }
+    // Unusable names this pass did not list again are gone (or renamed).
+    let this_pass = state.passes;
+    state.unusable.retain(|u| u.pass == this_pass);
+    state.passes += 1;
+    state.last_pass_completed_at = Some(rfc3339(server_now));
 }
 
 /// Whether a listing error will not go away by asking again this pass: storage refused the
