@@ -1,7 +1,8 @@
 //! What the project's tests share to run its logic without Azurite: a small in-memory Blob
 //! service ([`storage`], blob index tags in [`tags`]) and Table service ([`table`]) answering
 //! requests as plain values ([`wire`]), and a synchronous [`Transport`](leasegate::Transport)
-//! over them ([`memory::Memory`]) whose clock the test sets and advances. The model checker
+//! over them ([`memory::Memory`]) whose clock the test sets and advances, with a function's
+//! deployment on it ([`instance::Instance`]: its variables and its `Context`). The model checker
 //! (`tests/model`) explores every interleaving of callers against this storage; the functions'
 //! native tests (`functions/*/tests/native.rs`) run a function's real steps on the transport
 //! and read back what storage holds, in milliseconds. It models what the protocols depend on,
@@ -14,6 +15,7 @@
 
 #![deny(missing_docs)]
 
+pub mod instance;
 pub mod memory;
 pub mod storage;
 pub mod table;

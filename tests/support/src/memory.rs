@@ -141,8 +141,8 @@ impl Memory {
     }
 
     /// Whether each request waits for its caller's next poll before it is answered, so that
-    /// callers joined on one thread (`futures::future::join`) take turns request by request
-    /// instead of each running to its end. Off by default.
+    /// callers joined on one thread ([`together`]) take turns request by request instead of
+    /// each running to its end. Off by default.
     pub fn take_turns(&self, on: bool) {
         self.inner.turns.set(on);
     }
@@ -180,6 +180,12 @@ impl Memory {
             }
         }
     }
+}
+
+/// Runs `a` and `b` on this thread to their ends, joined: with [`Memory::take_turns`] their
+/// requests alternate (two deployments acting at once); the outputs, in order.
+pub fn together<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    pollster::block_on(futures::future::join(a, b))
 }
 
 /// Whether `request` goes to the storage model (its blobs or its tables).

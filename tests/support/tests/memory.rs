@@ -8,7 +8,7 @@ use leasegate::ops::{PutBlob, WriteOutcome};
 use leasegate::{
     Account, BlobClient, BlobName, ContainerName, Method, Request, Transport, TransportErrorKind,
 };
-use leasegate_test_support::memory::{Memory, CONNECTION_STRING};
+use leasegate_test_support::memory::{together, Memory, CONNECTION_STRING};
 use leasegate_test_support::wire::WireResponse;
 
 const START: u64 = 1_795_096_800;
@@ -93,7 +93,7 @@ fn joined_callers_take_turns_request_by_request_when_asked() {
                 }
             }
         };
-        pollster::block_on(futures::future::join(caller("a"), caller("b")));
+        together(caller("a"), caller("b"));
         let order: Vec<String> = memory
             .sent()
             .iter()
