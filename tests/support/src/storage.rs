@@ -2,14 +2,17 @@
 //! else. Blobs with a body, metadata, an ETag and `Last-Modified`; native leases with their
 //! states and durations by the storage clock; `If-Match` / `If-None-Match: *`; blob index tags
 //! (`x-ms-tags` on Put Blob, Get and Set Blob Tags) and the `x-ms-if-tags` condition
-//! ([`crate::tags`]); the lease rules of writes; List Blobs by prefix. And one account's tables
+//! ([`crate::tags`]); the lease rules of writes; List Blobs by prefix (metadata and tags
+//! included on request); Find Blobs by Tags in a container. And one account's tables
 //! ([`crate::table`]). Each answer carries the storage clock's `Date`. The rules are those of
-//! `REFERENCE.md` section 1 and 2 (Azure's, which Azurite follows), the same tables the
+//! `REFERENCE.md` section 1, 2 and 10 (Azure's, which Azurite follows), the same tables the
 //! project's tests check against the real Azurite.
 //!
 //! Not modeled: signatures (every request is taken as authorized), block and page contents,
-//! snapshots, copies, Find Blobs by Tags, containers' own leases; Azurite's quirk of ignoring
-//! `x-ms-if-tags` beside another condition (the model evaluates both, as Azure does).
+//! snapshots, copies, Find Blobs by Tags across the account (`@container`), containers' own
+//! leases; Azurite's quirk of ignoring `x-ms-if-tags` beside another condition (the model
+//! evaluates both, as Azure does). The tag index follows every write at once (as Azurite's
+//! does; Azure's may lag by minutes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -235,6 +238,9 @@ impl Storage {
                 }
             }
             ("GET", None, Some("list")) => self.list(&container, r),
+            ("GET", None, Some("blobs")) if r.query("restype").as_deref() == Some("container") => {
+                self.find(&container, r)
+            }
             _ if !self.containers.contains(&container) => error(404, "ContainerNotFound"),
             ("HEAD" | "GET", Some(b), None) => self.head(&container, &b, r),
             ("PUT", Some(b), None) => self.put(&container, &b, r),
@@ -622,9 +628,11 @@ impl Storage {
             .query("maxresults")
             .and_then(|m| m.parse().ok())
             .unwrap_or(5000);
-        let metadata = r
-            .query("include")
-            .is_some_and(|i| i.split(',').any(|x| x == "metadata"));
+        let include = |what: &str| {
+            r.query("include")
+                .is_some_and(|i| i.split(',').any(|x| x == what))
+        };
+        let (metadata, with_tags) = (include("metadata"), include("tags"));
         let names: Vec<&(String, String)> = self
             .blobs
             .keys()
@@ -642,7 +650,7 @@ impl Storage {
                 Effective::Expired(_) => "expired",
             };
             xml.push_str(&format!(
-                "<Blob><Name>{}</Name><Properties><Last-Modified>{}</Last-Modified><Etag>\"0x{:X}\"</Etag><Content-Length>{}</Content-Length><BlobType>{}</BlobType><LeaseState>{}</LeaseState></Properties>",
+                "<Blob><Name>{}</Name><Properties><Last-Modified>{}</Last-Modified><Etag>\"0x{:X}\"</Etag><Content-Length>{}</Content-Length><BlobType>{}</BlobType><LeaseState>{}</LeaseState>",
                 escape(&key.1),
                 http_date(blob.last_modified),
                 blob.etag,
@@ -650,6 +658,11 @@ impl Storage {
                 if blob.page { "PageBlob" } else { "BlockBlob" },
                 state
             ));
+            // A blob with tags lists their count among its properties.
+            if !blob.tags.is_empty() {
+                xml.push_str(&format!("<TagCount>{}</TagCount>", blob.tags.len()));
+            }
+            xml.push_str("</Properties>");
             if metadata {
                 xml.push_str("<Metadata>");
                 for (k, v) in &blob.metadata {
@@ -657,11 +670,73 @@ impl Storage {
                 }
                 xml.push_str("</Metadata>");
             }
+            if with_tags && !blob.tags.is_empty() {
+                xml.push_str(&tags::tags_element(&blob.tags));
+            }
             xml.push_str("</Blob>");
         }
         xml.push_str("</Blobs>");
         match names.get(max) {
             Some(next) => xml.push_str(&format!("<NextMarker>{}</NextMarker>", escape(&next.1))),
+            None => xml.push_str("<NextMarker/>"),
+        }
+        xml.push_str("</EnumerationResults>");
+        WireResponse {
+            status: 200,
+            headers: vec![("content-type".into(), "application/xml".into())],
+            body: xml.into_bytes(),
+        }
+    }
+}
+
+impl Storage {
+    /// [Find Blobs by Tags](https://learn.microsoft.com/rest/api/storageservices/find-blobs-by-tags)
+    /// in one container (`?restype=container&comp=blobs&where=...`): the blobs whose tags meet
+    /// the query, by name from `marker`, `maxresults` (default 5000) at a time; each with its
+    /// container and the tags the query names, no property.
+    fn find(&self, container: &str, r: &WireRequest) -> WireResponse {
+        if !self.containers.contains(container) {
+            return error(404, "ContainerNotFound");
+        }
+        let query = r.query("where").unwrap_or_default();
+        let Some(keys) = tags::query_keys(&query) else {
+            return error(400, "InvalidQueryParameterValue");
+        };
+        let marker = r.query("marker").unwrap_or_default();
+        let max: usize = match r.query("maxresults").map(|m| m.parse()) {
+            None => 5000,
+            Some(Ok(m @ 1..=5000)) => m,
+            Some(_) => return error(400, "OutOfRangeQueryParameterValue"),
+        };
+        let found: Vec<(&String, &Blob)> = self
+            .blobs
+            .iter()
+            .filter(|((c, n), b)| {
+                c == container && *n >= marker && tags::holds(&query, &b.tags) == Some(true)
+            })
+            .map(|((_, n), b)| (n, b))
+            .collect();
+        let mut xml = format!(
+            "<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults><Where>{}</Where><Blobs>",
+            escape(&query)
+        );
+        for (name, blob) in found.iter().take(max) {
+            let matched: Tags = blob
+                .tags
+                .iter()
+                .filter(|(k, _)| keys.contains(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            xml.push_str(&format!(
+                "<Blob><Name>{}</Name><ContainerName>{}</ContainerName>{}</Blob>",
+                escape(name),
+                escape(container),
+                tags::tags_element(&matched)
+            ));
+        }
+        xml.push_str("</Blobs>");
+        match found.get(max) {
+            Some((next, _)) => xml.push_str(&format!("<NextMarker>{}</NextMarker>", escape(next))),
             None => xml.push_str("<NextMarker/>"),
         }
         xml.push_str("</EnumerationResults>");
