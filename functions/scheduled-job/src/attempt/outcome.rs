@@ -3,14 +3,6 @@
 
 use super::*;
 
-/// Why [`record_not_run`] recorded nothing.
-pub(super) enum NotRecorded {
-    /// Another tick wrote an outcome first: this one.
-    Settled(RunStatus),
-    /// The log refused the entry (the outcome was undone).
-    Refused(LogRefusal),
-}
-
 /// Records an outcome that is not a run (`entry.status`: `missed`, `skipped_overlap`) on the
 /// reservation by compare-and-swap, then in the log; a log refusal undoes the outcome. The
 /// reservation holds the outcome: a log write that fails leaves it recorded there.
@@ -22,7 +14,7 @@ pub(super) async fn record_not_run<S: Transport>(
     nonce: &str,
     known: Option<LogWrite>,
     now: SystemTime,
-) -> Result<Result<(), NotRecorded>, JobError> {
+) -> Result<NotRun, JobError> {
     let written = match commit(
         blobs,
         reservation,
@@ -33,7 +25,7 @@ pub(super) async fn record_not_run<S: Transport>(
     )
     .await?
     {
-        Commit::Settled(run) => return Ok(Err(NotRecorded::Settled(run))),
+        Commit::Settled(run) => return Ok(NotRun::Settled(run)),
         Commit::Written(w) => w,
     };
     match append(
@@ -48,12 +40,12 @@ pub(super) async fn record_not_run<S: Transport>(
         // At or below the watermark with no entry: a winner counted the occurrence settled,
         // perhaps by this very outcome on its reservation. The outcome stays (it is the record;
         // undoing it would lose the occurrence).
-        Ok(Err(LogRefusal::Settled)) => Ok(Ok(())),
+        Ok(Err(LogRefusal::Settled)) => Ok(NotRun::Recorded),
         Ok(Err(refusal)) => {
             undo(blobs, (reservation, &written), &refusal, now).await;
-            Ok(Err(NotRecorded::Refused(refusal)))
+            Ok(NotRun::Refused(refusal))
         }
-        Ok(Ok(_)) | Err(_) => Ok(Ok(())),
+        Ok(Ok(_)) | Err(_) => Ok(NotRun::Recorded),
     }
 }
 
@@ -68,7 +60,7 @@ pub(super) async fn skip_paused<T, S: Transport>(
     mut entry: LogEntry,
     (written, lock): (&Reservation, Option<KeepLock<'_>>),
     paused: &Paused,
-) -> Result<(Decision, Option<LogWrite>), JobError> {
+) -> Result<Decision, JobError> {
     overwrite_outcome(blobs, written, &RunStatus::SkippedPaused, ctx.now).await?;
     entry.status = RunStatus::SkippedPaused;
     entry.fencing_token = None;
@@ -90,7 +82,7 @@ pub(super) async fn skip_paused<T, S: Transport>(
         ctx.now,
     )
     .await?;
-    Ok((Decision::Paused { entry }, None))
+    Ok(Decision::Paused { entry })
 }
 
 /// Undoes this tick's outcome after the log refused its entry: taken back
@@ -169,25 +161,5 @@ pub(super) async fn record_result<S: Transport>(
         }
         seen.etag = props.etag;
         seen.metadata = props.metadata;
-    }
-}
-
-/// The decision when the log refused an occurrence's entry.
-pub(crate) fn refused_by_log(settings: &Settings, refusal: LogRefusal) -> Decision {
-    match refusal {
-        LogRefusal::TooOld => Decision::TooOld {
-            retention: settings.retention,
-        },
-        LogRefusal::Settled => Skip::MissedInLog.decision(None),
-        // Handled where the run is decided (recorded `skipped_overlap`).
-        LogRefusal::Buffered(_) => Skip::OtherBuffered.decision(None),
-        // Handled where the run is decided (recorded `skipped_paused`).
-        LogRefusal::Paused(_) => Skip::Paused.decision(None),
-        LogRefusal::BeforeHistory(from) => Skip::BeforeHistory {
-            from: rfc3339(at(from)),
-            job: settings.job.clone(),
-        }
-        .decision(None),
-        LogRefusal::Finished(run) => Skip::FinishedMeanwhile(run).decision(None),
     }
 }

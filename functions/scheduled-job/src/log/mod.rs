@@ -245,6 +245,7 @@ pub(crate) fn trim(log: &mut Log, settings: &Settings) {
 }
 
 /// Why the log refused an entry.
+#[derive(Debug, Clone)]
 pub(crate) enum LogRefusal {
     /// The occurrence is before the log's clean-up watermark.
     TooOld,

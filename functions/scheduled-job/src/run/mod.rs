@@ -3,7 +3,6 @@
 //! job's lease, 4 write the outcome, 5 log, 6 call the job, then release, record its result,
 //! settle earlier occurrences left without an outcome and clean up.
 
-use leasegate::ops::BlobProperties;
 use leasegate::BlobClient;
 use leasegate::{Counting, Transport, TransportErrorKind};
 use leasegate_spin::cache::{self, Cache};
@@ -14,17 +13,20 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::time::{Duration, SystemTime};
 
+use crate::attempt::run_reserved;
 use crate::attempt::skip::Skip;
-use crate::attempt::{run_reserved, ReservedRun};
 use crate::error::JobError;
 use crate::log::{LogEntry, LogWrite};
 use crate::reservation::{
-    attempt_of, clean_up, commit, head, outcome_of, reserve, take_back, takeover, Over,
-    Reservation, Reserved, RunStatus, Takeover, META_RESERVED_BY,
+    attempt_of, clean_up, commit, head, outcome_of, reserve, take_back, Over, Reservation,
+    RunStatus,
 };
-use crate::settings::{CatchUp, Overlap, Settings};
+use crate::settings::{CatchUp, Settings};
 use crate::walk::{settle_earlier, settle_vanished, CatchUpReport};
 use crate::{at, unix};
+use plan::Step;
+
+mod plan;
 
 /// A tick may write `skipped_overlap` on an occurrence at most this far ahead of the storage
 /// server's clock (its `Date` is whole seconds, so an occurrence due within the second reads
@@ -32,7 +34,7 @@ use crate::{at, unix};
 pub(crate) const DUE_GRACE_SECS: u64 = 1;
 
 /// What a tick came to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Decision {
     /// This instance ran the occurrence; the job answered 2xx.
     Ran {
@@ -168,7 +170,12 @@ pub async fn tick<T: Transport>(
     // The one due at the trigger time (0 when the schedule has none before it: refused as too
     // old).
     let occurrence = settings.occurrence_at(tick.at).unwrap_or(0);
-    run_occurrence(ctx, settings, tick, occurrence, (ask, false)).await
+    let asking = Asking {
+        occurrence,
+        ask,
+        fresh_only: false,
+    };
+    run_occurrence(ctx, settings, tick, asking).await
 }
 
 /// `POST /api/jobs/{job}/run`: one run now, under the overlap policy, its own occurrence (the
@@ -183,20 +190,37 @@ pub async fn run_now<T: Transport>(ctx: &Context<'_, T>, settings: &Settings) ->
         manual: true,
         name_reserver: false,
     };
-    run_occurrence(ctx, settings, &tick, unix(ctx.now), (ask, true)).await
+    let asking = Asking {
+        occurrence: unix(ctx.now),
+        ask,
+        fresh_only: true,
+    };
+    run_occurrence(ctx, settings, &tick, asking).await
 }
 
 /// What a run now answers when its second is an occurrence already.
 pub(crate) const RUN_NOW_TAKEN: &str =
     "this second is an occurrence already (a scheduled one, or another run now): ask again in a second";
 
+/// The occurrence a tick runs, and how it was asked.
+struct Asking {
+    occurrence: u64,
+    ask: Ask,
+    /// A run now: only a fresh occurrence (one that exists is not touched).
+    fresh_only: bool,
+}
+
 async fn run_occurrence<T: Transport>(
     ctx: &Context<'_, T>,
     settings: &Settings,
     tick: &Tick,
-    occurrence: u64,
-    (ask, fresh_only): (Ask, bool),
+    asking: Asking,
 ) -> TickOutcome {
+    let Asking {
+        occurrence,
+        ask,
+        fresh_only,
+    } = asking;
     let manual = ask.manual;
     let transport = (ctx.connect)(settings.storage.timeout);
     let counting = Counting::new(&transport);
@@ -270,6 +294,8 @@ async fn run_occurrence<T: Transport>(
     }
 }
 
+/// Steps 1 and 2 of a tick, then the attempt: performs each step [`plan::next`] names and hands
+/// the answer back.
 pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     ctx: &Context<'_, T>,
     storage: &S,
@@ -279,176 +305,58 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
     occurrence: u64,
     asked: Asked,
 ) -> Result<(Decision, Option<LogWrite>), JobError> {
-    let Asked {
-        skip_late,
-        fresh_only,
-        name_reserver,
-    } = asked;
     let s = &settings.storage;
     let blobs = BlobClient::new(storage, s.account.clone(), s.container.clone());
     let blob = settings.reservation(occurrence)?;
-    // 1. Reserve.
     let nonce = (ctx.new_lease_id)().to_string();
-    // A tick later than the tick tolerance names an occurrence that is most likely reserved
-    // already (every tick between two occurrences, when the trigger is more frequent than the
-    // schedule): its reservation is read first, one request where a refused create and the
-    // read are two. A reservation the read does not find is created as on time (one request
-    // more, for an occurrence no deployment ticked on time).
-    let late = ctx.now > at(occurrence) + settings.tick_tolerance(at(occurrence));
-    let found = if late && !fresh_only {
-        match head(&blobs, &blob, ctx.now).await? {
-            (Some(props), date) => Some((Some(props), date)),
-            (None, _) => None,
-        }
-    } else {
-        None
-    };
-    let reserved = match found {
-        Some(found) => Reserve::Found(Box::new(found)),
-        None => match reserve(
-            &blobs,
-            settings,
-            occurrence,
-            (tick.source.as_str(), late),
-            &nonce,
-            ctx.now,
-        )
-        .await?
-        {
-            Reserved::Created(r, at) => Reserve::Created(r, at),
-            // A run now is an occurrence of its own: one that exists (a scheduled one at this
-            // second, another run now) is not touched.
-            Reserved::Exists if fresh_only => return Ok((Skip::RunNowTaken.decision(None), None)),
-            // Reserved already, on time: by another deployment's tick, or by an earlier tick
-            // of this one. Its reservation is read only when the read could change the answer
-            // (a takeover the tick tolerance leaves room for, an operator's tick) or the caller
-            // asked who reserved it; otherwise the refused create is the tick's one request.
-            Reserved::Exists
-                if !read_when_reserved(settings, tick, name_reserver)
-                    && !failed_here(ctx.cache, settings, occurrence) =>
-            {
-                return Ok((Skip::ReservedAlready.decision(None), None))
-            }
-            Reserved::Exists => Reserve::Found(Box::new(head(&blobs, &blob, ctx.now).await?)),
-        },
-    };
-    let (reserved_at, server_now, reservation, attempt) = match reserved {
-        Reserve::Created(r, t) => (t, t, r, 1),
-        Reserve::Found(found) => {
-            let (props, date) = *found;
-            match found_reserved(ctx, &blobs, settings, tick, occurrence, props, date).await? {
-                Ok(found) => found,
-                Err(decision) => return Ok((decision, None)),
-            }
-        }
-    };
-    // 2. Occurrences too far from the storage server's clock are refused, every time: the
-    // reservation this tick made is taken back.
-    let refusal = if unix(server_now).saturating_sub(settings.retention.as_secs()) > occurrence {
-        Some(Decision::TooOld {
-            retention: settings.retention,
-        })
-    } else if occurrence > unix(server_now).saturating_add(settings.early.as_secs()) {
-        Some(Decision::TooEarly {
-            early: settings.early,
-        })
-    } else {
-        None
-    };
-    if let Some(refusal) = refusal {
-        if reservation.created {
-            take_back(&blobs, &reservation, ctx.now).await;
-        }
-        return Ok((refusal, None));
-    }
-    let run = ReservedRun {
+    let now = ctx.now;
+    let knows = plan::Knows {
+        settings,
+        source: tick.source,
         occurrence,
-        reserved_at,
-        server_now,
-        reservation,
-        skip_late: skip_late && attempt == 1,
-        attempt,
+        blob: &blob,
+        now,
+        asked,
     };
-    run_reserved(ctx, &blobs, job, settings, tick, run).await
-}
-
-/// Step 1's end for a reservation that exists (read, or refused and then read): the takeover
-/// rule says whether this tick acts, and on which attempt. `Ok(Err)`: the decision, nothing
-/// more to do.
-async fn found_reserved<T, S: Transport>(
-    ctx: &Context<'_, T>,
-    blobs: &BlobClient<&S>,
-    settings: &Settings,
-    tick: &Tick,
-    occurrence: u64,
-    props: Option<BlobProperties>,
-    date: Option<SystemTime>,
-) -> Result<Result<(SystemTime, SystemTime, Reservation, u32), Decision>, JobError> {
-    let props = props.unwrap_or_default();
-    let server_now = date.unwrap_or(ctx.now);
-    let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
-    let mine = reserved_by.as_deref() == Some(settings.instance_id.as_str());
-    let skipped = |skip: Skip| Ok(Err(skip.decision(reserved_by.clone())));
-    // This instance reserved it on an earlier tick (or another tick of it is at work on it
-    // now); or the takeover rule lets any instance act: its reserver left it without an
-    // outcome past its deadline, its runner vanished, or its run failed with attempts left.
-    // The outcome's compare-and-swap lets one tick act.
-    let decided = takeover(&props, server_now, settings, false);
-    let r = Reservation {
-        blob: settings.reservation(occurrence)?,
-        etag: props.etag.clone(),
-        metadata: props.metadata.clone(),
-        created: false,
-    };
-    if matches!(decided, Takeover::Run { .. } | Takeover::Settle(_))
-        && finished_in_log(ctx, blobs, settings, occurrence, &r, &props).await?
-    {
-        return skipped(Skip::FinishedInLog);
+    let mut a = plan::Answers::default();
+    // The longest path reads first, reserves, reads, checks the log and settles: 6 steps.
+    for _ in 0..12 {
+        match plan::next(&knows, &a) {
+            Step::ReadFirst => a.first = Some(head(&blobs, &blob, now).await?),
+            Step::Reserve { late } => {
+                let by = (tick.source.as_str(), late);
+                a.reserved = Some(reserve(&blobs, settings, occurrence, by, &nonce, now).await?);
+            }
+            Step::AskFailedHere => {
+                a.failed_here = Some(failed_here(ctx.cache, settings, occurrence))
+            }
+            Step::Read => a.read = Some(head(&blobs, &blob, now).await?),
+            Step::CheckLog { reservation, props } => {
+                let finished =
+                    finished_in_log(ctx, &blobs, settings, occurrence, &reservation, &props);
+                a.finished_in_log = Some(finished.await?);
+            }
+            Step::SettleVanished(vanished) => {
+                let settled = settle_vanished(ctx, &blobs, settings, tick, occurrence, &vanished);
+                a.settled = Some(settled.await?.map(|e| e.reason.unwrap_or_default()));
+            }
+            Step::TakeBack(reservation) => {
+                take_back(&blobs, &reservation, now).await;
+                a.taken_back = true;
+            }
+            Step::Attempt(run) => return run_reserved(ctx, &blobs, job, settings, tick, run).await,
+            Step::Done(decision) => return Ok((decision, None)),
+        }
     }
-    let attempt = match decided {
-        Takeover::Run { attempt } => attempt,
-        Takeover::No if mine => 1,
-        Takeover::No => return skipped(Skip::ReservedByOther),
-        Takeover::Wait(wait) => {
-            let failed = attempt_of(&props.metadata);
-            return skipped(Skip::RetryWait {
-                failed,
-                wait_secs: wait.as_secs(),
-            });
-        }
-        Takeover::Settle(status) => {
-            let entry = settle_vanished(
-                ctx, blobs, settings, tick, occurrence, &r, &props, status, server_now,
-            )
-            .await?;
-            return skipped(match entry {
-                Some(e) => Skip::Logged(e.reason.unwrap_or_default()),
-                None => Skip::SettledElsewhere,
-            });
-        }
-    };
-    let reserved_at = props.last_modified.unwrap_or(ctx.now);
-    Ok(Ok((reserved_at, server_now, r, attempt)))
+    Err(JobError::Contended(
+        "the tick's steps did not come to a decision".into(),
+    ))
 }
 
 /// Why a tick that found its occurrence reserved already, and did not read the reservation,
 /// skipped it.
 pub(crate) const RESERVED_ALREADY: &str = "reserved already (by another deployment's tick, or \
      an earlier tick of this one); a tick with {\"nameReserver\": true} names the reserver";
-
-/// Whether a tick whose create of the reservation was refused reads the reservation (one
-/// request more): when the caller asked who reserved it, when an operator ticked it (a manual
-/// tick acts on what it finds), and when a takeover could be due within the tick tolerance: a
-/// buffered occurrence waiting for the previous run to end (`job_overlap = buffer_one`) or a
-/// failed attempt waiting for its retry (`job_retries`). A tick later than the tolerance reads
-/// first anyway. An on-time tick otherwise leaves a reserver that vanished to the takeover rule
-/// of the later ticks (docs/timer-functions.md).
-fn read_when_reserved(settings: &Settings, tick: &Tick, name_reserver: bool) -> bool {
-    name_reserver
-        || matches!(tick.source, Source::Manual | Source::Backfill)
-        || settings.overlap == Overlap::BufferOne
-        || settings.retries > 0
-}
 
 /// The key-value entry (Spin's store `default`, this deployment's) where a tick that failed
 /// notes its occurrence: the reservation it may have left (its create's answer lost, its
@@ -474,15 +382,6 @@ fn failed_here(cache: &dyn Cache, settings: &Settings, occurrence: u64) -> bool 
         Ok(None) => false,
         Err(_) => true,
     }
-}
-
-/// How [`run_tick`] found the occurrence's reservation.
-enum Reserve {
-    /// This tick created it: as written, and the storage server's time of the write.
-    Created(Reservation, SystemTime),
-    /// It exists (its properties as read, `None` if it vanished since the create was refused),
-    /// and the read's `Date`.
-    Found(Box<(Option<BlobProperties>, Option<SystemTime>)>),
 }
 
 /// The result the log records for an occurrence's attempt whose reservation still says
@@ -608,7 +507,7 @@ mod tests {
     /// field the job receives (it lacked `attempt`).
     #[test]
     fn the_documented_job_request_has_every_field() {
-        let docs = include_str!("../../../docs/timer-functions.md");
+        let docs = include_str!("../../../../docs/timer-functions.md");
         let line = docs
             .lines()
             .find(|l| l.contains("The run POSTs `{"))

@@ -389,18 +389,13 @@ impl<'a, T, S: Transport, J: Transport> Walk<'a, T, S, J> {
             },
             Takeover::Wait(_) => Flow::Stop,
             Takeover::Settle(status) => {
-                let settled = settle_vanished(
-                    ctx,
-                    blobs,
-                    settings,
-                    self.tick,
-                    o,
-                    &reservation,
-                    &props,
+                let vanished = Vanished {
+                    reservation,
+                    props,
                     status,
                     server_now,
-                );
-                match settled.await {
+                };
+                match settle_vanished(ctx, blobs, settings, self.tick, o, &vanished).await {
                     Ok(Some(entry)) => {
                         if entry.status == RunStatus::Missed {
                             self.missed.push(Missed {
@@ -491,193 +486,8 @@ fn extend_history(log: &mut crate::log::Log, settings: &Settings, o: u64) {
     log.history_from = log.history_from.min(o.saturating_sub(tolerance).max(1));
 }
 
-/// Settles a reservation without a run (the takeover rule's [`Takeover::Settle`]): `missed` on
-/// one its reserver left without an outcome (recorded in the log by the caller's walk), or
-/// `failed` on a run whose runner vanished with no attempts left (recorded in the log here).
-/// By compare-and-swap: `None` when another tick settled it first.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn settle_vanished<T, S: Transport>(
-    ctx: &Context<'_, T>,
-    blobs: &BlobClient<&S>,
-    settings: &Settings,
-    tick: &Tick,
-    occurrence: u64,
-    reservation: &Reservation,
-    props: &leasegate::ops::BlobProperties,
-    status: RunStatus,
-    server_now: SystemTime,
-) -> Result<Option<LogEntry>, JobError> {
-    let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();
-    let attempt = attempt_of(&props.metadata);
-    let nonce = (ctx.new_lease_id)().to_string();
-    let over = if status == RunStatus::Failed {
-        Over::Attempt(attempt)
-    } else {
-        Over::Nothing
-    };
-    match commit(
-        blobs,
-        reservation,
-        &status,
-        &nonce,
-        (attempt, over),
-        ctx.now,
-    )
-    .await?
-    {
-        Commit::Settled(_) => return Ok(None),
-        Commit::Written(_) => {}
-    }
-    let who = reserved_by.as_deref().unwrap_or("unknown");
-    let reason = if status == RunStatus::Missed {
-        format!(
-            "its reserver ({who}) wrote no outcome within {} s; settled by {}",
-            settings.reservation_deadline().as_secs(),
-            settings.instance_id
-        )
-    } else {
-        format!(
-            "its runner ({who}) wrote no outcome within the run's deadline ({} s) of attempt \
-             {attempt}, the last of {} (job_retries = {}): not run again; settled by {}",
-            settings.run_deadline().as_secs(),
-            settings.retries + 1,
-            settings.retries,
-            settings.instance_id
-        )
-    };
-    let entry = LogEntry {
-        occurrence: rfc3339(at(occurrence)),
-        occurrence_unix: occurrence,
-        instance: reserved_by.clone().unwrap_or_default(),
-        reserved_at: rfc3339(props.last_modified.unwrap_or(server_now)),
-        status: status.clone(),
-        fencing_token: (status == RunStatus::Failed)
-            .then(|| attempt_token(occurrence, attempt).ok())
-            .flatten(),
-        trigger: tick.source.as_str().into(),
-        past_due: false,
-        finished_at: Some(rfc3339(server_now)),
-        reason: Some(reason),
-        attempt: (status == RunStatus::Failed).then_some(attempt),
-    };
-    if status == RunStatus::Failed {
-        let _ = change_log(blobs, settings, ctx.now, |log, _| {
-            // The token its run was issued, as its start logged it.
-            let mut entry = entry.clone();
-            entry.fencing_token = log.token_of(occurrence).or(entry.fencing_token);
-            log.entries.retain(|e| e.occurrence_unix != occurrence);
-            log.entries.push(entry);
-            log.counters.failed += 1;
-            Ok::<(), ()>(())
-        })
-        .await;
-    }
-    Ok(Some(entry))
-}
-
-/// What became of a buffered occurrence [`run_existing`] looked at.
-enum Existing {
-    /// Run: its entry.
-    Ran(LogEntry),
-    /// Not now (the lease busy, storage failed).
-    NotNow,
-    /// Its reservation is gone (`None`) or has this outcome: not buffered any more.
-    Other(Option<RunStatus>),
-}
-
-/// Runs a buffered occurrence (`pending`) if the takeover rule lets this tick, `pastDue`.
-async fn run_existing<T, S: Transport, J: Transport>(
-    ctx: &Context<'_, T>,
-    blobs: &BlobClient<&S>,
-    job: &J,
-    settings: &Settings,
-    tick: &Tick,
-    occurrence: u64,
-) -> Existing {
-    let Ok(blob) = settings.reservation(occurrence) else {
-        return Existing::NotNow;
-    };
-    let Ok((props, date)) = head(blobs, &blob, ctx.now).await else {
-        return Existing::NotNow;
-    };
-    let Some(props) = props else {
-        return Existing::Other(None);
-    };
-    let outcome = outcome_of(&props.metadata);
-    if outcome != Some(RunStatus::Pending) {
-        return Existing::Other(outcome);
-    }
-    let server_now = date.unwrap_or(ctx.now);
-    let Takeover::Run { attempt } = takeover(&props, server_now, settings, false) else {
-        return Existing::NotNow;
-    };
-    let reservation = Reservation {
-        blob,
-        etag: props.etag.clone(),
-        metadata: props.metadata.clone(),
-        created: false,
-    };
-    let this = Tick {
-        at: at(occurrence),
-        source: tick.source,
-        past_due: true,
-    };
-    let run = ReservedRun {
-        occurrence,
-        reserved_at: props.last_modified.unwrap_or(server_now),
-        server_now,
-        reservation,
-        skip_late: false,
-        attempt,
-    };
-    let ran = run_reserved(ctx, blobs, job, settings, &this, run).await;
-    match ran {
-        Ok((Decision::Ran { entry } | Decision::JobFailed { entry }, _)) => Existing::Ran(entry),
-        _ => Existing::NotNow,
-    }
-}
-
-/// Runs one missed occurrence nobody reserved (`job_catch_up = all`): reserves it, then the
-/// steps of any run, `pastDue`. `None`: another tick reserved it meanwhile, or storage failed
-/// (a later winner looks again).
-pub(crate) async fn catch_up_one<T, S: Transport, J: Transport>(
-    ctx: &Context<'_, T>,
-    blobs: &BlobClient<&S>,
-    job: &J,
-    settings: &Settings,
-    tick: &Tick,
-    occurrence: u64,
-) -> Option<LogEntry> {
-    let nonce = (ctx.new_lease_id)().to_string();
-    let reserved = reserve(
-        blobs,
-        settings,
-        occurrence,
-        (tick.source.as_str(), true),
-        &nonce,
-        ctx.now,
-    );
-    let Reserved::Created(reservation, t) = reserved.await.ok()? else {
-        return None;
-    };
-    let this = Tick {
-        at: at(occurrence),
-        source: tick.source,
-        past_due: true,
-    };
-    let run = ReservedRun {
-        occurrence,
-        reserved_at: t,
-        server_now: t,
-        reservation,
-        skip_late: false,
-        attempt: 1,
-    };
-    let (decision, _) = run_reserved(ctx, blobs, job, settings, &this, run)
-        .await
-        .ok()?;
-    match decision {
-        Decision::Ran { entry } | Decision::JobFailed { entry } => Some(entry),
-        _ => None,
-    }
-}
+mod catch_up;
+mod settle;
+pub(crate) use catch_up::catch_up_one;
+use catch_up::{run_existing, Existing};
+pub(crate) use settle::{settle_vanished, Vanished};
