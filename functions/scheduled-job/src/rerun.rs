@@ -14,8 +14,8 @@ use crate::attempt::{run_reserved, ReservedRun};
 use crate::error::JobError;
 use crate::log::read_log;
 use crate::reservation::{
-    attempt_of, head, outcome_of, reserve, takeover, Reservation, Reserved, RunStatus, Takeover,
-    MAX_ATTEMPTS,
+    attempt_of, head, outcome_of, reserve, takeover, Reservation, Reserved, Reserving, RunStatus,
+    Takeover, MAX_ATTEMPTS,
 };
 use crate::run::{Decision, TickOutcome};
 use crate::settings::Settings;
@@ -235,14 +235,12 @@ async fn reserve_missed<T: Transport, S: Transport>(
         );
     }
     let nonce = (ctx.new_lease_id)().to_string();
-    let reserved = reserve(
-        blobs,
-        settings,
-        occurrence,
-        ("rerun", true),
-        &nonce,
-        ctx.now,
-    );
+    let by = Reserving {
+        trigger: "rerun",
+        late: true,
+        nonce: &nonce,
+    };
+    let reserved = reserve(blobs, settings, occurrence, &by, ctx.now);
     match reserved.await {
         Ok(Reserved::Created(reservation, t)) => Ok(Again {
             reservation,

@@ -141,20 +141,33 @@ pub(crate) enum Reserved {
     Exists,
 }
 
+/// The tick that reserves an occurrence, as its reservation records it.
+pub(crate) struct Reserving<'a> {
+    /// What started the tick (`cron`, `http`, ...).
+    pub(crate) trigger: &'a str,
+    /// Whether the tick came later than the tick tolerance (`pastDue`).
+    pub(crate) late: bool,
+    /// The tick's nonce: how a create whose answer was lost is recognised as its own.
+    pub(crate) nonce: &'a str,
+}
+
 /// Creates the reservation of `occurrence` (`If-None-Match: *`; the container too, if it is
-/// missing), reserved by this instance for a tick from `trigger`, `late` if that tick came
-/// later than the tick tolerance. A create whose answer is lost
-/// (or a 5xx) is read back, one request on that path: the tick's `nonce` in the metadata says
-/// whether the reservation there is its own, so the tick goes on with it instead of leaving it
-/// to the takeover rule.
+/// missing), reserved by this instance for the tick `by`. A create whose answer is lost (or a
+/// 5xx) is read back, one request on that path: the tick's nonce in the metadata says whether
+/// the reservation there is its own, so the tick goes on with it instead of leaving it to the
+/// takeover rule.
 pub(crate) async fn reserve<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     occurrence: u64,
-    (trigger, late): (&str, bool),
-    nonce: &str,
+    by: &Reserving<'_>,
     now: SystemTime,
 ) -> Result<Reserved, JobError> {
+    let Reserving {
+        trigger,
+        late,
+        nonce,
+    } = *by;
     let blob = settings.reservation(occurrence)?;
     let mut metadata = Metadata::new();
     metadata.insert(META_RESERVED_BY.into(), settings.instance_id.clone());
@@ -262,18 +275,46 @@ pub(crate) enum Commit {
     Settled(RunStatus),
 }
 
-/// Writes `outcome` on the reservation by compare-and-swap, unless it has one already: of all
+/// An outcome to write on a reservation ([`commit`]).
+#[derive(Clone, Copy)]
+pub(crate) struct OutcomeWrite<'a> {
+    /// The outcome.
+    pub(crate) outcome: &'a RunStatus,
+    /// The attempt it belongs to (written when above 1).
+    pub(crate) attempt: u32,
+    /// The outcome it may replace.
+    pub(crate) over: Over,
+    /// The tick's nonce: how a write whose answer was lost is recognised as its own.
+    pub(crate) nonce: &'a str,
+}
+
+impl<'a> OutcomeWrite<'a> {
+    /// A first attempt's outcome (over none, or `pending`).
+    pub(crate) fn first(outcome: &'a RunStatus, nonce: &'a str) -> Self {
+        OutcomeWrite {
+            outcome,
+            attempt: 1,
+            over: Over::Nothing,
+            nonce,
+        }
+    }
+}
+
+/// Writes an outcome on the reservation by compare-and-swap, unless it has one already: of all
 /// the ticks of one occurrence, one writes an outcome, and only that one runs the job (or
-/// records the skip). A write whose answer is lost is read back (its `nonce`). `attempt`: the
-/// attempt the outcome belongs to (written when above 1); `over`: the outcome it may replace.
+/// records the skip). A write whose answer is lost is read back (its nonce).
 pub(crate) async fn commit<T: Transport>(
     blobs: &BlobClient<T>,
     reservation: &Reservation,
-    outcome: &RunStatus,
-    nonce: &str,
-    (attempt, over): (u32, Over),
+    write: &OutcomeWrite<'_>,
     now: SystemTime,
 ) -> Result<Commit, JobError> {
+    let OutcomeWrite {
+        outcome,
+        attempt,
+        over,
+        nonce,
+    } = *write;
     let mut seen = reservation.clone();
     for _ in 0..LOG_ATTEMPTS {
         // `over: None` writes over no outcome (a first attempt, a skip, a miss); `Some(a)` over

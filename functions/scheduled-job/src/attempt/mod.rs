@@ -17,16 +17,16 @@ use std::time::SystemTime;
 use crate::at;
 use crate::error::JobError;
 use crate::log::{
-    append, read_log_dated, update, Append, KeepLock, LogEntry, LogRefusal, LogWrite, Paused,
+    append, read_log_dated, update, Append, KeepLock, LogEntry, LogRefusal, LogWrite,
 };
 use crate::reservation::{
     attempt_token, commit, head, label_occurrence, outcome_of, restore, take_back, uncommit,
-    Commit, Over, Reservation, RunStatus, META_RESERVED_BY, META_RUN, META_RUN_TICK,
+    Commit, OutcomeWrite, Reservation, RunStatus, META_RESERVED_BY, META_RUN, META_RUN_TICK,
     META_RUN_TOKEN,
 };
 use crate::run::{call_job, Decision};
 use crate::settings::Settings;
-use plan::{Answers, Committed, Failed, Knows, Lease, NotRun, PutBack, Step};
+use plan::{Answers, Buffering, Committed, Failed, Knows, Lease, NotRun, Pausing, PutBack, Step};
 use skip::Skip;
 
 /// An occurrence reserved and in range, as a tick (or a backfill, or a rerun) hands it on.
@@ -174,9 +174,13 @@ impl<T, S: Transport, J: Transport> Executor<'_, T, S, J> {
                 })
             }
             Step::Commit { attempt, over } => {
-                let running = RunStatus::Running;
-                let nonce = &self.nonce;
-                let written = commit(blobs, reservation, &running, nonce, (attempt, over), now);
+                let write = OutcomeWrite {
+                    outcome: &RunStatus::Running,
+                    attempt,
+                    over,
+                    nonce: &self.nonce,
+                };
+                let written = commit(blobs, reservation, &write, now);
                 a.committed = Some(match written.await {
                     Ok(Commit::Written(w)) => Ok(Committed::Written(w)),
                     Ok(Commit::Settled(run)) => Ok(Committed::Settled(run)),
@@ -189,13 +193,8 @@ impl<T, S: Transport, J: Transport> Executor<'_, T, S, J> {
                     record_not_run(blobs, settings, reservation, &entry, nonce, known, now);
                 a.not_run = Some(recorded.await.map_err(|e| self.failed(e)));
             }
-            Step::Buffer {
-                entry,
-                known,
-                holder,
-            } => {
-                let known = (reservation, known);
-                let buffered = buffer(ctx, blobs, settings, entry, known, &self.nonce, &holder);
+            Step::Buffer(buffering) => {
+                let buffered = buffer(blobs, settings, reservation, &self.nonce, buffering, now);
                 a.decided = Some(buffered.await.map_err(|e| self.failed(e)));
             }
             Step::Append { entry, known, keep } => {
@@ -206,17 +205,8 @@ impl<T, S: Transport, J: Transport> Executor<'_, T, S, J> {
                     Err(e) => Err(self.failed(e)),
                 })
             }
-            Step::SkipPaused {
-                entry,
-                written,
-                keep,
-                paused,
-            } => {
-                let keep = keep.as_ref().map(|(state, over)| KeepLock {
-                    state,
-                    over: Some(over.clone()),
-                });
-                let skipped = skip_paused(ctx, blobs, settings, entry, (&written, keep), &paused);
+            Step::SkipPaused(pausing) => {
+                let skipped = skip_paused(blobs, settings, pausing, now);
                 a.decided = Some(skipped.await.map_err(|e| self.failed(e)));
             }
             Step::CallJob(entry) => a.called = Some(call_job(self.job, settings, &entry).await),
@@ -228,7 +218,7 @@ impl<T, S: Transport, J: Transport> Executor<'_, T, S, J> {
             } => {
                 let over = Some(started.log.lock.clone());
                 let keep = keep.as_ref().map(|state| KeepLock { state, over });
-                let finished = update(blobs, settings, &entry, (Some(started), keep), now).await;
+                let finished = update(blobs, settings, &entry, Some(started), keep, now).await;
                 a.finished = Some(finished.ok());
             }
             Step::RecordResult {
@@ -236,7 +226,7 @@ impl<T, S: Transport, J: Transport> Executor<'_, T, S, J> {
                 status,
                 token,
             } => {
-                record_result(blobs, &written, (&status, token), &self.nonce, now).await;
+                record_result(blobs, &written, &status, token, &self.nonce, now).await;
                 a.recorded = true;
             }
             Step::PutBack(how) => {
@@ -245,7 +235,7 @@ impl<T, S: Transport, J: Transport> Executor<'_, T, S, J> {
                     PutBack::Restore(written) => restore(blobs, reservation, &written, now).await,
                     PutBack::Uncommit(written) => uncommit(blobs, reservation, &written, now).await,
                     PutBack::Undo(written, refusal) => {
-                        undo(blobs, (reservation, &written), &refusal, now).await
+                        undo(blobs, reservation, &written, &refusal, now).await
                     }
                 }
                 a.put_back = true;
@@ -313,16 +303,20 @@ impl<T, S: Transport, J: Transport> Executor<'_, T, S, J> {
 /// occurrence is due. It is kept `pending` (on its reservation and in the log) for the first
 /// tick after that run ends; if another occurrence is pending already, it is skipped
 /// (`skipped_overlap`) instead: one buffered at most.
-async fn buffer<T, S: Transport>(
-    ctx: &Context<'_, T>,
+async fn buffer<S: Transport>(
     blobs: &BlobClient<&S>,
     settings: &Settings,
-    mut entry: LogEntry,
-    (reservation, known): (&Reservation, Option<LogWrite>),
+    reservation: &Reservation,
     nonce: &str,
-    holder: &str,
+    buffering: Buffering,
+    now: SystemTime,
 ) -> Result<Decision, JobError> {
-    let running = label_occurrence(holder)
+    let Buffering {
+        mut entry,
+        known,
+        holder,
+    } = buffering;
+    let running = label_occurrence(&holder)
         .map(|o| rfc3339(at(o)))
         .unwrap_or_default();
     entry.status = RunStatus::Pending;
@@ -332,16 +326,8 @@ async fn buffer<T, S: Transport>(
         "the previous run (occurrence {running}) still holds the job's lease: it runs when that \
          run ends (job_overlap = buffer_one)"
     ));
-    let written = match commit(
-        blobs,
-        reservation,
-        &entry.status,
-        nonce,
-        (1, Over::Nothing),
-        ctx.now,
-    )
-    .await?
-    {
+    let write = OutcomeWrite::first(&entry.status, nonce);
+    let written = match commit(blobs, reservation, &write, now).await? {
         Commit::Settled(run) => {
             let by = reservation.metadata.get(META_RESERVED_BY).cloned();
             return Ok(Skip::SettledByTick(run).decision(by));
@@ -353,7 +339,7 @@ async fn buffer<T, S: Transport>(
         settings,
         &entry,
         Append::from(known, None, reservation),
-        ctx.now,
+        now,
     )
     .await
     {
@@ -361,12 +347,12 @@ async fn buffer<T, S: Transport>(
         // The log must know what is buffered (one at most): undone, a later tick decides. The
         // reservation is put back, not deleted (the log may hold the entry).
         Err(e) => {
-            restore(blobs, reservation, &written, ctx.now).await;
+            restore(blobs, reservation, &written, now).await;
             Err(e)
         }
         Ok(Err(LogRefusal::Buffered(other))) => {
             // One is buffered already: this one is skipped (over this tick's `pending`).
-            overwrite_outcome(blobs, &written, &RunStatus::SkippedOverlap, ctx.now).await?;
+            overwrite_outcome(blobs, &written, &RunStatus::SkippedOverlap, now).await?;
             entry.status = RunStatus::SkippedOverlap;
             entry.reason = Some(format!(
                 "the previous run (occurrence {running}) still holds the job's lease and \
@@ -378,13 +364,13 @@ async fn buffer<T, S: Transport>(
                 settings,
                 &entry,
                 Append::from(None, None, reservation),
-                ctx.now,
+                now,
             )
             .await;
             Ok(Decision::Overlapped { entry })
         }
         Ok(Err(refusal)) => {
-            undo(blobs, (reservation, &written), &refusal, ctx.now).await;
+            undo(blobs, reservation, &written, &refusal, now).await;
             Ok(plan::refused_by_log(settings, refusal))
         }
     }

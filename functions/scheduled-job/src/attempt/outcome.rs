@@ -15,16 +15,8 @@ pub(super) async fn record_not_run<S: Transport>(
     known: Option<LogWrite>,
     now: SystemTime,
 ) -> Result<NotRun, JobError> {
-    let written = match commit(
-        blobs,
-        reservation,
-        &entry.status,
-        nonce,
-        (1, Over::Nothing),
-        now,
-    )
-    .await?
-    {
+    let write = OutcomeWrite::first(&entry.status, nonce);
+    let written = match commit(blobs, reservation, &write, now).await? {
         Commit::Settled(run) => return Ok(NotRun::Settled(run)),
         Commit::Written(w) => w,
     };
@@ -42,7 +34,7 @@ pub(super) async fn record_not_run<S: Transport>(
         // undoing it would lose the occurrence).
         Ok(Err(LogRefusal::Settled)) => Ok(NotRun::Recorded),
         Ok(Err(refusal)) => {
-            undo(blobs, (reservation, &written), &refusal, now).await;
+            undo(blobs, reservation, &written, &refusal, now).await;
             Ok(NotRun::Refused(refusal))
         }
         Ok(Ok(_)) | Err(_) => Ok(NotRun::Recorded),
@@ -53,15 +45,23 @@ pub(super) async fn record_not_run<S: Transport>(
 /// `running` this tick wrote, which called nothing) and in the log, with the job's lease as
 /// this tick's release left it (`lock`; as its acquire left it if the release failed), for the
 /// next tick.
-pub(super) async fn skip_paused<T, S: Transport>(
-    ctx: &Context<'_, T>,
+pub(super) async fn skip_paused<S: Transport>(
     blobs: &BlobClient<&S>,
     settings: &Settings,
-    mut entry: LogEntry,
-    (written, lock): (&Reservation, Option<KeepLock<'_>>),
-    paused: &Paused,
+    pausing: Pausing,
+    now: SystemTime,
 ) -> Result<Decision, JobError> {
-    overwrite_outcome(blobs, written, &RunStatus::SkippedPaused, ctx.now).await?;
+    let Pausing {
+        mut entry,
+        written,
+        keep,
+        paused,
+    } = pausing;
+    let lock = keep.as_ref().map(|(state, over)| KeepLock {
+        state,
+        over: Some(over.clone()),
+    });
+    overwrite_outcome(blobs, &written, &RunStatus::SkippedPaused, now).await?;
     entry.status = RunStatus::SkippedPaused;
     entry.fencing_token = None;
     entry.attempt = None;
@@ -78,8 +78,8 @@ pub(super) async fn skip_paused<T, S: Transport>(
         blobs,
         settings,
         &entry,
-        Append::from(None, lock, written),
-        ctx.now,
+        Append::from(None, lock, &written),
+        now,
     )
     .await?;
     Ok(Decision::Paused { entry })
@@ -91,7 +91,8 @@ pub(super) async fn skip_paused<T, S: Transport>(
 /// of it, late, stops at the read it makes first. Best effort.
 pub(super) async fn undo<S: Transport>(
     blobs: &BlobClient<&S>,
-    (reservation, written): (&Reservation, &Reservation),
+    reservation: &Reservation,
+    written: &Reservation,
     refusal: &LogRefusal,
     now: SystemTime,
 ) {
@@ -136,7 +137,8 @@ pub(super) async fn overwrite_outcome<S: Transport>(
 pub(super) async fn record_result<S: Transport>(
     blobs: &BlobClient<&S>,
     written: &Reservation,
-    (status, token): (&RunStatus, Option<u64>),
+    status: &RunStatus,
+    token: Option<u64>,
     nonce: &str,
     now: SystemTime,
 ) {

@@ -127,26 +127,16 @@ pub(crate) enum Step {
         entry: LogEntry,
         known: Option<LogWrite>,
     },
-    /// `job_overlap = buffer_one`: keep the occurrence `pending` behind the run of `holder`.
-    Buffer {
-        entry: LogEntry,
-        known: Option<LogWrite>,
-        holder: String,
-    },
+    /// `job_overlap = buffer_one`: keep the occurrence `pending` behind the previous run.
+    Buffer(Buffering),
     /// Append the run's start to the log (which issues its token), keeping the lease's state.
     Append {
         entry: LogEntry,
         known: Option<LogWrite>,
         keep: Option<HeldState>,
     },
-    /// The job is paused: record `skipped_paused` over this attempt's `running`, keeping the
-    /// lease's state in place of the one the log kept when read.
-    SkipPaused {
-        entry: LogEntry,
-        written: Reservation,
-        keep: Option<(HeldState, Option<serde_json::Value>)>,
-        paused: Paused,
-    },
+    /// The job is paused: record `skipped_paused` over this attempt's `running`.
+    SkipPaused(Pausing),
     /// Call the job.
     CallJob(LogEntry),
     /// Release the job's lease.
@@ -169,6 +159,30 @@ pub(crate) enum Step {
     Done(Decision, Option<LogWrite>),
     /// The attempt failed: answer the failed step's error, or this one.
     Fail(Option<String>),
+}
+
+/// An occurrence to keep `pending` behind the previous run (`job_overlap = buffer_one`).
+#[derive(Debug)]
+pub(crate) struct Buffering {
+    /// The attempt's entry (made `pending` by the step).
+    pub(crate) entry: LogEntry,
+    /// The log as read (the append starts from it).
+    pub(crate) known: Option<LogWrite>,
+    /// The previous run's lease label (`{instance} {occurrence}`).
+    pub(crate) holder: String,
+}
+
+/// An occurrence of a paused job to record `skipped_paused`.
+#[derive(Debug)]
+pub(crate) struct Pausing {
+    /// The attempt's entry (made `skipped_paused` by the step).
+    pub(crate) entry: LogEntry,
+    /// The reservation as this attempt wrote it `running` (what the skip writes over).
+    pub(crate) written: Reservation,
+    /// The job's lease for the log to keep, in place of the log's `lock` as read.
+    pub(crate) keep: Option<(HeldState, Option<serde_json::Value>)>,
+    /// The pause.
+    pub(crate) paused: Paused,
 }
 
 /// How a reservation is put back.
@@ -213,7 +227,7 @@ pub(crate) fn next(k: &Knows, a: &Answers) -> Step {
         Some(Lease::Busy {
             retry_after,
             holder,
-        }) => when_busy(k, a, &log.0, (*retry_after, holder.as_ref())),
+        }) => when_busy(k, a, &log.0, *retry_after, holder.as_ref()),
         Some(Lease::Held { expires_at, state }) => {
             run(k, a, Some((*expires_at, state.as_ref(), &log.0)))
         }
@@ -260,7 +274,8 @@ fn when_busy(
     k: &Knows,
     a: &Answers,
     log: &LogWrite,
-    (retry_after, holder): (Option<Duration>, Option<&Holder>),
+    retry_after: Option<Duration>,
+    holder: Option<&Holder>,
 ) -> Step {
     let in_progress = || {
         let wait = retry_after.unwrap_or(term_length(k.settings.lease_term));
@@ -308,12 +323,11 @@ fn when_busy(
         if let Some(step) = decided(a) {
             return step;
         }
-        let (entry, holder) = (k.entry.clone(), holder.label.clone());
-        return Step::Buffer {
-            entry,
+        return Step::Buffer(Buffering {
+            entry: k.entry.clone(),
             known,
-            holder,
-        };
+            holder: holder.label.clone(),
+        });
     }
     let mut entry = k.entry.clone();
     entry.status = RunStatus::SkippedOverlap;
@@ -394,12 +408,12 @@ fn run(k: &Knows, a: &Answers, held: Option<Held>) -> Step {
             let left = a.released.clone().flatten();
             let state = left.or_else(|| kept.cloned());
             let over = read.and_then(|r| r.log.lock.clone());
-            return release_then(Step::SkipPaused {
+            return release_then(Step::SkipPaused(Pausing {
                 entry: k.entry.clone(),
                 written: written.clone(),
                 keep: state.map(|s| (s, over)),
                 paused: paused.clone(),
-            });
+            }));
         }
         Some(Ok(Err(refusal))) => {
             let done = Step::Done(refused_by_log(k.settings, refusal.clone()), None);

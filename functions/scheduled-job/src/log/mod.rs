@@ -572,7 +572,8 @@ pub(crate) async fn update<T: Transport>(
     blobs: &BlobClient<T>,
     settings: &Settings,
     entry: &LogEntry,
-    (before, lock): (Option<LogWrite>, Option<KeepLock<'_>>),
+    before: Option<LogWrite>,
+    lock: Option<KeepLock<'_>>,
     now: SystemTime,
 ) -> Result<LogWrite, JobError> {
     let crossed = std::cell::Cell::new(false);

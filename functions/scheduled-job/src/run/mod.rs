@@ -18,8 +18,8 @@ use crate::attempt::skip::Skip;
 use crate::error::JobError;
 use crate::log::{LogEntry, LogWrite};
 use crate::reservation::{
-    attempt_of, clean_up, commit, head, outcome_of, reserve, take_back, Over, Reservation,
-    RunStatus,
+    attempt_of, clean_up, commit, head, outcome_of, reserve, take_back, OutcomeWrite, Over,
+    Reservation, Reserving, RunStatus,
 };
 use crate::settings::{CatchUp, Settings};
 use crate::walk::{settle_earlier, settle_vanished, CatchUpReport};
@@ -324,8 +324,12 @@ pub(crate) async fn run_tick<T, S: Transport, J: Transport>(
         match plan::next(&knows, &a) {
             Step::ReadFirst => a.first = Some(head(&blobs, &blob, now).await?),
             Step::Reserve { late } => {
-                let by = (tick.source.as_str(), late);
-                a.reserved = Some(reserve(&blobs, settings, occurrence, by, &nonce, now).await?);
+                let by = Reserving {
+                    trigger: tick.source.as_str(),
+                    late,
+                    nonce: &nonce,
+                };
+                a.reserved = Some(reserve(&blobs, settings, occurrence, &by, now).await?);
             }
             Step::AskFailedHere => {
                 a.failed_here = Some(failed_here(ctx.cache, settings, occurrence))
@@ -427,15 +431,13 @@ pub(crate) async fn finished_in_log<T, S: Transport>(
     };
     let attempt = attempt_of(&props.metadata);
     let nonce = (ctx.new_lease_id)().to_string();
-    let _ = commit(
-        blobs,
-        reservation,
-        &result,
-        &nonce,
-        (attempt, Over::Attempt(attempt)),
-        ctx.now,
-    )
-    .await?;
+    let write = OutcomeWrite {
+        outcome: &result,
+        attempt,
+        over: Over::Attempt(attempt),
+        nonce: &nonce,
+    };
+    let _ = commit(blobs, reservation, &write, ctx.now).await?;
     Ok(true)
 }
 

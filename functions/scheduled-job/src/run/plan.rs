@@ -94,7 +94,7 @@ pub(crate) fn next(k: &Knows, a: &Answers) -> Step {
     if late && !k.asked.fresh_only {
         match &a.first {
             None => return Step::ReadFirst,
-            Some((Some(props), date)) => return found(k, a, (Some(props), *date)),
+            Some((Some(props), date)) => return found(k, a, Some(props), *date),
             Some((None, _)) => {}
         }
     }
@@ -120,7 +120,7 @@ pub(crate) fn next(k: &Knows, a: &Answers) -> Step {
             }
             match &a.read {
                 None => Step::Read,
-                Some((props, date)) => found(k, a, (props.as_ref(), *date)),
+                Some((props, date)) => found(k, a, props.as_ref(), *date),
             }
         }
     }
@@ -145,11 +145,7 @@ fn read_when_reserved(settings: &Settings, source: Source, name_reserver: bool) 
 /// is at work on it now); or the rule lets any instance act: its reserver left it without an
 /// outcome past its deadline, its runner vanished, or its run failed with attempts left. The
 /// outcome's compare-and-swap lets one tick act.
-fn found(
-    k: &Knows,
-    a: &Answers,
-    (props, date): (Option<&BlobProperties>, Option<SystemTime>),
-) -> Step {
+fn found(k: &Knows, a: &Answers, props: Option<&BlobProperties>, date: Option<SystemTime>) -> Step {
     let props = props.cloned().unwrap_or_default();
     let server_now = date.unwrap_or(k.now);
     let reserved_by = props.metadata.get(META_RESERVED_BY).cloned();

@@ -77,14 +77,12 @@ pub(crate) async fn catch_up_one<T, S: Transport, J: Transport>(
     occurrence: u64,
 ) -> Option<LogEntry> {
     let nonce = (ctx.new_lease_id)().to_string();
-    let reserved = reserve(
-        blobs,
-        settings,
-        occurrence,
-        (tick.source.as_str(), true),
-        &nonce,
-        ctx.now,
-    );
+    let by = Reserving {
+        trigger: tick.source.as_str(),
+        late: true,
+        nonce: &nonce,
+    };
+    let reserved = reserve(blobs, settings, occurrence, &by, ctx.now);
     let Reserved::Created(reservation, t) = reserved.await.ok()? else {
         return None;
     };

@@ -16,7 +16,8 @@ use crate::error::JobError;
 use crate::log::{advance_settled, change_log, change_log_from, open, Log, LogEntry, LogWrite};
 use crate::reservation::{
     attempt_of, attempt_token, commit, head, outcome_of, reserve, reserved_on_time, takeover,
-    Commit, Over, Reservation, Reserved, RunStatus, Takeover, META_RESERVED_BY,
+    Commit, OutcomeWrite, Over, Reservation, Reserved, Reserving, RunStatus, Takeover,
+    META_RESERVED_BY,
 };
 use crate::run::{finished_in_log, Decision};
 use crate::settings::{CatchUp, Settings};

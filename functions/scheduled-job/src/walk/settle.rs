@@ -44,16 +44,13 @@ pub(crate) async fn settle_vanished<T, S: Transport>(
     } else {
         Over::Nothing
     };
-    match commit(
-        blobs,
-        reservation,
-        &status,
-        &nonce,
-        (attempt, over),
-        ctx.now,
-    )
-    .await?
-    {
+    let write = OutcomeWrite {
+        outcome: &status,
+        attempt,
+        over,
+        nonce: &nonce,
+    };
+    match commit(blobs, reservation, &write, ctx.now).await? {
         Commit::Settled(_) => return Ok(None),
         Commit::Written(_) => {}
     }

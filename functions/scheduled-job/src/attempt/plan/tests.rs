@@ -110,9 +110,9 @@ fn name(step: &Step) -> &'static str {
         Step::ReadReservation => "read reservation",
         Step::Commit { .. } => "commit",
         Step::RecordNotRun { .. } => "record not run",
-        Step::Buffer { .. } => "buffer",
+        Step::Buffer(_) => "buffer",
         Step::Append { .. } => "append",
-        Step::SkipPaused { .. } => "skip paused",
+        Step::SkipPaused(_) => "skip paused",
         Step::CallJob(_) => "call job",
         Step::Release => "release",
         Step::Update { .. } => "update",
@@ -168,12 +168,12 @@ fn walk(k: &Knows, script: Script) -> (Vec<&'static str>, Step) {
                 a.committed = Some(script.commit.clone().unwrap_or(Ok(written)));
             }
             Step::RecordNotRun { .. } => a.not_run = Some(Ok(NotRun::Recorded)),
-            Step::Buffer { entry, .. } => a.decided = Some(Ok(Decision::Buffered { entry })),
+            Step::Buffer(b) => a.decided = Some(Ok(Decision::Buffered { entry: b.entry })),
             Step::Append { .. } => {
                 let started = Ok(Ok(log_at(k.server_now + Duration::from_secs(1), Some(99))));
                 a.appended = Some(script.append.clone().unwrap_or(started));
             }
-            Step::SkipPaused { entry, .. } => a.decided = Some(Ok(Decision::Paused { entry })),
+            Step::SkipPaused(p) => a.decided = Some(Ok(Decision::Paused { entry: p.entry })),
             Step::CallJob(_) => a.called = Some(script.job.clone()),
             Step::Release => a.released = Some(None),
             Step::Update { entry, .. } => {
