@@ -288,18 +288,6 @@ pub(crate) struct OutcomeWrite<'a> {
     pub(crate) nonce: &'a str,
 }
 
-impl<'a> OutcomeWrite<'a> {
-    /// A first attempt's outcome (over none, or `pending`).
-    pub(crate) fn first(outcome: &'a RunStatus, nonce: &'a str) -> Self {
-        OutcomeWrite {
-            outcome,
-            attempt: 1,
-            over: Over::Nothing,
-            nonce,
-        }
-    }
-}
-
 /// Writes an outcome on the reservation by compare-and-swap, unless it has one already: of all
 /// the ticks of one occurrence, one writes an outcome, and only that one runs the job (or
 /// records the skip). A write whose answer is lost is read back (its nonce).

@@ -20,14 +20,12 @@ use crate::log::{
     append, read_log_dated, update, Append, KeepLock, LogEntry, LogRefusal, LogWrite,
 };
 use crate::reservation::{
-    attempt_token, commit, head, label_occurrence, outcome_of, restore, take_back, uncommit,
-    Commit, OutcomeWrite, Reservation, RunStatus, META_RESERVED_BY, META_RUN, META_RUN_TICK,
-    META_RUN_TOKEN,
+    attempt_token, commit, head, outcome_of, restore, take_back, uncommit, Commit, OutcomeWrite,
+    Reservation, RunStatus, META_RESERVED_BY, META_RUN, META_RUN_TICK, META_RUN_TOKEN,
 };
 use crate::run::{call_job, Decision};
 use crate::settings::Settings;
-use plan::{Answers, Buffering, Committed, Failed, Knows, Lease, NotRun, Pausing, PutBack, Step};
-use skip::Skip;
+use plan::{Answers, Committed, Failed, Keep, Knows, Lease, PutBack, Step};
 
 /// An occurrence reserved and in range, as a tick (or a backfill, or a rerun) hands it on.
 #[derive(Debug)]
@@ -173,41 +171,40 @@ impl<T, S: Transport, J: Transport> Executor<'_, T, S, J> {
                     Err(e) => Err(self.failed(e)),
                 })
             }
-            Step::Commit { attempt, over } => {
+            Step::Commit {
+                outcome,
+                attempt,
+                over,
+            } => {
                 let write = OutcomeWrite {
-                    outcome: &RunStatus::Running,
+                    outcome: &outcome,
                     attempt,
                     over,
                     nonce: &self.nonce,
                 };
-                let written = commit(blobs, reservation, &write, now);
-                a.committed = Some(match written.await {
+                a.committed = Some(match commit(blobs, reservation, &write, now).await {
                     Ok(Commit::Written(w)) => Ok(Committed::Written(w)),
                     Ok(Commit::Settled(run)) => Ok(Committed::Settled(run)),
                     Err(e) => Err(self.failed(e)),
                 })
             }
-            Step::RecordNotRun { entry, known } => {
-                let nonce = &self.nonce;
-                let recorded =
-                    record_not_run(blobs, settings, reservation, &entry, nonce, known, now);
-                a.not_run = Some(recorded.await.map_err(|e| self.failed(e)));
-            }
-            Step::Buffer(buffering) => {
-                let buffered = buffer(blobs, settings, reservation, &self.nonce, buffering, now);
-                a.decided = Some(buffered.await.map_err(|e| self.failed(e)));
-            }
             Step::Append { entry, known, keep } => {
-                let keep = keep.as_ref().map(|state| KeepLock { state, over: None });
+                let keep = keep.as_ref().map(Keep::lock);
                 let from = Append::from(known, keep, reservation);
                 a.appended = Some(match append(blobs, settings, &entry, from, now).await {
                     Ok(appended) => Ok(appended),
                     Err(e) => Err(self.failed(e)),
                 })
             }
-            Step::SkipPaused(pausing) => {
-                let skipped = skip_paused(blobs, settings, pausing, now);
-                a.decided = Some(skipped.await.map_err(|e| self.failed(e)));
+            Step::Overwrite { written, outcome } => {
+                let overwritten = overwrite_outcome(blobs, &written, &outcome, now).await;
+                a.overwritten = Some(overwritten.map_err(|e| self.failed(e)));
+            }
+            Step::AppendAgain { entry, keep, on } => {
+                let keep = keep.as_ref().map(Keep::lock);
+                let from = Append::from(None, keep, &on);
+                let appended = append(blobs, settings, &entry, from, now).await;
+                a.appended_again = Some(appended.map(|_| ()).map_err(|e| self.failed(e)));
             }
             Step::CallJob(entry) => a.called = Some(call_job(self.job, settings, &entry).await),
             Step::Release => a.released = Some(self.release().await),
@@ -296,83 +293,6 @@ impl<T, S: Transport, J: Transport> Executor<'_, T, S, J> {
             .release(&self.name, held.lease_id, from, self.ctx.now)
             .await;
         released.ok()?.1
-    }
-}
-
-/// `job_overlap = buffer_one`: the previous run (`holder`) holds the job's lease when this
-/// occurrence is due. It is kept `pending` (on its reservation and in the log) for the first
-/// tick after that run ends; if another occurrence is pending already, it is skipped
-/// (`skipped_overlap`) instead: one buffered at most.
-async fn buffer<S: Transport>(
-    blobs: &BlobClient<&S>,
-    settings: &Settings,
-    reservation: &Reservation,
-    nonce: &str,
-    buffering: Buffering,
-    now: SystemTime,
-) -> Result<Decision, JobError> {
-    let Buffering {
-        mut entry,
-        known,
-        holder,
-    } = buffering;
-    let running = label_occurrence(&holder)
-        .map(|o| rfc3339(at(o)))
-        .unwrap_or_default();
-    entry.status = RunStatus::Pending;
-    // No run, no token: the run that takes it up later is issued one.
-    entry.fencing_token = None;
-    entry.reason = Some(format!(
-        "the previous run (occurrence {running}) still holds the job's lease: it runs when that \
-         run ends (job_overlap = buffer_one)"
-    ));
-    let write = OutcomeWrite::first(&entry.status, nonce);
-    let written = match commit(blobs, reservation, &write, now).await? {
-        Commit::Settled(run) => {
-            let by = reservation.metadata.get(META_RESERVED_BY).cloned();
-            return Ok(Skip::SettledByTick(run).decision(by));
-        }
-        Commit::Written(w) => w,
-    };
-    match append(
-        blobs,
-        settings,
-        &entry,
-        Append::from(known, None, reservation),
-        now,
-    )
-    .await
-    {
-        Ok(Ok(_)) => Ok(Decision::Buffered { entry }),
-        // The log must know what is buffered (one at most): undone, a later tick decides. The
-        // reservation is put back, not deleted (the log may hold the entry).
-        Err(e) => {
-            restore(blobs, reservation, &written, now).await;
-            Err(e)
-        }
-        Ok(Err(LogRefusal::Buffered(other))) => {
-            // One is buffered already: this one is skipped (over this tick's `pending`).
-            overwrite_outcome(blobs, &written, &RunStatus::SkippedOverlap, now).await?;
-            entry.status = RunStatus::SkippedOverlap;
-            entry.reason = Some(format!(
-                "the previous run (occurrence {running}) still holds the job's lease and \
-                 occurrence {} is buffered already (job_overlap = buffer_one keeps one)",
-                rfc3339(at(other))
-            ));
-            let _ = append(
-                blobs,
-                settings,
-                &entry,
-                Append::from(None, None, reservation),
-                now,
-            )
-            .await;
-            Ok(Decision::Overlapped { entry })
-        }
-        Ok(Err(refusal)) => {
-            undo(blobs, reservation, &written, &refusal, now).await;
-            Ok(plan::refused_by_log(settings, refusal))
-        }
     }
 }
 

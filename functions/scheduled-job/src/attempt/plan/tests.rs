@@ -109,10 +109,9 @@ fn name(step: &Step) -> &'static str {
         Step::Acquire(None) => "acquire",
         Step::ReadReservation => "read reservation",
         Step::Commit { .. } => "commit",
-        Step::RecordNotRun { .. } => "record not run",
-        Step::Buffer(_) => "buffer",
         Step::Append { .. } => "append",
-        Step::SkipPaused(_) => "skip paused",
+        Step::Overwrite { .. } => "overwrite",
+        Step::AppendAgain { .. } => "append again",
         Step::CallJob(_) => "call job",
         Step::Release => "release",
         Step::Update { .. } => "update",
@@ -167,13 +166,12 @@ fn walk(k: &Knows, script: Script) -> (Vec<&'static str>, Step) {
                 let written = Committed::Written(k.reservation.clone());
                 a.committed = Some(script.commit.clone().unwrap_or(Ok(written)));
             }
-            Step::RecordNotRun { .. } => a.not_run = Some(Ok(NotRun::Recorded)),
-            Step::Buffer(b) => a.decided = Some(Ok(Decision::Buffered { entry: b.entry })),
             Step::Append { .. } => {
                 let started = Ok(Ok(log_at(k.server_now + Duration::from_secs(1), Some(99))));
                 a.appended = Some(script.append.clone().unwrap_or(started));
             }
-            Step::SkipPaused(p) => a.decided = Some(Ok(Decision::Paused { entry: p.entry })),
+            Step::Overwrite { .. } => a.overwritten = Some(Ok(true)),
+            Step::AppendAgain { .. } => a.appended_again = Some(Ok(())),
             Step::CallJob(_) => a.called = Some(script.job.clone()),
             Step::Release => a.released = Some(None),
             Step::Update { entry, .. } => {
@@ -289,7 +287,7 @@ fn a_backfill_runs_an_occurrence_recorded_missed_over_its_outcome() {
         lease: vec![held()],
         ..Default::default()
     };
-    let Step::Commit { attempt, over } = next(&k, &a) else {
+    let Step::Commit { attempt, over, .. } = next(&k, &a) else {
         panic!("a commit");
     };
     assert_eq!((attempt, over), (1, Over::NeverRan));
@@ -312,7 +310,7 @@ fn a_retry_writes_over_the_failed_attempt_and_waits_for_any_run_in_the_lease() {
         lease: vec![held()],
         ..Default::default()
     };
-    let Step::Commit { attempt, over } = next(&k, &a) else {
+    let Step::Commit { attempt, over, .. } = next(&k, &a) else {
         panic!("a commit");
     };
     assert_eq!((attempt, over), (2, Over::Attempt(1)));
@@ -335,9 +333,17 @@ fn a_late_tick_with_catch_up_none_records_the_occurrence_missed() {
     let mut k = knows(&s, &r);
     k.skip_late = true;
     k.now = t(OCCURRENCE + 45);
-    let a = Answers::default();
-    let Step::RecordNotRun { entry, known: None } = next(&k, &a) else {
-        panic!("a record");
+    let mut a = Answers::default();
+    let Step::Commit { outcome, .. } = next(&k, &a) else {
+        panic!("a commit");
+    };
+    assert_eq!(outcome, RunStatus::Missed);
+    a.committed = Some(Ok(Committed::Written(r.clone())));
+    let Step::Append {
+        entry, known: None, ..
+    } = next(&k, &a)
+    else {
+        panic!("an append");
     };
     assert_eq!(entry.status, RunStatus::Missed);
     assert_eq!(entry.fencing_token, None);
@@ -346,8 +352,16 @@ fn a_late_tick_with_catch_up_none_records_the_occurrence_missed() {
         Some("ticked 45 s late and job_catch_up is none: not run")
     );
     let (steps, last) = walk(&k, Script::default());
-    assert_eq!(steps, ["record not run"]);
+    assert_eq!(steps, ["commit", "append"]);
     assert!(matches!(last, Step::Done(Decision::Missed { .. }, None)));
+    // Another tick recorded it first: skipped, nothing appended.
+    let script = Script {
+        commit: Some(Ok(Committed::Settled(RunStatus::Missed))),
+        ..Default::default()
+    };
+    let (steps, last) = walk(&k, script);
+    assert_eq!(steps, ["commit"]);
+    assert!(matches!(last, Step::Done(Decision::Skipped { .. }, None)));
 }
 
 #[test]
@@ -362,15 +376,16 @@ fn an_occurrence_due_while_another_runs_is_skipped_as_an_overlap() {
     let a = Answers {
         log: Some(Ok((log_at(k.server_now, None), None))),
         lease: vec![busy("other-instance 1796083140")],
+        committed: Some(Ok(Committed::Written(r.clone()))),
         ..Default::default()
     };
-    let Step::RecordNotRun { entry, known } = next(&k, &a) else {
-        panic!("a record");
+    let Step::Append { entry, known, .. } = next(&k, &a) else {
+        panic!("an append");
     };
     assert_eq!(entry.status, RunStatus::SkippedOverlap);
     assert!(known.is_some(), "it starts from the log as read");
     let (steps, last) = walk(&k, script);
-    assert_eq!(steps, ["read log", "acquire", "record not run"]);
+    assert_eq!(steps, ["read log", "acquire", "commit", "append"]);
     assert!(matches!(
         last,
         Step::Done(Decision::Overlapped { .. }, None)
@@ -436,7 +451,7 @@ fn buffer_one_keeps_the_occurrence_behind_the_run_and_one_buffered_waits() {
         ..Default::default()
     };
     let (steps, last) = walk(&knows(&s, &r), script());
-    assert_eq!(steps, ["read log", "acquire", "buffer"]);
+    assert_eq!(steps, ["read log", "acquire", "commit", "append"]);
     assert!(matches!(last, Step::Done(Decision::Buffered { .. }, None)));
     let pending = reservation(&s, Some("pending"), false);
     let (steps, last) = walk(&knows(&s, &pending), script());
@@ -445,6 +460,41 @@ fn buffer_one_keeps_the_occurrence_behind_the_run_and_one_buffered_waits() {
         panic!("{last:?}");
     };
     assert_eq!(reason, Skip::BufferedAlready);
+}
+
+#[test]
+fn with_another_occurrence_buffered_this_one_is_skipped_over_its_pending() {
+    let s = settings(&[("job_overlap", "buffer_one")]);
+    let r = reservation(&s, None, true);
+    let script = Script {
+        lease: vec![busy("other-instance 1796083140")],
+        append: Some(Ok(Err(LogRefusal::Buffered(OCCURRENCE - 30)))),
+        ..Default::default()
+    };
+    let (steps, last) = walk(&knows(&s, &r), script);
+    assert_eq!(
+        steps,
+        [
+            "read log",
+            "acquire",
+            "commit",
+            "append",
+            "overwrite",
+            "append again"
+        ]
+    );
+    let Step::Done(Decision::Overlapped { entry }, None) = last else {
+        panic!("{last:?}");
+    };
+    assert_eq!(entry.status, RunStatus::SkippedOverlap);
+    assert_eq!(
+        entry.reason.as_deref(),
+        Some(
+            "the previous run (occurrence 2026-11-30T23:59:00Z) still holds the job's lease and \
+             occurrence 2026-11-30T23:59:30Z is buffered already (job_overlap = buffer_one keeps \
+             one)"
+        )
+    );
 }
 
 #[test]
@@ -547,10 +597,18 @@ fn a_paused_job_records_skipped_paused_and_a_paused_retry_waits() {
             "commit",
             "append",
             "release",
-            "skip paused"
+            "overwrite",
+            "append again"
         ]
     );
-    assert!(matches!(last, Step::Done(Decision::Paused { .. }, None)));
+    let Step::Done(Decision::Paused { entry }, None) = last else {
+        panic!("{last:?}");
+    };
+    assert_eq!(entry.status, RunStatus::SkippedPaused);
+    assert_eq!(
+        entry.reason.as_deref(),
+        Some("the job is paused since 2026-12-01T00:00:00Z")
+    );
     let failed = reservation(&s, Some("failed"), false);
     let mut k = knows(&s, &failed);
     k.attempt = 2;

@@ -10,7 +10,7 @@ use leasegate_spin::web::rfc3339;
 use std::time::{Duration, SystemTime};
 
 use super::skip::Skip;
-use crate::log::{LogEntry, LogRefusal, LogWrite, Paused};
+use crate::log::{KeepLock, LogEntry, LogRefusal, LogWrite, Paused};
 use crate::reservation::{label_occurrence, outcome_of, Over, Reservation, RunStatus};
 use crate::run::{Decision, DUE_GRACE_SECS};
 use crate::settings::{term_length, Overlap, Settings};
@@ -84,24 +84,13 @@ pub(crate) struct Answers {
     pub(crate) finished: Option<Option<LogWrite>>,
     /// [`Step::RecordResult`]: done (best effort).
     pub(crate) recorded: bool,
-    /// [`Step::RecordNotRun`]: what recording the skip came to.
-    pub(crate) not_run: Option<Result<NotRun, Failed>>,
-    /// [`Step::Buffer`], [`Step::SkipPaused`]: the decision they came to.
-    pub(crate) decided: Option<Result<Decision, Failed>>,
+    /// [`Step::Overwrite`]: whether the outcome was written over this attempt's own.
+    pub(crate) overwritten: Option<Result<bool, Failed>>,
+    /// [`Step::AppendAgain`]: the log took the entry that says why the occurrence did not run.
+    pub(crate) appended_again: Option<Result<(), Failed>>,
 }
 
-/// What recording an outcome that is not a run came to.
-#[derive(Debug, Clone)]
-pub(crate) enum NotRun {
-    /// Recorded (on the reservation; in the log unless its write failed).
-    Recorded,
-    /// Another tick wrote an outcome first: this one.
-    Settled(RunStatus),
-    /// The log refused the entry (the outcome was undone).
-    Refused(LogRefusal),
-}
-
-/// What writing the outcome `running` came to.
+/// What writing an outcome on the reservation came to.
 #[derive(Debug, Clone)]
 pub(crate) enum Committed {
     /// Written: the reservation as written.
@@ -119,24 +108,33 @@ pub(crate) enum Step {
     Acquire(Option<(HeldState, SystemTime)>),
     /// Read the reservation again (whether it shows an outcome now).
     ReadReservation,
-    /// Write the outcome `running` on the reservation, over this attempt's predecessor.
-    Commit { attempt: u32, over: Over },
-    /// Record an outcome that is not a run (`missed`, `skipped_overlap`): on the reservation,
-    /// then in the log, starting from the log as read.
-    RecordNotRun {
-        entry: LogEntry,
-        known: Option<LogWrite>,
+    /// Write an outcome on the reservation by compare-and-swap (`running` over this attempt's
+    /// predecessor; `missed`, `skipped_overlap` or `pending` over none).
+    Commit {
+        outcome: RunStatus,
+        attempt: u32,
+        over: Over,
     },
-    /// `job_overlap = buffer_one`: keep the occurrence `pending` behind the previous run.
-    Buffer(Buffering),
-    /// Append the run's start to the log (which issues its token), keeping the lease's state.
+    /// Append the attempt's entry to the log (a run's start issues its token), starting from
+    /// the log as read, keeping the lease's state.
     Append {
         entry: LogEntry,
         known: Option<LogWrite>,
-        keep: Option<HeldState>,
+        keep: Option<Keep>,
     },
-    /// The job is paused: record `skipped_paused` over this attempt's `running`.
-    SkipPaused(Pausing),
+    /// Write this outcome over the one this attempt wrote (`running` or `pending` that called
+    /// nothing becomes `skipped_paused` or `skipped_overlap`).
+    Overwrite {
+        written: Reservation,
+        outcome: RunStatus,
+    },
+    /// Append the entry that says why the occurrence did not run after all, from a fresh read
+    /// of the log (`on`: the reservation it belongs to, as written).
+    AppendAgain {
+        entry: LogEntry,
+        keep: Option<Keep>,
+        on: Reservation,
+    },
     /// Call the job.
     CallJob(LogEntry),
     /// Release the job's lease.
@@ -161,28 +159,22 @@ pub(crate) enum Step {
     Fail(Option<String>),
 }
 
-/// An occurrence to keep `pending` behind the previous run (`job_overlap = buffer_one`).
-#[derive(Debug)]
-pub(crate) struct Buffering {
-    /// The attempt's entry (made `pending` by the step).
-    pub(crate) entry: LogEntry,
-    /// The log as read (the append starts from it).
-    pub(crate) known: Option<LogWrite>,
-    /// The previous run's lease label (`{instance} {occurrence}`).
-    pub(crate) holder: String,
+/// The job's lease for the log to keep: its state, kept only in place of `over` (the log's
+/// `lock` as this tick read it; `None`: in place of anything).
+#[derive(Debug, Clone)]
+pub(crate) struct Keep {
+    pub(crate) state: HeldState,
+    pub(crate) over: Option<Option<serde_json::Value>>,
 }
 
-/// An occurrence of a paused job to record `skipped_paused`.
-#[derive(Debug)]
-pub(crate) struct Pausing {
-    /// The attempt's entry (made `skipped_paused` by the step).
-    pub(crate) entry: LogEntry,
-    /// The reservation as this attempt wrote it `running` (what the skip writes over).
-    pub(crate) written: Reservation,
-    /// The job's lease for the log to keep, in place of the log's `lock` as read.
-    pub(crate) keep: Option<(HeldState, Option<serde_json::Value>)>,
-    /// The pause.
-    pub(crate) paused: Paused,
+impl Keep {
+    /// As the log's writes take it.
+    pub(crate) fn lock(&self) -> KeepLock<'_> {
+        KeepLock {
+            state: &self.state,
+            over: self.over.clone(),
+        }
+    }
 }
 
 /// How a reservation is put back.
@@ -205,11 +197,8 @@ pub(crate) fn next(k: &Knows, a: &Answers) -> Step {
         return Step::Done(settled(k, &run), None);
     }
     if k.skip_late {
-        let entry = missed_entry(k);
-        return match &a.not_run {
-            None => Step::RecordNotRun { entry, known: None },
-            Some(answer) => after_not_run(k, answer, entry, |entry| Decision::Missed { entry }),
-        };
+        let missed = |entry| Decision::Missed { entry };
+        return record::not_run(k, a, record::missed_entry(k), None, missed);
     }
     if k.settings.overlap == Overlap::Allow {
         return run(k, a, None);
@@ -234,12 +223,22 @@ pub(crate) fn next(k: &Knows, a: &Answers) -> Step {
     }
 }
 
-/// The decision a buffering or a paused skip came to, if it was taken.
-fn decided(a: &Answers) -> Option<Step> {
-    Some(match a.decided.as_ref()? {
-        Ok(decision) => Step::Done(decision.clone(), None),
-        Err(Failed) => Step::Fail(None),
-    })
+/// `then`, once the job's lease (if this attempt holds one) is released: the holder's own
+/// release comes before an answer, once.
+fn release_then(a: &Answers, held: bool, then: Step) -> Step {
+    if held && a.released.is_none() {
+        return Step::Release;
+    }
+    then
+}
+
+/// `then`, once the reservation is put back as `how` says.
+fn put_back_then(a: &Answers, how: PutBack, then: Step) -> Step {
+    if a.put_back {
+        then
+    } else {
+        Step::PutBack(how)
+    }
 }
 
 /// A failure before the outcome `running` is written takes back the reservation this tick
@@ -249,23 +248,6 @@ fn fail_before_outcome(k: &Knows, a: &Answers, slow: Option<String>) -> Step {
         return Step::PutBack(PutBack::TakeBack);
     }
     Step::Fail(slow)
-}
-
-/// The answer once an outcome that is not a run was recorded (`done`: the decision then).
-fn after_not_run(
-    k: &Knows,
-    answer: &Result<NotRun, Failed>,
-    entry: LogEntry,
-    done: fn(LogEntry) -> Decision,
-) -> Step {
-    match answer {
-        Err(Failed) => Step::Fail(None),
-        Ok(NotRun::Settled(run)) => Step::Done(settled(k, run), None),
-        Ok(NotRun::Refused(refusal)) => {
-            Step::Done(refused_by_log(k.settings, refusal.clone()), None)
-        }
-        Ok(NotRun::Recorded) => Step::Done(done(entry), None),
-    }
 }
 
 /// The job's lease is held by another: wait (a later attempt; this occurrence's own run),
@@ -320,157 +302,10 @@ fn when_busy(
     }
     let known = Some(log.clone());
     if k.settings.overlap == Overlap::BufferOne {
-        if let Some(step) = decided(a) {
-            return step;
-        }
-        return Step::Buffer(Buffering {
-            entry: k.entry.clone(),
-            known,
-            holder: holder.label.clone(),
-        });
+        return record::buffer(k, a, known, &holder.label);
     }
-    let mut entry = k.entry.clone();
-    entry.status = RunStatus::SkippedOverlap;
-    entry.fencing_token = None;
-    entry.reason = Some("the previous run still holds the job's lease".into());
-    match &a.not_run {
-        None => Step::RecordNotRun { entry, known },
-        Some(answer) => after_not_run(k, answer, entry, |entry| Decision::Overlapped { entry }),
-    }
-}
-
-/// The lease as this attempt holds it: when it runs out, its state, the log as read before.
-type Held<'a> = (Option<SystemTime>, Option<&'a HeldState>, &'a LogWrite);
-
-/// 4 to 6: the outcome `running`, the log's start (which issues the token), the job's call if
-/// its run can end in time, the release, the result in the log and on the reservation.
-/// `held`: the job's lease (none with `job_overlap = allow`).
-fn run(k: &Knows, a: &Answers, held: Option<Held>) -> Step {
-    // The holder's own release comes before an answer, once (none without a lease).
-    let release_then = |then: Step| match held {
-        Some(_) if a.released.is_none() => Step::Release,
-        _ => then,
-    };
-    let put_back_then = |how: PutBack, then: Step| {
-        if a.put_back {
-            then
-        } else {
-            Step::PutBack(how)
-        }
-    };
-    // 4. The outcome "running" on the reservation: the one tick that writes it runs the job.
-    let written = match &a.committed {
-        None => {
-            let (attempt, over) = (k.attempt, over(k));
-            return Step::Commit { attempt, over };
-        }
-        Some(Err(Failed)) => return release_then(fail_before_outcome(k, a, None)),
-        Some(Ok(Committed::Settled(run))) => {
-            return release_then(Step::Done(settled(k, run), None))
-        }
-        Some(Ok(Committed::Written(w))) => w,
-    };
-    // 5. Log the run before it starts, so a run that never ends still shows.
-    let (expires_at, kept, read) = match held {
-        Some((expires_at, kept, read)) => (expires_at, kept, Some(read)),
-        None => (None, None, None),
-    };
-    let started = match &a.appended {
-        None => {
-            return Step::Append {
-                entry: k.entry.clone(),
-                known: read.cloned(),
-                keep: kept.cloned(),
-            }
-        }
-        // Storage failed and the log may hold the run's start: the reservation is put back as
-        // it was before the outcome, never deleted, for the takeover rule to settle with the log.
-        Some(Err(Failed)) => {
-            let restore = PutBack::Restore(written.clone());
-            return put_back_then(restore, release_then(Step::Fail(None)));
-        }
-        // Paused: not run. A retry is not an occurrence of its own: the previous attempt's
-        // `failed` is put back and the retry waits for the resume.
-        Some(Ok(Err(LogRefusal::Paused(_)))) if k.attempt > 1 => {
-            let skip = Skip::PausedRetry {
-                attempt: k.attempt,
-                job: k.settings.job.clone(),
-            };
-            let done = Step::Done(skip.decision(k.reserved_by.clone()), None);
-            return put_back_then(PutBack::Uncommit(written.clone()), release_then(done));
-        }
-        // The outcome becomes `skipped_paused`, the lease kept in place of the state this tick
-        // acquired from, as read: a run that took the lease since has kept a newer one.
-        Some(Ok(Err(LogRefusal::Paused(paused)))) => {
-            if let Some(step) = decided(a) {
-                return step;
-            }
-            let left = a.released.clone().flatten();
-            let state = left.or_else(|| kept.cloned());
-            let over = read.and_then(|r| r.log.lock.clone());
-            return release_then(Step::SkipPaused(Pausing {
-                entry: k.entry.clone(),
-                written: written.clone(),
-                keep: state.map(|s| (s, over)),
-                paused: paused.clone(),
-            }));
-        }
-        Some(Ok(Err(refusal))) => {
-            let done = Step::Done(refused_by_log(k.settings, refusal.clone()), None);
-            let undo = PutBack::Undo(written.clone(), refusal.clone());
-            return put_back_then(undo, release_then(done));
-        }
-        Some(Ok(Ok(started))) => started,
-    };
-    // 6. The job is called only if its run can end within the job's lease and the run's
-    // deadline, by the storage server's clock.
-    if let Err(slow) = time_left(k.settings, expires_at, k.server_now, started.date) {
-        let restore = PutBack::Restore(written.clone());
-        return put_back_then(restore, release_then(Step::Fail(Some(slow))));
-    }
-    // The token the log's compare-and-swap issued: above every earlier run's.
-    let mut entry = k.entry.clone();
-    entry.fencing_token = started.log.token_of(k.occurrence).or(entry.fencing_token);
-    let Some(result) = &a.called else {
-        return Step::CallJob(entry);
-    };
-    (entry.status, entry.reason) = match result {
-        Ok(()) => (RunStatus::Succeeded, None),
-        Err(reason) => (RunStatus::Failed, Some(reason.clone())),
-    };
-    // Release first: the log keeps the lease as the release left it. Then the log (a takeover
-    // reads it before acting), then the reservation.
-    let Some(finished) = &a.finished else {
-        let keep = a.released.clone().flatten();
-        return release_then(Step::Update {
-            entry,
-            started: started.clone(),
-            keep,
-        });
-    };
-    if !a.recorded {
-        return Step::RecordResult {
-            written: written.clone(),
-            status: entry.status.clone(),
-            token: entry.fencing_token,
-        };
-    }
-    if let Some(written) = finished {
-        // The end as the log records it, to the answer (the same instant).
-        let end = written
-            .log
-            .entries
-            .iter()
-            .find(|e| e.occurrence_unix == k.occurrence);
-        entry.finished_at = end
-            .and_then(|e| e.finished_at.clone())
-            .or_else(|| Some(rfc3339(written.date)));
-    }
-    let decision = match result {
-        Ok(()) => Decision::Ran { entry },
-        Err(_) => Decision::JobFailed { entry },
-    };
-    Step::Done(decision, finished.clone())
+    let overlapped = |entry| Decision::Overlapped { entry };
+    record::not_run(k, a, record::overlap_entry(k), known, overlapped)
 }
 
 /// Skipped: settled already, with this outcome.
@@ -518,26 +353,6 @@ fn over(k: &Knows) -> Over {
     }
 }
 
-/// `job_catch_up = none` and the tick is late (or beyond the catch-up window): the entry that
-/// records it missed.
-fn missed_entry(k: &Knows) -> LogEntry {
-    let settings = k.settings;
-    let mut entry = k.entry.clone();
-    entry.status = RunStatus::Missed;
-    entry.fencing_token = None;
-    entry.finished_at = Some(rfc3339(k.server_now));
-    let late_by = unix(k.now).saturating_sub(k.occurrence);
-    entry.reason = Some(if late_by > settings.catch_up_window.as_secs() {
-        format!(
-            "ticked {late_by} s late, beyond job_catch_up_window_seconds ({} s): not run",
-            settings.catch_up_window.as_secs()
-        )
-    } else {
-        format!("ticked {late_by} s late and job_catch_up is none: not run")
-    });
-    entry
-}
-
 /// The decision when the log refused an occurrence's entry.
 pub(crate) fn refused_by_log(settings: &Settings, refusal: LogRefusal) -> Decision {
     match refusal {
@@ -558,37 +373,9 @@ pub(crate) fn refused_by_log(settings: &Settings, refusal: LogRefusal) -> Decisi
     }
 }
 
-/// What a run's call needs ahead of it beyond the job's timeout: `Date` is whole seconds, and
-/// the call leaves a moment after the log's answer.
-const CALL_MARGIN: Duration = Duration::from_secs(2);
-
-/// `Ok` if a run whose log entry was written at `logged` (the write's `Date`) can still end
-/// within the job's lease (running out at `lease`; none with `job_overlap = allow`) and within
-/// the run's deadline, counted from `reserved` (the reservation's time as this tick read or
-/// wrote it, at or before its outcome `running`, so the deadline is never later than the one
-/// other ticks count), all by the storage server's clock, with the job's timeout and a margin
-/// to spare. Else why not: the job is not called.
-fn time_left(
-    settings: &Settings,
-    lease: Option<SystemTime>,
-    reserved: SystemTime,
-    logged: SystemTime,
-) -> Result<(), String> {
-    let deadline = reserved + settings.run_deadline();
-    let ends = lease.map_or(deadline, |lease| lease.min(deadline));
-    let left = ends.duration_since(logged).unwrap_or_default();
-    if left >= settings.timeout + CALL_MARGIN {
-        return Ok(());
-    }
-    Err(format!(
-        "storage was slow before the job's call: the job's lease or its run's deadline has {} s \
-         left, less than job_timeout_seconds ({} s) and {} s, so the run could outlive it; the \
-         reservation was put back as it was",
-        left.as_secs(),
-        settings.timeout.as_secs(),
-        CALL_MARGIN.as_secs()
-    ))
-}
+mod record;
+mod run;
+use run::run;
 
 #[cfg(test)]
 mod tests;
