@@ -8,8 +8,10 @@ use std::path::Path;
 use leasegate_tests::app::{call, App, TIMER_AUTH};
 use leasegate_tests::process::{self, Breakdown};
 use leasegate_tests::proxy::Fault;
+use leasegate_tests::sink::FenceReport;
 use leasegate_tests::spin::Spin;
 
+use crate::stats::{Restart, Sample, Stats};
 use crate::{Options, Soak, JOB};
 
 /// A Spin's memory and what it wrote to disk.
@@ -273,13 +275,30 @@ pub fn memory_line(m: &Memory) -> String {
 
 /// Prints the summary; `true` if an invariant broke.
 pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str) -> bool {
-    let o = soak.options;
     let stats = soak.stats.lock().expect("stats");
     let restarts = soak.restarts.lock().expect("restarts").clone();
     let samples = soak.samples.lock().expect("samples").clone();
-    let minutes = o.minutes;
-    let mut failures = Vec::new();
+    print_heading(soak, load_before);
+    let answers = Answers::of(soak, &stats);
+    let checks = Checks::of(soak, &stats);
+    print_figures(soak, &stats, &answers, &checks);
+    print_spin_rss(soak, &samples);
+    print_restarts(&restarts);
+    print_by_request(soak, &stats);
+    print_memory(soak, before, after, &samples);
+    print_kept(soak.options, &stats, &checks);
+    if checks.failures.is_empty() {
+        println!("\nsoak: every invariant held");
+    } else {
+        println!("\nsoak: FAILED: {}", checks.failures.join("; "));
+    }
+    !checks.failures.is_empty()
+}
 
+/// What ran, on what machine, and the CPU it took.
+fn print_heading(soak: &Soak, load_before: &str) {
+    let o = soak.options;
+    let minutes = o.minutes;
     let spin_cpu: Vec<String> = soak
         .apps
         .iter()
@@ -297,79 +316,137 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
         spin_cpu.join(", "),
         process::cpu_seconds(std::process::id())
     );
+}
 
-    // Answers.
-    let requests = stats.requests();
-    let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
-    for ((_, s), n) in &stats.statuses {
-        *statuses.entry(*s).or_insert(0) += n;
-    }
-    let status_text = statuses
-        .iter()
-        .map(|(s, n)| format!("{} {}", status_name(*s), thousands(*n)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let codes = stats
-        .codes
-        .iter()
-        .map(|(c, n)| format!("{c} {}", thousands(*n)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut storage = 0;
-    let mut faults: BTreeMap<String, usize> = BTreeMap::new();
-    for app in soak.apps {
-        storage += app.storage.count();
-        for (f, n) in app.storage.faults_applied() {
-            *faults.entry(fault_name(&f)).or_insert(0) += n;
+/// The answers, as the figures show them: by status, JSON 503s by `error`, and the storage
+/// requests at the proxies with the faults applied to them.
+struct Answers {
+    requests: u64,
+    status_text: String,
+    codes: String,
+    storage: usize,
+    fault_text: String,
+    fault_total: usize,
+}
+
+impl Answers {
+    fn of(soak: &Soak, stats: &Stats) -> Answers {
+        let requests = stats.requests();
+        let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
+        for ((_, s), n) in &stats.statuses {
+            *statuses.entry(*s).or_insert(0) += n;
+        }
+        let status_text = statuses
+            .iter()
+            .map(|(s, n)| format!("{} {}", status_name(*s), thousands(*n)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let codes = stats
+            .codes
+            .iter()
+            .map(|(c, n)| format!("{c} {}", thousands(*n)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut storage = 0;
+        let mut faults: BTreeMap<String, usize> = BTreeMap::new();
+        for app in soak.apps {
+            storage += app.storage.count();
+            for (f, n) in app.storage.faults_applied() {
+                *faults.entry(fault_name(&f)).or_insert(0) += n;
+            }
+        }
+        let fault_text = if faults.is_empty() {
+            "none".to_string()
+        } else {
+            faults
+                .iter()
+                .map(|(f, n)| format!("{f} {}", thousands(*n as u64)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let fault_total: usize = faults.values().sum();
+        Answers {
+            requests,
+            status_text,
+            codes,
+            storage,
+            fault_text,
+            fault_total,
         }
     }
-    let fault_text = if faults.is_empty() {
-        "none".to_string()
-    } else {
-        faults
-            .iter()
-            .map(|(f, n)| format!("{f} {}", thousands(*n as u64)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let fault_total: usize = faults.values().sum();
+}
 
-    // Invariants.
-    let notes = notifications(soak.apps);
-    if !notes.duplicates.is_empty() || notes.repeated_keys > 0 {
-        failures.push(format!(
-            "{} duplicate notifications, {} repeated idempotency keys",
-            notes.duplicates.len(),
-            notes.repeated_keys
-        ));
+/// The invariants read back: notifications per device, job runs per occurrence, gate holders at
+/// the fence, traps; and each one that broke.
+struct Checks {
+    notes: Notifications,
+    runs: BTreeMap<u64, usize>,
+    fence: FenceReport,
+    trapped: Vec<String>,
+    failures: Vec<String>,
+}
+
+impl Checks {
+    fn of(soak: &Soak, stats: &Stats) -> Checks {
+        let mut failures = Vec::new();
+        let notes = notifications(soak.apps);
+        if !notes.duplicates.is_empty() || notes.repeated_keys > 0 {
+            failures.push(format!(
+                "{} duplicate notifications, {} repeated idempotency keys",
+                notes.duplicates.len(),
+                notes.repeated_keys
+            ));
+        }
+        let runs = job_runs(soak.apps);
+        let twice = twice(&runs);
+        if !twice.is_empty() {
+            failures.push(format!("occurrences run more than once: {twice:?}"));
+        }
+        let fence = soak.fence.fence_report();
+        if fence.overlaps > 0 {
+            failures.push(format!("{} times two gate holders at once", fence.overlaps));
+        }
+        if stats.outside > 0 {
+            failures.push(format!(
+                "{} answers outside 2xx, 429 and JSON 503",
+                stats.outside
+            ));
+        }
+        let trapped: Vec<String> = soak.apps.iter().flat_map(|a| traps(&a.spin)).collect();
+        if !trapped.is_empty() {
+            failures.push(format!("{} trap lines", trapped.len()));
+        }
+        let stopped: Vec<usize> = (0..soak.apps.len())
+            .filter(|d| !soak.apps[*d].spin.running())
+            .collect();
+        if !stopped.is_empty() {
+            failures.push(format!("spin up stopped on deployment(s) {stopped:?}"));
+        }
+        Checks {
+            notes,
+            runs,
+            fence,
+            trapped,
+            failures,
+        }
     }
-    let runs = job_runs(soak.apps);
-    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
-    if !twice.is_empty() {
-        failures.push(format!("occurrences run more than once: {twice:?}"));
-    }
+}
+
+/// The occurrences that ran more than once, and how many times.
+fn twice(runs: &BTreeMap<u64, usize>) -> Vec<(&u64, &usize)> {
+    runs.iter().filter(|(_, n)| **n > 1).collect()
+}
+
+/// The table of figures: requests and answers, storage and its faults, the invariants.
+fn print_figures(soak: &Soak, stats: &Stats, answers: &Answers, checks: &Checks) {
+    let o = soak.options;
+    let minutes = o.minutes;
+    let (requests, storage, fault_total) = (answers.requests, answers.storage, answers.fault_total);
+    let (status_text, codes, fault_text) =
+        (&answers.status_text, &answers.codes, &answers.fault_text);
+    let (notes, runs, fence) = (&checks.notes, &checks.runs, &checks.fence);
+    let twice = twice(runs);
     let span = (minutes * 60.0).round() as u64;
-    let fence = soak.fence.fence_report();
-    if fence.overlaps > 0 {
-        failures.push(format!("{} times two gate holders at once", fence.overlaps));
-    }
-    if stats.outside > 0 {
-        failures.push(format!(
-            "{} answers outside 2xx, 429 and JSON 503",
-            stats.outside
-        ));
-    }
-    let trapped: Vec<String> = soak.apps.iter().flat_map(|a| traps(&a.spin)).collect();
-    if !trapped.is_empty() {
-        failures.push(format!("{} trap lines", trapped.len()));
-    }
-    let stopped: Vec<usize> = (0..soak.apps.len())
-        .filter(|d| !soak.apps[*d].spin.running())
-        .collect();
-    if !stopped.is_empty() {
-        failures.push(format!("spin up stopped on deployment(s) {stopped:?}"));
-    }
-
     println!("| figure | value |");
     println!("|---|---|");
     println!(
@@ -380,7 +457,7 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
     println!("| answers by status | {status_text} |");
     println!(
         "| JSON 503 by `error` | {} |",
-        if codes.is_empty() { "none" } else { &codes }
+        if codes.is_empty() { "none" } else { codes }
     );
     println!(
         "| answers outside 2xx, 429, JSON 503 | {} |",
@@ -431,6 +508,10 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
             fence.overruns
         );
     }
+}
+
+/// The figures' rows of Spin's resident memory, per deployment, every minute.
+fn print_spin_rss(soak: &Soak, samples: &[Sample]) {
     for (d, _) in soak.apps.iter().enumerate() {
         let per_minute = samples
             .iter()
@@ -439,6 +520,11 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
             .join(" → ");
         println!("| Spin RSS, deployment {d}, MiB per minute | {per_minute} |");
     }
+}
+
+/// The figures' rows of the storage restarts: when, how long down, the recovery of each
+/// deployment.
+fn print_restarts(restarts: &[Restart]) {
     for (k, r) in restarts.iter().enumerate() {
         let recovery = r
             .first_ok
@@ -458,7 +544,12 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
             r.start_took.as_secs_f64()
         );
     }
+}
 
+/// The answers by request and status, the telemetry decisions, the job's tick decisions and its
+/// counters (asked of the first deployment).
+fn print_by_request(soak: &Soak, stats: &Stats) {
+    let o = soak.options;
     println!("\nAnswers by request and status:\n");
     println!("| request | status | answers |");
     println!("|---|---:|---:|");
@@ -490,6 +581,11 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
             status.json["counters"]
         );
     }
+}
+
+/// Spin's memory and disk from start to end, its resident memory every minute, and the
+/// requests per minute.
+fn print_memory(soak: &Soak, before: &[Memory], after: &[Memory], samples: &[Sample]) {
     println!("\nSpin's memory and disk, start → end:\n");
     for (d, (b, a)) in before.iter().zip(after).enumerate() {
         println!(
@@ -515,7 +611,7 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for d in 0..soak.apps.len() {
-        for s in &samples {
+        for s in samples {
             let (m, b) = (&s.memory[d], &s.memory[d].breakdown);
             println!(
                 "| {d} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -534,12 +630,16 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
     }
     println!("\nRequests per minute:");
     let mut last = 0;
-    for s in &samples {
+    for s in samples {
         print!(" {}", s.requests - last);
         last = s.requests;
     }
     println!();
+}
 
+/// The answers kept in full (outside 2xx, 429 and JSON 503; under `--plain`, every non-2xx),
+/// the duplicate notifications and the trap lines.
+fn print_kept(o: &Options, stats: &Stats, checks: &Checks) {
     if stats.outside > 0 {
         println!(
             "\nEvery answer outside 2xx, 429 and JSON 503 ({}, the first {} shown):",
@@ -560,16 +660,10 @@ pub fn print(soak: &Soak, before: &[Memory], after: &[Memory], load_before: &str
             println!("  {a}");
         }
     }
-    for d in notes.duplicates.iter().take(20) {
+    for d in checks.notes.duplicates.iter().take(20) {
         println!("DUPLICATE {d}");
     }
-    for t in trapped.iter().take(20) {
+    for t in checks.trapped.iter().take(20) {
         println!("TRAP {t}");
     }
-    if failures.is_empty() {
-        println!("\nsoak: every invariant held");
-    } else {
-        println!("\nsoak: FAILED: {}", failures.join("; "));
-    }
-    !failures.is_empty()
 }
