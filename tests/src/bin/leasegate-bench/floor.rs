@@ -1,20 +1,25 @@
 //! The references of issue 34's ratios: the hello-world component (the floor's reference), the
 //! limit of the throttled decision at c=1, and the ratios the issue names, from one run.
+//!
+//! The `--only floor` section, builds of device-alerts against the hello world, is
+//! `floor/builds.rs`.
+
+mod builds;
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::time::SystemTime;
 
 use leasegate::ops::{build, GetProperties};
-use leasegate::ContainerName;
 use leasegate::{Account, BlobName};
 use leasegate_tests::app::{root, App};
 use leasegate_tests::load::{http_request, Cell, Expect, Measured, Then};
-use leasegate_tests::sink::Sink;
 use leasegate_tests::spin::{Spin, SpinConfig};
 use leasegate_tests::Azurite;
 
 use super::{reading, Bench, Figures, Row, Storage, Tokens, ALERT_PREFIX};
+
+pub use builds::floor_section;
 
 /// The hello world's row name.
 pub const HELLO: &str = "hello world: spin-sdk 5.2 #[http_component], the reading parsed";
@@ -174,6 +179,48 @@ pub fn straight_rows(
             },
         );
     };
+    let sent = Sent {
+        app: &app,
+        origin: &origin,
+        azurite,
+        throttled: &throttled,
+        below: &below,
+    };
+    let hello = limit_in_turns(bench, &sent, &mut turns, k);
+    let mut rows = vec![direct];
+    rows.extend(turns);
+    (
+        rows,
+        Straight {
+            _app: Some(app),
+            _hello: hello,
+        },
+    )
+}
+
+/// What the rows in turns send to the app of [`straight_rows`]: its throttled and its
+/// below-threshold reading, and its storage (Azurite at `origin`).
+struct Sent<'a> {
+    app: &'a App,
+    origin: &'a str,
+    azurite: &'a Azurite,
+    throttled: &'a (dyn Fn(usize) -> Vec<u8> + Sync),
+    below: &'a (dyn Fn(usize) -> Vec<u8> + Sync),
+}
+
+/// One target of the rows in turns: (address, request, expected answer, then).
+type Turn<'a> = (
+    SocketAddr,
+    &'a (dyn Fn(usize) -> Vec<u8> + Sync),
+    &'a Expect,
+    Option<Then<'a>>,
+);
+
+/// The rows of [`straight_rows`] measured at c=1 (level `k`) in turns: the throttled decision,
+/// the limit, and the hello world sending the same signed HEAD both ways (started here, and
+/// returned so that it lives until the table is printed).
+fn limit_in_turns(bench: &mut Bench, sent: &Sent, turns: &mut [Row], k: usize) -> Option<Spin> {
+    let (app, origin) = (sent.app, sent.origin);
     let account = Account::development(&format!(
         "{origin}/{}",
         leasegate::account::DEV_ACCOUNT_NAME
@@ -190,7 +237,7 @@ pub fn straight_rows(
         super::wire(&build(&heads[i], &account, SystemTime::now()).expect("a HEAD builds"))
     };
     let hello = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        hello_with_head(&account, &origin, &heads[0])
+        hello_with_head(&account, origin, &heads[0])
     }))
     .ok();
     let hello_host = hello
@@ -224,22 +271,17 @@ pub fn straight_rows(
         status: 200,
         body_contains: Some("\"storageStatus\":200"),
     };
-    let azurite_addr: SocketAddr = azurite
+    let azurite_addr: SocketAddr = sent
+        .azurite
         .authority()
         .parse()
         .expect("Azurite listens on an IP address");
-    // (address, request, expected answer, then) of each target, in `turns`' order.
-    type Target<'a> = (
-        SocketAddr,
-        &'a (dyn Fn(usize) -> Vec<u8> + Sync),
-        &'a Expect,
-        Option<Then<'a>>,
-    );
-    let mut targets: Vec<Target> = vec![
-        (app.spin.addr(), &throttled, &throttle, None),
+    // Each target, in `turns`' order.
+    let mut targets: Vec<Turn> = vec![
+        (app.spin.addr(), sent.throttled, &throttle, None),
         (
             app.spin.addr(),
-            &below,
+            sent.below,
             &below_expect,
             Some(Then {
                 addr: azurite_addr,
@@ -256,6 +298,21 @@ pub fn straight_rows(
             row.skipped = Some("spin up of tests/bench-hello failed".into());
         }
     }
+    let mut sums = take_turns(bench, &targets);
+    for (row, m) in turns.iter_mut().zip(sums.iter_mut()) {
+        m.latencies.sort_unstable();
+        m.samples.truncate(3);
+        let figures = Figures::from(&*m);
+        bench.progress(&row.name, 1, &figures);
+        row.cells[k] = Some(figures);
+    }
+    bench.cells_done += turns.len() - targets.len();
+    hello
+}
+
+/// [`LIMIT_TURNS`] turns of the targets at c=1, 0.5 s each, in rotation: each target's cells
+/// together.
+fn take_turns(bench: &Bench, targets: &[Turn]) -> Vec<Measured> {
     let mut sums: Vec<Measured> = targets.iter().map(|_| Measured::default()).collect();
     for turn in 0..LIMIT_TURNS {
         for t in 0..targets.len() {
@@ -275,31 +332,19 @@ pub fn straight_rows(
                 then,
             }
             .run();
-            let s = &mut sums[t];
-            s.decisions += m.decisions;
-            s.seconds += m.seconds;
-            s.latencies.extend(m.latencies);
-            s.errors += m.errors;
-            s.samples.extend(m.samples);
+            add(&mut sums[t], m);
         }
     }
-    for (row, m) in turns.iter_mut().zip(sums.iter_mut()) {
-        m.latencies.sort_unstable();
-        m.samples.truncate(3);
-        let figures = Figures::from(&*m);
-        bench.progress(&row.name, 1, &figures);
-        row.cells[k] = Some(figures);
-    }
-    bench.cells_done += turns.len() - targets.len();
-    let mut rows = vec![direct];
-    rows.extend(turns);
-    (
-        rows,
-        Straight {
-            _app: Some(app),
-            _hello: hello,
-        },
-    )
+    sums
+}
+
+/// Adds cell `m` to the target's sum of cells.
+fn add(s: &mut Measured, m: Measured) {
+    s.decisions += m.decisions;
+    s.seconds += m.seconds;
+    s.latencies.extend(m.latencies);
+    s.errors += m.errors;
+    s.samples.extend(m.samples);
 }
 
 /// The ratios issue 34 names, each within this run: decisions/s of `a` over `b` at level `c`.
@@ -399,10 +444,6 @@ pub fn print_issue_ratios(levels: &[usize], rows: &[Row]) {
     );
 }
 
-/// Rounds per level of the floor section: its targets take turns, so that a burst of other
-/// work on the machine falls on all of them alike.
-const ROUNDS: usize = 8;
-
 /// The hello world under its own `spin up`, sending `head` on its `/api/head` routes, signed
 /// here once (a SharedKey signature stays valid while its date is within Azurite's allowance;
 /// the bench's sections take seconds to minutes).
@@ -427,299 +468,4 @@ fn hello_with_head(account: &Account, origin: &str, head: &GetProperties) -> Spi
         env: super::spin_env(),
         quiet: true,
     })
-}
-
-/// One target of the floor section.
-struct Target<'a> {
-    label: String,
-    /// The index of the target its ratio is to.
-    reference: usize,
-    addr: SocketAddr,
-    request: Box<dyn Fn(usize) -> Vec<u8> + Sync>,
-    expect: &'a Expect,
-}
-
-/// `--only floor`: two decisions of device-alerts from each `--components DIR`'s
-/// `device_alerts.wasm` (the release build by default), each build under its own `spin up`
-/// with its storage straight to the bench's Azurite (its own container, `kv_cache = off`) and
-/// every variable from a static provider ([`leasegate_tests::spin::variables_in_memory`]):
-///
-/// * the below-threshold answer (no storage, no key-value store), against the hello world;
-/// * the throttle (one HEAD), against the hello world sending the same kind of signed HEAD
-///   through spin-sdk's `send` (tests/bench-hello's `/api/head/sdk`);
-///
-/// the throttle from the cache (`kv_cache = on`) against the build's own floor; and the first
-/// two again with the variables read through Spin's environment provider (`spin up`'s default),
-/// in turns of 0.5 s at every level. For comparing builds: one run, ratios within it.
-pub fn floor_section(bench: &mut Bench) {
-    let release = root().join("target/wasm32-wasip2/release");
-    let dirs = if bench.options.components.is_empty() {
-        vec![release.clone()]
-    } else {
-        bench.options.components.clone()
-    };
-    eprintln!("bench: starting Azurite and the webhook sink");
-    let azurite = Azurite::shared();
-    let origin = format!("http://{}", azurite.authority());
-    let sink = Sink::start();
-    let token = format!("bench-{}", uuid::Uuid::new_v4().simple());
-    let auth = format!("Bearer {token}");
-    let connections = bench.max_connections();
-    let manifest = std::fs::read_to_string(root().join("spin.toml")).expect("read spin.toml");
-    // Per build: its label, its app with `kv_cache = off` and that app's container, and its app
-    // with `kv_cache = on` (its own container: each device's alert there writes its entry).
-    let mut builds: Vec<(String, Spin, ContainerName, Spin, Spin)> = Vec::new();
-    for dir in &dirs {
-        // The manifest lives elsewhere: its sources are absolute.
-        let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| root().join(dir));
-        let copy = root()
-            .join("target")
-            .join(format!("floor-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&copy).expect("make the manifest's folder");
-        let text = manifest
-            .replace(
-                "source = \"target/wasm32-wasip2/release/device_alerts.wasm\"",
-                &format!("source = \"{}/device_alerts.wasm\"", dir.display()),
-            )
-            .replace(
-                "source = \"target/wasm32-wasip2/release/",
-                &format!("source = \"{}/", release.display()),
-            );
-        let path = copy.join("spin.toml");
-        std::fs::write(&path, text).expect("write the manifest");
-        // `in_memory`: every variable from a static provider, as deployments are advised to
-        // give them (the bench's default); else Spin's environment provider answers the reads
-        // of the variables not given (`spin up`'s default).
-        let start = |kv_cache: &str, container: &ContainerName, in_memory: bool| {
-            let variables: Vec<(String, String)> = vec![
-                ("telemetry_token".into(), token.clone()),
-                ("storage_origin".into(), origin.clone()),
-                ("container".into(), container.as_str().to_string()),
-                ("kv_cache".into(), kv_cache.into()),
-                ("alert_window_seconds".into(), super::ALERT_WINDOW.into()),
-                ("notify_origin".into(), sink.origin()),
-            ];
-            let spin = Spin::start(&SpinConfig {
-                manifest: path.clone(),
-                runtime_config: in_memory
-                    .then(|| leasegate_tests::spin::variables_in_memory(None, &path, &variables)),
-                variables,
-                variable_files: Vec::new(),
-                http: true,
-                clock_offset_ms: 0,
-                env: super::spin_env(),
-                quiet: true,
-            });
-            // Each connection's device alerts once: its gate is held for the rest of the run
-            // (and, with the cache on, the alert's entry says so).
-            super::hold_devices_at(
-                &format!("http://{}/api/telemetry", spin.addr()),
-                &token,
-                connections,
-            );
-            spin
-        };
-        let container = leasegate_tests::unique_container("floor");
-        let spin = start("off", &container, true);
-        let cached = start("on", &leasegate_tests::unique_container("floor-kv"), true);
-        let from_env = start(
-            "off",
-            &leasegate_tests::unique_container("floor-env"),
-            false,
-        );
-        let label = dir
-            .strip_prefix(root())
-            .unwrap_or(dir)
-            .display()
-            .to_string();
-        builds.push((
-            format!("device-alerts: {label}"),
-            spin,
-            container,
-            cached,
-            from_env,
-        ));
-    }
-    // The hello world's HEAD: the first build's device 0, signed once.
-    let account = Account::development(&format!(
-        "{origin}/{}",
-        leasegate::account::DEV_ACCOUNT_NAME
-    ))
-    .expect("Azurite's endpoint");
-    let hello = hello_with_head(
-        &account,
-        &origin,
-        &GetProperties {
-            container: builds[0].2.clone(),
-            blob: BlobName::try_new(&format!("{ALERT_PREFIX}bench-device-0")).expect("a blob name"),
-        },
-    );
-    let request = |addr: SocketAddr, path: &'static str, temperature: f64| {
-        let host = addr.to_string();
-        let auth = auth.clone();
-        Box::new(move |i: usize| {
-            http_request(
-                "POST",
-                path,
-                &host,
-                &[
-                    ("authorization", &auth),
-                    ("content-type", "application/json"),
-                ],
-                &reading(i, temperature),
-            )
-        }) as Box<dyn Fn(usize) -> Vec<u8> + Sync>
-    };
-    let below = Expect {
-        status: 200,
-        body_contains: Some("\"below_threshold\""),
-    };
-    let throttled = super::throttled_expect();
-    let throttled_from_cache = Expect {
-        status: 200,
-        body_contains: Some("\"cached\":true"),
-    };
-    let head_answered = Expect {
-        status: 200,
-        body_contains: Some("\"storageStatus\":200"),
-    };
-    // The builds' floors, the hello world, the builds' throttles, the hello world's HEAD, the
-    // builds' throttles from the cache; each build's ratio is to the hello world of its
-    // decision, the cached throttle's to the build's own floor.
-    let n = builds.len();
-    let target =
-        |label: String, reference: usize, spin: &Spin, path: &'static str, temperature| Target {
-            label,
-            reference,
-            addr: spin.addr(),
-            request: request(spin.addr(), path, temperature),
-            expect: &below,
-        };
-    let mut targets: Vec<Target> = Vec::new();
-    for (label, spin, _, _, _) in &builds {
-        targets.push(target(
-            format!("{label}, below threshold"),
-            n,
-            spin,
-            "/api/telemetry",
-            12.0,
-        ));
-    }
-    targets.push(target(HELLO.to_string(), n, &hello, "/api/telemetry", 12.0));
-    for (label, spin, _, _, _) in &builds {
-        targets.push(Target {
-            expect: &throttled,
-            ..target(
-                format!("{label}, throttled (kv_cache=off)"),
-                2 * n + 1,
-                spin,
-                "/api/telemetry",
-                36.0,
-            )
-        });
-    }
-    targets.push(Target {
-        expect: &head_answered,
-        ..target(
-            "hello world + one signed HEAD (spin-sdk send)".to_string(),
-            2 * n + 1,
-            &hello,
-            "/api/head/sdk",
-            12.0,
-        )
-    });
-    for (i, (label, _, _, cached, _)) in builds.iter().enumerate() {
-        targets.push(Target {
-            expect: &throttled_from_cache,
-            ..target(
-                format!("{label}, throttled from the cache (kv_cache=on) ÷ its floor"),
-                i,
-                cached,
-                "/api/telemetry",
-                36.0,
-            )
-        });
-    }
-    // The same two decisions with the variables read through Spin's environment provider.
-    for (label, _, _, _, from_env) in &builds {
-        let below_label = format!("{label}, below threshold, variables from the environment");
-        targets.push(target(below_label, n, from_env, "/api/telemetry", 12.0));
-        targets.push(Target {
-            expect: &throttled,
-            ..target(
-                format!("{label}, throttled (kv_cache=off), variables from the environment"),
-                2 * n + 1,
-                from_env,
-                "/api/telemetry",
-                36.0,
-            )
-        });
-    }
-    let levels = bench.options.concurrency.clone();
-    // Per target and level, its rounds together.
-    let mut sums: Vec<Vec<Measured>> = (0..targets.len())
-        .map(|_| (0..levels.len()).map(|_| Measured::default()).collect())
-        .collect();
-    for (k, &c) in levels.iter().enumerate() {
-        for round in 0..ROUNDS {
-            for t in 0..targets.len() {
-                let t = (t + round) % targets.len();
-                let target = &targets[t];
-                let m = Cell {
-                    addr: target.addr,
-                    connections: c,
-                    warmup: std::time::Duration::from_millis(if round == 0 { 500 } else { 50 }),
-                    measure: std::time::Duration::from_millis(500),
-                    request: &*target.request,
-                    expect: target.expect,
-                    then: None,
-                }
-                .run();
-                let s = &mut sums[t][k];
-                s.decisions += m.decisions;
-                s.seconds += m.seconds;
-                s.latencies.extend(m.latencies);
-                s.errors += m.errors;
-                s.samples.extend(m.samples);
-            }
-        }
-        eprintln!("bench: floor c={c} done");
-    }
-    println!(
-        "\nThe floor and the throttle: device-alerts per build (storage straight to Azurite), \
-         against the hello world and the hello world with one HEAD, and the throttle from the \
-         cache against the build's floor; {ROUNDS} turns of 0.5 s per level, one keep-alive \
-         connection per thread; load average {}\n",
-        super::load_average()
-    );
-    let mut header = vec!["target".to_string()];
-    for c in &levels {
-        header.push(format!("c={c} dec/s"));
-        header.push("p50 ms".into());
-        header.push("÷ ref".into());
-    }
-    header.push("errors".into());
-    let mut lines = vec![header];
-    for s in sums.iter_mut().flatten() {
-        s.latencies.sort_unstable();
-    }
-    let mut samples = Vec::new();
-    for (target, measured) in targets.iter().zip(&sums) {
-        let label = &target.label;
-        let mut line = vec![label.clone()];
-        let mut errors = 0;
-        for (s, r) in measured.iter().zip(&sums[target.reference]) {
-            line.push(format!("{:.0}", s.rate()));
-            line.push(super::ms(s.percentile(500)));
-            line.push(format!("{:.2}×", s.rate() / r.rate().max(1e-9)));
-            errors += s.errors;
-            samples.extend(s.samples.iter().take(2).map(|x| format!("{label}: {x}")));
-        }
-        line.push(errors.to_string());
-        lines.push(line);
-    }
-    super::print_lines(&lines);
-    for sample in samples.iter().take(6) {
-        println!("ERROR {sample}");
-    }
 }
