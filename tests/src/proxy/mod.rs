@@ -22,9 +22,9 @@
 //! plain HTTP. [`Proxy::start_to_tls`] and [`Proxy::start_tls_to_tls`] reach their upstream over
 //! TLS instead (trusting only the test CA, server name `localhost`): an Azurite with `--oauth
 //! basic` ([`crate::Azurite::start_oauth`]) serves HTTPS only. Every listener kind serves a
-//! connection with the same code, over any [`ClientStream`](client::ClientStream), and every
-//! upstream kind is read and written the same way ([`UpstreamStream`](upstream::UpstreamStream)),
-//! so every fault works on each.
+//! connection with the same code, over any `ClientStream` (`client.rs`), and every upstream kind
+//! is read and written the same way (`UpstreamStream`, `upstream.rs`), so every fault works on
+//! each.
 //!
 //! Its parts: the faults set by rule and drawn at random (`rules.rs`), a connection served
 //! (`serve.rs`: accepting, choosing a request's fault, applying it), what is recorded of a
