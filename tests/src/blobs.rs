@@ -70,14 +70,14 @@ pub fn properties(app: &crate::app::App, name: &str) -> Option<leasegate::ops::B
 /// that reaches the app's container and the swept one, as a deployment's `storage_sas` would
 /// (`scripts/dev.sh run` prints one for its examples, made the same way).
 pub fn account_sas(sp: &str) -> String {
-    let key = leasegate::AccountKey::try_new(leasegate::account::DEV_ACCOUNT_KEY).unwrap();
+    let key = leasegate::AccountKey::try_new(leasegate::DEV_ACCOUNT_KEY).unwrap();
     let se = rfc3339(SystemTime::now() + Duration::from_secs(3600));
     let sv = "2021-12-02";
     // Account SAS string to sign, version 2020-12-06 and later: account, sp, ss, srt, st, se,
     // sip, spr, sv, ses, each followed by a newline.
     let sts = format!(
         "{}\n{sp}\nb\nsco\n\n{se}\n\n\n{sv}\n\n",
-        leasegate::account::DEV_ACCOUNT_NAME
+        leasegate::DEV_ACCOUNT_NAME
     );
     let sig = leasegate::signing::signature(&key, &sts);
     let enc = |s: &str| {

@@ -268,8 +268,8 @@ impl Azurite {
                 "AZURITE_ACCOUNTS",
                 format!(
                     "{}:{};{name}:{key}",
-                    leasegate::account::DEV_ACCOUNT_NAME,
-                    leasegate::account::DEV_ACCOUNT_KEY
+                    leasegate::DEV_ACCOUNT_NAME,
+                    leasegate::DEV_ACCOUNT_KEY
                 ),
             );
         }
@@ -376,8 +376,8 @@ impl Azurite {
         };
         format!(
             "DefaultEndpointsProtocol={protocol};AccountName={};AccountKey={};{key}={};",
-            leasegate::account::DEV_ACCOUNT_NAME,
-            leasegate::account::DEV_ACCOUNT_KEY,
+            leasegate::DEV_ACCOUNT_NAME,
+            leasegate::DEV_ACCOUNT_KEY,
             self.endpoint()
         )
     }
@@ -745,7 +745,7 @@ pub fn describe(request: &leasegate::Request) -> String {
 /// query string an application would be given.
 pub fn container_sas(container: &ContainerName) -> String {
     use leasegate::signing::{SasPermissions, SasResource, ServiceSas};
-    let key = leasegate::AccountKey::try_new(leasegate::account::DEV_ACCOUNT_KEY).expect("key");
+    let key = leasegate::AccountKey::try_new(leasegate::DEV_ACCOUNT_KEY).expect("key");
     ServiceSas {
         resource: SasResource::Container(container.clone()),
         permissions: SasPermissions::all(),
@@ -753,7 +753,7 @@ pub fn container_sas(container: &ContainerName) -> String {
         expiry: std::time::SystemTime::now() + Duration::from_secs(3600),
         protocol: None,
     }
-    .token(leasegate::account::DEV_ACCOUNT_NAME, &key)
+    .token(leasegate::DEV_ACCOUNT_NAME, &key)
     .expect("a SAS")
     .query()
     .to_string()

@@ -135,7 +135,7 @@ mod tests {
         };
         let vars: HashMap<String, String> = [
             ("storage_account", "devstoreaccount1"),
-            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_key", leasegate::DEV_ACCOUNT_KEY),
             ("storage_origin", "http://127.0.0.1:10000"),
             ("notify_url", "http://127.0.0.1:3001/notify"),
             ("telemetry_token", "t0ken"),
@@ -232,7 +232,7 @@ mod tests {
         let cache = NotedCache(&log);
         let vars: HashMap<String, String> = [
             ("storage_account", "devstoreaccount1"),
-            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_key", leasegate::DEV_ACCOUNT_KEY),
             ("storage_origin", "http://127.0.0.1:10000"),
             ("notify_url", "http://127.0.0.1:3001/notify"),
             ("telemetry_token", "t0ken"),

@@ -451,7 +451,7 @@ pub(crate) mod tests {
             ("job_url", "http://127.0.0.1:9/job"),
             ("storage_origin", "http://127.0.0.1:10000"),
             ("storage_account", "devstoreaccount1"),
-            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_key", leasegate::DEV_ACCOUNT_KEY),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -286,7 +286,7 @@ mod tests {
             ("job_path", "/job"),
             ("storage_origin", "http://127.0.0.1:10000"),
             ("storage_account", "devstoreaccount1"),
-            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_key", leasegate::DEV_ACCOUNT_KEY),
         ]
         .iter()
         .chain(extra)

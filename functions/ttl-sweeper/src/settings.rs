@@ -301,7 +301,7 @@ pub(crate) mod tests {
             ),
             (
                 "storage_key".to_string(),
-                leasegate::account::DEV_ACCOUNT_KEY.to_string(),
+                leasegate::DEV_ACCOUNT_KEY.to_string(),
             ),
             (
                 "storage_origin".to_string(),
@@ -354,7 +354,7 @@ pub(crate) mod tests {
         for (k, val) in [
             ("instance_id", "node-a"),
             ("storage_account", "devstoreaccount1"),
-            ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+            ("storage_key", leasegate::DEV_ACCOUNT_KEY),
             ("storage_origin", "http://127.0.0.1:10000"),
         ] {
             v.insert(k.into(), val.into());

@@ -77,7 +77,7 @@
 //! let variables: HashMap<String, String> = [
 //!     ("ship_token", "t0ken"),
 //!     ("storage_account", "devstoreaccount1"),
-//!     ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+//!     ("storage_key", leasegate::DEV_ACCOUNT_KEY),
 //!     ("storage_origin", "http://127.0.0.1:10000"),
 //! ]
 //! .into_iter()

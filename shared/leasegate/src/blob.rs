@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use std::time::SystemTime;
-//! use leasegate::blob::BlobClient;
+//! use leasegate::BlobClient;
 //! use leasegate::ops::GetProperties;
 //! use leasegate::{Account, BlobName, ContainerName, Transport};
 //! # struct NoNetwork;

@@ -1,12 +1,14 @@
 //! Azure Blob Storage leases over signed REST, for stateless (WebAssembly) functions.
 //!
 //! **This crate does no IO and reads no clock.** It builds signed [`Request`]s and reads
-//! [`Response`]s (plain values, see [`message`]); whoever calls it sends the requests (through a
+//! [`Response`]s (plain values); whoever calls it sends the requests (through a
 //! [`Transport`]) and passes the time in. Expiry is always judged by the storage server's
 //! `Date` header, never by the caller's clock.
 //!
-//! Layers, bottom up:
-//! * [`account`]: connection strings, blob and table endpoints (host style and Azurite's path style),
+//! The crate's root holds the plumbing every caller uses (the [`Account`] and its
+//! [`Credential`], names, [`Request`] and [`Response`], errors, the [`Transport`], the
+//! [`BlobClient`]); its modules are namespaces by concern. Layers, bottom up:
+//! * [`Account`]: connection strings, blob and table endpoints (host style and Azurite's path style),
 //!   credentials (SharedKey, SAS, Entra ID bearer tokens); secrets never print.
 //! * [`token`]: Entra ID token sources (managed identity, client secret): the token request
 //!   and its answer.
@@ -73,26 +75,36 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub mod account;
-pub mod blob;
-pub mod error;
+// The plumbing every caller uses, private behind the names below.
+mod account;
+mod blob;
+mod error;
+mod message;
+mod names;
+mod transport;
+mod types;
+
+// The namespaces a caller reaches into: the lease rules, one type per operation, the Table
+// service, fenced writes, the signing stages, times, Entra ID token sources.
 pub mod fence;
 pub mod lease;
-pub mod message;
-pub mod names;
 pub mod ops;
 pub mod signing;
 pub mod table;
 pub mod time;
 pub mod token;
-pub mod transport;
-pub mod types;
 
-pub use account::{Account, AccountKey, BlobEndpoint, Credential, SasToken, TableEndpoint};
+pub use account::{
+    Account, AccountKey, BlobEndpoint, Credential, SasToken, TableEndpoint, DEV_ACCOUNT_KEY,
+    DEV_ACCOUNT_NAME,
+};
 pub use blob::BlobClient;
-pub use error::{Error, ErrorClass, StorageError, TransportError, TransportErrorKind};
-pub use message::{Headers, Method, Request, Response, StatusCode};
-pub use names::{is_format_or_separator, BlobName, ContainerName, LockName};
+pub use error::{Error, ErrorClass, StorageError, TokenError, TransportError, TransportErrorKind};
+pub use message::{
+    valid_header_name, valid_header_value, Headers, Method, Request, Response, StatusCode,
+    SECRET_HEADERS,
+};
+pub use names::{is_format_or_separator, BlobName, ContainerName, LockName, MAX_LOCK_NAME_BYTES};
 pub use token::{AccessToken, TokenSource};
 pub use transport::{Counting, Transport};
 pub use types::{ETag, HolderKey, LeaseDuration, LeaseId, LeaseState};

@@ -257,7 +257,7 @@ impl App {
             Some(proxy) => leasegate::Account::development(&format!(
                 "{}/{}",
                 proxy.origin(),
-                leasegate::account::DEV_ACCOUNT_NAME
+                leasegate::DEV_ACCOUNT_NAME
             ))
             .expect("the proxy's endpoint"),
             None => self.azurite.account(),
@@ -321,7 +321,7 @@ impl App {
                 SHIP_TOKEN,
                 TEMPLATE_TOKEN,
                 LEASE_ID_SECRET,
-                leasegate::account::DEV_ACCOUNT_KEY,
+                leasegate::DEV_ACCOUNT_KEY,
             ] {
                 assert!(!text.contains(secret), "a secret shows: {text}");
             }

@@ -554,7 +554,7 @@ fn wrong_key_is_an_auth_error_without_the_key() {
     let text = format!("{err} {err:?}");
     assert!(text.contains("403"), "{text}");
     assert!(
-        !text.contains(wrong) && !text.contains(leasegate::account::DEV_ACCOUNT_KEY),
+        !text.contains(wrong) && !text.contains(leasegate::DEV_ACCOUNT_KEY),
         "{text}"
     );
 }

@@ -318,10 +318,7 @@ fn two_accounts_behind_one_origin_keep_their_entries_apart() {
     let proxy = Proxy::start(&azurite.authority());
     let origin = proxy.origin();
     let container = unique_container("kvaccounts");
-    let dev = (
-        leasegate::account::DEV_ACCOUNT_NAME,
-        leasegate::account::DEV_ACCOUNT_KEY,
-    );
+    let dev = (leasegate::DEV_ACCOUNT_NAME, leasegate::DEV_ACCOUNT_KEY);
     let connection_strings: Vec<String> = [dev, SECOND_ACCOUNT]
         .into_iter()
         .map(|(name, key)| {

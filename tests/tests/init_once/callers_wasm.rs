@@ -407,11 +407,7 @@ fn bad_input_to_the_init_routes() {
     expect_clear_errors(
         &app,
         &cases,
-        &[
-            TIMER_TOKEN,
-            ADMIN_TOKEN,
-            leasegate::account::DEV_ACCOUNT_KEY,
-        ],
+        &[TIMER_TOKEN, ADMIN_TOKEN, leasegate::DEV_ACCOUNT_KEY],
     );
     assert!(runs(&[&app]).is_empty());
 }

@@ -298,11 +298,7 @@ fn bad_input_to_the_leader_routes() {
     expect_clear_errors(
         &app,
         &cases,
-        &[
-            TIMER_TOKEN,
-            ADMIN_TOKEN,
-            leasegate::account::DEV_ACCOUNT_KEY,
-        ],
+        &[TIMER_TOKEN, ADMIN_TOKEN, leasegate::DEV_ACCOUNT_KEY],
     );
     // Azure timer invocations work on this deployment.
     let az = call(

@@ -75,7 +75,7 @@ mod tests {
             .collect()
     }
 
-    const KEY: &str = leasegate::account::DEV_ACCOUNT_KEY;
+    const KEY: &str = leasegate::DEV_ACCOUNT_KEY;
 
     #[test]
     fn the_table_endpoint_follows_table_origin() {

@@ -29,7 +29,7 @@ fn numbers_are_finite_and_in_range() {
 fn azurite_defaults_are_path_style() {
     let s = storage(&vars(&[
         ("storage_account", "devstoreaccount1"),
-        ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+        ("storage_key", leasegate::DEV_ACCOUNT_KEY),
         ("storage_origin", "http://127.0.0.1:10000"),
     ]))
     .unwrap();
@@ -55,7 +55,7 @@ fn azure_origin_is_host_style_and_sas_works() {
 fn a_sas_wins_over_the_default_key() {
     let s = storage(&vars(&[
         ("storage_account", "devstoreaccount1"),
-        ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+        ("storage_key", leasegate::DEV_ACCOUNT_KEY),
         ("storage_sas", "sv=2021-12-02&sig=abc"),
         ("storage_origin", "http://127.0.0.1:10000"),
     ]))
@@ -155,7 +155,7 @@ fn entra(extra: &[(&str, &str)]) -> HashMap<String, String> {
         ("storage_account", "acct"),
         ("storage_origin", "https://acct.blob.core.windows.net"),
         // Azurite's key is every manifest's default: storage_auth must win over it.
-        ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+        ("storage_key", leasegate::DEV_ACCOUNT_KEY),
     ]);
     for (k, val) in extra {
         v.insert(k.to_string(), val.to_string());
@@ -292,7 +292,7 @@ fn a_token_or_a_sas_goes_to_storage_only_over_https_or_to_this_machine() {
     let key = vars(&[
         ("storage_account", "acct"),
         ("storage_origin", "http://acct.blob.core.windows.net"),
-        ("storage_key", leasegate::account::DEV_ACCOUNT_KEY),
+        ("storage_key", leasegate::DEV_ACCOUNT_KEY),
     ]);
     assert!(storage(&key).is_ok());
 }

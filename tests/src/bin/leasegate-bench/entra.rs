@@ -34,9 +34,9 @@ use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, SystemTime};
 
-use leasegate::account::{DEV_ACCOUNT_KEY, DEV_ACCOUNT_NAME};
 use leasegate::ops::{build, CreateContainer, GetProperties, PutBlob, WriteOutcome};
 use leasegate::{AccessToken, Account, BlobEndpoint, BlobName, Credential, TokenSource};
+use leasegate::{DEV_ACCOUNT_KEY, DEV_ACCOUNT_NAME};
 use leasegate_tests::app::{App, Entra, Setup};
 use leasegate_tests::entra::{mint, TokenServer, DEFAULT_LIFETIME};
 use leasegate_tests::proxy::Proxy;

@@ -221,11 +221,8 @@ type Turn<'a> = (
 /// returned so that it lives until the table is printed).
 fn limit_in_turns(bench: &mut Bench, sent: &Sent, turns: &mut [Row], k: usize) -> Option<Spin> {
     let (app, origin) = (sent.app, sent.origin);
-    let account = Account::development(&format!(
-        "{origin}/{}",
-        leasegate::account::DEV_ACCOUNT_NAME
-    ))
-    .expect("Azurite's endpoint");
+    let account = Account::development(&format!("{origin}/{}", leasegate::DEV_ACCOUNT_NAME))
+        .expect("Azurite's endpoint");
     let heads: Vec<GetProperties> = (0..bench.max_connections())
         .map(|i| GetProperties {
             container: app.container.clone(),

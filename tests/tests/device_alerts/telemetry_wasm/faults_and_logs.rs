@@ -141,10 +141,7 @@ fn log_lines_are_json_and_hold_no_secret() {
     assert!(lines.iter().any(|l| l["decision"] == "below_threshold"));
     assert!(lines.iter().any(|l| l["decision"] == "invalid"));
     for line in app.log_lines() {
-        assert!(
-            !line.contains(leasegate::account::DEV_ACCOUNT_KEY),
-            "{line}"
-        );
+        assert!(!line.contains(leasegate::DEV_ACCOUNT_KEY), "{line}");
         assert!(!line.contains("SharedKey"), "{line}");
     }
     app.assert_no_trap();

@@ -221,9 +221,7 @@ fn bad_input_gets_clear_4xx_errors() {
             "{method} {path}: {}",
             a.text
         );
-        assert!(
-            !a.text.contains(GATE_TOKEN) && !a.text.contains(leasegate::account::DEV_ACCOUNT_KEY)
-        );
+        assert!(!a.text.contains(GATE_TOKEN) && !a.text.contains(leasegate::DEV_ACCOUNT_KEY));
     }
     // A batch keeps its valid readings: the invalid ones get decisions, nothing is lost.
     let mixed = post_telemetry(
@@ -240,7 +238,7 @@ fn bad_input_gets_clear_4xx_errors() {
     app.assert_no_trap();
     for line in app.log_lines() {
         assert!(
-            !line.contains(GATE_TOKEN) && !line.contains(leasegate::account::DEV_ACCOUNT_KEY),
+            !line.contains(GATE_TOKEN) && !line.contains(leasegate::DEV_ACCOUNT_KEY),
             "{line}"
         );
     }
@@ -267,7 +265,7 @@ fn a_connection_string_elsewhere_than_storage_origin_is_explained() {
         "{}",
         a.text
     );
-    assert!(!a.text.contains(leasegate::account::DEV_ACCOUNT_KEY));
+    assert!(!a.text.contains(leasegate::DEV_ACCOUNT_KEY));
     assert_eq!(requests, 0);
 }
 

@@ -285,7 +285,7 @@ fn bad_input_to_the_timer_routes_gets_clear_4xx_errors() {
     expect_clear_errors(
         &app,
         &cases,
-        &[TIMER_TOKEN, GATE_TOKEN, leasegate::account::DEV_ACCOUNT_KEY],
+        &[TIMER_TOKEN, GATE_TOKEN, leasegate::DEV_ACCOUNT_KEY],
     );
     assert!(job_posts(std::slice::from_ref(&app)).is_empty());
     // A deployment without an identity says what to set, on every path.

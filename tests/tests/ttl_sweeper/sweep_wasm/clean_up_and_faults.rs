@@ -174,7 +174,7 @@ fn storage_faults_leave_blobs_in_place_and_the_next_pass_finishes() {
     assert_eq!(a.status, 503, "{}", a.text);
     assert_eq!(a.json["error"], "storage_unavailable", "{}", a.text);
     assert!(
-        !a.text.contains(&leasegate::account::DEV_ACCOUNT_KEY[..20]),
+        !a.text.contains(&leasegate::DEV_ACCOUNT_KEY[..20]),
         "{}",
         a.text
     );

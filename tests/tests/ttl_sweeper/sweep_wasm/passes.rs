@@ -372,10 +372,6 @@ fn marking_api() {
     expect_clear_errors(
         &app,
         &cases,
-        &[
-            TIMER_TOKEN,
-            ADMIN_TOKEN,
-            leasegate::account::DEV_ACCOUNT_KEY,
-        ],
+        &[TIMER_TOKEN, ADMIN_TOKEN, leasegate::DEV_ACCOUNT_KEY],
     );
 }

@@ -99,11 +99,8 @@ pub fn floor_section(bench: &mut Bench) {
         .map(|dir| start_build(dir, &release, &manifest, &given))
         .collect();
     // The hello world's HEAD: the first build's device 0, signed once.
-    let account = Account::development(&format!(
-        "{origin}/{}",
-        leasegate::account::DEV_ACCOUNT_NAME
-    ))
-    .expect("Azurite's endpoint");
+    let account = Account::development(&format!("{origin}/{}", leasegate::DEV_ACCOUNT_NAME))
+        .expect("Azurite's endpoint");
     let hello = hello_with_head(
         &account,
         &origin,
