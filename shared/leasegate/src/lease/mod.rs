@@ -602,6 +602,13 @@ mod tests {
         assert_eq!(kept, state);
         assert!(kept.is_held_by(id));
         assert!(!kept.is_held_by(LeaseId::from_random_bytes([8; 16])));
+        // Its Debug (a log line's `{:?}`) names the claim but not the holder's lease id.
+        let shown = format!("{kept:?}");
+        assert!(!shown.contains(&id.to_string()), "{shown}");
+        assert!(
+            shown.contains("node-a") && shown.contains("<redacted>"),
+            "{shown}"
+        );
         let good = serde_json::from_str::<serde_json::Value>(&state.to_json()).unwrap();
         let with = |path: &str, v: serde_json::Value| {
             let mut bad = good.clone();

@@ -166,10 +166,37 @@ pub(crate) struct Grant {
 /// request they make is conditional on its ETag, so one that is stale (anyone wrote the lock
 /// since) costs that one refused request, then the call reads and decides as usual. It holds
 /// the claim as the blob's metadata does, the holder's lease id included: keep it where only
-/// the holder's deployment reads (never in an answer or a log line).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// the holder's deployment reads (never in an answer or a log line). Its `Debug` leaves the
+/// lease id out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct HeldState {
     pub(super) grant: Grant,
+}
+
+impl std::fmt::Debug for HeldState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let metadata: Metadata = self
+            .grant
+            .metadata
+            .iter()
+            .map(|(k, v)| {
+                let secret = k == claim::META_HOLDER && !v.is_empty();
+                (
+                    k.clone(),
+                    if secret {
+                        "<redacted>".into()
+                    } else {
+                        v.clone()
+                    },
+                )
+            })
+            .collect();
+        f.debug_struct("HeldState")
+            .field("etag", &self.grant.etag)
+            .field("leased", &self.grant.leased)
+            .field("metadata", &metadata)
+            .finish()
+    }
 }
 
 impl HeldState {
