@@ -60,13 +60,16 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
 ) -> Result<(Decision, Option<LogWrite>), JobError> {
     let reservation = run.reservation;
     let nonce = (ctx.new_lease_id)().to_string();
+    // The occurrence's own token for this attempt: one too far ahead fails the attempt, once
+    // the plan has looked whether it is settled already.
+    let token = attempt_token(run.occurrence, run.attempt);
     let entry = LogEntry {
         occurrence: rfc3339(at(run.occurrence)),
         occurrence_unix: run.occurrence,
         instance: settings.instance_id.clone(),
         reserved_at: rfc3339(run.reserved_at),
         status: RunStatus::Running,
-        fencing_token: Some(attempt_token(run.occurrence, run.attempt)?),
+        fencing_token: token.as_ref().ok().copied(),
         trigger: tick.source.as_str().into(),
         past_due: tick.past_due,
         finished_at: None,
@@ -83,6 +86,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         reservation: &reservation,
         reserved_by: reservation.metadata.get(META_RESERVED_BY).cloned(),
         skip_late: run.skip_late,
+        token_refused: token.is_err(),
         entry,
     };
     let locks = Locks::from_client(blobs.clone())
@@ -99,7 +103,7 @@ pub(crate) async fn run_reserved<T, S: Transport, J: Transport>(
         name,
         lease_id: None,
         held: None,
-        failure: None,
+        failure: token.err().map(JobError::from),
     };
     let mut answers = Answers::default();
     for _ in 0..MAX_STEPS {

@@ -35,6 +35,8 @@ pub(crate) struct Knows<'a> {
     pub(crate) reserved_by: Option<String>,
     /// Record it missed instead of running it (late, `job_catch_up = none`).
     pub(crate) skip_late: bool,
+    /// The occurrence is too far ahead for a fencing token (the executor keeps the error).
+    pub(crate) token_refused: bool,
     /// The attempt's log entry as it starts: `running`, with its occurrence's own token.
     pub(crate) entry: LogEntry,
 }
@@ -195,6 +197,9 @@ pub(crate) fn next(k: &Knows, a: &Answers) -> Step {
     // 3. A reservation with an outcome already is settled.
     if let Some(run) = settled_already(k) {
         return Step::Done(settled(k, &run), None);
+    }
+    if k.token_refused {
+        return Step::Fail(None);
     }
     if k.skip_late {
         let missed = |entry| Decision::Missed { entry };

@@ -43,6 +43,7 @@ fn knows<'a>(settings: &'a Settings, reservation: &'a Reservation) -> Knows<'a> 
         reservation,
         reserved_by: Some(settings.instance_id.clone()),
         skip_late: false,
+        token_refused: false,
         entry: LogEntry {
             occurrence: rfc3339(t(OCCURRENCE)),
             occurrence_unix: OCCURRENCE,
@@ -662,4 +663,174 @@ fn slow_storage_before_the_call_puts_the_reservation_back_and_calls_nothing() {
         why.starts_with("storage was slow before the job's call"),
         "{why}"
     );
+}
+
+/// Steps the plan from `a` until it asks something other than a release, or ends.
+fn after(k: &Knows, a: &mut Answers) -> Step {
+    loop {
+        match next(k, a) {
+            Step::Release => a.released = Some(None),
+            step => return step,
+        }
+    }
+}
+
+#[test]
+fn an_occurrence_settled_already_is_skipped_even_when_too_far_ahead_for_a_token() {
+    let s = settings(&[]);
+    let r = reservation(&s, Some("succeeded"), false);
+    let mut k = knows(&s, &r);
+    k.token_refused = true;
+    assert!(matches!(next(&k, &Answers::default()), Step::Done(..)));
+    let fresh = reservation(&s, None, true);
+    let mut k = knows(&s, &fresh);
+    k.token_refused = true;
+    assert!(matches!(next(&k, &Answers::default()), Step::Fail(None)));
+}
+
+#[test]
+fn a_buffered_occurrence_whose_log_write_failed_is_restored_before_the_error() {
+    let s = settings(&[("job_overlap", "buffer_one")]);
+    let r = reservation(&s, None, true);
+    let script = Script {
+        lease: vec![busy("other-instance 1796083140")],
+        append: Some(Err(Failed)),
+        ..Default::default()
+    };
+    let (steps, last) = walk(&knows(&s, &r), script);
+    assert_eq!(
+        steps,
+        ["read log", "acquire", "commit", "append", "restore"]
+    );
+    assert!(matches!(last, Step::Fail(None)));
+}
+
+#[test]
+fn an_overwrite_that_fails_ends_the_attempt_with_its_error() {
+    // Buffer one, another occurrence buffered: the overwrite to `skipped_overlap` fails.
+    let s = settings(&[("job_overlap", "buffer_one")]);
+    let r = reservation(&s, None, true);
+    let k = knows(&s, &r);
+    let mut a = Answers {
+        log: Some(Ok((log_at(k.server_now, None), None))),
+        lease: vec![busy("other-instance 1796083140")],
+        committed: Some(Ok(Committed::Written(r.clone()))),
+        appended: Some(Ok(Err(LogRefusal::Buffered(OCCURRENCE - 30)))),
+        ..Default::default()
+    };
+    assert_eq!(name(&next(&k, &a)), "overwrite");
+    a.overwritten = Some(Err(Failed));
+    assert!(matches!(next(&k, &a), Step::Fail(None)));
+    // Paused: the same.
+    let s = settings(&[]);
+    let k = knows(&s, &r);
+    let paused = Paused {
+        since: "2026-12-01T00:00:00Z".into(),
+        note: None,
+    };
+    let mut a = Answers {
+        log: Some(Ok((log_at(k.server_now, None), None))),
+        lease: vec![held()],
+        committed: Some(Ok(Committed::Written(r.clone()))),
+        appended: Some(Ok(Err(LogRefusal::Paused(paused)))),
+        ..Default::default()
+    };
+    assert_eq!(name(&after(&k, &mut a)), "overwrite");
+    a.overwritten = Some(Err(Failed));
+    assert!(matches!(after(&k, &mut a), Step::Fail(None)));
+}
+
+#[test]
+fn a_skip_the_log_counts_settled_already_keeps_its_outcome() {
+    let s = settings(&[("job_catch_up", "none")]);
+    let r = reservation(&s, None, true);
+    let mut k = knows(&s, &r);
+    k.skip_late = true;
+    let script = Script {
+        append: Some(Ok(Err(LogRefusal::Settled))),
+        ..Default::default()
+    };
+    let (steps, last) = walk(&k, script);
+    // Not undone: the outcome on the reservation is the record.
+    assert_eq!(steps, ["commit", "append"]);
+    assert!(matches!(last, Step::Done(Decision::Missed { .. }, None)));
+}
+
+/// A lease state as a holder's release of a lease record leaves it (a claim naming nobody).
+fn released_state(etag: &str) -> HeldState {
+    let json = format!(
+        r#"{{"etag":"{etag}","leased":false,"metadata":{{"leasegate_term":"record","leasegate_token":"5"}}}}"#
+    );
+    HeldState::from_json(&json).unwrap()
+}
+
+#[test]
+fn the_second_acquire_after_a_lost_answer_starts_from_a_read_not_the_kept_state() {
+    let s = settings(&[]);
+    let r = reservation(&s, None, true);
+    let k = knows(&s, &r);
+    let mut log = log_at(k.server_now, None);
+    log.log.lock = serde_json::from_str(&released_state("0x9").to_json()).ok();
+    let mut a = Answers {
+        log: Some(Ok((log, Some(k.server_now)))),
+        ..Default::default()
+    };
+    assert_eq!(name(&next(&k, &a)), "acquire from kept");
+    a.lease.push(Lease::Failed { unknown: true });
+    assert_eq!(name(&next(&k, &a)), "acquire");
+}
+
+#[test]
+fn the_log_keeps_the_lease_as_the_release_left_it() {
+    let s = settings(&[]);
+    let r = reservation(&s, None, true);
+    let k = knows(&s, &r);
+    let acquired = released_state("0x10");
+    let left = released_state("0x11");
+    let mut read = log_at(k.server_now, None);
+    read.log.lock = serde_json::from_str(&released_state("0x9").to_json()).ok();
+    let paused = Paused {
+        since: "2026-12-01T00:00:00Z".into(),
+        note: None,
+    };
+    let base = || Answers {
+        log: Some(Ok((read.clone(), Some(k.server_now)))),
+        lease: vec![Lease::Held {
+            expires_at: Some(t(OCCURRENCE + 60)),
+            state: Some(acquired.clone()),
+        }],
+        committed: Some(Ok(Committed::Written(r.clone()))),
+        released: Some(Some(left.clone())),
+        overwritten: Some(Ok(true)),
+        ..Default::default()
+    };
+    // A run's end: the released state, in place of the one the run's start kept.
+    let mut a = base();
+    let started = log_at(k.server_now + Duration::from_secs(1), Some(99));
+    a.appended = Some(Ok(Ok(started.clone())));
+    a.called = Some(Ok(()));
+    let Step::Update { keep, .. } = next(&k, &a) else {
+        panic!("an update");
+    };
+    assert_eq!(keep, Some(left.clone()));
+    // A paused skip: the released state, in place of the log's lock as this tick read it.
+    let mut a = base();
+    a.appended = Some(Ok(Err(LogRefusal::Paused(paused))));
+    let Step::AppendAgain {
+        keep: Some(keep), ..
+    } = next(&k, &a)
+    else {
+        panic!("an append again");
+    };
+    assert_eq!(keep.state, left);
+    assert_eq!(keep.over, Some(read.log.lock.clone()));
+    // The release failed: the state the acquire left.
+    a.released = Some(None);
+    let Step::AppendAgain {
+        keep: Some(keep), ..
+    } = next(&k, &a)
+    else {
+        panic!("an append again");
+    };
+    assert_eq!(keep.state, acquired);
 }
